@@ -1,0 +1,189 @@
+/* kpipe devices: memory, streams, events, kernels, graphs and stream capture,
+ * behind one interface with a `cpu` and a `cuda` implementation.
+ *
+ *   kp_device_t dev;  kp_stream_t s;  float *x;
+ *   kp_device_open("cuda", &dev);                 // or "cpu", "cuda:1"
+ *   kp_stream_create(dev, &s);
+ *   kp_malloc(dev, n * sizeof(float), (void **)&x);
+ *   my_params p = {x, n};
+ *   kp_launch l = {&my_kernel, {n / 256 + 1, 1, 1}, {256, 1, 1}, 0, &p, sizeof p};
+ *   kp_launch_kernel(s, &l);                      // in-order on s
+ *   kp_stream_sync(s);
+ *
+ * Graphs follow CUDA graph semantics on both backends: nodes are added with
+ * dependencies, the graph is instantiated once, then launched per tick;
+ * node parameters can be changed on the instantiated graph.
+ */
+#ifndef KPIPE_DEVICE_H
+#define KPIPE_DEVICE_H
+
+#include "kpipe/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kp_device     *kp_device_t;
+typedef struct kp_stream     *kp_stream_t;
+typedef struct kp_event      *kp_event_t;
+typedef struct kp_graph      *kp_graph_t;
+typedef struct kp_graph_exec *kp_graph_exec_t;
+typedef struct kp_graph_node *kp_graph_node_t;
+
+typedef enum kp_backend {
+    KP_BACKEND_CPU  = 0,
+    KP_BACKEND_CUDA = 1,
+} kp_backend;
+
+typedef struct kp_dim3 {
+    uint32_t x, y, z;
+} kp_dim3;
+
+/* Largest kernel parameter block, in bytes. */
+#define KP_MAX_KERNEL_PARAMS 256
+
+/* A kernel with one implementation per backend. Each takes a single
+ * parameter struct by value (CUDA) or by pointer (host). */
+typedef struct kp_kernel {
+    const char *name;
+    /* Host implementation: runs the whole grid. Required. */
+    void (*cpu)(const void *params, kp_dim3 grid, kp_dim3 block);
+    /* Returns the __global__ function (from the kernel's .cu file); NULL when
+     * the library was built without CUDA or the kernel has no CUDA form. */
+    const void *(*cuda)(void);
+    size_t params_size; /* sizeof the parameter struct, <= KP_MAX_KERNEL_PARAMS */
+} kp_kernel;
+
+/* One launch: kernel, geometry and a pointer to its parameter struct (copied
+ * at launch or node creation, so it may live on the caller's stack). */
+typedef struct kp_launch {
+    const kp_kernel *kernel;
+    kp_dim3          grid;
+    kp_dim3          block;
+    size_t           shared_bytes;
+    const void      *params;
+} kp_launch;
+
+/* --- devices ------------------------------------------------------------------- */
+/* Opens "cpu", "cuda" (ordinal 0) or "cuda:N". KP_ERR_NO_DEVICE names why a
+ * device is not there (no GPU, library built without CUDA, bad ordinal). */
+kp_status kp_device_open(const char *name, kp_device_t *out);
+/* Closes a device; every object made on it must be destroyed first. NULL is a no-op. */
+void kp_device_close(kp_device_t dev);
+/* Backend of a device. */
+kp_backend kp_device_backend(kp_device_t dev);
+/* "cpu" or "cuda:0". */
+const char *kp_device_name(kp_device_t dev);
+/* Human description ("NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB") into buf. */
+kp_status kp_device_describe(kp_device_t dev, char *buf, size_t len);
+/* Number of CUDA devices visible (0 without a driver or without CUDA support);
+ * on failure `why` (if given) receives the reason. */
+int kp_cuda_device_count(char *why, size_t why_len);
+/* Backends compiled into this library: "cpu" or "cpu cuda". */
+const char *kp_backends_built(void);
+/* Driver and runtime versions (CUDA: e.g. 13000); 0 where not applicable. */
+kp_status kp_device_versions(kp_device_t dev, int *driver, int *runtime);
+
+/* --- memory --------------------------------------------------------------------- */
+/* Device memory (host memory on the cpu backend), aligned to 256 bytes. */
+kp_status kp_malloc(kp_device_t dev, size_t bytes, void **out);
+void      kp_free(kp_device_t dev, void *ptr);
+/* Page-locked host memory usable by async copies. */
+kp_status kp_malloc_host(kp_device_t dev, size_t bytes, void **out);
+void      kp_free_host(kp_device_t dev, void *ptr);
+/* Synchronous copies. They are not ordered against work pending on streams:
+ * synchronize those streams first. */
+kp_status kp_memcpy_htod(kp_device_t dev, void *dst, const void *src, size_t bytes);
+kp_status kp_memcpy_dtoh(kp_device_t dev, void *dst, const void *src, size_t bytes);
+kp_status kp_memcpy_dtod(kp_device_t dev, void *dst, const void *src, size_t bytes);
+/* Waits for all work on the device. */
+kp_status kp_device_sync(kp_device_t dev);
+
+/* --- streams --------------------------------------------------------------------- */
+/* An in-order queue of work. Streams do not synchronize with each other
+ * except through events. */
+kp_status kp_stream_create(kp_device_t dev, kp_stream_t *out);
+/* Waits for the stream's work, then releases it. NULL is a no-op. */
+void      kp_stream_destroy(kp_stream_t s);
+/* Blocks until all work submitted to `s` has finished. */
+kp_status kp_stream_sync(kp_stream_t s);
+/* Device of a stream. */
+kp_device_t kp_stream_device(kp_stream_t s);
+/* Async copy in any direction (memory from this device or pinned host). */
+kp_status kp_memcpy_async(kp_stream_t s, void *dst, const void *src, size_t bytes);
+/* Async fill of `bytes` bytes with `value`. */
+kp_status kp_memset_async(kp_stream_t s, void *dst, int value, size_t bytes);
+/* Launches a kernel on the stream. */
+kp_status kp_launch_kernel(kp_stream_t s, const kp_launch *launch);
+/* Runs fn(user) on a host thread once prior work on `s` is done; the stream
+ * waits for it to return. fn must not call kpipe stream functions. */
+kp_status kp_launch_host_func(kp_stream_t s, void (*fn)(void *user), void *user);
+
+/* --- events ----------------------------------------------------------------------- */
+kp_status kp_event_create(kp_device_t dev, kp_event_t *out);
+void      kp_event_destroy(kp_event_t ev);
+/* Marks the point in `s` that the event completes at. */
+kp_status kp_event_record(kp_event_t ev, kp_stream_t s);
+/* KP_OK when complete; *done tells. A never-recorded event is complete. */
+kp_status kp_event_query(kp_event_t ev, bool *done);
+/* Blocks until the event completes. */
+kp_status kp_event_sync(kp_event_t ev);
+/* Later work on `s` waits until the event completes. */
+kp_status kp_stream_wait_event(kp_stream_t s, kp_event_t ev);
+/* Milliseconds between two completed events. */
+kp_status kp_event_elapsed_ms(kp_event_t start, kp_event_t end, float *ms);
+
+/* --- graphs ------------------------------------------------------------------------ */
+kp_status kp_graph_create(kp_device_t dev, kp_graph_t *out);
+void      kp_graph_destroy(kp_graph_t g);
+/* Node adders: `deps` lists n_deps nodes of the same graph that must finish first. */
+kp_status kp_graph_add_kernel(kp_graph_t g, const kp_graph_node_t *deps, size_t n_deps,
+                              const kp_launch *launch, kp_graph_node_t *out);
+kp_status kp_graph_add_memcpy(kp_graph_t g, const kp_graph_node_t *deps, size_t n_deps,
+                              void *dst, const void *src, size_t bytes, kp_graph_node_t *out);
+/* Embeds a copy of `child` (later changes to `child` do not affect `g`). */
+kp_status kp_graph_add_child(kp_graph_t g, const kp_graph_node_t *deps, size_t n_deps,
+                             kp_graph_t child, kp_graph_node_t *out);
+/* A node that does nothing: joins or forks dependencies. */
+kp_status kp_graph_add_empty(kp_graph_t g, const kp_graph_node_t *deps, size_t n_deps,
+                             kp_graph_node_t *out);
+/* Number of nodes (top level). */
+size_t    kp_graph_node_count(kp_graph_t g);
+
+/* Builds the executable form. The graph may be destroyed afterwards; its
+ * node handles stay valid for the set_* calls below only while it lives. */
+kp_status kp_graph_instantiate(kp_graph_t g, kp_graph_exec_t *out);
+void      kp_graph_exec_destroy(kp_graph_exec_t ge);
+/* Moves the executable graph's resources to the device ahead of its first launch. */
+kp_status kp_graph_exec_upload(kp_graph_exec_t ge, kp_stream_t s);
+/* Launches the whole graph on `s`; it never instantiates. */
+kp_status kp_graph_exec_launch(kp_graph_exec_t ge, kp_stream_t s);
+/* Parameter updates on the executable graph: take effect for later launches
+ * only. `node` is a node of the graph `ge` was instantiated from. */
+kp_status kp_graph_exec_set_kernel(kp_graph_exec_t ge, kp_graph_node_t node,
+                                   const kp_launch *launch);
+kp_status kp_graph_exec_set_memcpy(kp_graph_exec_t ge, kp_graph_node_t node, void *dst,
+                                   const void *src, size_t bytes);
+/* `child` must have the topology of the embedded graph; only parameters change. */
+kp_status kp_graph_exec_set_child(kp_graph_exec_t ge, kp_graph_node_t node, kp_graph_t child);
+/* Takes all parameters from `g`, which must have the same topology as the
+ * graph `ge` came from. KP_ERR_MISMATCH says where it differs. */
+kp_status kp_graph_exec_update(kp_graph_exec_t ge, kp_graph_t g);
+
+/* --- stream capture ---------------------------------------------------------------- */
+/* From begin to end, work submitted to `s` (kernels, copies, memsets, and
+ * library calls such as cuBLAS on CUDA) is recorded into a new graph instead
+ * of running. Synchronizing a capturing stream is an error. */
+kp_status kp_stream_begin_capture(kp_stream_t s);
+kp_status kp_stream_end_capture(kp_stream_t s, kp_graph_t *out);
+/* True while `s` is capturing. */
+bool      kp_stream_is_capturing(kp_stream_t s);
+
+/* --- backend-native handles (for vendor libraries in kernel files) ----------------- */
+/* cudaStream_t of a cuda stream; NULL on the cpu backend. */
+void *kp_stream_native(kp_stream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,9 @@
+/* kpipe: low-latency GPU processing pipelines. Includes every layer. */
+#ifndef KPIPE_KPIPE_H
+#define KPIPE_KPIPE_H
+
+#include "kpipe/core.h"
+#include "kpipe/tensor.h"
+#include "kpipe/device.h"
+
+#endif

@@ -1,0 +1,98 @@
+/* The device backend interface: a vtable plus a context, one per backend.
+ * Public handles wrap a backend object (`impl`) and their device; node
+ * handles are the backend's own pointers. The public wrappers in device.c
+ * check handles and arguments, so slots may assume valid input. */
+#ifndef KPIPE_BACKEND_IMPL_H
+#define KPIPE_BACKEND_IMPL_H
+
+#include "kpipe/device.h"
+#include "../core/core-impl.h"
+
+typedef struct kp_device_i {
+    /* Releases the context. */
+    void (*close)(void *ctx);
+    /* One-line description into buf. */
+    kp_status (*describe)(void *ctx, char *buf, size_t len);
+    /* Optional: driver and runtime versions; default 0, 0. */
+    kp_status (*versions)(void *ctx, int *driver, int *runtime);
+
+    /* Device memory, 256-byte aligned. */
+    kp_status (*malloc)(void *ctx, size_t bytes, void **out);
+    void (*free)(void *ctx, void *ptr);
+    /* Page-locked host memory. */
+    kp_status (*malloc_host)(void *ctx, size_t bytes, void **out);
+    void (*free_host)(void *ctx, void *ptr);
+    /* Synchronous copy in any direction. */
+    kp_status (*memcpy)(void *ctx, void *dst, const void *src, size_t bytes);
+    /* Waits for all work on the device. */
+    kp_status (*sync)(void *ctx);
+
+    /* Streams. */
+    kp_status (*stream_create)(void *ctx, void **out);
+    void (*stream_destroy)(void *ctx, void *s);
+    kp_status (*stream_sync)(void *ctx, void *s);
+    kp_status (*memcpy_async)(void *ctx, void *s, void *dst, const void *src, size_t bytes);
+    kp_status (*memset_async)(void *ctx, void *s, void *dst, int value, size_t bytes);
+    kp_status (*launch)(void *ctx, void *s, const kp_launch *l);
+    kp_status (*host_func)(void *ctx, void *s, void (*fn)(void *), void *user);
+    /* Optional: the native stream handle; default NULL. */
+    void *(*stream_native)(void *ctx, void *s);
+
+    /* Events. */
+    kp_status (*event_create)(void *ctx, void **out);
+    void (*event_destroy)(void *ctx, void *ev);
+    kp_status (*event_record)(void *ctx, void *ev, void *s);
+    kp_status (*event_query)(void *ctx, void *ev, bool *done);
+    kp_status (*event_sync)(void *ctx, void *ev);
+    kp_status (*stream_wait_event)(void *ctx, void *s, void *ev);
+    kp_status (*event_elapsed)(void *ctx, void *start, void *end, float *ms);
+
+    /* Graphs. Node handles are backend pointers. */
+    kp_status (*graph_create)(void *ctx, void **out);
+    void (*graph_destroy)(void *ctx, void *g);
+    kp_status (*graph_add_kernel)(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
+                                  const kp_launch *l, kp_graph_node_t *out);
+    kp_status (*graph_add_memcpy)(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
+                                  void *dst, const void *src, size_t bytes, kp_graph_node_t *out);
+    kp_status (*graph_add_child)(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
+                                 void *child, kp_graph_node_t *out);
+    kp_status (*graph_add_empty)(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
+                                 kp_graph_node_t *out);
+    size_t (*graph_node_count)(void *ctx, void *g);
+    kp_status (*graph_instantiate)(void *ctx, void *g, void **out);
+    void (*exec_destroy)(void *ctx, void *ge);
+    kp_status (*exec_upload)(void *ctx, void *ge, void *s);
+    kp_status (*exec_launch)(void *ctx, void *ge, void *s);
+    kp_status (*exec_set_kernel)(void *ctx, void *ge, kp_graph_node_t node, const kp_launch *l);
+    kp_status (*exec_set_memcpy)(void *ctx, void *ge, kp_graph_node_t node, void *dst,
+                                 const void *src, size_t bytes);
+    kp_status (*exec_set_child)(void *ctx, void *ge, kp_graph_node_t node, void *child);
+    kp_status (*exec_update)(void *ctx, void *ge, void *g);
+
+    /* Capture. */
+    kp_status (*begin_capture)(void *ctx, void *s);
+    kp_status (*end_capture)(void *ctx, void *s, void **graph_out);
+    bool (*is_capturing)(void *ctx, void *s);
+} kp_device_i;
+
+struct kp_device {
+    const kp_device_i *iface;
+    void *ctx;
+    kp_backend backend;
+    int ordinal;
+    char name[32];
+};
+
+struct kp_stream { kp_device_t dev; void *impl; };
+struct kp_event  { kp_device_t dev; void *impl; };
+struct kp_graph  { kp_device_t dev; void *impl; };
+struct kp_graph_exec { kp_device_t dev; void *impl; };
+
+/* Backend entry points: fill `iface` and `ctx` of an allocated device. */
+kp_status kp__cpu_open(kp_device_t dev);
+#ifdef KP_HAVE_CUDA
+kp_status kp__cuda_open(kp_device_t dev, int ordinal);
+int kp__cuda_count(char *why, size_t len);
+#endif
+
+#endif

@@ -1,0 +1,94 @@
+/* The cpu device: host memory and the vtable. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu-impl.h"
+
+static kp_status kp__cpu_alloc(kp_mem_kind kind, size_t bytes, void **out) {
+    void *p = kp__aligned_alloc(kind, bytes, 256);
+    if (!p)
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "cpu: allocating %zu bytes of %s memory failed",
+                         bytes, kind == KP_MEM_PINNED ? "pinned host" : "device");
+    *out = p;
+    return KP_OK;
+}
+
+static kp_status kp__cpu_malloc(void *ctx, size_t bytes, void **out) {
+    return kp__cpu_alloc(KP_MEM_DEVICE, bytes, out);
+}
+static void kp__cpu_free(void *ctx, void *p) { kp__aligned_free(KP_MEM_DEVICE, p); }
+static kp_status kp__cpu_malloc_host(void *ctx, size_t bytes, void **out) {
+    return kp__cpu_alloc(KP_MEM_PINNED, bytes, out);
+}
+static void kp__cpu_free_host(void *ctx, void *p) { kp__aligned_free(KP_MEM_PINNED, p); }
+
+static kp_status kp__cpu_memcpy(void *ctx, void *dst, const void *src, size_t bytes) {
+    memmove(dst, src, bytes);
+    return KP_OK;
+}
+
+static kp_status kp__cpu_describe(void *ctx, char *buf, size_t len) {
+    snprintf(buf, len, "cpu backend: host memory, streams on worker threads, %ld cores",
+             sysconf(_SC_NPROCESSORS_ONLN));
+    return KP_OK;
+}
+
+static void kp__cpu_close(void *ctx) {
+    kp__cpu_device *d = ctx;
+    kp__cpu_streams_close(ctx);
+    pthread_mutex_destroy(&d->mu);
+    kp__free(d);
+}
+
+static const kp_device_i kp__cpu_iface = {
+    .close = kp__cpu_close,
+    .describe = kp__cpu_describe,
+    .malloc = kp__cpu_malloc,
+    .free = kp__cpu_free,
+    .malloc_host = kp__cpu_malloc_host,
+    .free_host = kp__cpu_free_host,
+    .memcpy = kp__cpu_memcpy,
+    .sync = kp__cpu_device_sync,
+    .stream_create = kp__cpu_stream_create,
+    .stream_destroy = kp__cpu_stream_destroy,
+    .stream_sync = kp__cpu_stream_sync,
+    .memcpy_async = kp__cpu_memcpy_async,
+    .memset_async = kp__cpu_memset_async,
+    .launch = kp__cpu_launch,
+    .host_func = kp__cpu_host_func,
+    .event_create = kp__cpu_event_create,
+    .event_destroy = kp__cpu_event_destroy,
+    .event_record = kp__cpu_event_record,
+    .event_query = kp__cpu_event_query,
+    .event_sync = kp__cpu_event_sync,
+    .stream_wait_event = kp__cpu_stream_wait_event,
+    .event_elapsed = kp__cpu_event_elapsed,
+    .graph_create = kp__cpu_graph_create,
+    .graph_destroy = kp__cpu_graph_destroy,
+    .graph_add_kernel = kp__cpu_graph_add_kernel,
+    .graph_add_memcpy = kp__cpu_graph_add_memcpy,
+    .graph_add_child = kp__cpu_graph_add_child,
+    .graph_add_empty = kp__cpu_graph_add_empty,
+    .graph_node_count = kp__cpu_graph_node_count,
+    .graph_instantiate = kp__cpu_graph_instantiate,
+    .exec_destroy = kp__cpu_exec_destroy,
+    .exec_upload = kp__cpu_exec_upload,
+    .exec_launch = kp__cpu_exec_launch,
+    .exec_set_kernel = kp__cpu_exec_set_kernel,
+    .exec_set_memcpy = kp__cpu_exec_set_memcpy,
+    .exec_set_child = kp__cpu_exec_set_child,
+    .exec_update = kp__cpu_exec_update,
+    .begin_capture = kp__cpu_begin_capture,
+    .end_capture = kp__cpu_end_capture,
+    .is_capturing = kp__cpu_is_capturing,
+};
+
+kp_status kp__cpu_open(kp_device_t dev) {
+    kp__cpu_device *d = kp__calloc(1, sizeof *d);
+    if (!d) return kp__error(KP_ERR_OUT_OF_MEMORY, "cpu device: no memory");
+    pthread_mutex_init(&d->mu, NULL);
+    dev->iface = &kp__cpu_iface;
+    dev->ctx = d;
+    return KP_OK;
+}

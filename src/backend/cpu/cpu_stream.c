@@ -1,0 +1,421 @@
+/* cpu streams: each stream is a worker thread draining a bounded ring of
+ * operations in submission order, so host code sees the same asynchrony as on
+ * a GPU (a missing synchronization shows up here too). Events are sequence
+ * counters; capture records operations into a graph instead of queueing them. */
+#include <string.h>
+#include <time.h>
+
+#include "cpu-impl.h"
+
+#define KP__CPU_RING 256 /* ops in flight per stream; submitters wait past this */
+
+typedef enum kp__cpu_op_kind {
+    KP__OP_KERNEL, KP__OP_COPY, KP__OP_SET, KP__OP_HOST, KP__OP_RECORD, KP__OP_WAIT, KP__OP_GRAPH,
+} kp__cpu_op_kind;
+
+typedef struct kp__cpu_event {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t recorded; /* records issued */
+    uint64_t done;     /* highest record completed */
+    struct timespec t_done;
+    atomic_int refs;   /* the handle plus queued ops that name it */
+} kp__cpu_event;
+
+typedef struct kp__cpu_op {
+    kp__cpu_op_kind kind;
+    union {
+        kp__cpu_kcall kernel;
+        struct { void *dst; const void *src; size_t bytes; } copy;
+        struct { void *dst; int value; size_t bytes; } set;
+        struct { void (*fn)(void *); void *user; } host;
+        struct { kp__cpu_event *ev; uint64_t seq; } ev;
+        kp__cpu_exec *exec;
+    } u;
+} kp__cpu_op;
+
+struct kp__cpu_stream {
+    kp__cpu_device *dev;
+    kp__cpu_stream *next; /* device list, under dev->mu */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work, progress;
+    uint64_t head, tail; /* ops submitted, ops completed (under mu) */
+    bool stop;
+    /* capture state: touched only by the capturing thread */
+    kp__cpu_graph *cap;
+    kp__cpu_node *cap_last;
+    kp_status cap_error;
+    kp__cpu_op ring[KP__CPU_RING];
+};
+
+/* --- events -------------------------------------------------------------------- */
+static void kp__cpu_event_unref(kp__cpu_event *e) {
+    if (atomic_fetch_sub(&e->refs, 1) != 1) return;
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    kp__free(e);
+}
+
+static void kp__cpu_event_signal(kp__cpu_event *e, uint64_t seq) {
+    pthread_mutex_lock(&e->mu);
+    if (seq > e->done) {
+        e->done = seq;
+        clock_gettime(CLOCK_MONOTONIC, &e->t_done);
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void kp__cpu_event_wait_seq(kp__cpu_event *e, uint64_t seq) {
+    pthread_mutex_lock(&e->mu);
+    while (e->done < seq) pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* --- the worker ------------------------------------------------------------------- */
+static void kp__cpu_op_run(kp__cpu_op *op) {
+    switch (op->kind) {
+    case KP__OP_KERNEL: kp__cpu_kcall_run(&op->u.kernel); break;
+    case KP__OP_COPY: memmove(op->u.copy.dst, op->u.copy.src, op->u.copy.bytes); break;
+    case KP__OP_SET: memset(op->u.set.dst, op->u.set.value, op->u.set.bytes); break;
+    case KP__OP_HOST: op->u.host.fn(op->u.host.user); break;
+    case KP__OP_RECORD:
+        kp__cpu_event_signal(op->u.ev.ev, op->u.ev.seq);
+        kp__cpu_event_unref(op->u.ev.ev);
+        break;
+    case KP__OP_WAIT:
+        kp__cpu_event_wait_seq(op->u.ev.ev, op->u.ev.seq);
+        kp__cpu_event_unref(op->u.ev.ev);
+        break;
+    case KP__OP_GRAPH:
+        kp__cpu_exec_run(op->u.exec);
+        kp__cpu_exec_finished(op->u.exec);
+        break;
+    }
+}
+
+static void *kp__cpu_worker(void *arg) {
+    kp__cpu_stream *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (s->tail == s->head && !s->stop) pthread_cond_wait(&s->work, &s->mu);
+        if (s->tail == s->head) {
+            pthread_mutex_unlock(&s->mu);
+            return NULL;
+        }
+        /* The slot stays ours until tail advances: submitters never reuse it. */
+        kp__cpu_op *op = &s->ring[s->tail % KP__CPU_RING];
+        pthread_mutex_unlock(&s->mu);
+        kp__cpu_op_run(op);
+        pthread_mutex_lock(&s->mu);
+        s->tail++;
+        pthread_cond_broadcast(&s->progress);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* Returns a free slot with s->mu held; kp__cpu_commit publishes it. */
+static kp__cpu_op *kp__cpu_reserve(kp__cpu_stream *s, kp__cpu_op_kind kind) {
+    pthread_mutex_lock(&s->mu);
+    while (s->head - s->tail >= KP__CPU_RING) pthread_cond_wait(&s->progress, &s->mu);
+    kp__cpu_op *op = &s->ring[s->head % KP__CPU_RING];
+    op->kind = kind;
+    return op;
+}
+
+static void kp__cpu_commit(kp__cpu_stream *s) {
+    s->head++;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* While capturing, an operation becomes a node after the previous one. */
+static kp_status kp__cpu_capture_node(kp__cpu_stream *s, kp__cpu_node_kind kind,
+                                      kp__cpu_node **out) {
+    if (s->cap_error != KP_OK)
+        return kp__error(KP_ERR_STATE, "stream capture was invalidated by an earlier failure");
+    kp_graph_node_t dep = (kp_graph_node_t)s->cap_last;
+    kp_status st = kp__cpu_graph_append(s->cap, kind, &dep, dep ? 1 : 0, out);
+    if (st != KP_OK) {
+        s->cap_error = st;
+        return st;
+    }
+    s->cap_last = *out;
+    return KP_OK;
+}
+
+static kp_status kp__cpu_no_capture(kp__cpu_stream *s, const char *what) {
+    if (!s->cap) return KP_OK;
+    s->cap_error = KP_ERR_UNSUPPORTED;
+    return kp__error(KP_ERR_UNSUPPORTED, "%s is not supported while a cpu stream is capturing", what);
+}
+
+/* --- stream slots ------------------------------------------------------------------ */
+kp_status kp__cpu_stream_create(void *ctx, void **out) {
+    kp__cpu_device *dev = ctx;
+    kp__cpu_stream *s = kp__calloc(1, sizeof *s);
+    if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "cpu stream: no memory");
+    s->dev = dev;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work, NULL);
+    pthread_cond_init(&s->progress, NULL);
+    int rc = pthread_create(&s->thread, NULL, kp__cpu_worker, s);
+    if (rc != 0) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->work);
+        pthread_cond_destroy(&s->progress);
+        kp__free(s);
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "cpu stream: cannot start worker thread: %s",
+                         strerror(rc));
+    }
+    pthread_mutex_lock(&dev->mu);
+    s->next = dev->streams;
+    dev->streams = s;
+    pthread_mutex_unlock(&dev->mu);
+    *out = s;
+    return KP_OK;
+}
+
+static void kp__cpu_stream_wait_idle(kp__cpu_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t target = s->head;
+    while (s->tail < target) pthread_cond_wait(&s->progress, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void kp__cpu_stream_stop(kp__cpu_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    kp__cpu_graph_free(s->cap);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->work);
+    pthread_cond_destroy(&s->progress);
+    kp__free(s);
+}
+
+void kp__cpu_stream_destroy(void *ctx, void *sp) {
+    kp__cpu_device *dev = ctx;
+    kp__cpu_stream *s = sp;
+    pthread_mutex_lock(&dev->mu);
+    for (kp__cpu_stream **p = &dev->streams; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    pthread_mutex_unlock(&dev->mu);
+    kp__cpu_stream_stop(s); /* the worker drains the ring before it exits */
+}
+
+void kp__cpu_streams_close(void *ctx) {
+    kp__cpu_device *dev = ctx;
+    while (dev->streams) {
+        kp__cpu_stream *s = dev->streams;
+        dev->streams = s->next;
+        kp__log(KP_LOG_WARN, "cpu device closed with a stream still open; stopping it");
+        kp__cpu_stream_stop(s);
+    }
+}
+
+kp_status kp__cpu_stream_sync(void *ctx, void *sp) {
+    kp__cpu_stream *s = sp;
+    if (s->cap) return kp__error(KP_ERR_STATE, "stream sync: the stream is capturing");
+    kp__cpu_stream_wait_idle(s);
+    return KP_OK;
+}
+
+kp_status kp__cpu_device_sync(void *ctx) {
+    kp__cpu_device *dev = ctx;
+    pthread_mutex_lock(&dev->mu);
+    for (kp__cpu_stream *s = dev->streams; s; s = s->next) kp__cpu_stream_wait_idle(s);
+    pthread_mutex_unlock(&dev->mu);
+    return KP_OK;
+}
+
+kp_status kp__cpu_memcpy_async(void *ctx, void *sp, void *dst, const void *src, size_t bytes) {
+    kp__cpu_stream *s = sp;
+    if (s->cap) {
+        kp__cpu_node *n;
+        KP_CHECK(kp__cpu_capture_node(s, KP__NODE_MEMCPY, &n));
+        n->u.copy.dst = dst;
+        n->u.copy.src = src;
+        n->u.copy.bytes = bytes;
+        return KP_OK;
+    }
+    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_COPY);
+    op->u.copy.dst = dst;
+    op->u.copy.src = src;
+    op->u.copy.bytes = bytes;
+    kp__cpu_commit(s);
+    return KP_OK;
+}
+
+kp_status kp__cpu_memset_async(void *ctx, void *sp, void *dst, int value, size_t bytes) {
+    kp__cpu_stream *s = sp;
+    if (s->cap) {
+        kp__cpu_node *n;
+        KP_CHECK(kp__cpu_capture_node(s, KP__NODE_MEMSET, &n));
+        n->u.set.dst = dst;
+        n->u.set.value = value;
+        n->u.set.bytes = bytes;
+        return KP_OK;
+    }
+    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_SET);
+    op->u.set.dst = dst;
+    op->u.set.value = value;
+    op->u.set.bytes = bytes;
+    kp__cpu_commit(s);
+    return KP_OK;
+}
+
+kp_status kp__cpu_launch(void *ctx, void *sp, const kp_launch *l) {
+    kp__cpu_stream *s = sp;
+    if (s->cap) {
+        kp__cpu_node *n;
+        KP_CHECK(kp__cpu_capture_node(s, KP__NODE_KERNEL, &n));
+        kp__cpu_kcall_set(&n->u.kernel, l);
+        return KP_OK;
+    }
+    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_KERNEL);
+    kp__cpu_kcall_set(&op->u.kernel, l);
+    kp__cpu_commit(s);
+    return KP_OK;
+}
+
+kp_status kp__cpu_host_func(void *ctx, void *sp, void (*fn)(void *), void *user) {
+    kp__cpu_stream *s = sp;
+    if (s->cap) {
+        kp__cpu_node *n;
+        KP_CHECK(kp__cpu_capture_node(s, KP__NODE_HOST, &n));
+        n->u.host.fn = fn;
+        n->u.host.user = user;
+        return KP_OK;
+    }
+    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_HOST);
+    op->u.host.fn = fn;
+    op->u.host.user = user;
+    kp__cpu_commit(s);
+    return KP_OK;
+}
+
+/* --- event slots --------------------------------------------------------------------- */
+kp_status kp__cpu_event_create(void *ctx, void **out) {
+    kp__cpu_event *e = kp__calloc(1, sizeof *e);
+    if (!e) return kp__error(KP_ERR_OUT_OF_MEMORY, "cpu event: no memory");
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    atomic_init(&e->refs, 1);
+    *out = e;
+    return KP_OK;
+}
+
+void kp__cpu_event_destroy(void *ctx, void *ev) { kp__cpu_event_unref(ev); }
+
+kp_status kp__cpu_event_record(void *ctx, void *evp, void *sp) {
+    kp__cpu_event *e = evp;
+    kp__cpu_stream *s = sp;
+    KP_CHECK(kp__cpu_no_capture(s, "event record"));
+    pthread_mutex_lock(&e->mu);
+    uint64_t seq = ++e->recorded;
+    pthread_mutex_unlock(&e->mu);
+    atomic_fetch_add(&e->refs, 1);
+    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_RECORD);
+    op->u.ev.ev = e;
+    op->u.ev.seq = seq;
+    kp__cpu_commit(s);
+    return KP_OK;
+}
+
+kp_status kp__cpu_event_query(void *ctx, void *evp, bool *done) {
+    kp__cpu_event *e = evp;
+    pthread_mutex_lock(&e->mu);
+    *done = e->done >= e->recorded;
+    pthread_mutex_unlock(&e->mu);
+    return KP_OK;
+}
+
+kp_status kp__cpu_event_sync(void *ctx, void *evp) {
+    kp__cpu_event *e = evp;
+    pthread_mutex_lock(&e->mu);
+    uint64_t seq = e->recorded;
+    pthread_mutex_unlock(&e->mu);
+    kp__cpu_event_wait_seq(e, seq);
+    return KP_OK;
+}
+
+kp_status kp__cpu_stream_wait_event(void *ctx, void *sp, void *evp) {
+    kp__cpu_stream *s = sp;
+    kp__cpu_event *e = evp;
+    KP_CHECK(kp__cpu_no_capture(s, "stream wait event"));
+    pthread_mutex_lock(&e->mu);
+    uint64_t seq = e->recorded;
+    pthread_mutex_unlock(&e->mu);
+    if (seq == 0) return KP_OK; /* never recorded: nothing to wait for */
+    atomic_fetch_add(&e->refs, 1);
+    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_WAIT);
+    op->u.ev.ev = e;
+    op->u.ev.seq = seq;
+    kp__cpu_commit(s);
+    return KP_OK;
+}
+
+kp_status kp__cpu_event_elapsed(void *ctx, void *a, void *b, float *ms) {
+    kp__cpu_event *ea = a, *eb = b;
+    struct timespec ta, tb;
+    bool ready;
+    pthread_mutex_lock(&ea->mu);
+    ready = ea->recorded > 0 && ea->done >= ea->recorded;
+    ta = ea->t_done;
+    pthread_mutex_unlock(&ea->mu);
+    pthread_mutex_lock(&eb->mu);
+    ready = ready && eb->recorded > 0 && eb->done >= eb->recorded;
+    tb = eb->t_done;
+    pthread_mutex_unlock(&eb->mu);
+    if (!ready)
+        return kp__error(KP_ERR_STATE, "event elapsed: both events must be recorded and complete");
+    *ms = (float)((double)(tb.tv_sec - ta.tv_sec) * 1e3 + (double)(tb.tv_nsec - ta.tv_nsec) * 1e-6);
+    return KP_OK;
+}
+
+/* --- graph launch and capture --------------------------------------------------------- */
+kp_status kp__cpu_exec_upload(void *ctx, void *ge, void *sp) { return KP_OK; }
+
+kp_status kp__cpu_exec_launch(void *ctx, void *ge, void *sp) {
+    kp__cpu_stream *s = sp;
+    KP_CHECK(kp__cpu_no_capture(s, "graph launch"));
+    kp__cpu_exec_launched(ge);
+    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_GRAPH);
+    op->u.exec = ge;
+    kp__cpu_commit(s);
+    return KP_OK;
+}
+
+kp_status kp__cpu_begin_capture(void *ctx, void *sp) {
+    kp__cpu_stream *s = sp;
+    if (s->cap) return kp__error(KP_ERR_STATE, "begin capture: the stream is already capturing");
+    KP_CHECK(kp__cpu_graph_new(&s->cap));
+    s->cap_last = NULL;
+    s->cap_error = KP_OK;
+    return KP_OK;
+}
+
+kp_status kp__cpu_end_capture(void *ctx, void *sp, void **out) {
+    kp__cpu_stream *s = sp;
+    if (!s->cap) return kp__error(KP_ERR_STATE, "end capture: the stream is not capturing");
+    kp__cpu_graph *g = s->cap;
+    kp_status err = s->cap_error;
+    s->cap = NULL;
+    s->cap_last = NULL;
+    if (err != KP_OK) {
+        kp__cpu_graph_free(g);
+        return kp__error(err, "end capture: the capture was invalidated by an operation that "
+                         "failed or is not capturable (%s)", kp_status_str(err));
+    }
+    *out = g;
+    return KP_OK;
+}
+
+bool kp__cpu_is_capturing(void *ctx, void *sp) { return ((kp__cpu_stream *)sp)->cap != NULL; }

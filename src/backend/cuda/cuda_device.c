@@ -1,0 +1,270 @@
+/* The cuda device: memory, streams, events and kernel launch through the
+ * CUDA runtime. Streams are non-blocking: they never synchronize implicitly
+ * with the legacy default stream. */
+#include <stdio.h>
+
+#include "cuda-impl.h"
+
+static kp_status kp__cuda_status_of(cudaError_t e) {
+    switch (e) {
+    case cudaErrorMemoryAllocation: return KP_ERR_OUT_OF_MEMORY;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice: return KP_ERR_NO_DEVICE;
+    case cudaErrorInvalidValue: return KP_ERR_INVALID_ARG;
+    case cudaErrorStreamCaptureUnsupported:
+    case cudaErrorStreamCaptureInvalidated:
+    case cudaErrorStreamCaptureUnmatched:
+    case cudaErrorStreamCaptureWrongThread:
+    case cudaErrorStreamCaptureImplicit:
+    case cudaErrorCapturedEvent:
+    case cudaErrorStreamCaptureUnjoined:
+    case cudaErrorStreamCaptureIsolation: return KP_ERR_STATE;
+    case cudaErrorGraphExecUpdateFailure: return KP_ERR_MISMATCH;
+    default: return KP_ERR_DEVICE;
+    }
+}
+
+kp_status kp__cuda_fail(cudaError_t err, const char *call, const char *file, int line) {
+    (void)cudaGetLastError();
+    return kp__error(kp__cuda_status_of(err), "%s failed: %s (%s) at %s:%d", call,
+                     cudaGetErrorName(err), cudaGetErrorString(err), file, line);
+}
+
+kp_status kp__cuda_enter(const kp__cuda_device *d) {
+    int cur = -1;
+    KP_CUDA_CHECK(cudaGetDevice(&cur));
+    if (cur != d->ordinal) KP_CUDA_CHECK(cudaSetDevice(d->ordinal));
+    return KP_OK;
+}
+
+kp_status kp__cuda_func(const kp_launch *l, const void **fn) {
+    *fn = l->kernel->cuda ? l->kernel->cuda() : NULL;
+    if (!*fn)
+        return kp__error(KP_ERR_UNSUPPORTED, "kernel %s has no CUDA implementation",
+                         l->kernel->name);
+    return KP_OK;
+}
+
+int kp__cuda_count(char *why, size_t len) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (why && len) snprintf(why, len, "%s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
+        return 0;
+    }
+    if (n == 0 && why && len) snprintf(why, len, "the driver reports no CUDA device");
+    return n;
+}
+
+/* --- memory ------------------------------------------------------------------- */
+static kp_status kp__cuda_malloc(void *ctx, size_t bytes, void **out) {
+    if (!kp__permit(KP_MEM_DEVICE, bytes))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "cuda: allocation of %zu device bytes refused "
+                         "by the allocation hook", bytes);
+    KP_CHECK(kp__cuda_enter(ctx));
+    KP_CUDA_CHECK(cudaMalloc(out, bytes ? bytes : 1));
+    return KP_OK;
+}
+
+static void kp__cuda_free(void *ctx, void *p) {
+    if (kp__cuda_enter(ctx) == KP_OK && cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static kp_status kp__cuda_malloc_host(void *ctx, size_t bytes, void **out) {
+    if (!kp__permit(KP_MEM_PINNED, bytes))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "cuda: allocation of %zu pinned bytes refused "
+                         "by the allocation hook", bytes);
+    KP_CHECK(kp__cuda_enter(ctx));
+    KP_CUDA_CHECK(cudaMallocHost(out, bytes ? bytes : 1));
+    return KP_OK;
+}
+
+static void kp__cuda_free_host(void *ctx, void *p) {
+    if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static kp_status kp__cuda_memcpy(void *ctx, void *dst, const void *src, size_t bytes) {
+    KP_CHECK(kp__cuda_enter(ctx));
+    KP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+    return KP_OK;
+}
+
+static kp_status kp__cuda_sync(void *ctx) {
+    KP_CHECK(kp__cuda_enter(ctx));
+    KP_CUDA_CHECK(cudaDeviceSynchronize());
+    return KP_OK;
+}
+
+static kp_status kp__cuda_describe(void *ctx, char *buf, size_t len) {
+    kp__cuda_device *d = ctx;
+    struct cudaDeviceProp p;
+    KP_CUDA_CHECK(cudaGetDeviceProperties(&p, d->ordinal));
+    snprintf(buf, len, "%s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor,
+             p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    return KP_OK;
+}
+
+static kp_status kp__cuda_versions(void *ctx, int *driver, int *runtime) {
+    KP_CUDA_CHECK(cudaDriverGetVersion(driver));
+    KP_CUDA_CHECK(cudaRuntimeGetVersion(runtime));
+    return KP_OK;
+}
+
+/* --- streams -------------------------------------------------------------------- */
+static kp_status kp__cuda_stream_create(void *ctx, void **out) {
+    KP_CHECK(kp__cuda_enter(ctx));
+    KP_CUDA_CHECK(cudaStreamCreateWithFlags((cudaStream_t *)out, cudaStreamNonBlocking));
+    return KP_OK;
+}
+
+static void kp__cuda_stream_destroy(void *ctx, void *s) {
+    if (cudaStreamSynchronize(s) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaStreamDestroy(s) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static kp_status kp__cuda_stream_sync(void *ctx, void *s) {
+    KP_CUDA_CHECK(cudaStreamSynchronize(s));
+    return KP_OK;
+}
+
+static kp_status kp__cuda_memcpy_async(void *ctx, void *s, void *dst, const void *src,
+                                       size_t bytes) {
+    KP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+    return KP_OK;
+}
+
+static kp_status kp__cuda_memset_async(void *ctx, void *s, void *dst, int v, size_t bytes) {
+    KP_CUDA_CHECK(cudaMemsetAsync(dst, v, bytes, s));
+    return KP_OK;
+}
+
+static kp_status kp__cuda_launch(void *ctx, void *s, const kp_launch *l) {
+    const void *fn;
+    KP_CHECK(kp__cuda_func(l, &fn));
+    void *args[1] = {(void *)l->params};
+    dim3 grid = {l->grid.x, l->grid.y, l->grid.z}, block = {l->block.x, l->block.y, l->block.z};
+    KP_CUDA_CHECK(cudaLaunchKernel(fn, grid, block, args, l->shared_bytes, s));
+    return KP_OK;
+}
+
+static kp_status kp__cuda_host_func(void *ctx, void *s, void (*fn)(void *), void *user) {
+    KP_CUDA_CHECK(cudaLaunchHostFunc(s, fn, user));
+    return KP_OK;
+}
+
+static void *kp__cuda_stream_native(void *ctx, void *s) { return s; }
+
+/* --- events --------------------------------------------------------------------- */
+static kp_status kp__cuda_event_create(void *ctx, void **out) {
+    KP_CHECK(kp__cuda_enter(ctx));
+    KP_CUDA_CHECK(cudaEventCreate((cudaEvent_t *)out));
+    return KP_OK;
+}
+
+static void kp__cuda_event_destroy(void *ctx, void *ev) {
+    if (cudaEventDestroy(ev) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static kp_status kp__cuda_event_record(void *ctx, void *ev, void *s) {
+    KP_CUDA_CHECK(cudaEventRecord(ev, s));
+    return KP_OK;
+}
+
+static kp_status kp__cuda_event_query(void *ctx, void *ev, bool *done) {
+    cudaError_t e = cudaEventQuery(ev);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        *done = false;
+        return KP_OK;
+    }
+    KP_CUDA_CHECK(e);
+    *done = true;
+    return KP_OK;
+}
+
+static kp_status kp__cuda_event_sync(void *ctx, void *ev) {
+    KP_CUDA_CHECK(cudaEventSynchronize(ev));
+    return KP_OK;
+}
+
+static kp_status kp__cuda_stream_wait_event(void *ctx, void *s, void *ev) {
+    KP_CUDA_CHECK(cudaStreamWaitEvent(s, ev, 0));
+    return KP_OK;
+}
+
+static kp_status kp__cuda_event_elapsed(void *ctx, void *a, void *b, float *ms) {
+    KP_CUDA_CHECK(cudaEventElapsedTime(ms, a, b));
+    return KP_OK;
+}
+
+static void kp__cuda_close(void *ctx) { kp__free(ctx); }
+
+static const kp_device_i kp__cuda_iface = {
+    .close = kp__cuda_close,
+    .describe = kp__cuda_describe,
+    .versions = kp__cuda_versions,
+    .malloc = kp__cuda_malloc,
+    .free = kp__cuda_free,
+    .malloc_host = kp__cuda_malloc_host,
+    .free_host = kp__cuda_free_host,
+    .memcpy = kp__cuda_memcpy,
+    .sync = kp__cuda_sync,
+    .stream_create = kp__cuda_stream_create,
+    .stream_destroy = kp__cuda_stream_destroy,
+    .stream_sync = kp__cuda_stream_sync,
+    .memcpy_async = kp__cuda_memcpy_async,
+    .memset_async = kp__cuda_memset_async,
+    .launch = kp__cuda_launch,
+    .host_func = kp__cuda_host_func,
+    .stream_native = kp__cuda_stream_native,
+    .event_create = kp__cuda_event_create,
+    .event_destroy = kp__cuda_event_destroy,
+    .event_record = kp__cuda_event_record,
+    .event_query = kp__cuda_event_query,
+    .event_sync = kp__cuda_event_sync,
+    .stream_wait_event = kp__cuda_stream_wait_event,
+    .event_elapsed = kp__cuda_event_elapsed,
+    .graph_create = kp__cuda_graph_create,
+    .graph_destroy = kp__cuda_graph_destroy,
+    .graph_add_kernel = kp__cuda_graph_add_kernel,
+    .graph_add_memcpy = kp__cuda_graph_add_memcpy,
+    .graph_add_child = kp__cuda_graph_add_child,
+    .graph_add_empty = kp__cuda_graph_add_empty,
+    .graph_node_count = kp__cuda_graph_node_count,
+    .graph_instantiate = kp__cuda_graph_instantiate,
+    .exec_destroy = kp__cuda_exec_destroy,
+    .exec_upload = kp__cuda_exec_upload,
+    .exec_launch = kp__cuda_exec_launch,
+    .exec_set_kernel = kp__cuda_exec_set_kernel,
+    .exec_set_memcpy = kp__cuda_exec_set_memcpy,
+    .exec_set_child = kp__cuda_exec_set_child,
+    .exec_update = kp__cuda_exec_update,
+    .begin_capture = kp__cuda_begin_capture,
+    .end_capture = kp__cuda_end_capture,
+    .is_capturing = kp__cuda_is_capturing,
+};
+
+kp_status kp__cuda_open(kp_device_t dev, int ordinal) {
+    char why[256];
+    int n = kp__cuda_count(why, sizeof why);
+    if (n == 0) return kp__error(KP_ERR_NO_DEVICE, "device %s: no CUDA device (%s)", dev->name, why);
+    if (ordinal >= n)
+        return kp__error(KP_ERR_NO_DEVICE, "device %s: only %d CUDA device(s) present", dev->name, n);
+    kp__cuda_device *d = kp__calloc(1, sizeof *d);
+    if (!d) return kp__error(KP_ERR_OUT_OF_MEMORY, "cuda device: no memory");
+    d->ordinal = ordinal;
+    kp_status st = kp__cuda_enter(d);
+    if (st == KP_OK) {
+        cudaError_t e = cudaFree(NULL); /* creates the primary context now, not mid-tick */
+        if (e != cudaSuccess) st = kp__cuda_fail(e, "cudaFree(NULL)", __FILE__, __LINE__);
+    }
+    if (st != KP_OK) {
+        kp__free(d);
+        return st;
+    }
+    dev->iface = &kp__cuda_iface;
+    dev->ctx = d;
+    return KP_OK;
+}

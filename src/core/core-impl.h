@@ -1,0 +1,58 @@
+/* Private helpers shared by every layer: error detail, checks, allocation. */
+#ifndef KPIPE_CORE_IMPL_H
+#define KPIPE_CORE_IMPL_H
+
+#include "kpipe/core.h"
+
+#if defined(__GNUC__)
+#define KP__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define KP__PRINTF(a, b)
+#endif
+
+/* Records the detail of a failure and returns `st`, so a caller can write
+ * `return kp__error(KP_ERR_INVALID_ARG, "...", ...)`. */
+kp_status kp__error(kp_status st, const char *fmt, ...) KP__PRINTF(2, 3);
+/* Prepends context to the current detail ("pipeline setup: <detail>"). */
+kp_status kp__error_prefix(kp_status st, const char *fmt, ...) KP__PRINTF(2, 3);
+
+/* Logs at `level` if enabled; never called in a per-tick path. */
+void kp__log(kp_log_level level, const char *fmt, ...) KP__PRINTF(2, 3);
+#define KP_LOG_ENABLED(lvl) ((lvl) >= kp_log_get_level())
+
+/* Evaluate a kp_status expression; on failure store it in `st` and jump. */
+#define KP_CHECK_GOTO(expr, st, label)                                          \
+    do {                                                                        \
+        (st) = (expr);                                                          \
+        if ((st) != KP_OK) goto label;                                          \
+    } while (0)
+#define KP_CHECK(expr)                                                          \
+    do {                                                                        \
+        kp_status kp__st = (expr);                                              \
+        if (kp__st != KP_OK) return kp__st;                                     \
+    } while (0)
+#define KP_ARG_CHECK(cond)                                                      \
+    do {                                                                        \
+        if (!(cond))                                                            \
+            return kp__error(KP_ERR_INVALID_ARG, "%s: argument check failed: %s", \
+                             __func__, #cond);                                  \
+    } while (0)
+
+/* Host allocation through the hook. kp__malloc never returns NULL silently:
+ * callers check and report KP_ERR_OUT_OF_MEMORY. */
+void *kp__malloc(size_t bytes);
+void *kp__calloc(size_t n, size_t size);
+void *kp__aligned_alloc(kp_mem_kind kind, size_t bytes, size_t align);
+void kp__aligned_free(kp_mem_kind kind, void *ptr);
+void kp__free(void *ptr);
+char *kp__strdup(const char *s);
+bool kp__permit(kp_mem_kind kind, size_t bytes);
+
+/* Broken internal invariant: the only place the library aborts. */
+#define KP_ASSERT(cond)                                                         \
+    do {                                                                        \
+        if (!(cond)) kp__assert_fail(#cond, __FILE__, __LINE__);                \
+    } while (0)
+_Noreturn void kp__assert_fail(const char *cond, const char *file, int line);
+
+#endif

@@ -1,0 +1,111 @@
+/* Tensor descriptors: validation, sizes, contiguity. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core-impl.h"
+#include "kpipe/tensor.h"
+
+kp_status kp_desc_validate(const kp_tensor_desc *d) {
+    if (!d) return kp__error(KP_ERR_INVALID_ARG, "tensor descriptor is NULL");
+    size_t esz = kp_dtype_size(d->dtype);
+    if (esz == 0) return kp__error(KP_ERR_INVALID_ARG, "tensor descriptor has invalid dtype %d",
+                                   (int)d->dtype);
+    if (d->ndim < 0 || d->ndim > KP_MAX_DIMS)
+        return kp__error(KP_ERR_INVALID_ARG, "tensor descriptor has %d dims (0..%d allowed)",
+                         d->ndim, KP_MAX_DIMS);
+    if (d->offset < 0)
+        return kp__error(KP_ERR_INVALID_ARG, "tensor descriptor has negative offset %lld",
+                         (long long)d->offset);
+    int64_t last = d->offset, numel = 1;
+    for (int k = 0; k < d->ndim; k++) {
+        if (d->shape[k] < 0 || d->strides[k] < 0)
+            return kp__error(KP_ERR_INVALID_ARG, "tensor dim %d has shape %lld stride %lld "
+                             "(negative values are not allowed)", k, (long long)d->shape[k],
+                             (long long)d->strides[k]);
+        if (d->shape[k] == 0) numel = 0;
+        int64_t step;
+        if (d->shape[k] > 0 &&
+            (__builtin_mul_overflow(d->shape[k] - 1, d->strides[k], &step) ||
+             __builtin_add_overflow(last, step, &last)))
+            return kp__error(KP_ERR_INVALID_ARG, "tensor dim %d: extent overflows", k);
+        if (numel && __builtin_mul_overflow(numel, d->shape[k], &numel))
+            return kp__error(KP_ERR_INVALID_ARG, "tensor dim %d: element count overflows", k);
+    }
+    int64_t bytes;
+    if (__builtin_add_overflow(last, 1, &bytes) ||
+        __builtin_mul_overflow(bytes, (int64_t)esz, &bytes))
+        return kp__error(KP_ERR_INVALID_ARG, "tensor byte extent overflows");
+    return KP_OK;
+}
+
+kp_status kp_desc_init(kp_tensor_desc *d, kp_dtype dt, int ndim, const int64_t *shape,
+                       const int64_t *strides) {
+    if (!d || (ndim > 0 && !shape))
+        return kp__error(KP_ERR_INVALID_ARG, "kp_desc_init: NULL argument");
+    if (ndim < 0 || ndim > KP_MAX_DIMS)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_desc_init: %d dims (0..%d allowed)", ndim,
+                         KP_MAX_DIMS);
+    memset(d, 0, sizeof *d);
+    d->dtype = dt;
+    d->ndim = ndim;
+    int64_t run = 1;
+    for (int k = ndim - 1; k >= 0; k--) {
+        d->shape[k] = shape[k];
+        d->strides[k] = strides ? strides[k] : run;
+        if (!strides && shape[k] > 1 && __builtin_mul_overflow(run, shape[k], &run))
+            return kp__error(KP_ERR_INVALID_ARG, "kp_desc_init: element count overflows");
+    }
+    return kp_desc_validate(d);
+}
+
+int64_t kp_desc_numel(const kp_tensor_desc *d) {
+    int64_t n = 1;
+    for (int k = 0; k < d->ndim; k++) n *= d->shape[k];
+    return n;
+}
+
+bool kp_desc_is_contiguous(const kp_tensor_desc *d) {
+    int64_t run = 1;
+    for (int k = d->ndim - 1; k >= 0; k--) {
+        if (d->shape[k] == 0) return true;
+        if (d->shape[k] == 1) continue;
+        if (d->strides[k] != run) return false;
+        run *= d->shape[k];
+    }
+    return true;
+}
+
+void kp_desc_byte_extent(const kp_tensor_desc *d, int64_t *lo, int64_t *hi) {
+    int64_t esz = (int64_t)kp_dtype_size(d->dtype), last = d->offset;
+    *lo = d->offset * esz;
+    for (int k = 0; k < d->ndim; k++) {
+        if (d->shape[k] == 0) {
+            *hi = *lo;
+            return;
+        }
+        last += (d->shape[k] - 1) * d->strides[k];
+    }
+    *hi = (last + 1) * esz;
+}
+
+int64_t kp_desc_bytes_needed(const kp_tensor_desc *d) {
+    int64_t lo, hi;
+    kp_desc_byte_extent(d, &lo, &hi);
+    return hi;
+}
+
+bool kp_desc_same_shape(const kp_tensor_desc *a, const kp_tensor_desc *b) {
+    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+    for (int k = 0; k < a->ndim; k++)
+        if (a->shape[k] != b->shape[k]) return false;
+    return true;
+}
+
+const char *kp_desc_str(const kp_tensor_desc *d, char *buf, size_t len) {
+    size_t used = (size_t)snprintf(buf, len, "%s[", kp_dtype_name(d->dtype));
+    for (int k = 0; k < d->ndim && used < len; k++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%lld", k ? "," : "",
+                                 (long long)d->shape[k]);
+    if (used < len) snprintf(buf + used, len - used, "]");
+    return buf;
+}
