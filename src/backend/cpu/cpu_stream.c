@@ -222,7 +222,11 @@ void kp__cpu_streams_close(void *ctx) {
 
 kp_status kp__cpu_stream_sync(void *ctx, void *sp) {
     kp__cpu_stream *s = sp;
-    if (s->cap) return kp__error(KP_ERR_STATE, "stream sync: the stream is capturing");
+    if (s->cap) {
+        /* As on CUDA, a synchronize spoils the capture in progress. */
+        s->cap_error = KP_ERR_STATE;
+        return kp__error(KP_ERR_STATE, "stream sync: the stream is capturing");
+    }
     kp__cpu_stream_wait_idle(s);
     return KP_OK;
 }

@@ -117,12 +117,18 @@ kp_status kp__cuda_exec_update(void *ctx, void *ge, void *g) {
 }
 
 kp_status kp__cuda_begin_capture(void *ctx, void *s) {
+    if (kp__cuda_is_capturing(ctx, s))
+        return kp__error(KP_ERR_STATE, "begin capture: the stream is already capturing");
     /* Thread-local mode: other threads may keep allocating while we capture. */
     KP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     return KP_OK;
 }
 
 kp_status kp__cuda_end_capture(void *ctx, void *s, void **out) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    KP_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
+    if (cs == cudaStreamCaptureStatusNone)
+        return kp__error(KP_ERR_STATE, "end capture: the stream is not capturing");
     KP_CUDA_CHECK(cudaStreamEndCapture(s, (cudaGraph_t *)out));
     return KP_OK;
 }

@@ -1,0 +1,75 @@
+/* Helpers shared by the tests (include after cmocka's headers). */
+#ifndef KP_TEST_H
+#define KP_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kpipe/kpipe.h"
+
+/* Fails the test with the status name and the library's detail. */
+#define KPT_OK(expr)                                                            \
+    do {                                                                        \
+        kp_status kpt_st_ = (expr);                                             \
+        if (kpt_st_ != KP_OK) {                                                 \
+            print_error("%s = %s: %s\n", #expr, kp_status_name(kpt_st_), kp_last_error()); \
+            fail();                                                             \
+        }                                                                       \
+    } while (0)
+
+/* Expects a given failure status and a non-empty detail. */
+#define KPT_FAILS(expr, want)                                                   \
+    do {                                                                        \
+        kp_status kpt_st_ = (expr);                                             \
+        if (kpt_st_ != (want)) {                                                \
+            print_error("%s = %s, expected %s (%s)\n", #expr, kp_status_name(kpt_st_), \
+                        kp_status_name(want), kp_last_error());                 \
+            fail();                                                             \
+        }                                                                       \
+        assert_true(kp_last_error()[0] != '\0');                                \
+    } while (0)
+
+/* Stores a failing status in `st` and jumps to `label`. */
+#define KPT_TRY(expr, st, label)                                                \
+    do {                                                                        \
+        (st) = (expr);                                                          \
+        if ((st) != KP_OK) goto label;                                          \
+    } while (0)
+
+static inline uint64_t kpt_rand(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Uniform in [-1, 1). */
+static inline float kpt_randf(uint64_t *s) {
+    return (float)((double)(kpt_rand(s) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static inline void kpt_fill(float *x, int n, uint64_t *s) {
+    for (int i = 0; i < n; i++) x[i] = kpt_randf(s);
+}
+
+/* Largest |a - b| / max(1, |b|); prints the worst index when over tol. */
+static inline int kpt_close(const float *a, const float *b, int n, double tol, const char *what) {
+    double worst = 0;
+    int at = -1;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]) / fmax(1.0, fabs((double)b[i]));
+        if (!(d <= worst)) {
+            worst = d;
+            at = i;
+        }
+    }
+    if (!(worst <= tol)) {
+        fprintf(stderr, "%s: element %d differs: %.9g vs %.9g (rel %.3g > %.3g)\n", what, at,
+                (double)a[at], (double)b[at], worst, tol);
+        return 0;
+    }
+    return 1;
+}
+
+#endif

@@ -1,0 +1,161 @@
+/* Allocation failures injected through the hook at every call site of a
+ * workload: each failure comes back as KP_ERR_OUT_OF_MEMORY with a detail,
+ * and once everything is destroyed no allocation is left. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include "support/kp_test.h"
+#include "support/test_kernels.h"
+
+typedef struct counting_hook {
+    long calls;   /* allocations asked for */
+    long fail_at; /* 1-based call to fail; 0 never */
+    long live;    /* allocations not yet freed */
+    long failed;
+} counting_hook;
+
+static bool should_fail(counting_hook *h) {
+    h->calls++;
+    if (h->fail_at && h->calls == h->fail_at) {
+        h->failed++;
+        return true;
+    }
+    return false;
+}
+
+static void *hook_alloc(void *user, kp_mem_kind kind, size_t bytes, size_t align) {
+    counting_hook *h = user;
+    if (should_fail(h)) return NULL;
+    void *p = NULL;
+    if (posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, bytes ? bytes : 1))
+        return NULL;
+    h->live++;
+    return p;
+}
+
+static void hook_free(void *user, kp_mem_kind kind, void *p) {
+    counting_hook *h = user;
+    h->live--;
+    free(p);
+}
+
+static bool hook_permit(void *user, kp_mem_kind kind, size_t bytes) {
+    return !should_fail(user);
+}
+
+/* Everything a pipeline does with a device, with cleanup on every path. */
+static kp_status workload(const char *devname) {
+    kp_device_t dev = NULL;
+    kp_stream_t s = NULL;
+    kp_event_t ev = NULL;
+    kp_graph_t g = NULL, child = NULL;
+    kp_graph_exec_t ge = NULL;
+    float *y = NULL, *pinned = NULL;
+    kp_graph_node_t n0, n1, n2;
+    const int n = 256;
+    kp_status st;
+    KPT_TRY(kp_device_open(devname, &dev), st, out);
+    KPT_TRY(kp_stream_create(dev, &s), st, out);
+    KPT_TRY(kp_event_create(dev, &ev), st, out);
+    KPT_TRY(kp_malloc(dev, n * sizeof(float), (void **)&y), st, out);
+    KPT_TRY(kp_malloc_host(dev, n * sizeof(float), (void **)&pinned), st, out);
+    for (int i = 0; i < n; i++) pinned[i] = (float)i;
+    kpt_affine_params p = {y, 2.0f, 1.0f, n};
+    kp_launch l = kpt_launch_1d(&kpt_affine, &p, n);
+
+    KPT_TRY(kp_stream_begin_capture(s), st, out);
+    kp_status cst = kp_launch_kernel(s, &l);
+    kp_status est = kp_stream_end_capture(s, &child); /* always ends the capture */
+    KPT_TRY(cst, st, out);
+    KPT_TRY(est, st, out);
+
+    KPT_TRY(kp_graph_create(dev, &g), st, out);
+    KPT_TRY(kp_graph_add_memcpy(g, NULL, 0, y, pinned, n * sizeof(float), &n0), st, out);
+    KPT_TRY(kp_graph_add_child(g, &n0, 1, child, &n1), st, out);
+    KPT_TRY(kp_graph_add_kernel(g, &n1, 1, &l, &n2), st, out);
+    KPT_TRY(kp_graph_instantiate(g, &ge), st, out);
+    KPT_TRY(kp_graph_exec_update(ge, g), st, out);
+    KPT_TRY(kp_graph_exec_launch(ge, s), st, out);
+    KPT_TRY(kp_memcpy_async(s, pinned, y, n * sizeof(float)), st, out);
+    KPT_TRY(kp_event_record(ev, s), st, out);
+    KPT_TRY(kp_event_sync(ev), st, out);
+    for (int i = 0; i < n; i++)
+        if (pinned[i] != ((float)i * 2.0f + 1.0f) * 2.0f + 1.0f) {
+            st = KP_ERR_INTERNAL;
+            goto out;
+        }
+out:
+    kp_graph_exec_destroy(ge);
+    kp_graph_destroy(g);
+    kp_graph_destroy(child);
+    kp_free_host(dev, pinned);
+    kp_free(dev, y);
+    kp_event_destroy(ev);
+    kp_stream_destroy(s);
+    kp_device_close(dev);
+    return st;
+}
+
+static void fail_every_site(const char *devname) {
+    counting_hook h = {0};
+    kp_alloc_hook hook = KP_ALLOC_HOOK_INIT;
+    hook.alloc = hook_alloc;
+    hook.free = hook_free;
+    hook.permit = hook_permit;
+    hook.user = &h;
+    KPT_OK(kp_set_alloc_hook(&hook));
+    /* count the sites with no failure */
+    KPT_OK(workload(devname));
+    long sites = h.calls;
+    assert_int_equal(h.live, 0);
+    assert_true(sites > 10);
+    for (long k = 1; k <= sites; k++) {
+        h = (counting_hook){.fail_at = k};
+        kp_clear_error();
+        kp_status st = workload(devname);
+        if (st != KP_ERR_OUT_OF_MEMORY) {
+            print_error("%s: failing allocation %ld of %ld gave %s (%s)\n", devname, k, sites,
+                        kp_status_name(st), kp_last_error());
+            fail();
+        }
+        assert_int_equal(h.failed, 1);
+        assert_true(kp_last_error()[0] != '\0');
+        if (h.live != 0) {
+            print_error("%s: failing allocation %ld leaves %ld allocations\n", devname, k, h.live);
+            fail();
+        }
+    }
+    print_message("%s: %ld allocation sites failed one by one, no leaks\n", devname, sites);
+    KPT_OK(kp_set_alloc_hook(NULL));
+}
+
+static const char *g_devname = "cpu";
+
+static void every_site(void **state) { fail_every_site(g_devname); }
+
+static void bad_hooks_are_refused(void **state) {
+    kp_alloc_hook hook = KP_ALLOC_HOOK_INIT;
+    hook.struct_size = 3;
+    KPT_FAILS(kp_set_alloc_hook(&hook), KP_ERR_INVALID_ARG);
+    hook = (kp_alloc_hook)KP_ALLOC_HOOK_INIT;
+    hook.alloc = hook_alloc; /* free missing */
+    KPT_FAILS(kp_set_alloc_hook(&hook), KP_ERR_INVALID_ARG);
+}
+
+/* argv[1]: "cpu" (default) or "cuda"; without a GPU the cuda run exits 77 (SKIP). */
+int main(int argc, char **argv) {
+    char why[256];
+    if (argc > 1) g_devname = argv[1];
+    if (strncmp(g_devname, "cuda", 4) == 0 && kp_cuda_device_count(why, sizeof why) == 0) {
+        printf("SKIP: allocation failures on %s: %s\n", g_devname, why);
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(bad_hooks_are_refused),
+        cmocka_unit_test(every_site),
+    };
+    return cmocka_run_group_tests_name(g_devname, tests, NULL, NULL);
+}
