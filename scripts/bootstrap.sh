@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what kpipe needs (Debian 12; idempotent), then configures and
+# builds into ./build. Extra arguments go to cmake's configure step.
+#   scripts/bootstrap.sh [-DKP_CUDA=ON ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(cmake ninja-build pkg-config gcc libcmocka-dev libjansson-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "bootstrap: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+build=${KP_BUILD_DIR:-build}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=${KP_BUILD_TYPE:-RelWithDebInfo} "$@" >/dev/null
+cmake --build "$build"

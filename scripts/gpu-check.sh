@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# On the GPU machine: build with CUDA, run every test (GPU ones included),
+# run compute-sanitizer memcheck and racecheck over the GPU tests, then the
+# benchmarks. Logs go to $OUT (or ./gpu-check-out); a table is printed last.
+# Unpack carried Debian packages first (see README, "GPU machine").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-check-out}
+mkdir -p "$out"
+export PATH=/usr/local/cuda/bin:$PATH
+rows=()
+status=0
+row() { rows+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")"); [ "$2" = PASS ] || status=1; }
+
+t0=$(date +%s)
+if cmake -S . -B build-gpu -G Ninja -DKP_CUDA=ON -DKP_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+     >"$out/build.log" 2>&1 && cmake --build build-gpu >>"$out/build.log" 2>&1; then
+  row "build (cuda, Release)" PASS "$(( $(date +%s) - t0 ))s"
+else
+  row "build (cuda, Release)" FAIL "see build.log"; tail -30 "$out/build.log"
+  printf '%s\n' "${rows[@]}"; exit 1
+fi
+
+ctest --test-dir build-gpu --output-on-failure >"$out/ctest.log" 2>&1
+ct=$?
+summary=$(grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1)
+skipped=$(grep -c "(Skipped)" "$out/ctest.log")
+[ $ct -eq 0 ] && [ "$skipped" -eq 0 ] && row "ctest (all, incl. gpu)" PASS "$summary" \
+  || row "ctest (all, incl. gpu)" FAIL "$summary; $skipped skipped"
+[ $ct -eq 0 ] || grep -E "Failed|\*\*\*" "$out/ctest.log" | head -20
+
+# GPU test programs and their arguments, for compute-sanitizer.
+gpu_tests=("test_conformance cuda" "test_alloc_fail cuda")
+for extra in build-gpu/tests/test_pipeline; do
+  [ -x "$extra" ] && gpu_tests+=("$(basename "$extra") cuda")
+done
+for tool in memcheck racecheck; do
+  for t in "${gpu_tests[@]}"; do
+    set -- $t
+    log="$out/cs-$tool-$1.log"
+    compute-sanitizer --tool "$tool" --error-exitcode 99 "build-gpu/tests/$1" "${@:2}" >"$log" 2>&1
+    rc=$?
+    errs=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1)
+    [ $rc -eq 0 ] && row "$tool $t" PASS "${errs:-no summary}" || row "$tool $t" FAIL "rc=$rc ${errs}"
+  done
+done
+
+if [ -x bench/run-gpu.sh ]; then
+  bench/run-gpu.sh build-gpu "$out" >"$out/bench.log" 2>&1 && row "benchmarks" PASS "bench.log" \
+    || row "benchmarks" FAIL "see bench.log"
+  cat "$out/bench.log"
+fi
+
+echo
+echo "== gpu-check on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+printf '%s\n' "${rows[@]}"
+exit $status
