@@ -154,7 +154,7 @@ void kp__cpu_graph_destroy(void *ctx, void *g) { kp__cpu_graph_free(g); }
 
 kp_status kp__cpu_graph_add_kernel(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                    const kp_launch *l, kp_graph_node_t *out) {
-    kp__cpu_node *node;
+    kp__cpu_node *node = NULL;
     KP_CHECK(kp__cpu_graph_append(g, KP__NODE_KERNEL, deps, n, &node));
     kp__cpu_kcall_set(&node->u.kernel, l);
     *out = (kp_graph_node_t)node;
@@ -163,7 +163,7 @@ kp_status kp__cpu_graph_add_kernel(void *ctx, void *g, const kp_graph_node_t *de
 
 kp_status kp__cpu_graph_add_memcpy(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                    void *dst, const void *src, size_t bytes, kp_graph_node_t *out) {
-    kp__cpu_node *node;
+    kp__cpu_node *node = NULL;
     KP_CHECK(kp__cpu_graph_append(g, KP__NODE_MEMCPY, deps, n, &node));
     node->u.copy.dst = dst;
     node->u.copy.src = src;
@@ -175,7 +175,7 @@ kp_status kp__cpu_graph_add_memcpy(void *ctx, void *g, const kp_graph_node_t *de
 kp_status kp__cpu_graph_add_child(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                   void *child, kp_graph_node_t *out) {
     kp__cpu_graph *copy;
-    kp__cpu_node *node;
+    kp__cpu_node *node = NULL;
     KP_CHECK(kp__cpu_graph_clone(child, &copy));
     kp_status st = kp__cpu_graph_append(g, KP__NODE_CHILD, deps, n, &node);
     if (st != KP_OK) {
@@ -189,7 +189,7 @@ kp_status kp__cpu_graph_add_child(void *ctx, void *g, const kp_graph_node_t *dep
 
 kp_status kp__cpu_graph_add_empty(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                   kp_graph_node_t *out) {
-    kp__cpu_node *node;
+    kp__cpu_node *node = NULL;
     KP_CHECK(kp__cpu_graph_append(g, KP__NODE_EMPTY, deps, n, &node));
     *out = (kp_graph_node_t)node;
     return KP_OK;
@@ -272,7 +272,7 @@ static kp_status kp__cpu_exec_node(kp__cpu_exec *e, kp_graph_node_t handle,
 
 kp_status kp__cpu_exec_set_kernel(void *ctx, void *ge, kp_graph_node_t node, const kp_launch *l) {
     kp__cpu_exec *e = ge;
-    kp__cpu_node *n;
+    kp__cpu_node *n = NULL;
     KP_CHECK(kp__cpu_exec_node(e, node, KP__NODE_KERNEL, "set kernel params", &n));
     kp__cpu_exec_quiesce(e);
     kp__cpu_kcall_set(&n->u.kernel, l);
@@ -283,7 +283,7 @@ kp_status kp__cpu_exec_set_kernel(void *ctx, void *ge, kp_graph_node_t node, con
 kp_status kp__cpu_exec_set_memcpy(void *ctx, void *ge, kp_graph_node_t node, void *dst,
                                   const void *src, size_t bytes) {
     kp__cpu_exec *e = ge;
-    kp__cpu_node *n;
+    kp__cpu_node *n = NULL;
     KP_CHECK(kp__cpu_exec_node(e, node, KP__NODE_MEMCPY, "set memcpy params", &n));
     kp__cpu_exec_quiesce(e);
     n->u.copy.dst = dst;
@@ -295,7 +295,7 @@ kp_status kp__cpu_exec_set_memcpy(void *ctx, void *ge, kp_graph_node_t node, voi
 
 kp_status kp__cpu_exec_set_child(void *ctx, void *ge, kp_graph_node_t node, void *child) {
     kp__cpu_exec *e = ge;
-    kp__cpu_node *n;
+    kp__cpu_node *n = NULL;
     KP_CHECK(kp__cpu_exec_node(e, node, KP__NODE_CHILD, "set child graph", &n));
     KP_CHECK(kp__cpu_same_topology(n->u.child, child, "set child graph"));
     kp__cpu_exec_quiesce(e);

@@ -242,7 +242,7 @@ kp_status kp__cpu_device_sync(void *ctx) {
 kp_status kp__cpu_memcpy_async(void *ctx, void *sp, void *dst, const void *src, size_t bytes) {
     kp__cpu_stream *s = sp;
     if (s->cap) {
-        kp__cpu_node *n;
+        kp__cpu_node *n = NULL;
         KP_CHECK(kp__cpu_capture_node(s, KP__NODE_MEMCPY, &n));
         n->u.copy.dst = dst;
         n->u.copy.src = src;
@@ -260,7 +260,7 @@ kp_status kp__cpu_memcpy_async(void *ctx, void *sp, void *dst, const void *src, 
 kp_status kp__cpu_memset_async(void *ctx, void *sp, void *dst, int value, size_t bytes) {
     kp__cpu_stream *s = sp;
     if (s->cap) {
-        kp__cpu_node *n;
+        kp__cpu_node *n = NULL;
         KP_CHECK(kp__cpu_capture_node(s, KP__NODE_MEMSET, &n));
         n->u.set.dst = dst;
         n->u.set.value = value;
@@ -278,7 +278,7 @@ kp_status kp__cpu_memset_async(void *ctx, void *sp, void *dst, int value, size_t
 kp_status kp__cpu_launch(void *ctx, void *sp, const kp_launch *l) {
     kp__cpu_stream *s = sp;
     if (s->cap) {
-        kp__cpu_node *n;
+        kp__cpu_node *n = NULL;
         KP_CHECK(kp__cpu_capture_node(s, KP__NODE_KERNEL, &n));
         kp__cpu_kcall_set(&n->u.kernel, l);
         return KP_OK;
@@ -292,7 +292,7 @@ kp_status kp__cpu_launch(void *ctx, void *sp, const kp_launch *l) {
 kp_status kp__cpu_host_func(void *ctx, void *sp, void (*fn)(void *), void *user) {
     kp__cpu_stream *s = sp;
     if (s->cap) {
-        kp__cpu_node *n;
+        kp__cpu_node *n = NULL;
         KP_CHECK(kp__cpu_capture_node(s, KP__NODE_HOST, &n));
         n->u.host.fn = fn;
         n->u.host.user = user;
