@@ -47,7 +47,7 @@ static bool hook_permit(void *user, kp_mem_kind kind, size_t bytes) {
 }
 
 /* Everything a pipeline does with a device, with cleanup on every path. */
-static kp_status workload(const char *devname) {
+static kp_status device_workload(const char *devname) {
     kp_device_t dev = NULL;
     kp_stream_t s = NULL;
     kp_event_t ev = NULL;
@@ -99,7 +99,61 @@ out:
     return st;
 }
 
-static void fail_every_site(const char *devname) {
+static const char *const sample =
+    "{\"kpipe_spec\": 1, \"execution\": \"%s\", \"modules\": ["
+    "{\"type\": \"engine\", \"id\": \"a\", \"params\": {\"size\": 300}},"
+    "{\"type\": \"relu\", \"id\": \"b\", \"params\": {\"size\": 300}}],"
+    "\"connections\": [\"a.result0 -> b.input\"],"
+    "\"inputs\": {\"input0\": \"a.arg0\", \"input1\": \"a.arg1\"},"
+    "\"outputs\": {\"output\": \"b.output\"}}";
+
+/* A pipeline's whole lifecycle in one execution mode. */
+static kp_status pipeline_mode(kp_device_t dev, kp_stream_t s, float *x, const char *mode) {
+    char json[1024];
+    kp_pipeline_t p = NULL;
+    kp_status st;
+    int64_t n = 300;
+    kp_port_info in[2] = {{"input0", x, {0}}, {"input1", x, {0}}}, out[1] = {{"output", NULL, {0}}};
+    snprintf(json, sizeof json, sample, mode);
+    KPT_TRY(kp_desc_init(&in[0].desc, KP_F32, 1, &n, NULL), st, done);
+    in[1].desc = in[0].desc;
+    KPT_TRY(kp_pipeline_create_from_json(dev, json, &p), st, done);
+    KPT_TRY(kp_pipeline_setup(p), st, done);
+    KPT_TRY(kp_pipeline_configure_io(p, in, 2, out, 1, s), st, done);
+    KPT_TRY(kp_pipeline_warmup(p, s), st, done);
+    if (strcmp(mode, "graph") == 0) {
+        KPT_TRY(kp_pipeline_build_graph(p), st, done);
+        KPT_TRY(kp_pipeline_configure_io(p, in, 2, out, 1, s), st, done);
+        KPT_TRY(kp_pipeline_execute_graph(p, s), st, done);
+    } else {
+        KPT_TRY(kp_pipeline_configure_io(p, in, 2, out, 1, s), st, done);
+        KPT_TRY(kp_pipeline_execute_stream(p, s), st, done);
+    }
+    KPT_TRY(kp_stream_sync(s), st, done);
+done:
+    kp_pipeline_destroy(p);
+    return st;
+}
+
+static kp_status pipeline_workload(const char *devname) {
+    kp_device_t dev = NULL;
+    kp_stream_t s = NULL;
+    float *x = NULL;
+    kp_status st;
+    KPT_TRY(kp_device_open(devname, &dev), st, out);
+    KPT_TRY(kp_stream_create(dev, &s), st, out);
+    KPT_TRY(kp_malloc(dev, 300 * sizeof(float), (void **)&x), st, out);
+    KPT_TRY(kp_memset_async(s, x, 0, 300 * sizeof(float)), st, out);
+    KPT_TRY(pipeline_mode(dev, s, x, "graph"), st, out);
+    KPT_TRY(pipeline_mode(dev, s, x, "stream"), st, out);
+out:
+    kp_free(dev, x);
+    kp_stream_destroy(s);
+    kp_device_close(dev);
+    return st;
+}
+
+static void fail_every_site(const char *devname, kp_status (*workload)(const char *)) {
     counting_hook h = {0};
     kp_alloc_hook hook = KP_ALLOC_HOOK_INIT;
     hook.alloc = hook_alloc;
@@ -134,7 +188,8 @@ static void fail_every_site(const char *devname) {
 
 static const char *g_devname = "cpu";
 
-static void every_site(void **state) { fail_every_site(g_devname); }
+static void every_site(void **state) { fail_every_site(g_devname, device_workload); }
+static void every_site_pipeline(void **state) { fail_every_site(g_devname, pipeline_workload); }
 
 static void bad_hooks_are_refused(void **state) {
     kp_alloc_hook hook = KP_ALLOC_HOOK_INIT;
@@ -156,6 +211,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bad_hooks_are_refused),
         cmocka_unit_test(every_site),
+        cmocka_unit_test(every_site_pipeline),
     };
     return cmocka_run_group_tests_name(g_devname, tests, NULL, NULL);
 }

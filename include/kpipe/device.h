@@ -85,7 +85,9 @@ const char *kp_backends_built(void);
 kp_status kp_device_versions(kp_device_t dev, int *driver, int *runtime);
 
 /* --- memory --------------------------------------------------------------------- */
-/* Device memory (host memory on the cpu backend), aligned to 256 bytes. */
+/* Device memory (host memory on the cpu backend), aligned to 256 bytes.
+ * Freeing waits for the device's pending work on both backends (as cudaFree
+ * does); never free in a per-tick path. */
 kp_status kp_malloc(kp_device_t dev, size_t bytes, void **out);
 void      kp_free(kp_device_t dev, void *ptr);
 /* Page-locked host memory usable by async copies. */

@@ -17,11 +17,19 @@ static kp_status kp__cpu_alloc(kp_mem_kind kind, size_t bytes, void **out) {
 static kp_status kp__cpu_malloc(void *ctx, size_t bytes, void **out) {
     return kp__cpu_alloc(KP_MEM_DEVICE, bytes, out);
 }
-static void kp__cpu_free(void *ctx, void *p) { kp__aligned_free(KP_MEM_DEVICE, p); }
+/* Like cudaFree and cudaFreeHost, freeing waits for the device's pending
+ * work, so code that is correct on CUDA is correct here. */
+static void kp__cpu_free(void *ctx, void *p) {
+    (void)kp__cpu_device_sync(ctx);
+    kp__aligned_free(KP_MEM_DEVICE, p);
+}
 static kp_status kp__cpu_malloc_host(void *ctx, size_t bytes, void **out) {
     return kp__cpu_alloc(KP_MEM_PINNED, bytes, out);
 }
-static void kp__cpu_free_host(void *ctx, void *p) { kp__aligned_free(KP_MEM_PINNED, p); }
+static void kp__cpu_free_host(void *ctx, void *p) {
+    (void)kp__cpu_device_sync(ctx);
+    kp__aligned_free(KP_MEM_PINNED, p);
+}
 
 static kp_status kp__cpu_memcpy(void *ctx, void *dst, const void *src, size_t bytes) {
     memmove(dst, src, bytes);

@@ -1,0 +1,138 @@
+/* kpipe pipelines: modules wired by named ports, one device arena, kernel
+ * descriptors uploaded in bulk, executed module by module on a stream or as
+ * one pre-built graph.
+ *
+ *   kp_pipeline_t p;
+ *   kp_pipeline_create_from_json(dev, json_text, &p);
+ *   kp_pipeline_setup(p);
+ *   kp_port_info in[2] = {{"input0", a, desc}, {"input1", b, desc}};
+ *   kp_port_info out[1] = {{"output"}};
+ *   kp_pipeline_configure_io(p, in, 2, out, 1, s);   // out[0].data is set
+ *   kp_pipeline_warmup(p, s);
+ *   kp_pipeline_build_graph(p);                      // graph mode
+ *   for (;;) {                                       // per tick
+ *       kp_pipeline_configure_io(p, in, 2, out, 1, s);
+ *       kp_pipeline_execute_graph(p, s);             // or _execute_stream
+ *   }
+ */
+#ifndef KPIPE_PIPELINE_H
+#define KPIPE_PIPELINE_H
+
+#include "kpipe/module.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kp_pipeline *kp_pipeline_t;
+
+typedef struct kp_module_spec {
+    const char *type;
+    const char *id;
+    const kp_param *params;
+    size_t n_params;
+} kp_module_spec;
+
+/* "module_a.result0" -> "module_b.input" */
+typedef struct kp_connection_spec {
+    const char *from;
+    const char *to;
+} kp_connection_spec;
+
+/* An external input ("input0" feeds "module_a.arg0") or output ("output" is
+ * "module_b.output"). */
+typedef struct kp_external_spec {
+    const char *name;
+    const char *port;
+} kp_external_spec;
+
+typedef struct kp_pipeline_spec {
+    size_t struct_size; /* sizeof(kp_pipeline_spec) */
+    const char *name;
+    const kp_module_spec *modules;
+    size_t n_modules;
+    const kp_connection_spec *connections;
+    size_t n_connections;
+    const kp_external_spec *inputs;
+    size_t n_inputs;
+    const kp_external_spec *outputs;
+    size_t n_outputs;
+    kp_exec_mode mode;
+} kp_pipeline_spec;
+
+#define KP_PIPELINE_SPEC_INIT {sizeof(kp_pipeline_spec), "pipeline", NULL, 0, NULL, 0, NULL, 0, NULL, 0, KP_EXEC_GRAPH}
+
+/* Creates modules through their factories, orders them topologically,
+ * checks ports, dtypes and shapes, and decides zero-copy per connection.
+ * A bad spec gives KP_ERR_INVALID_ARG (or KP_ERR_NOT_FOUND for unknown
+ * types and ports) with a detail naming the problem. */
+kp_status kp_pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_pipeline_t *out);
+/* The same from the JSON form ("kpipe_spec": 1); parse errors give
+ * KP_ERR_PARSE with line, column and JSON path. */
+kp_status kp_pipeline_create_from_json(kp_device_t dev, const char *json_text, kp_pipeline_t *out);
+/* Reads a JSON spec from a file (errors name the file). */
+kp_status kp_pipeline_create_from_file(kp_device_t dev, const char *path, kp_pipeline_t *out);
+/* Allocates the arena and descriptor regions; hands modules their slices. */
+kp_status kp_pipeline_setup(kp_pipeline_t p);
+/* Per tick: binds external inputs (by name), issues input copies and the
+ * bulk upload of dynamic descriptors on `s`, fills the external outputs (by
+ * name). Never blocks the host and never allocates. */
+kp_status kp_pipeline_configure_io(kp_pipeline_t p, const kp_port_info *inputs, size_t n_inputs,
+                                   kp_port_info *outputs, size_t n_outputs, kp_stream_t s);
+/* Once, after the first configure_io: uploads static descriptors, lets
+ * modules prepare (engine captures its work in graph mode). */
+kp_status kp_pipeline_warmup(kp_pipeline_t p, kp_stream_t s);
+/* Graph mode, once after warmup: builds, instantiates and uploads the graph. */
+kp_status kp_pipeline_build_graph(kp_pipeline_t p);
+/* Stream mode: enqueues every module in order on `s`. */
+kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s);
+/* Graph mode: one graph launch on `s`. */
+kp_status kp_pipeline_execute_graph(kp_pipeline_t p, kp_stream_t s);
+/* Waits for outstanding descriptor uploads, then frees everything. NULL is a no-op. */
+void kp_pipeline_destroy(kp_pipeline_t p);
+
+/* --- introspection ------------------------------------------------------------- */
+kp_exec_mode kp_pipeline_mode(kp_pipeline_t p);
+const char  *kp_pipeline_name(kp_pipeline_t p);
+/* "graph" / "stream" */
+const char  *kp_exec_mode_str(kp_exec_mode m);
+
+typedef struct kp_pipeline_report {
+    size_t n_modules, n_connections, n_inputs, n_outputs;
+    size_t tensor_bytes;       /* module-owned tensors in the arena */
+    size_t workspace_bytes;
+    size_t static_desc_bytes, dynamic_desc_bytes;
+    size_t arena_bytes;        /* the one device allocation, alignment included */
+    size_t pinned_bytes;       /* host staging for descriptors */
+    size_t graph_nodes;        /* top-level nodes once built; 0 before */
+} kp_pipeline_report;
+
+typedef struct kp_module_report {
+    const char *id, *type;
+    size_t order;               /* position in execution order */
+    size_t device_offset;       /* of its tensors in the arena */
+    kp_mem_req req;
+    size_t n_inputs, n_outputs;
+    const kp_port_decl *inputs, *outputs;
+    size_t n_graph_deps;        /* modules its graph node waits for */
+    const char *graph_deps[KP_MAX_PORTS];
+} kp_module_report;
+
+typedef struct kp_connection_report {
+    char from[2 * KP_NAME_MAX + 2]; /* "module.port", or the external input's name */
+    char to[2 * KP_NAME_MAX + 2];
+    bool external;                  /* fed by an external input */
+    bool zero_copy;
+    const char *reason;
+} kp_connection_report;
+
+kp_status kp_pipeline_report_get(kp_pipeline_t p, kp_pipeline_report *out);
+/* i-th module in execution order. */
+kp_status kp_pipeline_module_report(kp_pipeline_t p, size_t i, kp_module_report *out);
+/* i-th input binding (connections and external inputs). */
+kp_status kp_pipeline_connection_report(kp_pipeline_t p, size_t i, kp_connection_report *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,127 @@
+/* The `relu` module: out[i] = max(0, in[i]). Its kernel takes the addresses
+ * of its static descriptor {output, size} and dynamic descriptor {input};
+ * each tick only the dynamic descriptor changes, through the pipeline's bulk
+ * upload, so the same launch serves a stream launch and a graph kernel node,
+ * and the graph never needs a parameter update. */
+#include <math.h>
+#include <string.h>
+
+#include "modules-impl.h"
+#include "relu-impl.h"
+
+#ifdef KP_HAVE_CUDA
+const void *kp__relu_cuda(void);
+#define KP__RELU_CUDA kp__relu_cuda
+#else
+#define KP__RELU_CUDA NULL
+#endif
+
+#define KP__RELU_BLOCK 256
+#define KP__RELU_PER_THREAD 4
+
+static void kp__relu_cpu(const void *pp, kp_dim3 g, kp_dim3 b) {
+    const kp__relu_params *p = pp;
+    const float *in = p->dyn->input;
+    float *out = p->st->output;
+    for (int64_t i = 0; i < p->st->size; i++) out[i] = fmaxf(in[i], 0.0f);
+}
+
+static const kp_kernel kp__relu_kernel = {"relu", kp__relu_cpu, KP__RELU_CUDA,
+                                          sizeof(kp__relu_params)};
+
+typedef struct kp__relu {
+    int64_t n;
+    const float *bound;
+    float *out;
+    kp__relu_params params;
+    kp_launch launch;
+} kp__relu;
+
+static void kp__relu_destroy(void *self) { kp__free(self); }
+
+static kp_status kp__relu_copy_mode(void *self, size_t input, bool copy) {
+    if (copy)
+        return kp__error(KP_ERR_UNSUPPORTED, "relu reads its input address each tick and never "
+                         "copies its input");
+    return KP_OK;
+}
+
+static kp_status kp__relu_mem(void *self, kp_mem_req *r) {
+    kp__relu *m = self;
+    memset(r, 0, sizeof *r);
+    r->device_bytes = (size_t)m->n * sizeof(float);
+    r->static_desc_bytes = sizeof(kp__relu_static);
+    r->dynamic_desc_bytes = sizeof(kp__relu_dynamic);
+    return KP_OK;
+}
+
+static kp_status kp__relu_setup(void *self, const kp_mem_slice *s) {
+    kp__relu *m = self;
+    m->out = s->device;
+    kp__relu_static *st = s->static_host;
+    st->output = m->out;
+    st->size = m->n;
+    m->params.st = s->static_dev;
+    m->params.dyn = s->dynamic_dev;
+    int64_t per_block = KP__RELU_BLOCK * KP__RELU_PER_THREAD;
+    int64_t blocks = (m->n + per_block - 1) / per_block;
+    m->launch = (kp_launch){&kp__relu_kernel, {(uint32_t)blocks, 1, 1}, {KP__RELU_BLOCK, 1, 1}, 0,
+                            &m->params};
+    return KP_OK;
+}
+
+static kp_status kp__relu_set_inputs(void *self, const kp_port_info *in, size_t n) {
+    ((kp__relu *)self)->bound = in[0].data;
+    return KP_OK;
+}
+
+static kp_status kp__relu_configure(void *self, kp_stream_t s, void *dyn_host) {
+    ((kp__relu_dynamic *)dyn_host)->input = ((kp__relu *)self)->bound;
+    return KP_OK;
+}
+
+static kp_status kp__relu_outputs(void *self, kp_port_info *out, size_t n) {
+    kp__relu *m = self;
+    out[0].data = m->out;
+    return kp_desc_init(&out[0].desc, KP_F32, 1, &m->n, NULL);
+}
+
+static kp_status kp__relu_execute(void *self, kp_stream_t s) {
+    return kp_launch_kernel(s, &((kp__relu *)self)->launch);
+}
+
+static kp_status kp__relu_add_node(void *self, kp_graph_t g, const kp_graph_node_t *deps,
+                                   size_t n, kp_graph_node_t *out) {
+    return kp_graph_add_kernel(g, deps, n, &((kp__relu *)self)->launch, out);
+}
+
+static const kp_module_i kp__relu_iface = {
+    .destroy = kp__relu_destroy,
+    .set_connection_copy_mode = kp__relu_copy_mode,
+    .memory_requirements = kp__relu_mem,
+    .setup_memory = kp__relu_setup,
+    .set_inputs = kp__relu_set_inputs,
+    .configure_io = kp__relu_configure,
+    .get_outputs = kp__relu_outputs,
+    .execute = kp__relu_execute,
+    .add_node_to_graph = kp__relu_add_node,
+};
+
+kp_status kp__relu_create(const kp_module_env *env, kp_module_def *def) {
+    int64_t n;
+    KP_CHECK(kp__param_size(env, &n));
+    kp__relu *m = kp__calloc(1, sizeof *m);
+    if (!m) return kp__error(KP_ERR_OUT_OF_MEMORY, "relu: no memory");
+    m->n = n;
+    kp_status st = kp_port_decl_1d(&def->inputs[0], "input", KP_F32, n);
+    if (st == KP_OK) st = kp_port_decl_1d(&def->outputs[0], "output", KP_F32, n);
+    if (st != KP_OK) {
+        kp__free(m);
+        return st;
+    }
+    def->iface = &kp__relu_iface;
+    def->self = m;
+    def->n_inputs = 1;
+    def->n_outputs = 1;
+    return KP_OK;
+}

@@ -1,0 +1,82 @@
+/* Pipeline internals shared by creation, execution and the JSON reader. */
+#ifndef KPIPE_PIPELINE_IMPL_H
+#define KPIPE_PIPELINE_IMPL_H
+
+#include "kpipe/pipeline.h"
+#include "../core/core-impl.h"
+
+/* Staging slots for dynamic descriptors: the host writes slot k while the
+ * uploads of earlier ticks may still be in flight. */
+#define KP__DYN_SLOTS 4
+
+typedef enum kp__src_kind { KP__SRC_NONE, KP__SRC_EXTERNAL, KP__SRC_MODULE } kp__src_kind;
+
+/* Where one input port's tensor comes from. */
+typedef struct kp__binding {
+    kp__src_kind kind;
+    size_t index;  /* external input index, or upstream module index (execution order) */
+    size_t port;   /* upstream output port */
+    bool copy;     /* the zero-copy decision: true means the module copies */
+    const char *reason;
+} kp__binding;
+
+typedef struct kp__module {
+    char id[KP_NAME_MAX];
+    char type[KP_NAME_MAX];
+    kp_module_def def;
+    size_t spec_index;
+    kp__binding in[KP_MAX_PORTS];
+    kp_port_info in_info[KP_MAX_PORTS];   /* per-tick bindings, preallocated */
+    kp_port_info out_info[KP_MAX_PORTS];  /* outputs as of the last configure_io */
+    kp_mem_req req;
+    size_t dev_off, ws_off, sdesc_off, ddesc_off;
+    size_t n_deps;
+    size_t deps[KP_MAX_PORTS];            /* upstream modules, unique */
+    kp_graph_node_t node;
+} kp__module;
+
+typedef struct kp__external {
+    char name[KP_NAME_MAX];
+    size_t module, port; /* execution-order module index and its port */
+    kp_port_info cur;    /* as bound by the last configure_io */
+} kp__external;
+
+typedef enum kp__state {
+    KP__CREATED, KP__SETUP, KP__CONFIGURED, KP__WARM, KP__BUILT,
+} kp__state;
+
+struct kp_pipeline {
+    kp_device_t dev;
+    char name[KP_NAME_MAX];
+    kp_exec_mode mode;
+    kp__state state;
+    size_t n_modules;
+    kp__module *mods;             /* execution order */
+    size_t n_inputs, n_outputs;
+    kp__external *inputs, *outputs;
+
+    /* memory */
+    void *arena;                  /* the one device allocation */
+    void *pinned;                 /* static descriptors, then the dynamic slots */
+    size_t arena_bytes, pinned_bytes;
+    size_t tensor_bytes, ws_bytes, sdesc_bytes, ddesc_bytes, dslot_stride;
+    void *sdesc_dev, *ddesc_dev;
+    unsigned slot;
+    kp_event_t slot_done[KP__DYN_SLOTS];
+    kp_stream_t aux;              /* graph upload */
+
+    /* graph */
+    kp_graph_t graph;
+    kp_graph_exec_t exec;
+};
+
+/* Registry lookup (creates built-ins on first use). */
+kp_module_create_fn kp__module_lookup(const char *type);
+/* "engine relu" into buf. */
+void kp__module_type_list(char *buf, size_t len);
+
+/* Built-in module factories (src/modules). */
+kp_status kp__engine_create(const kp_module_env *env, kp_module_def *def);
+kp_status kp__relu_create(const kp_module_env *env, kp_module_def *def);
+
+#endif

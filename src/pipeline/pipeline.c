@@ -1,0 +1,387 @@
+/* Pipeline creation: modules from factories, port wiring with checks,
+ * topological order, zero-copy decisions; and the reports. */
+#include <stdio.h>
+#include <string.h>
+
+#include "pipeline-impl.h"
+
+#define KP__MAX_MODULES 256
+
+static const char *const kp__reason_fixed_up =
+    "zero-copy: the upstream address is fixed for the pipeline's life";
+static const char *const kp__reason_reads_each_tick =
+    "zero-copy: the downstream module takes the address anew each tick";
+static const char *const kp__reason_copy =
+    "copy: the upstream address may change per tick and the downstream module needs a fixed "
+    "address";
+
+const char *kp_exec_mode_str(kp_exec_mode m) { return m == KP_EXEC_STREAM ? "stream" : "graph"; }
+
+static kp_status kp__check_name(const char *what, const char *name) {
+    if (!name || !*name) return kp__error(KP_ERR_INVALID_ARG, "%s: name is missing or empty", what);
+    if (strlen(name) >= KP_NAME_MAX)
+        return kp__error(KP_ERR_INVALID_ARG, "%s \"%s\": longer than %d characters", what, name,
+                         KP_NAME_MAX - 1);
+    if (strchr(name, '.'))
+        return kp__error(KP_ERR_INVALID_ARG, "%s \"%s\": names may not contain '.'", what, name);
+    return KP_OK;
+}
+
+static kp_status kp__check_def(const kp__module *m) {
+    const kp_module_i *f = m->def.iface;
+    if (!f || !f->destroy || !f->set_connection_copy_mode || !f->memory_requirements ||
+        !f->setup_memory || !f->set_inputs || !f->configure_io || !f->get_outputs || !f->execute ||
+        !f->add_node_to_graph)
+        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\" (%s): its factory left a required "
+                         "interface slot empty", m->id, m->type);
+    if (m->def.n_inputs > KP_MAX_PORTS || m->def.n_outputs > KP_MAX_PORTS)
+        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": more than %d ports", m->id, KP_MAX_PORTS);
+    return KP_OK;
+}
+
+static kp_status kp__create_module(kp_pipeline_t p, const kp_module_spec *ms, size_t i,
+                                   kp__module *m) {
+    char what[48];
+    snprintf(what, sizeof what, "modules[%zu] id", i);
+    KP_CHECK(kp__check_name(what, ms->id));
+    for (size_t j = 0; j < i; j++)
+        if (strcmp(p->mods[j].id, ms->id) == 0)
+            return kp__error(KP_ERR_INVALID_ARG, "duplicate module id \"%s\" (modules[%zu] and "
+                             "modules[%zu])", ms->id, j, i);
+    snprintf(what, sizeof what, "modules[%zu] type", i);
+    KP_CHECK(kp__check_name(what, ms->type));
+    kp_module_create_fn fn = kp__module_lookup(ms->type);
+    if (!fn) {
+        char list[256];
+        kp__module_type_list(list, sizeof list);
+        return kp__error(KP_ERR_NOT_FOUND, "module \"%s\": unknown type \"%s\" (known: %s)",
+                         ms->id, ms->type, list);
+    }
+    snprintf(m->id, KP_NAME_MAX, "%s", ms->id);
+    snprintf(m->type, KP_NAME_MAX, "%s", ms->type);
+    m->spec_index = i;
+    kp_module_env env = {p->dev, p->mode, m->id, ms->params, ms->n_params};
+    kp_status st = fn(&env, &m->def);
+    if (st != KP_OK) {
+        if (m->def.iface) m->def.iface->destroy(m->def.self);
+        memset(&m->def, 0, sizeof m->def);
+        return kp__error_prefix(st, "module \"%s\" (%s)", m->id, m->type);
+    }
+    st = kp__check_def(m);
+    if (st != KP_OK && m->def.iface && m->def.iface->destroy) {
+        m->def.iface->destroy(m->def.self);
+        memset(&m->def, 0, sizeof m->def);
+    }
+    return st;
+}
+
+/* Finds "module.port" among the modules (spec order); `output` picks the side. */
+static kp_status kp__find_port(kp_pipeline_t p, const char *ref, bool output, const char *what,
+                               size_t *mod, size_t *port) {
+    const char *dot = ref ? strchr(ref, '.') : NULL;
+    if (!dot || dot == ref || !dot[1])
+        return kp__error(KP_ERR_INVALID_ARG, "%s: \"%s\" is not of the form module.port", what,
+                         ref ? ref : "(null)");
+    size_t idlen = (size_t)(dot - ref);
+    for (size_t i = 0; i < p->n_modules; i++) {
+        kp__module *m = &p->mods[i];
+        if (strlen(m->id) != idlen || strncmp(m->id, ref, idlen) != 0) continue;
+        size_t n = output ? m->def.n_outputs : m->def.n_inputs;
+        const kp_port_decl *d = output ? m->def.outputs : m->def.inputs;
+        char names[256] = "";
+        for (size_t k = 0, used = 0; k < n; k++) {
+            if (strcmp(d[k].name, dot + 1) == 0) {
+                *mod = i;
+                *port = k;
+                return KP_OK;
+            }
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", k ? " " : "",
+                                     d[k].name);
+            if (used >= sizeof names) used = sizeof names - 1;
+        }
+        return kp__error(KP_ERR_NOT_FOUND, "%s: module \"%s\" (%s) has no %s port \"%s\" (%s: %s)",
+                         what, m->id, m->type, output ? "output" : "input", dot + 1,
+                         output ? "outputs" : "inputs", n ? names : "none");
+    }
+    return kp__error(KP_ERR_NOT_FOUND, "%s: no module with id \"%.*s\"", what, (int)idlen, ref);
+}
+
+static kp_status kp__check_same(const kp_port_decl *up, const kp_port_decl *down, const char *what) {
+    char a[96], b[96];
+    if (!kp_desc_same_shape(&up->desc, &down->desc))
+        return kp__error(KP_ERR_MISMATCH, "%s: %s of %s %s does not match %s expected by %s",
+                         what, up->desc.dtype != down->desc.dtype ? "dtype" : "shape",
+                         up->name, kp_desc_str(&up->desc, a, sizeof a),
+                         kp_desc_str(&down->desc, b, sizeof b), down->name);
+    return KP_OK;
+}
+
+static kp_status kp__bind(kp_pipeline_t p, size_t mod, size_t port, kp__binding b,
+                          const char *what) {
+    kp__module *m = &p->mods[mod];
+    if (m->in[port].kind != KP__SRC_NONE)
+        return kp__error(KP_ERR_INVALID_ARG, "%s: input %s.%s is fed twice", what, m->id,
+                         m->def.inputs[port].name);
+    m->in[port] = b;
+    return KP_OK;
+}
+
+static kp_status kp__wire_connections(kp_pipeline_t p, const kp_pipeline_spec *spec) {
+    for (size_t c = 0; c < spec->n_connections; c++) {
+        const kp_connection_spec *cs = &spec->connections[c];
+        char what[320];
+        size_t fm, fp, tm, tp;
+        snprintf(what, sizeof what, "connection %zu (%s -> %s)", c, cs->from ? cs->from : "?",
+                 cs->to ? cs->to : "?");
+        KP_CHECK(kp__find_port(p, cs->from, true, what, &fm, &fp));
+        KP_CHECK(kp__find_port(p, cs->to, false, what, &tm, &tp));
+        if (fm == tm)
+            return kp__error(KP_ERR_INVALID_ARG, "%s: a module cannot feed itself (cycle)", what);
+        KP_CHECK(kp__check_same(&p->mods[fm].def.outputs[fp], &p->mods[tm].def.inputs[tp], what));
+        KP_CHECK(kp__bind(p, tm, tp, (kp__binding){KP__SRC_MODULE, fm, fp, false, NULL}, what));
+    }
+    return KP_OK;
+}
+
+static kp_status kp__wire_externals(kp_pipeline_t p, const kp_pipeline_spec *spec, bool outputs) {
+    size_t n = outputs ? spec->n_outputs : spec->n_inputs;
+    const kp_external_spec *es = outputs ? spec->outputs : spec->inputs;
+    kp__external *ext = outputs ? p->outputs : p->inputs;
+    for (size_t i = 0; i < n; i++) {
+        char what[160];
+        snprintf(what, sizeof what, "external %s %zu", outputs ? "output" : "input", i);
+        KP_CHECK(kp__check_name(what, es[i].name));
+        snprintf(what, sizeof what, "external %s \"%s\"", outputs ? "output" : "input", es[i].name);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(ext[j].name, es[i].name) == 0)
+                return kp__error(KP_ERR_INVALID_ARG, "%s is declared twice", what);
+        snprintf(ext[i].name, KP_NAME_MAX, "%s", es[i].name);
+        KP_CHECK(kp__find_port(p, es[i].port, outputs, what, &ext[i].module, &ext[i].port));
+        if (!outputs)
+            KP_CHECK(kp__bind(p, ext[i].module, ext[i].port,
+                              (kp__binding){KP__SRC_EXTERNAL, i, 0, false, NULL}, what));
+    }
+    return KP_OK;
+}
+
+static kp_status kp__check_all_fed(kp_pipeline_t p) {
+    for (size_t i = 0; i < p->n_modules; i++)
+        for (size_t k = 0; k < p->mods[i].def.n_inputs; k++)
+            if (p->mods[i].in[k].kind == KP__SRC_NONE)
+                return kp__error(KP_ERR_INVALID_ARG, "input %s.%s is not connected to anything",
+                                 p->mods[i].id, p->mods[i].def.inputs[k].name);
+    return KP_OK;
+}
+
+static bool kp__ready(const kp__module *m, const bool *placed) {
+    for (size_t k = 0; k < m->def.n_inputs; k++)
+        if (m->in[k].kind == KP__SRC_MODULE && !placed[m->in[k].index]) return false;
+    return true;
+}
+
+/* Puts the modules in a topological order (lowest spec index first among the
+ * ready ones) and renumbers every reference. */
+static kp_status kp__order(kp_pipeline_t p) {
+    size_t n = p->n_modules;
+    kp_status st = KP_OK;
+    bool *placed = kp__calloc(n, sizeof *placed);
+    size_t *pos = kp__calloc(n, sizeof *pos);
+    kp__module *sorted = kp__calloc(n, sizeof *sorted);
+    if (!placed || !pos || !sorted) {
+        st = kp__error(KP_ERR_OUT_OF_MEMORY, "pipeline: no memory to order modules");
+        goto out;
+    }
+    for (size_t k = 0; k < n; k++) {
+        size_t pick = n;
+        for (size_t i = 0; i < n && pick == n; i++)
+            if (!placed[i] && kp__ready(&p->mods[i], placed)) pick = i;
+        if (pick == n) {
+            char list[512];
+            size_t used = 0;
+            for (size_t i = 0; i < n; i++)
+                if (!placed[i] && used < sizeof list)
+                    used += (size_t)snprintf(list + used, sizeof list - used, " %s", p->mods[i].id);
+            st = kp__error(KP_ERR_INVALID_ARG, "connections form a cycle through:%s", list);
+            goto out;
+        }
+        placed[pick] = true;
+        pos[pick] = k;
+        sorted[k] = p->mods[pick];
+    }
+    for (size_t k = 0; k < n; k++)
+        for (size_t j = 0; j < sorted[k].def.n_inputs; j++)
+            if (sorted[k].in[j].kind == KP__SRC_MODULE) sorted[k].in[j].index = pos[sorted[k].in[j].index];
+    for (size_t i = 0; i < p->n_inputs; i++) p->inputs[i].module = pos[p->inputs[i].module];
+    for (size_t i = 0; i < p->n_outputs; i++) p->outputs[i].module = pos[p->outputs[i].module];
+    memcpy(p->mods, sorted, n * sizeof *sorted);
+out:
+    kp__free(placed);
+    kp__free(pos);
+    kp__free(sorted);
+    return st;
+}
+
+/* Graph dependencies: the distinct upstream modules of each module. */
+static void kp__find_deps(kp_pipeline_t p) {
+    for (size_t i = 0; i < p->n_modules; i++) {
+        kp__module *m = &p->mods[i];
+        for (size_t k = 0; k < m->def.n_inputs; k++) {
+            if (m->in[k].kind != KP__SRC_MODULE) continue;
+            bool seen = false;
+            for (size_t d = 0; d < m->n_deps; d++) seen = seen || m->deps[d] == m->in[k].index;
+            if (!seen) m->deps[m->n_deps++] = m->in[k].index;
+        }
+    }
+}
+
+/* Zero-copy unless the upstream address is dynamic (external inputs are)
+ * and the downstream input needs a fixed address. */
+static kp_status kp__decide_copies(kp_pipeline_t p) {
+    for (size_t i = 0; i < p->n_modules; i++) {
+        kp__module *m = &p->mods[i];
+        for (size_t k = 0; k < m->def.n_inputs; k++) {
+            kp__binding *b = &m->in[k];
+            bool dynamic = b->kind == KP__SRC_EXTERNAL;
+            if (b->kind == KP__SRC_MODULE) {
+                const kp__module *up = &p->mods[b->index];
+                dynamic = up->def.iface->output_address_dynamic &&
+                          up->def.iface->output_address_dynamic(up->def.self, b->port);
+            }
+            bool fixed = m->def.iface->input_needs_fixed_address &&
+                         m->def.iface->input_needs_fixed_address(m->def.self, k);
+            b->copy = dynamic && fixed;
+            b->reason = b->copy ? kp__reason_copy : !dynamic ? kp__reason_fixed_up
+                                                             : kp__reason_reads_each_tick;
+            kp_status st = m->def.iface->set_connection_copy_mode(m->def.self, k, b->copy);
+            if (st != KP_OK)
+                return kp__error_prefix(st, "module \"%s\" input \"%s\"", m->id,
+                                        m->def.inputs[k].name);
+            kp__log(KP_LOG_INFO, "pipeline %s: %s.%s: %s", p->name, m->id, m->def.inputs[k].name,
+                    b->reason);
+        }
+    }
+    return KP_OK;
+}
+
+static kp_status kp__check_spec(kp_device_t dev, const kp_pipeline_spec *spec) {
+    if (!dev || !spec)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_create: device and spec are required");
+    if (spec->struct_size != sizeof(kp_pipeline_spec))
+        return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_create: spec struct_size %zu, expected "
+                         "%zu (use KP_PIPELINE_SPEC_INIT)", spec->struct_size, sizeof *spec);
+    if (spec->n_modules == 0 || !spec->modules)
+        return kp__error(KP_ERR_INVALID_ARG, "pipeline spec has no modules");
+    if (spec->n_modules > KP__MAX_MODULES)
+        return kp__error(KP_ERR_INVALID_ARG, "pipeline spec has %zu modules (at most %d)",
+                         spec->n_modules, KP__MAX_MODULES);
+    if ((spec->n_connections && !spec->connections) || (spec->n_inputs && !spec->inputs) ||
+        (spec->n_outputs && !spec->outputs))
+        return kp__error(KP_ERR_INVALID_ARG, "pipeline spec: a count is set but its array is NULL");
+    if (spec->mode != KP_EXEC_GRAPH && spec->mode != KP_EXEC_STREAM)
+        return kp__error(KP_ERR_INVALID_ARG, "pipeline spec: unknown execution mode %d", (int)spec->mode);
+    return KP_OK;
+}
+
+kp_status kp_pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_pipeline_t *out) {
+    KP_ARG_CHECK(out);
+    *out = NULL;
+    KP_CHECK(kp__check_spec(dev, spec));
+    kp_status st;
+    kp_pipeline_t p = kp__calloc(1, sizeof *p);
+    if (!p) return kp__error(KP_ERR_OUT_OF_MEMORY, "pipeline: no memory");
+    p->dev = dev;
+    p->mode = spec->mode;
+    snprintf(p->name, KP_NAME_MAX, "%s", spec->name ? spec->name : "pipeline");
+    p->mods = kp__calloc(spec->n_modules, sizeof *p->mods);
+    p->inputs = kp__calloc(spec->n_inputs + 1, sizeof *p->inputs);
+    p->outputs = kp__calloc(spec->n_outputs + 1, sizeof *p->outputs);
+    if (!p->mods || !p->inputs || !p->outputs) {
+        st = kp__error(KP_ERR_OUT_OF_MEMORY, "pipeline: no memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < spec->n_modules; i++) {
+        KP_CHECK_GOTO(kp__create_module(p, &spec->modules[i], i, &p->mods[i]), st, fail);
+        p->n_modules++;
+    }
+    p->n_inputs = spec->n_inputs;
+    p->n_outputs = spec->n_outputs;
+    KP_CHECK_GOTO(kp__wire_connections(p, spec), st, fail);
+    KP_CHECK_GOTO(kp__wire_externals(p, spec, false), st, fail);
+    KP_CHECK_GOTO(kp__wire_externals(p, spec, true), st, fail);
+    KP_CHECK_GOTO(kp__check_all_fed(p), st, fail);
+    KP_CHECK_GOTO(kp__order(p), st, fail);
+    kp__find_deps(p);
+    KP_CHECK_GOTO(kp__decide_copies(p), st, fail);
+    p->state = KP__CREATED;
+    *out = p;
+    return KP_OK;
+fail:
+    kp_pipeline_destroy(p);
+    return kp__error_prefix(st, "pipeline \"%s\"", spec->name ? spec->name : "pipeline");
+}
+
+/* --- reports ----------------------------------------------------------------------- */
+kp_exec_mode kp_pipeline_mode(kp_pipeline_t p) { return p->mode; }
+const char *kp_pipeline_name(kp_pipeline_t p) { return p->name; }
+
+kp_status kp_pipeline_report_get(kp_pipeline_t p, kp_pipeline_report *r) {
+    KP_ARG_CHECK(p && r);
+    memset(r, 0, sizeof *r);
+    r->n_modules = p->n_modules;
+    r->n_inputs = p->n_inputs;
+    r->n_outputs = p->n_outputs;
+    for (size_t i = 0; i < p->n_modules; i++) r->n_connections += p->mods[i].def.n_inputs;
+    r->tensor_bytes = p->tensor_bytes;
+    r->workspace_bytes = p->ws_bytes;
+    r->static_desc_bytes = p->sdesc_bytes;
+    r->dynamic_desc_bytes = p->ddesc_bytes;
+    r->arena_bytes = p->arena_bytes;
+    r->pinned_bytes = p->pinned_bytes;
+    r->graph_nodes = p->graph ? kp_graph_node_count(p->graph) : 0;
+    return KP_OK;
+}
+
+kp_status kp_pipeline_module_report(kp_pipeline_t p, size_t i, kp_module_report *r) {
+    KP_ARG_CHECK(p && r);
+    if (i >= p->n_modules)
+        return kp__error(KP_ERR_NOT_FOUND, "module report %zu: the pipeline has %zu modules", i,
+                         p->n_modules);
+    const kp__module *m = &p->mods[i];
+    memset(r, 0, sizeof *r);
+    r->id = m->id;
+    r->type = m->type;
+    r->order = i;
+    r->device_offset = m->dev_off;
+    r->req = m->req;
+    r->n_inputs = m->def.n_inputs;
+    r->n_outputs = m->def.n_outputs;
+    r->inputs = m->def.inputs;
+    r->outputs = m->def.outputs;
+    r->n_graph_deps = m->n_deps;
+    for (size_t d = 0; d < m->n_deps; d++) r->graph_deps[d] = p->mods[m->deps[d]].id;
+    return KP_OK;
+}
+
+kp_status kp_pipeline_connection_report(kp_pipeline_t p, size_t idx, kp_connection_report *r) {
+    KP_ARG_CHECK(p && r);
+    for (size_t i = 0; i < p->n_modules; i++) {
+        const kp__module *m = &p->mods[i];
+        if (idx >= m->def.n_inputs) {
+            idx -= m->def.n_inputs;
+            continue;
+        }
+        const kp__binding *b = &m->in[idx];
+        memset(r, 0, sizeof *r);
+        r->external = b->kind == KP__SRC_EXTERNAL;
+        if (r->external)
+            snprintf(r->from, sizeof r->from, "%s", p->inputs[b->index].name);
+        else
+            snprintf(r->from, sizeof r->from, "%s.%s", p->mods[b->index].id,
+                     p->mods[b->index].def.outputs[b->port].name);
+        snprintf(r->to, sizeof r->to, "%s.%s", m->id, m->def.inputs[idx].name);
+        r->zero_copy = !b->copy;
+        r->reason = b->reason;
+        return KP_OK;
+    }
+    return kp__error(KP_ERR_NOT_FOUND, "connection report: index out of range");
+}

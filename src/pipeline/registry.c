@@ -1,0 +1,117 @@
+/* Module factories by type name, and parameter helpers for factories. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline-impl.h"
+
+#define KP__MAX_TYPES 64
+
+static struct {
+    char type[KP_NAME_MAX];
+    kp_module_create_fn create;
+} kp__types[KP__MAX_TYPES];
+static size_t kp__n_types;
+static pthread_mutex_t kp__reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t kp__reg_once = PTHREAD_ONCE_INIT;
+
+static kp_status kp__register_locked(const char *type, kp_module_create_fn fn) {
+    for (size_t i = 0; i < kp__n_types; i++)
+        if (strcmp(kp__types[i].type, type) == 0)
+            return kp__error(KP_ERR_INVALID_ARG, "module type \"%s\" is already registered", type);
+    if (kp__n_types == KP__MAX_TYPES)
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "module registry is full (%d types)", KP__MAX_TYPES);
+    snprintf(kp__types[kp__n_types].type, KP_NAME_MAX, "%s", type);
+    kp__types[kp__n_types++].create = fn;
+    return KP_OK;
+}
+
+static void kp__register_builtins(void) {
+    pthread_mutex_lock(&kp__reg_mu);
+    kp__register_locked("engine", kp__engine_create);
+    kp__register_locked("relu", kp__relu_create);
+    pthread_mutex_unlock(&kp__reg_mu);
+}
+
+kp_status kp_module_register(const char *type, kp_module_create_fn create) {
+    if (!type || !*type || !create)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_module_register: type and create are required");
+    if (strlen(type) >= KP_NAME_MAX || strchr(type, '.'))
+        return kp__error(KP_ERR_INVALID_ARG, "module type \"%s\": at most %d characters, no '.'",
+                         type, KP_NAME_MAX - 1);
+    pthread_once(&kp__reg_once, kp__register_builtins);
+    pthread_mutex_lock(&kp__reg_mu);
+    kp_status st = kp__register_locked(type, create);
+    pthread_mutex_unlock(&kp__reg_mu);
+    return st;
+}
+
+kp_module_create_fn kp__module_lookup(const char *type) {
+    kp_module_create_fn fn = NULL;
+    pthread_once(&kp__reg_once, kp__register_builtins);
+    pthread_mutex_lock(&kp__reg_mu);
+    for (size_t i = 0; i < kp__n_types && !fn; i++)
+        if (strcmp(kp__types[i].type, type) == 0) fn = kp__types[i].create;
+    pthread_mutex_unlock(&kp__reg_mu);
+    return fn;
+}
+
+size_t kp_module_type_count(void) {
+    pthread_once(&kp__reg_once, kp__register_builtins);
+    return kp__n_types;
+}
+
+const char *kp_module_type_name(size_t i) {
+    pthread_once(&kp__reg_once, kp__register_builtins);
+    return i < kp__n_types ? kp__types[i].type : NULL;
+}
+
+void kp__module_type_list(char *buf, size_t len) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < kp_module_type_count() && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? " " : "", kp__types[i].type);
+}
+
+/* --- parameters ------------------------------------------------------------------ */
+static const char *kp__param_find(const kp_module_env *env, const char *key) {
+    for (size_t i = 0; i < env->n_params; i++)
+        if (env->params[i].key && strcmp(env->params[i].key, key) == 0) return env->params[i].value;
+    return NULL;
+}
+
+kp_status kp_param_int(const kp_module_env *env, const char *key, bool def_ok, int64_t def,
+                       int64_t *out) {
+    const char *v = kp__param_find(env, key);
+    if (!v) {
+        if (!def_ok)
+            return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": parameter \"%s\" is required",
+                             env->id, key);
+        *out = def;
+        return KP_OK;
+    }
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end)
+        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": parameter \"%s\" = \"%s\" is not an "
+                         "integer", env->id, key, v);
+    *out = x;
+    return KP_OK;
+}
+
+kp_status kp_param_str(const kp_module_env *env, const char *key, const char *def,
+                       const char **out) {
+    const char *v = kp__param_find(env, key);
+    *out = v ? v : def;
+    return KP_OK;
+}
+
+kp_status kp_port_decl_1d(kp_port_decl *p, const char *name, kp_dtype dt, int64_t n) {
+    if (strlen(name) >= KP_NAME_MAX)
+        return kp__error(KP_ERR_INVALID_ARG, "port name \"%s\" is too long", name);
+    snprintf(p->name, KP_NAME_MAX, "%s", name);
+    return kp_desc_init(&p->desc, dt, 1, &n, NULL);
+}

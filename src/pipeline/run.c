@@ -1,0 +1,293 @@
+/* Pipeline execution: the arena, descriptor uploads, and the lifecycle
+ * setup -> configure_io -> warmup -> build_graph -> execute. */
+#include <stdio.h>
+#include <string.h>
+
+#include "pipeline-impl.h"
+
+#define KP__TENSOR_ALIGN 256
+#define KP__DESC_ALIGN 64
+
+static size_t kp__align(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static const char *const kp__state_names[] = {"created", "set up", "configured", "warmed up",
+                                              "built"};
+
+static kp_status kp__need(kp_pipeline_t p, kp__state at_least, const char *call, const char *hint) {
+    if (!p) return kp__error(KP_ERR_INVALID_ARG, "%s: pipeline is NULL", call);
+    if (p->state < at_least)
+        return kp__error(KP_ERR_STATE, "%s: pipeline \"%s\" is %s; %s first", call, p->name,
+                         kp__state_names[p->state], hint);
+    return KP_OK;
+}
+
+/* Lays out every module's tensors, workspace and descriptors. */
+static kp_status kp__layout(kp_pipeline_t p) {
+    size_t off = 0, soff = 0, doff = 0;
+    for (size_t i = 0; i < p->n_modules; i++) {
+        kp__module *m = &p->mods[i];
+        KP_CHECK(m->def.iface->memory_requirements(m->def.self, &m->req));
+        m->dev_off = off = kp__align(off, KP__TENSOR_ALIGN);
+        off += m->req.device_bytes;
+        p->tensor_bytes += m->req.device_bytes;
+    }
+    for (size_t i = 0; i < p->n_modules; i++) {
+        kp__module *m = &p->mods[i];
+        m->ws_off = off = kp__align(off, KP__TENSOR_ALIGN);
+        off += m->req.workspace_bytes;
+        p->ws_bytes += m->req.workspace_bytes;
+        m->sdesc_off = soff = kp__align(soff, KP__DESC_ALIGN);
+        soff += m->req.static_desc_bytes;
+        m->ddesc_off = doff = kp__align(doff, KP__DESC_ALIGN);
+        doff += m->req.dynamic_desc_bytes;
+    }
+    p->sdesc_bytes = soff;
+    p->ddesc_bytes = doff;
+    size_t sdesc_at = kp__align(off, KP__TENSOR_ALIGN);
+    size_t ddesc_at = kp__align(sdesc_at + soff, KP__DESC_ALIGN);
+    p->arena_bytes = ddesc_at + doff;
+    p->dslot_stride = kp__align(doff, KP__DESC_ALIGN);
+    p->pinned_bytes = kp__align(soff, KP__DESC_ALIGN) + KP__DYN_SLOTS * p->dslot_stride;
+    if (p->arena_bytes) KP_CHECK(kp_malloc(p->dev, p->arena_bytes, &p->arena));
+    if (p->pinned_bytes) {
+        KP_CHECK(kp_malloc_host(p->dev, p->pinned_bytes, &p->pinned));
+        memset(p->pinned, 0, p->pinned_bytes);
+    }
+    p->sdesc_dev = (char *)p->arena + sdesc_at;
+    p->ddesc_dev = (char *)p->arena + ddesc_at;
+    return KP_OK;
+}
+
+static void *kp__dslot(kp_pipeline_t p, unsigned k) {
+    return (char *)p->pinned + kp__align(p->sdesc_bytes, KP__DESC_ALIGN) + k * p->dslot_stride;
+}
+
+/* Frees what setup made; the pipeline goes back to "created". */
+static void kp__release(kp_pipeline_t p) {
+    for (unsigned k = 0; k < KP__DYN_SLOTS; k++) {
+        if (!p->slot_done[k]) continue;
+        (void)kp_event_sync(p->slot_done[k]); /* uploads read the pinned slots */
+        kp_event_destroy(p->slot_done[k]);
+        p->slot_done[k] = NULL;
+    }
+    kp_stream_destroy(p->aux);
+    kp_graph_exec_destroy(p->exec);
+    kp_graph_destroy(p->graph);
+    kp_free(p->dev, p->arena);
+    kp_free_host(p->dev, p->pinned);
+    p->aux = NULL;
+    p->exec = NULL;
+    p->graph = NULL;
+    p->arena = p->pinned = NULL;
+    p->tensor_bytes = p->ws_bytes = p->sdesc_bytes = p->ddesc_bytes = 0;
+    p->arena_bytes = p->pinned_bytes = 0;
+    p->state = KP__CREATED;
+}
+
+static kp_status kp__setup_modules(kp_pipeline_t p) {
+    for (size_t i = 0; i < p->n_modules; i++) {
+        kp__module *m = &p->mods[i];
+        kp_mem_slice s = {
+            .device = (char *)p->arena + m->dev_off, .device_bytes = m->req.device_bytes,
+            .workspace = (char *)p->arena + m->ws_off, .workspace_bytes = m->req.workspace_bytes,
+            .static_host = (char *)p->pinned + m->sdesc_off,
+            .static_dev = (char *)p->sdesc_dev + m->sdesc_off,
+            .static_bytes = m->req.static_desc_bytes,
+            .dynamic_dev = (char *)p->ddesc_dev + m->ddesc_off,
+            .dynamic_bytes = m->req.dynamic_desc_bytes,
+        };
+        kp_status st = m->def.iface->setup_memory(m->def.self, &s);
+        if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" setup_memory", m->id);
+    }
+    return KP_OK;
+}
+
+kp_status kp_pipeline_setup(kp_pipeline_t p) {
+    KP_CHECK(kp__need(p, KP__CREATED, __func__, ""));
+    if (p->state != KP__CREATED)
+        return kp__error(KP_ERR_STATE, "kp_pipeline_setup: pipeline \"%s\" is already set up", p->name);
+    kp_status st;
+    KP_CHECK_GOTO(kp__layout(p), st, fail);
+    for (unsigned k = 0; k < KP__DYN_SLOTS; k++)
+        KP_CHECK_GOTO(kp_event_create(p->dev, &p->slot_done[k]), st, fail);
+    KP_CHECK_GOTO(kp_stream_create(p->dev, &p->aux), st, fail);
+    KP_CHECK_GOTO(kp__setup_modules(p), st, fail);
+    p->state = KP__SETUP;
+    return KP_OK;
+fail:
+    kp__release(p);
+    return st;
+}
+
+/* Binds the caller's tensors to the external inputs, by name, checked. */
+static kp_status kp__bind_inputs(kp_pipeline_t p, const kp_port_info *in, size_t n) {
+    if (n && !in) return kp__error(KP_ERR_INVALID_ARG, "configure_io: inputs is NULL");
+    for (size_t i = 0; i < p->n_inputs; i++) p->inputs[i].cur.data = NULL;
+    for (size_t j = 0; j < n; j++) {
+        size_t i = j < p->n_inputs && in[j].name && strcmp(p->inputs[j].name, in[j].name) == 0 ? j : p->n_inputs;
+        for (size_t k = 0; i == p->n_inputs && k < p->n_inputs; k++)
+            if (in[j].name && strcmp(p->inputs[k].name, in[j].name) == 0) i = k;
+        if (i == p->n_inputs)
+            return kp__error(KP_ERR_NOT_FOUND, "configure_io: pipeline \"%s\" has no input \"%s\"",
+                             p->name, in[j].name ? in[j].name : "(null)");
+        const kp__external *e = &p->inputs[i];
+        const kp_port_decl *d = &p->mods[e->module].def.inputs[e->port];
+        char a[96], b[96];
+        if (!kp_desc_same_shape(&in[j].desc, &d->desc) || !kp_desc_is_contiguous(&in[j].desc))
+            return kp__error(KP_ERR_MISMATCH, "configure_io: input \"%s\" is %s%s, but %s.%s takes "
+                             "contiguous %s", e->name, kp_desc_str(&in[j].desc, a, sizeof a),
+                             kp_desc_is_contiguous(&in[j].desc) ? "" : " (strided)",
+                             p->mods[e->module].id, d->name, kp_desc_str(&d->desc, b, sizeof b));
+        if (!in[j].data)
+            return kp__error(KP_ERR_INVALID_ARG, "configure_io: input \"%s\" has no data", e->name);
+        p->inputs[i].cur = in[j];
+        p->inputs[i].cur.name = e->name;
+    }
+    for (size_t i = 0; i < p->n_inputs; i++)
+        if (!p->inputs[i].cur.data)
+            return kp__error(KP_ERR_INVALID_ARG, "configure_io: input \"%s\" was not given",
+                             p->inputs[i].name);
+    return KP_OK;
+}
+
+static kp_status kp__fill_outputs(kp_pipeline_t p, kp_port_info *out, size_t n) {
+    if (n && !out) return kp__error(KP_ERR_INVALID_ARG, "configure_io: outputs is NULL");
+    for (size_t j = 0; j < n; j++) {
+        size_t i = p->n_outputs;
+        for (size_t k = 0; k < p->n_outputs && i == p->n_outputs; k++)
+            if (out[j].name && strcmp(p->outputs[k].name, out[j].name) == 0) i = k;
+        if (i == p->n_outputs)
+            return kp__error(KP_ERR_NOT_FOUND, "configure_io: pipeline \"%s\" has no output \"%s\"",
+                             p->name, out[j].name ? out[j].name : "(null)");
+        const kp_port_info *src = &p->mods[p->outputs[i].module].out_info[p->outputs[i].port];
+        out[j].data = src->data;
+        out[j].desc = src->desc;
+    }
+    return KP_OK;
+}
+
+/* One module's tick: bind its inputs, let it configure, read its outputs. */
+static kp_status kp__module_io(kp_pipeline_t p, kp__module *m, kp_stream_t s, void *slot) {
+    for (size_t k = 0; k < m->def.n_inputs; k++) {
+        const kp__binding *b = &m->in[k];
+        m->in_info[k] = b->kind == KP__SRC_EXTERNAL ? p->inputs[b->index].cur
+                                                    : p->mods[b->index].out_info[b->port];
+        m->in_info[k].name = m->def.inputs[k].name;
+    }
+    const kp_module_i *f = m->def.iface;
+    kp_status st = f->set_inputs(m->def.self, m->in_info, m->def.n_inputs);
+    if (st == KP_OK) st = f->configure_io(m->def.self, s, (char *)slot + m->ddesc_off);
+    if (st == KP_OK) st = f->get_outputs(m->def.self, m->out_info, m->def.n_outputs);
+    if (st == KP_OK && p->exec && f->update_graph_node_params)
+        st = f->update_graph_node_params(m->def.self, p->exec);
+    return st == KP_OK ? KP_OK : kp__error_prefix(st, "module \"%s\" configure_io", m->id);
+}
+
+kp_status kp_pipeline_configure_io(kp_pipeline_t p, const kp_port_info *inputs, size_t n_inputs,
+                                   kp_port_info *outputs, size_t n_outputs, kp_stream_t s) {
+    KP_CHECK(kp__need(p, KP__SETUP, __func__, "call kp_pipeline_setup"));
+    if (!s) return kp__error(KP_ERR_INVALID_ARG, "configure_io: stream is NULL");
+    if (kp_stream_device(s) != p->dev)
+        return kp__error(KP_ERR_INVALID_ARG, "configure_io: the stream belongs to %s, the pipeline "
+                         "to %s", kp_device_name(kp_stream_device(s)), kp_device_name(p->dev));
+    KP_CHECK(kp__bind_inputs(p, inputs, n_inputs));
+    /* The staging slot was last uploaded KP__DYN_SLOTS ticks ago; its event has
+     * almost always completed, so this does not block in steady state. */
+    unsigned k = p->slot;
+    KP_CHECK(kp_event_sync(p->slot_done[k]));
+    void *slot = kp__dslot(p, k);
+    for (size_t i = 0; i < p->n_modules; i++) KP_CHECK(kp__module_io(p, &p->mods[i], s, slot));
+    if (p->ddesc_bytes) {
+        KP_CHECK(kp_memcpy_async(s, p->ddesc_dev, slot, p->ddesc_bytes));
+        KP_CHECK(kp_event_record(p->slot_done[k], s));
+        p->slot = (k + 1) % KP__DYN_SLOTS;
+    }
+    KP_CHECK(kp__fill_outputs(p, outputs, n_outputs));
+    if (p->state == KP__SETUP) p->state = KP__CONFIGURED;
+    return KP_OK;
+}
+
+kp_status kp_pipeline_warmup(kp_pipeline_t p, kp_stream_t s) {
+    KP_CHECK(kp__need(p, KP__CONFIGURED, __func__, "call kp_pipeline_configure_io"));
+    if (p->state >= KP__WARM)
+        return kp__error(KP_ERR_STATE, "kp_pipeline_warmup: pipeline \"%s\" is already warmed up",
+                         p->name);
+    if (!s) return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_warmup: stream is NULL");
+    if (p->sdesc_bytes) KP_CHECK(kp_memcpy_async(s, p->sdesc_dev, p->pinned, p->sdesc_bytes));
+    for (size_t i = 0; i < p->n_modules; i++) {
+        kp__module *m = &p->mods[i];
+        if (!m->def.iface->warmup) continue;
+        kp_status st = m->def.iface->warmup(m->def.self, s);
+        if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" warmup", m->id);
+    }
+    p->state = KP__WARM;
+    return KP_OK;
+}
+
+static kp_status kp__add_nodes(kp_pipeline_t p) {
+    for (size_t i = 0; i < p->n_modules; i++) {
+        kp__module *m = &p->mods[i];
+        kp_graph_node_t deps[KP_MAX_PORTS];
+        for (size_t d = 0; d < m->n_deps; d++) deps[d] = p->mods[m->deps[d]].node;
+        kp_status st = m->def.iface->add_node_to_graph(m->def.self, p->graph, deps, m->n_deps, &m->node);
+        if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" add_node_to_graph", m->id);
+    }
+    return KP_OK;
+}
+
+kp_status kp_pipeline_build_graph(kp_pipeline_t p) {
+    KP_CHECK(kp__need(p, KP__WARM, __func__, "call kp_pipeline_warmup"));
+    if (p->mode != KP_EXEC_GRAPH)
+        return kp__error(KP_ERR_STATE, "kp_pipeline_build_graph: pipeline \"%s\" runs in stream "
+                         "mode", p->name);
+    if (p->state == KP__BUILT)
+        return kp__error(KP_ERR_STATE, "kp_pipeline_build_graph: the graph is already built");
+    kp_status st;
+    KP_CHECK_GOTO(kp_graph_create(p->dev, &p->graph), st, fail);
+    KP_CHECK_GOTO(kp__add_nodes(p), st, fail);
+    KP_CHECK_GOTO(kp_graph_instantiate(p->graph, &p->exec), st, fail);
+    KP_CHECK_GOTO(kp_graph_exec_upload(p->exec, p->aux), st, fail);
+    KP_CHECK_GOTO(kp_stream_sync(p->aux), st, fail);
+    p->state = KP__BUILT;
+    return KP_OK;
+fail:
+    kp_graph_exec_destroy(p->exec);
+    kp_graph_destroy(p->graph);
+    p->exec = NULL;
+    p->graph = NULL;
+    return st;
+}
+
+kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s) {
+    KP_CHECK(kp__need(p, KP__WARM, __func__, "call kp_pipeline_warmup"));
+    if (p->mode != KP_EXEC_STREAM)
+        return kp__error(KP_ERR_STATE, "kp_pipeline_execute_stream: pipeline \"%s\" runs in graph "
+                         "mode; use kp_pipeline_execute_graph", p->name);
+    if (!s) return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_execute_stream: stream is NULL");
+    for (size_t i = 0; i < p->n_modules; i++) {
+        kp__module *m = &p->mods[i];
+        kp_status st = m->def.iface->execute(m->def.self, s);
+        if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" execute", m->id);
+    }
+    return KP_OK;
+}
+
+kp_status kp_pipeline_execute_graph(kp_pipeline_t p, kp_stream_t s) {
+    if (p && p->mode != KP_EXEC_GRAPH)
+        return kp__error(KP_ERR_STATE, "kp_pipeline_execute_graph: pipeline \"%s\" runs in stream "
+                         "mode; use kp_pipeline_execute_stream", p->name);
+    KP_CHECK(kp__need(p, KP__BUILT, __func__, "call kp_pipeline_build_graph"));
+    return kp_graph_exec_launch(p->exec, s);
+}
+
+void kp_pipeline_destroy(kp_pipeline_t p) {
+    if (!p) return;
+    kp__release(p);
+    if (p->mods)
+        for (size_t i = 0; i < p->n_modules; i++)
+            if (p->mods[i].def.iface) p->mods[i].def.iface->destroy(p->mods[i].def.self);
+    kp__free(p->mods);
+    kp__free(p->inputs);
+    kp__free(p->outputs);
+    kp__free(p);
+}

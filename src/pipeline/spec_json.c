@@ -1,0 +1,276 @@
+/* The JSON form of a pipeline spec, read with jansson:
+ *
+ *   {"kpipe_spec": 1, "name": "sample", "execution": "graph",
+ *    "modules": [{"type": "engine", "id": "module_a", "params": {"size": 16384}}, ...],
+ *    "connections": ["module_a.result0 -> module_b.input",
+ *                    {"from": "...", "to": "..."}],
+ *    "inputs": {"input0": "module_a.arg0", ...},
+ *    "outputs": {"output": "module_b.output"}}
+ *
+ * Syntax errors name line and column; every other error names the JSON path. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pipeline-impl.h"
+
+/* Storage for one conversion: the spec arrays and the text of params. */
+typedef struct kp__json_spec {
+    kp_pipeline_spec spec;
+    kp_module_spec *modules;
+    kp_param *params;
+    char (*values)[64];
+    kp_connection_spec *conns;
+    char (*conn_text)[2][2 * KP_NAME_MAX + 2];
+    kp_external_spec *ins, *outs;
+} kp__json_spec;
+
+static void kp__json_spec_free(kp__json_spec *s) {
+    kp__free(s->modules);
+    kp__free(s->params);
+    kp__free(s->values);
+    kp__free(s->conns);
+    kp__free(s->conn_text);
+    kp__free(s->ins);
+    kp__free(s->outs);
+}
+
+#define KP__PERR(...) kp__error(KP_ERR_PARSE, __VA_ARGS__)
+
+static kp_status kp__json_string(json_t *v, const char *path, const char **out) {
+    if (!json_is_string(v)) return KP__PERR("%s: expected a string", path);
+    *out = json_string_value(v);
+    return KP_OK;
+}
+
+static const char *kp__json_type(json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static kp_status kp__json_params(json_t *obj, const char *path, kp_param *p, char (*val)[64]) {
+    const char *key;
+    json_t *v;
+    size_t k = 0;
+    json_object_foreach(obj, key, v) {
+        p[k].key = key;
+        p[k].value = val[k];
+        if (json_is_integer(v))
+            snprintf(val[k], 64, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        else if (json_is_real(v))
+            snprintf(val[k], 64, "%.17g", json_real_value(v));
+        else if (json_is_boolean(v))
+            snprintf(val[k], 64, "%s", json_is_true(v) ? "true" : "false");
+        else if (json_is_string(v))
+            p[k].value = json_string_value(v);
+        else
+            return KP__PERR("%s.%s: expected a number, string or boolean, got %s", path, key,
+                            kp__json_type(v));
+        k++;
+    }
+    return KP_OK;
+}
+
+static kp_status kp__json_only_keys(json_t *obj, const char *path, const char *const *allowed) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        bool ok = false;
+        for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, key) == 0;
+        if (!ok) return KP__PERR("%s.%s: unknown key", path, key);
+    }
+    return KP_OK;
+}
+
+static kp_status kp__json_modules(json_t *arr, kp__json_spec *s) {
+    static const char *const keys[] = {"type", "id", "params", NULL};
+    size_t n = json_array_size(arr), n_params = 0, idx;
+    json_t *m;
+    if (!json_is_array(arr) || n == 0) return KP__PERR("$.modules: expected a non-empty array");
+    json_array_foreach(arr, idx, m) {
+        json_t *params = json_is_object(m) ? json_object_get(m, "params") : NULL;
+        if (params) n_params += json_object_size(params);
+    }
+    s->modules = kp__calloc(n, sizeof *s->modules);
+    s->params = kp__calloc(n_params + 1, sizeof *s->params);
+    s->values = kp__calloc(n_params + 1, sizeof *s->values);
+    if (!s->modules || !s->params || !s->values)
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "spec: no memory");
+    size_t used = 0;
+    json_array_foreach(arr, idx, m) {
+        char path[64];
+        snprintf(path, sizeof path, "$.modules[%zu]", idx);
+        if (!json_is_object(m)) return KP__PERR("%s: expected an object", path);
+        KP_CHECK(kp__json_only_keys(m, path, keys));
+        char sub[96];
+        snprintf(sub, sizeof sub, "%s.type", path);
+        KP_CHECK(kp__json_string(json_object_get(m, "type"), sub, &s->modules[idx].type));
+        snprintf(sub, sizeof sub, "%s.id", path);
+        KP_CHECK(kp__json_string(json_object_get(m, "id"), sub, &s->modules[idx].id));
+        json_t *params = json_object_get(m, "params");
+        if (!params) continue;
+        snprintf(sub, sizeof sub, "%s.params", path);
+        if (!json_is_object(params)) return KP__PERR("%s: expected an object", sub);
+        s->modules[idx].params = s->params + used;
+        s->modules[idx].n_params = json_object_size(params);
+        KP_CHECK(kp__json_params(params, sub, s->params + used, s->values + used));
+        used += json_object_size(params);
+    }
+    s->spec.modules = s->modules;
+    s->spec.n_modules = n;
+    return KP_OK;
+}
+
+/* "a.b -> c.d" into two strings. */
+static kp_status kp__split_arrow(const char *text, const char *path, char from[], char to[],
+                                 size_t cap) {
+    const char *arrow = strstr(text, "->");
+    if (!arrow) return KP__PERR("%s: \"%s\" is not of the form \"module.port -> module.port\"", path, text);
+    const char *a = text, *ae = arrow, *b = arrow + 2, *be = text + strlen(text);
+    while (a < ae && (*a == ' ' || *a == '\t')) a++;
+    while (ae > a && (ae[-1] == ' ' || ae[-1] == '\t')) ae--;
+    while (b < be && (*b == ' ' || *b == '\t')) b++;
+    while (be > b && (be[-1] == ' ' || be[-1] == '\t')) be--;
+    if (ae == a || be == b || (size_t)(ae - a) >= cap || (size_t)(be - b) >= cap)
+        return KP__PERR("%s: \"%s\" is not of the form \"module.port -> module.port\"", path, text);
+    snprintf(from, cap, "%.*s", (int)(ae - a), a);
+    snprintf(to, cap, "%.*s", (int)(be - b), b);
+    return KP_OK;
+}
+
+static kp_status kp__json_connections(json_t *arr, kp__json_spec *s) {
+    static const char *const keys[] = {"from", "to", NULL};
+    size_t n = json_array_size(arr), idx;
+    json_t *c;
+    if (!json_is_array(arr)) return KP__PERR("$.connections: expected an array");
+    s->conns = kp__calloc(n + 1, sizeof *s->conns);
+    s->conn_text = kp__calloc(n + 1, sizeof *s->conn_text);
+    if (!s->conns || !s->conn_text) return kp__error(KP_ERR_OUT_OF_MEMORY, "spec: no memory");
+    json_array_foreach(arr, idx, c) {
+        char path[64], sub[80];
+        snprintf(path, sizeof path, "$.connections[%zu]", idx);
+        if (json_is_string(c)) {
+            KP_CHECK(kp__split_arrow(json_string_value(c), path, s->conn_text[idx][0],
+                                     s->conn_text[idx][1], sizeof s->conn_text[idx][0]));
+            s->conns[idx].from = s->conn_text[idx][0];
+            s->conns[idx].to = s->conn_text[idx][1];
+            continue;
+        }
+        if (!json_is_object(c)) return KP__PERR("%s: expected a string or an object", path);
+        KP_CHECK(kp__json_only_keys(c, path, keys));
+        snprintf(sub, sizeof sub, "%s.from", path);
+        KP_CHECK(kp__json_string(json_object_get(c, "from"), sub, &s->conns[idx].from));
+        snprintf(sub, sizeof sub, "%s.to", path);
+        KP_CHECK(kp__json_string(json_object_get(c, "to"), sub, &s->conns[idx].to));
+    }
+    s->spec.connections = s->conns;
+    s->spec.n_connections = n;
+    return KP_OK;
+}
+
+/* {"name": "module.port", ...} */
+static kp_status kp__json_externals(json_t *obj, const char *path, kp_external_spec **out,
+                                    size_t *n_out) {
+    if (!json_is_object(obj)) return KP__PERR("%s: expected an object of name: \"module.port\"", path);
+    size_t n = json_object_size(obj), k = 0;
+    kp_external_spec *e = kp__calloc(n + 1, sizeof *e);
+    if (!e) return kp__error(KP_ERR_OUT_OF_MEMORY, "spec: no memory");
+    *out = e;
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        char sub[160];
+        snprintf(sub, sizeof sub, "%s.%s", path, key);
+        e[k].name = key;
+        KP_CHECK(kp__json_string(v, sub, &e[k].port));
+        k++;
+    }
+    *n_out = n;
+    return KP_OK;
+}
+
+static kp_status kp__json_header(json_t *root, kp__json_spec *s) {
+    static const char *const keys[] = {"kpipe_spec", "name", "execution", "modules", "connections",
+                                       "inputs", "outputs", NULL};
+    if (!json_is_object(root)) return KP__PERR("$: expected an object, got %s", kp__json_type(root));
+    json_t *ver = json_object_get(root, "kpipe_spec");
+    if (!ver) return KP__PERR("$.kpipe_spec: missing (this kpipe reads version 1)");
+    if (!json_is_integer(ver))
+        return KP__PERR("$.kpipe_spec: expected the integer 1, got %s", kp__json_type(ver));
+    if (json_integer_value(ver) != 1)
+        return KP__PERR("$.kpipe_spec: unsupported version %" JSON_INTEGER_FORMAT
+                        " (this kpipe reads version 1)", json_integer_value(ver));
+    KP_CHECK(kp__json_only_keys(root, "$", keys));
+    json_t *name = json_object_get(root, "name"), *mode = json_object_get(root, "execution");
+    if (name) KP_CHECK(kp__json_string(name, "$.name", &s->spec.name));
+    if (mode) {
+        const char *m = NULL;
+        KP_CHECK(kp__json_string(mode, "$.execution", &m));
+        if (strcmp(m, "graph") == 0) s->spec.mode = KP_EXEC_GRAPH;
+        else if (strcmp(m, "stream") == 0) s->spec.mode = KP_EXEC_STREAM;
+        else return KP__PERR("$.execution: \"%s\" is not \"graph\" or \"stream\"", m);
+    }
+    return KP_OK;
+}
+
+static kp_status kp__json_convert(json_t *root, kp__json_spec *s) {
+    KP_CHECK(kp__json_header(root, s));
+    KP_CHECK(kp__json_modules(json_object_get(root, "modules"), s));
+    json_t *c = json_object_get(root, "connections"), *in = json_object_get(root, "inputs"),
+           *out = json_object_get(root, "outputs");
+    if (c) KP_CHECK(kp__json_connections(c, s));
+    if (in) KP_CHECK(kp__json_externals(in, "$.inputs", &s->ins, &s->spec.n_inputs));
+    if (out) KP_CHECK(kp__json_externals(out, "$.outputs", &s->outs, &s->spec.n_outputs));
+    s->spec.inputs = s->ins;
+    s->spec.outputs = s->outs;
+    return KP_OK;
+}
+
+kp_status kp_pipeline_create_from_json(kp_device_t dev, const char *text, kp_pipeline_t *out) {
+    KP_ARG_CHECK(out);
+    *out = NULL;
+    if (!dev || !text) return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_create_from_json: device "
+                                        "and text are required");
+    json_error_t jerr;
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return KP__PERR("line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+    kp__json_spec s;
+    memset(&s, 0, sizeof s);
+    s.spec = (kp_pipeline_spec)KP_PIPELINE_SPEC_INIT;
+    kp_status st = kp__json_convert(root, &s);
+    if (st == KP_OK) st = kp_pipeline_create(dev, &s.spec, out);
+    kp__json_spec_free(&s);
+    json_decref(root);
+    return st;
+}
+
+kp_status kp_pipeline_create_from_file(kp_device_t dev, const char *path, kp_pipeline_t *out) {
+    KP_ARG_CHECK(out && path);
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return kp__error(KP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *text = NULL;
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    if (size >= 0 && size < (64L << 20) && fseek(f, 0, SEEK_SET) == 0) text = kp__malloc((size_t)size + 1);
+    if (!text || fread(text, 1, (size_t)size, f) != (size_t)size) {
+        fclose(f);
+        kp__free(text);
+        return kp__error(KP_ERR_IO, "%s: cannot read (or larger than 64 MiB)", path);
+    }
+    fclose(f);
+    text[size] = '\0';
+    kp_status st = kp_pipeline_create_from_json(dev, text, out);
+    kp__free(text);
+    return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
+}
