@@ -29,6 +29,12 @@ skipped=$(grep -c "(Skipped)" "$out/ctest.log")
   || row "ctest (all, incl. gpu)" FAIL "$summary; $skipped skipped"
 [ $ct -eq 0 ] || grep -E "Failed|\*\*\*" "$out/ctest.log" | head -20
 
+if build-gpu/examples/sample examples/sample.json cuda >"$out/sample.log" 2>&1; then
+  row "example sample.json on cuda" PASS "$(tail -1 "$out/sample.log")"
+else
+  row "example sample.json on cuda" FAIL "$(tail -1 "$out/sample.log")"
+fi
+
 # GPU test programs and their arguments, for compute-sanitizer.
 gpu_tests=("test_conformance cuda" "test_alloc_fail cuda")
 for extra in build-gpu/tests/test_pipeline; do
