@@ -47,11 +47,14 @@ for tool in memcheck racecheck; do
   [ "$tool" = memcheck ] && opts+=(--report-api-errors no --leak-check full)
   for t in "${gpu_tests[@]}"; do
     set -- $t
-    log="$out/cs-$tool-$1.log"
+    log="$out/tmp-cs.log"
     compute-sanitizer "${opts[@]}" "build-gpu/tests/$1" "${@:2}" >"$log" 2>&1
     rc=$?
-    errs=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1)
-    [ $rc -eq 0 ] && row "$tool $t" PASS "${errs:-no summary}" || row "$tool $t" FAIL "rc=$rc ${errs}"
+    { echo "==== compute-sanitizer $tool $t (rc=$rc)"; cat "$log"; } >>"$out/sanitizers.log"
+    rm -f "$log"
+    sum=$(grep -oE "(ERROR SUMMARY: [0-9]+ errors?|RACECHECK SUMMARY: [0-9]+ hazards)" \
+          "$out/sanitizers.log" | tail -1)
+    [ $rc -eq 0 ] && row "$tool $t" PASS "${sum:-no summary}" || row "$tool $t" FAIL "rc=$rc ${sum}"
   done
 done
 
