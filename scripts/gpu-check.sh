@@ -29,11 +29,20 @@ skipped=$(grep -c "(Skipped)" "$out/ctest.log")
   || row "ctest (all, incl. gpu)" FAIL "$summary; $skipped skipped"
 [ $ct -eq 0 ] || grep -E "Failed|\*\*\*" "$out/ctest.log" | head -20
 
-if build-gpu/examples/sample examples/sample.json cuda >"$out/sample.log" 2>&1; then
+if build-gpu/examples/sample examples/sample.json cuda >>"$out/sample.log" 2>&1; then
   row "example sample.json on cuda" PASS "$(tail -1 "$out/sample.log")"
 else
   row "example sample.json on cuda" FAIL "$(tail -1 "$out/sample.log")"
 fi
+
+for mode in graph stream; do
+  if build-gpu/src/kpipe run examples/sample.json --device cuda --mode $mode --ticks 10 --check \
+       >>"$out/sample.log" 2>&1; then
+    row "kpipe run --check ($mode, cuda)" PASS "$(grep -E 'past tolerance' "$out/sample.log" | tail -1 | sed 's/^ *//')"
+  else
+    row "kpipe run --check ($mode, cuda)" FAIL "see sample.log"
+  fi
+done
 
 # GPU test programs and their arguments, for compute-sanitizer.
 gpu_tests=("test_conformance cuda" "test_alloc_fail cuda")

@@ -72,6 +72,20 @@ kp_status kp_pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_p
 kp_status kp_pipeline_create_from_json(kp_device_t dev, const char *json_text, kp_pipeline_t *out);
 /* Reads a JSON spec from a file (errors name the file). */
 kp_status kp_pipeline_create_from_file(kp_device_t dev, const char *path, kp_pipeline_t *out);
+
+/* Choices made when a spec is turned into a pipeline. */
+#define KP_EXEC_FROM_SPEC (-1)
+typedef struct kp_pipeline_options {
+    size_t struct_size; /* sizeof(kp_pipeline_options) */
+    int mode;           /* KP_EXEC_FROM_SPEC, or a kp_exec_mode that overrides the spec */
+} kp_pipeline_options;
+#define KP_PIPELINE_OPTIONS_INIT {sizeof(kp_pipeline_options), KP_EXEC_FROM_SPEC}
+
+/* The JSON and file forms with options (NULL: defaults). */
+kp_status kp_pipeline_create_from_json_opts(kp_device_t dev, const char *json_text,
+                                            const kp_pipeline_options *opts, kp_pipeline_t *out);
+kp_status kp_pipeline_create_from_file_opts(kp_device_t dev, const char *path,
+                                            const kp_pipeline_options *opts, kp_pipeline_t *out);
 /* Allocates the arena and descriptor regions; hands modules their slices. */
 kp_status kp_pipeline_setup(kp_pipeline_t p);
 /* Per tick: binds external inputs (by name), issues input copies and the
@@ -111,6 +125,9 @@ typedef struct kp_module_report {
     const char *id, *type;
     size_t order;               /* position in execution order */
     size_t device_offset;       /* of its tensors in the arena */
+    size_t workspace_offset;    /* of its workspace in the arena */
+    size_t static_desc_offset;  /* of its static descriptor in the arena */
+    size_t dynamic_desc_offset; /* of its dynamic descriptor in the arena */
     kp_mem_req req;
     size_t n_inputs, n_outputs;
     const kp_port_decl *inputs, *outputs;
@@ -126,9 +143,15 @@ typedef struct kp_connection_report {
     const char *reason;
 } kp_connection_report;
 
+/* Reports are available from creation: the memory layout is planned then
+ * (setup only allocates it); graph_nodes is set once the graph is built. */
 kp_status kp_pipeline_report_get(kp_pipeline_t p, kp_pipeline_report *out);
 /* i-th module in execution order. */
 kp_status kp_pipeline_module_report(kp_pipeline_t p, size_t i, kp_module_report *out);
+/* i-th external input or output: its name, and the port's dtype and shape
+ * (data is NULL). */
+kp_status kp_pipeline_input_info(kp_pipeline_t p, size_t i, kp_port_info *out);
+kp_status kp_pipeline_output_info(kp_pipeline_t p, size_t i, kp_port_info *out);
 /* i-th input binding (connections and external inputs). */
 kp_status kp_pipeline_connection_report(kp_pipeline_t p, size_t i, kp_connection_report *out);
 

@@ -60,6 +60,7 @@ struct kp_pipeline {
     void *pinned;                 /* static descriptors, then the dynamic slots */
     size_t arena_bytes, pinned_bytes;
     size_t tensor_bytes, ws_bytes, sdesc_bytes, ddesc_bytes, dslot_stride;
+    size_t sdesc_at, ddesc_at;    /* descriptor regions' offsets in the arena */
     void *sdesc_dev, *ddesc_dev;
     unsigned slot;
     kp_event_t slot_done[KP__DYN_SLOTS];
@@ -69,6 +70,9 @@ struct kp_pipeline {
     kp_graph_t graph;
     kp_graph_exec_t exec;
 };
+
+/* Computes the memory layout (run.c); called once at creation. */
+kp_status kp__plan(kp_pipeline_t p);
 
 /* Registry lookup (creates built-ins on first use). */
 kp_module_create_fn kp__module_lookup(const char *type);

@@ -312,6 +312,7 @@ kp_status kp_pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_p
     KP_CHECK_GOTO(kp__order(p), st, fail);
     kp__find_deps(p);
     KP_CHECK_GOTO(kp__decide_copies(p), st, fail);
+    KP_CHECK_GOTO(kp__plan(p), st, fail);
     p->state = KP__CREATED;
     *out = p;
     return KP_OK;
@@ -352,6 +353,9 @@ kp_status kp_pipeline_module_report(kp_pipeline_t p, size_t i, kp_module_report 
     r->type = m->type;
     r->order = i;
     r->device_offset = m->dev_off;
+    r->workspace_offset = m->ws_off;
+    r->static_desc_offset = p->sdesc_at + m->sdesc_off;
+    r->dynamic_desc_offset = p->ddesc_at + m->ddesc_off;
     r->req = m->req;
     r->n_inputs = m->def.n_inputs;
     r->n_outputs = m->def.n_outputs;
@@ -384,4 +388,26 @@ kp_status kp_pipeline_connection_report(kp_pipeline_t p, size_t idx, kp_connecti
         return KP_OK;
     }
     return kp__error(KP_ERR_NOT_FOUND, "connection report: index out of range");
+}
+
+static kp_status kp__external_info(kp_pipeline_t p, size_t i, bool output, kp_port_info *out) {
+    KP_ARG_CHECK(p && out);
+    size_t n = output ? p->n_outputs : p->n_inputs;
+    if (i >= n)
+        return kp__error(KP_ERR_NOT_FOUND, "pipeline \"%s\" has %zu external %s", p->name, n,
+                         output ? "outputs" : "inputs");
+    const kp__external *e = output ? &p->outputs[i] : &p->inputs[i];
+    const kp__module *m = &p->mods[e->module];
+    out->name = e->name;
+    out->data = NULL;
+    out->desc = output ? m->def.outputs[e->port].desc : m->def.inputs[e->port].desc;
+    return KP_OK;
+}
+
+kp_status kp_pipeline_input_info(kp_pipeline_t p, size_t i, kp_port_info *out) {
+    return kp__external_info(p, i, false, out);
+}
+
+kp_status kp_pipeline_output_info(kp_pipeline_t p, size_t i, kp_port_info *out) {
+    return kp__external_info(p, i, true, out);
 }

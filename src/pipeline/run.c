@@ -21,8 +21,9 @@ static kp_status kp__need(kp_pipeline_t p, kp__state at_least, const char *call,
     return KP_OK;
 }
 
-/* Lays out every module's tensors, workspace and descriptors. */
-static kp_status kp__layout(kp_pipeline_t p) {
+/* Lays out every module's tensors, workspace and descriptors; allocates
+ * nothing, so a spec can be planned and reported without running it. */
+kp_status kp__plan(kp_pipeline_t p) {
     size_t off = 0, soff = 0, doff = 0;
     for (size_t i = 0; i < p->n_modules; i++) {
         kp__module *m = &p->mods[i];
@@ -43,18 +44,23 @@ static kp_status kp__layout(kp_pipeline_t p) {
     }
     p->sdesc_bytes = soff;
     p->ddesc_bytes = doff;
-    size_t sdesc_at = kp__align(off, KP__TENSOR_ALIGN);
-    size_t ddesc_at = kp__align(sdesc_at + soff, KP__DESC_ALIGN);
-    p->arena_bytes = ddesc_at + doff;
+    p->sdesc_at = kp__align(off, KP__TENSOR_ALIGN);
+    p->ddesc_at = kp__align(p->sdesc_at + soff, KP__DESC_ALIGN);
+    p->arena_bytes = p->ddesc_at + doff;
     p->dslot_stride = kp__align(doff, KP__DESC_ALIGN);
     p->pinned_bytes = kp__align(soff, KP__DESC_ALIGN) + KP__DYN_SLOTS * p->dslot_stride;
+    return KP_OK;
+}
+
+/* The one device allocation and the one pinned staging allocation. */
+static kp_status kp__allocate(kp_pipeline_t p) {
     if (p->arena_bytes) KP_CHECK(kp_malloc(p->dev, p->arena_bytes, &p->arena));
     if (p->pinned_bytes) {
         KP_CHECK(kp_malloc_host(p->dev, p->pinned_bytes, &p->pinned));
         memset(p->pinned, 0, p->pinned_bytes);
     }
-    p->sdesc_dev = (char *)p->arena + sdesc_at;
-    p->ddesc_dev = (char *)p->arena + ddesc_at;
+    p->sdesc_dev = (char *)p->arena + p->sdesc_at;
+    p->ddesc_dev = (char *)p->arena + p->ddesc_at;
     return KP_OK;
 }
 
@@ -62,7 +68,7 @@ static void *kp__dslot(kp_pipeline_t p, unsigned k) {
     return (char *)p->pinned + kp__align(p->sdesc_bytes, KP__DESC_ALIGN) + k * p->dslot_stride;
 }
 
-/* Frees what setup made; the pipeline goes back to "created". */
+/* Frees what setup made; the pipeline goes back to "created" (still planned). */
 static void kp__release(kp_pipeline_t p) {
     for (unsigned k = 0; k < KP__DYN_SLOTS; k++) {
         if (!p->slot_done[k]) continue;
@@ -79,8 +85,6 @@ static void kp__release(kp_pipeline_t p) {
     p->exec = NULL;
     p->graph = NULL;
     p->arena = p->pinned = NULL;
-    p->tensor_bytes = p->ws_bytes = p->sdesc_bytes = p->ddesc_bytes = 0;
-    p->arena_bytes = p->pinned_bytes = 0;
     p->state = KP__CREATED;
 }
 
@@ -107,7 +111,7 @@ kp_status kp_pipeline_setup(kp_pipeline_t p) {
     if (p->state != KP__CREATED)
         return kp__error(KP_ERR_STATE, "kp_pipeline_setup: pipeline \"%s\" is already set up", p->name);
     kp_status st;
-    KP_CHECK_GOTO(kp__layout(p), st, fail);
+    KP_CHECK_GOTO(kp__allocate(p), st, fail);
     for (unsigned k = 0; k < KP__DYN_SLOTS; k++)
         KP_CHECK_GOTO(kp_event_create(p->dev, &p->slot_done[k]), st, fail);
     KP_CHECK_GOTO(kp_stream_create(p->dev, &p->aux), st, fail);

@@ -235,7 +235,8 @@ static kp_status kp__json_convert(json_t *root, kp__json_spec *s) {
     return KP_OK;
 }
 
-kp_status kp_pipeline_create_from_json(kp_device_t dev, const char *text, kp_pipeline_t *out) {
+kp_status kp_pipeline_create_from_json_opts(kp_device_t dev, const char *text,
+                                            const kp_pipeline_options *opts, kp_pipeline_t *out) {
     KP_ARG_CHECK(out);
     *out = NULL;
     if (!dev || !text) return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_create_from_json: device "
@@ -248,13 +249,29 @@ kp_status kp_pipeline_create_from_json(kp_device_t dev, const char *text, kp_pip
     memset(&s, 0, sizeof s);
     s.spec = (kp_pipeline_spec)KP_PIPELINE_SPEC_INIT;
     kp_status st = kp__json_convert(root, &s);
+    if (st == KP_OK && opts) {
+        if (opts->struct_size != sizeof *opts)
+            st = kp__error(KP_ERR_INVALID_ARG, "pipeline options: struct_size %zu, expected %zu "
+                           "(use KP_PIPELINE_OPTIONS_INIT)", opts->struct_size, sizeof *opts);
+        else if (opts->mode != KP_EXEC_FROM_SPEC)
+            s.spec.mode = (kp_exec_mode)opts->mode;
+    }
     if (st == KP_OK) st = kp_pipeline_create(dev, &s.spec, out);
     kp__json_spec_free(&s);
     json_decref(root);
     return st;
 }
 
+kp_status kp_pipeline_create_from_json(kp_device_t dev, const char *text, kp_pipeline_t *out) {
+    return kp_pipeline_create_from_json_opts(dev, text, NULL, out);
+}
+
 kp_status kp_pipeline_create_from_file(kp_device_t dev, const char *path, kp_pipeline_t *out) {
+    return kp_pipeline_create_from_file_opts(dev, path, NULL, out);
+}
+
+kp_status kp_pipeline_create_from_file_opts(kp_device_t dev, const char *path,
+                                            const kp_pipeline_options *opts, kp_pipeline_t *out) {
     KP_ARG_CHECK(out && path);
     *out = NULL;
     FILE *f = fopen(path, "rb");
@@ -270,7 +287,7 @@ kp_status kp_pipeline_create_from_file(kp_device_t dev, const char *path, kp_pip
     }
     fclose(f);
     text[size] = '\0';
-    kp_status st = kp_pipeline_create_from_json(dev, text, out);
+    kp_status st = kp_pipeline_create_from_json_opts(dev, text, opts, out);
     kp__free(text);
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }

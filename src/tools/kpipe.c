@@ -1,26 +1,47 @@
-/* The kpipe command line. */
+/* The kpipe command line: run, validate and benchmark any spec. */
 #include <stdio.h>
 #include <string.h>
 
-#include "kpipe/kpipe.h"
+#include "tool-impl.h"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: kpipe <command> [options]\n\n"
-               "commands:\n"
-               "  info    backends, devices, driver and library versions\n"
-               "\nRun 'kpipe <command> --help' for a command's options.\n");
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *what;
+} kpt_commands[] = {
+    {"run", kpt_cmd_run, "run a spec for some ticks; inputs and outputs as .npy files"},
+    {"validate", kpt_cmd_validate, "parse and plan a spec without running it"},
+    {"bench", kpt_cmd_bench, "measure tick latency and throughput in stream and graph mode"},
+    {"info", kpt_cmd_info, "backends, devices, driver and library versions"},
+};
+#define KPT_N_COMMANDS (sizeof kpt_commands / sizeof kpt_commands[0])
+
+bool kpt_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+
+int kpt_fail(const char *cmd, kp_status st) {
+    const char *detail = kp_last_error();
+    fprintf(stderr, "kpipe %s: %s%s%s\n", cmd, kp_status_str(st), *detail ? ": " : "", detail);
+    return 1;
 }
 
-static int cmd_info(int argc, char **argv) {
-    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        printf("usage: kpipe info\n\nLists the backends built in, the devices present, and "
-               "driver and runtime versions.\n");
-        return 0;
+static void kpt_usage(FILE *f) {
+    fprintf(f, "usage: kpipe <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < KPT_N_COMMANDS; i++)
+        fprintf(f, "  %-9s %s\n", kpt_commands[i].name, kpt_commands[i].what);
+    fprintf(f, "\nRun 'kpipe <command> --help' for a command's options.\n");
+}
+
+int kpt_cmd_info(int argc, char **argv) {
+    if (argc > 1) {
+        bool help = kpt_is_help(argv[1]);
+        fprintf(help ? stdout : stderr, "usage: kpipe info\n\nLists the backends built in, the "
+                "devices present, the module types, and driver and runtime versions.\n");
+        return help ? 0 : 2;
     }
     char why[256] = "", desc[256];
-    printf("kpipe %s\n", kp_version_str());
-    printf("backends built: %s\n", kp_backends_built());
-    printf("devices:\n");
+    printf("kpipe %s\nbackends built: %s\nmodule types:", kp_version_str(), kp_backends_built());
+    for (size_t i = 0; i < kp_module_type_count(); i++) printf(" %s", kp_module_type_name(i));
+    printf("\ndevices:\n");
     kp_device_t dev;
     if (kp_device_open("cpu", &dev) == KP_OK) {
         if (kp_device_describe(dev, desc, sizeof desc) == KP_OK) printf("  cpu      %s\n", desc);
@@ -46,12 +67,16 @@ static int cmd_info(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        usage(argc < 2 ? stderr : stdout);
+    if (argc < 2 || kpt_is_help(argv[1])) {
+        kpt_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (strcmp(argv[1], "info") == 0) return cmd_info(argc - 1, argv + 1);
-    fprintf(stderr, "kpipe: unknown command \"%s\"\n", argv[1]);
-    usage(stderr);
+    for (size_t i = 0; i < KPT_N_COMMANDS; i++)
+        if (strcmp(argv[1], kpt_commands[i].name) == 0) {
+            kp_clear_error();
+            return kpt_commands[i].fn(argc - 1, argv + 1);
+        }
+    fprintf(stderr, "kpipe: unknown command \"%s\"\n\n", argv[1]);
+    kpt_usage(stderr);
     return 2;
 }

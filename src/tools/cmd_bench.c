@@ -1,0 +1,157 @@
+/* kpipe bench: tick latency (configure_io + execute + wait) per execution
+ * mode as min / p50 / p90 / p99 / max, and throughput with ticks in flight. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "options.h"
+#include "tool-impl.h"
+
+static const char kpt_bench_usage[] =
+    "usage: kpipe bench SPEC.json [options]\n\n"
+    "Measures, for each execution mode, the latency of one tick (configure_io +\n"
+    "execute + waiting for completion) over many ticks after a warm-up, and the\n"
+    "throughput with ticks in flight (no host wait between ticks).\n\n"
+    "  --device D   cpu, cuda or cuda:N (default: cuda when present, else cpu)\n"
+    "  --mode M     graph or stream (default: both)\n"
+    "  --ticks N    measured ticks (default 10000)\n"
+    "  --warmup N   ticks run before measuring (default 500)\n"
+    "  --json FILE  also write the results as JSON\n";
+
+typedef struct kpt_bench_result {
+    int mode;
+    kpt_stats lat_us;
+    double flight_us_per_tick;
+} kpt_bench_result;
+
+static void kpt_progress(long done, long total, const char *what) {
+    static int last = -1;
+    int pct = (int)(done * 100 / total);
+    if (pct == last && done != total) return;
+    last = pct;
+    int bar = pct / 4;
+    fprintf(stderr, "\r%-7s [%.*s%*s] %3d%%", what, bar, "#########################", 25 - bar, "", pct);
+    if (done == total) {
+        fprintf(stderr, "\r%*s\r", 48, "");
+        last = -1;
+    }
+}
+
+static kp_status kpt_bench_mode(const char *device, const char *spec, int mode, long ticks,
+                                long warmup, kpt_bench_result *res) {
+    kpt_runner r;
+    kp_status st = kpt_runner_open(&r, device, spec, mode);
+    double *lat = malloc((size_t)ticks * sizeof *lat);
+    bool tty = isatty(STDERR_FILENO);
+    const char *name = kp_exec_mode_str((kp_exec_mode)mode);
+    if (!lat) st = KP_ERR_OUT_OF_MEMORY;
+    if (st == KP_OK) st = kpt_runner_inputs(&r, NULL, 0, 1);
+    if (st == KP_OK) st = kpt_runner_prepare(&r);
+    for (long t = 0; st == KP_OK && t < warmup; t++) st = kpt_runner_tick(&r, true);
+    for (long t = 0; st == KP_OK && t < ticks; t++) {
+        double t0 = kpt_now_us();
+        st = kpt_runner_tick(&r, true);
+        lat[t] = kpt_now_us() - t0;
+        if (tty && ticks >= 1000) kpt_progress(t + 1, ticks, name);
+    }
+    if (st == KP_OK) {
+        /* ticks in flight: the host only enqueues; the stream and the
+         * descriptor staging ring apply the backpressure */
+        double t0 = kpt_now_us();
+        for (long t = 0; st == KP_OK && t < ticks; t++) st = kpt_runner_tick(&r, false);
+        if (st == KP_OK) st = kp_stream_sync(r.s);
+        res->flight_us_per_tick = (kpt_now_us() - t0) / (double)ticks;
+    }
+    if (st == KP_OK) {
+        res->mode = mode;
+        res->lat_us = kpt_stats_of(lat, (size_t)ticks);
+    }
+    free(lat);
+    kpt_runner_close(&r);
+    return st;
+}
+
+static kp_status kpt_bench_json(const char *path, const char *spec, const char *device,
+                                long ticks, long warmup, const kpt_bench_result *res, size_t n) {
+    json_t *modes = json_object();
+    for (size_t i = 0; i < n; i++) {
+        const kpt_stats *s = &res[i].lat_us;
+        json_object_set_new(modes, kp_exec_mode_str((kp_exec_mode)res[i].mode),
+            json_pack("{s:{s:f,s:f,s:f,s:f,s:f,s:f},s:f,s:f}", "latency_us", "min", s->min, "p50",
+                      s->p50, "p90", s->p90, "p99", s->p99, "max", s->max, "mean", s->mean,
+                      "in_flight_us_per_tick", res[i].flight_us_per_tick,
+                      "throughput_ticks_per_s", 1e6 / res[i].flight_us_per_tick));
+    }
+    json_t *root = json_pack("{s:s,s:s,s:I,s:I,s:o}", "spec", spec, "device", device, "ticks",
+                             (json_int_t)ticks, "warmup", (json_int_t)warmup, "modes", modes);
+    int rc = root ? json_dump_file(root, path, JSON_INDENT(2)) : -1;
+    json_decref(root);
+    if (rc != 0) {
+        fprintf(stderr, "--json %s: cannot write\n", path);
+        return KP_ERR_IO;
+    }
+    return KP_OK;
+}
+
+static int kpt_bench_parse(int argc, char **argv, const char **spec, const char **device,
+                           int *mode, long *ticks, long *warmup, const char **json) {
+    const char *v;
+    int r;
+    for (int i = 1; i < argc; i++) {
+        if (kpt_is_help(argv[i])) {
+            fputs(kpt_bench_usage, stdout);
+            return -1;
+        }
+        if ((r = kpt_opt_value(argc, argv, &i, "--device", &v)) != 0) {
+            if (r < 0) return 2;
+            *device = v;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--mode", &v)) != 0) {
+            if (r < 0 || !kpt_parse_mode(v, mode)) return 2;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--ticks", &v)) != 0) {
+            if (r < 0 || !kpt_parse_count("--ticks", v, 1, 100000000, ticks)) return 2;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--warmup", &v)) != 0) {
+            if (r < 0 || !kpt_parse_count("--warmup", v, 0, 100000000, warmup)) return 2;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--json", &v)) != 0) {
+            if (r < 0) return 2;
+            *json = v;
+        } else if (argv[i][0] == '-' || *spec) {
+            fprintf(stderr, "kpipe bench: unexpected argument \"%s\"\n\n%s", argv[i], kpt_bench_usage);
+            return 2;
+        } else {
+            *spec = argv[i];
+        }
+    }
+    if (!*spec) {
+        fprintf(stderr, "kpipe bench: no spec given\n\n%s", kpt_bench_usage);
+        return 2;
+    }
+    return 0;
+}
+
+int kpt_cmd_bench(int argc, char **argv) {
+    const char *spec = NULL, *device = NULL, *json = NULL;
+    int mode = KP_EXEC_FROM_SPEC;
+    long ticks = 10000, warmup = 500;
+    int rc = kpt_bench_parse(argc, argv, &spec, &device, &mode, &ticks, &warmup, &json);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (!device) device = kpt_default_device();
+    int modes[2] = {KP_EXEC_GRAPH, KP_EXEC_STREAM};
+    size_t n_modes = mode == KP_EXEC_FROM_SPEC ? 2 : 1;
+    if (n_modes == 1) modes[0] = mode;
+    kpt_bench_result res[2];
+    printf("kpipe bench %s on %s: %ld ticks after %ld warm-up ticks\n", spec, device, ticks, warmup);
+    printf("%-7s %10s %10s %10s %10s %10s   %s\n", "mode", "min", "p50", "p90", "p99", "max",
+           "in flight");
+    for (size_t i = 0; i < n_modes; i++) {
+        kp_status st = kpt_bench_mode(device, spec, modes[i], ticks, warmup, &res[i]);
+        if (st != KP_OK) return kpt_fail("bench", st);
+        const kpt_stats *s = &res[i].lat_us;
+        printf("%-7s %8.2fus %8.2fus %8.2fus %8.2fus %8.2fus   %.2fus/tick (%.0f ticks/s)\n",
+               kp_exec_mode_str((kp_exec_mode)modes[i]), s->min, s->p50, s->p90, s->p99, s->max,
+               res[i].flight_us_per_tick, 1e6 / res[i].flight_us_per_tick);
+    }
+    printf("latency: one tick = configure_io + execute + wait for completion (host clock)\n");
+    if (json && kpt_bench_json(json, spec, device, ticks, warmup, res, n_modes) != KP_OK) return 1;
+    return 0;
+}

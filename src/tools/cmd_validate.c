@@ -1,0 +1,141 @@
+/* kpipe validate: parses and plans a spec without running it, and prints
+ * what the pipeline will do. */
+#include <string.h>
+
+#include "options.h"
+#include "tool-impl.h"
+
+static const char kpt_validate_usage[] =
+    "usage: kpipe validate SPEC.json [--device D] [--mode M]\n\n"
+    "Parses and plans the spec without running it: modules in execution order, their\n"
+    "ports, each connection with its zero-copy decision and why, the arena layout,\n"
+    "descriptor bytes, and the graph's nodes and edges. Exit status 1 and a message\n"
+    "naming the file and the line and column or JSON path on a bad spec.\n\n"
+    "  --device D  plan for cpu (default), cuda or cuda:N; allocates nothing\n"
+    "  --mode M    graph or stream (default: the spec's \"execution\")\n";
+
+static void kpt_ports(const char *what, const kp_port_decl *p, size_t n) {
+    char d[96];
+    printf("      %s:", what);
+    for (size_t k = 0; k < n; k++) printf(" %s %s", p[k].name, kp_desc_str(&p[k].desc, d, sizeof d));
+    printf("%s\n", n ? "" : " none");
+}
+
+static kp_status kpt_print_modules(kp_pipeline_t p, const kp_pipeline_report *r) {
+    printf("modules, in execution order:\n");
+    for (size_t i = 0; i < r->n_modules; i++) {
+        kp_module_report m;
+        KPT_CHECK(kp_pipeline_module_report(p, i, &m));
+        printf("  %zu. %s (%s)\n", i, m.id, m.type);
+        kpt_ports("inputs ", m.inputs, m.n_inputs);
+        kpt_ports("outputs", m.outputs, m.n_outputs);
+    }
+    printf("connections:\n");
+    for (size_t i = 0; i < r->n_connections; i++) {
+        kp_connection_report c;
+        KPT_CHECK(kp_pipeline_connection_report(p, i, &c));
+        printf("  %-24s -> %-24s %-9s %s\n", c.from, c.to, c.zero_copy ? "zero-copy" : "copy",
+               c.reason + (c.zero_copy ? strlen("zero-copy: ") : strlen("copy: ")));
+    }
+    printf("external outputs:\n");
+    for (size_t i = 0; i < r->n_outputs; i++) {
+        kp_port_info o;
+        char d[96];
+        KPT_CHECK(kp_pipeline_output_info(p, i, &o));
+        printf("  %-24s %s\n", o.name, kp_desc_str(&o.desc, d, sizeof d));
+    }
+    return KP_OK;
+}
+
+static kp_status kpt_print_memory(kp_pipeline_t p, const kp_pipeline_report *r) {
+    printf("arena: one device allocation of %zu bytes\n", r->arena_bytes);
+    printf("  %-16s %12s %12s %12s\n", "module", "what", "offset", "bytes");
+    for (size_t i = 0; i < r->n_modules; i++) {
+        kp_module_report m;
+        KPT_CHECK(kp_pipeline_module_report(p, i, &m));
+        if (m.req.device_bytes)
+            printf("  %-16s %12s %12zu %12zu\n", m.id, "tensors", m.device_offset, m.req.device_bytes);
+        if (m.req.workspace_bytes)
+            printf("  %-16s %12s %12zu %12zu\n", m.id, "workspace", m.workspace_offset,
+                   m.req.workspace_bytes);
+        if (m.req.static_desc_bytes)
+            printf("  %-16s %12s %12zu %12zu\n", m.id, "static desc", m.static_desc_offset,
+                   m.req.static_desc_bytes);
+        if (m.req.dynamic_desc_bytes)
+            printf("  %-16s %12s %12zu %12zu\n", m.id, "dynamic desc", m.dynamic_desc_offset,
+                   m.req.dynamic_desc_bytes);
+    }
+    printf("  totals: tensors %zu, workspace %zu, static descriptors %zu (uploaded once), dynamic "
+           "descriptors %zu (one upload per tick)\n", r->tensor_bytes, r->workspace_bytes,
+           r->static_desc_bytes, r->dynamic_desc_bytes);
+    printf("  pinned host staging: %zu bytes\n", r->pinned_bytes);
+    return KP_OK;
+}
+
+static kp_status kpt_print_graph(kp_pipeline_t p, const kp_pipeline_report *r) {
+    size_t edges = 0;
+    for (size_t i = 0; i < r->n_modules; i++) {
+        kp_module_report m;
+        KPT_CHECK(kp_pipeline_module_report(p, i, &m));
+        edges += m.n_graph_deps;
+    }
+    printf("graph (%s mode): %zu module node%s, %zu edge%s\n",
+           kp_exec_mode_str(kp_pipeline_mode(p)), r->n_modules, r->n_modules == 1 ? "" : "s",
+           edges, edges == 1 ? "" : "s");
+    for (size_t i = 0; i < r->n_modules; i++) {
+        kp_module_report m;
+        KPT_CHECK(kp_pipeline_module_report(p, i, &m));
+        printf("  %-16s waits for:", m.id);
+        for (size_t d = 0; d < m.n_graph_deps; d++) printf(" %s", m.graph_deps[d]);
+        printf("%s\n", m.n_graph_deps ? "" : " nothing (starts at once)");
+    }
+    return KP_OK;
+}
+
+int kpt_cmd_validate(int argc, char **argv) {
+    const char *spec = NULL, *device = "cpu", *v;
+    int mode = KP_EXEC_FROM_SPEC, r;
+    for (int i = 1; i < argc; i++) {
+        if (kpt_is_help(argv[i])) {
+            fputs(kpt_validate_usage, stdout);
+            return 0;
+        }
+        if ((r = kpt_opt_value(argc, argv, &i, "--device", &v)) != 0) {
+            if (r < 0) return 2;
+            device = v;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--mode", &v)) != 0) {
+            if (r < 0 || !kpt_parse_mode(v, &mode)) return 2;
+        } else if (argv[i][0] == '-' || spec) {
+            fprintf(stderr, "kpipe validate: unexpected argument \"%s\"\n\n%s", argv[i],
+                    kpt_validate_usage);
+            return 2;
+        } else {
+            spec = argv[i];
+        }
+    }
+    if (!spec) {
+        fprintf(stderr, "kpipe validate: no spec given\n\n%s", kpt_validate_usage);
+        return 2;
+    }
+    kp_device_t dev;
+    kp_pipeline_t p = NULL;
+    kp_pipeline_report rep;
+    kp_pipeline_options o = KP_PIPELINE_OPTIONS_INIT;
+    o.mode = mode;
+    kp_status st = kp_device_open(device, &dev);
+    if (st != KP_OK) return kpt_fail("validate", st);
+    st = kp_pipeline_create_from_file_opts(dev, spec, &o, &p);
+    if (st == KP_OK) st = kp_pipeline_report_get(p, &rep);
+    if (st == KP_OK) {
+        printf("%s: pipeline \"%s\", %s mode, planned for %s\n", spec, kp_pipeline_name(p),
+               kp_exec_mode_str(kp_pipeline_mode(p)), kp_device_name(dev));
+        st = kpt_print_modules(p, &rep);
+    }
+    if (st == KP_OK) st = kpt_print_memory(p, &rep);
+    if (st == KP_OK) st = kpt_print_graph(p, &rep);
+    int rc = st == KP_OK ? 0 : kpt_fail("validate", st);
+    if (rc == 0) printf("OK\n");
+    kp_pipeline_destroy(p);
+    kp_device_close(dev);
+    return rc;
+}

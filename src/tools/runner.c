@@ -1,0 +1,189 @@
+/* Running a spec from the command line: device tensors for the external
+ * inputs, filled from .npy files or seeded random data, and the lifecycle. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tool-impl.h"
+
+double kpt_now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+static int kpt_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+kpt_stats kpt_stats_of(double *v, size_t n) {
+    kpt_stats s = {0};
+    if (!n) return s;
+    qsort(v, n, sizeof *v, kpt_cmp_double);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += v[i];
+    /* nearest-rank percentiles */
+#define KPT_PCT(p) v[(size_t)((p) / 100.0 * (double)(n - 1) + 0.5)]
+    s.min = v[0];
+    s.p50 = KPT_PCT(50);
+    s.p90 = KPT_PCT(90);
+    s.p99 = KPT_PCT(99);
+    s.max = v[n - 1];
+    s.mean = sum / (double)n;
+#undef KPT_PCT
+    return s;
+}
+
+size_t kpt_tensor_bytes(const kp_tensor_desc *d) {
+    return (size_t)kp_desc_numel(d) * kp_dtype_size(d->dtype);
+}
+
+kp_status kpt_runner_open(kpt_runner *r, const char *devname, const char *spec, int mode) {
+    memset(r, 0, sizeof *r);
+    kp_pipeline_options o = KP_PIPELINE_OPTIONS_INIT;
+    o.mode = mode;
+    KPT_CHECK(kp_device_open(devname, &r->dev));
+    KPT_CHECK(kp_stream_create(r->dev, &r->s));
+    KPT_CHECK(kp_pipeline_create_from_file_opts(r->dev, spec, &o, &r->p));
+    kp_pipeline_report rep;
+    KPT_CHECK(kp_pipeline_report_get(r->p, &rep));
+    r->n_in = rep.n_inputs;
+    r->n_out = rep.n_outputs;
+    r->in = calloc(r->n_in + 1, sizeof *r->in);
+    r->out = calloc(r->n_out + 1, sizeof *r->out);
+    r->host_in = calloc(r->n_in + 1, sizeof *r->host_in);
+    r->in_bytes = calloc(r->n_in + 1, sizeof *r->in_bytes);
+    if (!r->in || !r->out || !r->host_in || !r->in_bytes) {
+        fprintf(stderr, "kpipe: out of host memory\n");
+        return KP_ERR_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; i < r->n_in; i++) {
+        KPT_CHECK(kp_pipeline_input_info(r->p, i, &r->in[i]));
+        r->in_bytes[i] = kpt_tensor_bytes(&r->in[i].desc);
+        r->host_in[i] = malloc(r->in_bytes[i] ? r->in_bytes[i] : 1);
+        if (!r->host_in[i]) {
+            fprintf(stderr, "kpipe: out of host memory for input %s\n", r->in[i].name);
+            return KP_ERR_OUT_OF_MEMORY;
+        }
+        KPT_CHECK(kp_malloc(r->dev, r->in_bytes[i], &r->in[i].data));
+    }
+    for (size_t i = 0; i < r->n_out; i++) KPT_CHECK(kp_pipeline_output_info(r->p, i, &r->out[i]));
+    return KP_OK;
+}
+
+static uint64_t kpt_next(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Floats uniform in [-1, 1); integers in [-100, 100) (unsigned: [0, 200)). */
+static kp_status kpt_fill_random(const kp_port_info *port, void *p, uint64_t *s) {
+    size_t n = (size_t)kp_desc_numel(&port->desc);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t r = kpt_next(s);
+        int64_t v = (int64_t)(r % 200) - 100;
+        switch (port->desc.dtype) {
+        case KP_F32: ((float *)p)[i] = (float)((double)(r >> 11) / 4503599627370496.0 - 1.0); break;
+        case KP_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+        case KP_I16: ((int16_t *)p)[i] = (int16_t)v; break;
+        case KP_I8: ((int8_t *)p)[i] = (int8_t)v; break;
+        case KP_U8: ((uint8_t *)p)[i] = (uint8_t)(v + 100); break;
+        case KP_I64: ((int64_t *)p)[i] = v; break;
+        case KP_U64: ((uint64_t *)p)[i] = (uint64_t)(v + 100); break;
+        default:
+            fprintf(stderr, "input %s: no random data for dtype %s; give it with --input %s=FILE.npy\n",
+                    port->name, kp_dtype_name(port->desc.dtype), port->name);
+            return KP_ERR_UNSUPPORTED;
+        }
+    }
+    return KP_OK;
+}
+
+static kp_status kpt_load_input(kpt_runner *r, size_t i, const char *path) {
+    kpt_npy a;
+    char want[96], got[96];
+    KPT_CHECK(kpt_npy_read(path, &a));
+    kp_tensor_desc d = {.dtype = a.dtype, .ndim = a.ndim};
+    memcpy(d.shape, a.shape, sizeof d.shape);
+    if (a.dtype != r->in[i].desc.dtype || kp_desc_numel(&d) != kp_desc_numel(&r->in[i].desc)) {
+        fprintf(stderr, "input %s: %s holds %s, the pipeline takes %s\n", r->in[i].name, path,
+                kp_desc_str(&d, got, sizeof got), kp_desc_str(&r->in[i].desc, want, sizeof want));
+        kpt_npy_free(&a);
+        return KP_ERR_MISMATCH;
+    }
+    memcpy(r->host_in[i], a.data, r->in_bytes[i]);
+    kpt_npy_free(&a);
+    return KP_OK;
+}
+
+kp_status kpt_runner_inputs(kpt_runner *r, const kpt_named_file *files, size_t n_files,
+                            uint64_t seed) {
+    for (size_t f = 0; f < n_files; f++) {
+        size_t i = 0;
+        while (i < r->n_in && strcmp(r->in[i].name, files[f].name) != 0) i++;
+        if (i == r->n_in) {
+            fprintf(stderr, "--input %s: the pipeline has no input of that name (inputs:", files[f].name);
+            for (size_t k = 0; k < r->n_in; k++) fprintf(stderr, " %s", r->in[k].name);
+            fprintf(stderr, ")\n");
+            return KP_ERR_NOT_FOUND;
+        }
+    }
+    uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
+    for (size_t i = 0; i < r->n_in; i++) {
+        const char *path = NULL;
+        for (size_t f = 0; f < n_files; f++)
+            if (strcmp(r->in[i].name, files[f].name) == 0) path = files[f].path;
+        KPT_CHECK(path ? kpt_load_input(r, i, path) : kpt_fill_random(&r->in[i], r->host_in[i], &s));
+        KPT_CHECK(kp_memcpy_htod(r->dev, r->in[i].data, r->host_in[i], r->in_bytes[i]));
+    }
+    return KP_OK;
+}
+
+kp_status kpt_runner_copy_inputs(kpt_runner *r, const kpt_runner *src) {
+    for (size_t i = 0; i < r->n_in; i++) {
+        memcpy(r->host_in[i], src->host_in[i], r->in_bytes[i]);
+        KPT_CHECK(kp_memcpy_htod(r->dev, r->in[i].data, r->host_in[i], r->in_bytes[i]));
+    }
+    return KP_OK;
+}
+
+kp_status kpt_runner_prepare(kpt_runner *r) {
+    KPT_CHECK(kp_pipeline_setup(r->p));
+    KPT_CHECK(kp_pipeline_configure_io(r->p, r->in, r->n_in, r->out, r->n_out, r->s));
+    KPT_CHECK(kp_pipeline_warmup(r->p, r->s));
+    if (kp_pipeline_mode(r->p) == KP_EXEC_GRAPH) KPT_CHECK(kp_pipeline_build_graph(r->p));
+    return kp_stream_sync(r->s);
+}
+
+kp_status kpt_runner_tick(kpt_runner *r, bool wait) {
+    KPT_CHECK(kp_pipeline_configure_io(r->p, r->in, r->n_in, r->out, r->n_out, r->s));
+    if (kp_pipeline_mode(r->p) == KP_EXEC_GRAPH)
+        KPT_CHECK(kp_pipeline_execute_graph(r->p, r->s));
+    else
+        KPT_CHECK(kp_pipeline_execute_stream(r->p, r->s));
+    return wait ? kp_stream_sync(r->s) : KP_OK;
+}
+
+kp_status kpt_runner_fetch(kpt_runner *r, size_t i, void *host) {
+    KPT_CHECK(kp_stream_sync(r->s));
+    return kp_memcpy_dtoh(r->dev, host, r->out[i].data, kpt_tensor_bytes(&r->out[i].desc));
+}
+
+void kpt_runner_close(kpt_runner *r) {
+    if (r->s) (void)kp_stream_sync(r->s);
+    kp_pipeline_destroy(r->p);
+    for (size_t i = 0; i < r->n_in; i++) {
+        if (r->in) kp_free(r->dev, r->in[i].data);
+        if (r->host_in) free(r->host_in[i]);
+    }
+    free(r->in);
+    free(r->out);
+    free(r->host_in);
+    free(r->in_bytes);
+    kp_stream_destroy(r->s);
+    kp_device_close(r->dev);
+    memset(r, 0, sizeof *r);
+}

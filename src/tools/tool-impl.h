@@ -1,0 +1,80 @@
+/* Shared by the kpipe command line's commands. */
+#ifndef KPIPE_TOOL_IMPL_H
+#define KPIPE_TOOL_IMPL_H
+
+#include <stdio.h>
+
+#include "kpipe/kpipe.h"
+
+/* Returns a failing status from the enclosing function. */
+#define KPT_CHECK(expr)                                                         \
+    do {                                                                        \
+        kp_status kpt_st_ = (expr);                                             \
+        if (kpt_st_ != KP_OK) return kpt_st_;                                   \
+    } while (0)
+
+/* --- .npy files (NumPy format 1.0 to 3.0, little-endian, C order) --------------- */
+typedef struct kpt_npy {
+    kp_dtype dtype;
+    int ndim;
+    int64_t shape[KP_MAX_DIMS];
+    void *data;   /* malloc'd */
+    size_t bytes;
+} kpt_npy;
+
+kp_status kpt_npy_read(const char *path, kpt_npy *out);
+kp_status kpt_npy_write(const char *path, const kp_tensor_desc *desc, const void *data);
+void kpt_npy_free(kpt_npy *a);
+
+/* --- running a spec -------------------------------------------------------------- */
+typedef struct kpt_named_file {
+    const char *name;
+    const char *path;
+} kpt_named_file;
+
+typedef struct kpt_runner {
+    kp_device_t dev;
+    kp_stream_t s;
+    kp_pipeline_t p;
+    size_t n_in, n_out;
+    kp_port_info *in, *out; /* device tensors; outputs filled by configure_io */
+    void **host_in;         /* host copies of the inputs */
+    size_t *in_bytes;
+} kpt_runner;
+
+/* Opens `devname`, creates the pipeline from `spec` (mode: KP_EXEC_FROM_SPEC
+ * or an override). */
+kp_status kpt_runner_open(kpt_runner *r, const char *devname, const char *spec, int mode);
+/* Input data from .npy files where named, else seeded random data; uploads it. */
+kp_status kpt_runner_inputs(kpt_runner *r, const kpt_named_file *files, size_t n_files,
+                            uint64_t seed);
+/* Uses the same host inputs as `src` (both must come from one spec). */
+kp_status kpt_runner_copy_inputs(kpt_runner *r, const kpt_runner *src);
+/* setup, first configure_io, warmup, build_graph (graph mode). */
+kp_status kpt_runner_prepare(kpt_runner *r);
+/* One tick: configure_io and execute; waits for it when `wait`. */
+kp_status kpt_runner_tick(kpt_runner *r, bool wait);
+/* Copies output i to host memory of out[i]'s size. */
+kp_status kpt_runner_fetch(kpt_runner *r, size_t i, void *host);
+size_t kpt_tensor_bytes(const kp_tensor_desc *d);
+void kpt_runner_close(kpt_runner *r);
+
+/* --- statistics ----------------------------------------------------------------------- */
+typedef struct kpt_stats {
+    double min, p50, p90, p99, max, mean;
+} kpt_stats;
+/* Sorts `v` in place. */
+kpt_stats kpt_stats_of(double *v, size_t n);
+double kpt_now_us(void);
+
+/* --- commands ------------------------------------------------------------------------- */
+int kpt_cmd_run(int argc, char **argv);
+int kpt_cmd_validate(int argc, char **argv);
+int kpt_cmd_bench(int argc, char **argv);
+int kpt_cmd_info(int argc, char **argv);
+
+/* Prints "kpipe CMD: STATUS: detail" and returns 1. */
+int kpt_fail(const char *cmd, kp_status st);
+bool kpt_is_help(const char *arg);
+
+#endif
