@@ -99,14 +99,17 @@ static void hand_setup(hand *H, int64_t n, const float *a, const float *b) {
     CK(cudaMalloc(&H->ws, 4 << 20));
     CB(cublasSetWorkspace(H->h, H->ws, 4 << 20));
     CB(cublasSetStream(H->h, H->s));
-    /* graph: child graph of the captured geam, then the relu kernel node */
+    /* graph: the two input copies, the captured geam as a child graph, then
+     * the relu kernel node */
     cudaGraph_t child, g;
-    cudaGraphNode_t cn, kn;
+    cudaGraphNode_t copies[2], cn, kn;
     CK(cudaStreamBeginCapture(H->s, cudaStreamCaptureModeThreadLocal));
     hand_geam(H, H->ia, H->ib);
     CK(cudaStreamEndCapture(H->s, &child));
     CK(cudaGraphCreate(&g, 0));
-    CK(cudaGraphAddChildGraphNode(&cn, g, NULL, 0, child));
+    CK(cudaGraphAddMemcpyNode1D(&copies[0], g, NULL, 0, H->ia, H->a, bytes, cudaMemcpyDefault));
+    CK(cudaGraphAddMemcpyNode1D(&copies[1], g, NULL, 0, H->ib, H->b, bytes, cudaMemcpyDefault));
+    CK(cudaGraphAddChildGraphNode(&cn, g, copies, 2, child));
     void *args[1] = {&H->rp};
     struct cudaKernelNodeParams kp = {(void *)hand_relu_fn(), {H->grid, 1, 1}, {256, 1, 1}, 0, args, NULL};
     CK(cudaGraphAddKernelNode(&kn, g, &cn, 1, &kp));
@@ -117,12 +120,9 @@ static void hand_setup(hand *H, int64_t n, const float *a, const float *b) {
     CK(cudaStreamSynchronize(H->s));
 }
 
-/* The per-tick work kpipe's graph mode does: copy both inputs into fixed
- * buffers, upload the dynamic descriptor, launch the graph. */
+/* The per-tick work kpipe's graph mode does: upload the dynamic descriptor,
+ * launch the graph (whose first nodes copy both inputs into fixed buffers). */
 static void hand_tick_graph(hand *H, bool wait) {
-    size_t bytes = (size_t)H->n * sizeof(float);
-    CK(cudaMemcpyAsync(H->ia, H->a, bytes, cudaMemcpyDefault, H->s));
-    CK(cudaMemcpyAsync(H->ib, H->b, bytes, cudaMemcpyDefault, H->s));
     CK(cudaMemcpyAsync(H->dyn, H->dyn_host, sizeof *H->dyn, cudaMemcpyDefault, H->s));
     CK(cudaGraphLaunch(H->ge, H->s));
     if (wait) CK(cudaStreamSynchronize(H->s));
@@ -169,22 +169,37 @@ static void hg_tick(void *ctx, bool wait) { hand_tick_graph(ctx, wait); }
 static void hs_tick(void *ctx, bool wait) { hand_tick_stream(ctx, wait); }
 static void h_sync(void *ctx) { CK(cudaStreamSynchronize(((hand *)ctx)->s)); }
 
-static void measure(const variant *v, int64_t n, long ticks, long warmup, result *r) {
-    double *lat = malloc((size_t)ticks * sizeof *lat);
-    for (long t = 0; t < warmup; t++) v->tick(v->ctx, true);
-    for (long t = 0; t < ticks; t++) {
-        double t0 = kpt_now_us();
-        v->tick(v->ctx, true);
-        lat[t] = kpt_now_us() - t0;
+#define ROUNDS 10
+
+/* Measures the variants in interleaved rounds, so that clock and load drift
+ * reach every variant alike: per round, each variant runs ticks/ROUNDS
+ * waited ticks, then the same number in flight. */
+static void measure(const variant *v, size_t nv, int64_t n, long ticks, long warmup, result *r) {
+    long per = ticks / ROUNDS;
+    double *lat[8], flight[8] = {0};
+    for (size_t i = 0; i < nv; i++) {
+        lat[i] = malloc((size_t)(per * ROUNDS) * sizeof(double));
+        for (long t = 0; t < warmup; t++) v[i].tick(v[i].ctx, true);
     }
-    double t0 = kpt_now_us();
-    for (long t = 0; t < ticks; t++) v->tick(v->ctx, false);
-    v->sync(v->ctx);
-    snprintf(r->name, sizeof r->name, "%s", v->name);
-    r->n = n;
-    r->flight_us = (kpt_now_us() - t0) / (double)ticks;
-    r->lat = kpt_stats_of(lat, (size_t)ticks);
-    free(lat);
+    for (int round = 0; round < ROUNDS; round++)
+        for (size_t i = 0; i < nv; i++) {
+            for (long t = 0; t < per; t++) {
+                double t0 = kpt_now_us();
+                v[i].tick(v[i].ctx, true);
+                lat[i][round * per + t] = kpt_now_us() - t0;
+            }
+            double t0 = kpt_now_us();
+            for (long t = 0; t < per; t++) v[i].tick(v[i].ctx, false);
+            v[i].sync(v[i].ctx);
+            flight[i] += kpt_now_us() - t0;
+        }
+    for (size_t i = 0; i < nv; i++) {
+        snprintf(r[i].name, sizeof r[i].name, "%s", v[i].name);
+        r[i].n = n;
+        r[i].flight_us = flight[i] / (double)(per * ROUNDS);
+        r[i].lat = kpt_stats_of(lat[i], (size_t)(per * ROUNDS));
+        free(lat[i]);
+    }
 }
 
 /* Device time per call of `fn` over `reps` calls, from events on `s`. */
@@ -283,7 +298,7 @@ static void run_size(const char *src, int64_t n, long ticks, long warmup, json_t
     variant v[4] = {{"hand graph", hg_tick, h_sync, &H}, {"kpipe graph", kp_tick, kp_sync, &kg},
                     {"hand stream", hs_tick, h_sync, &H}, {"kpipe stream", kp_tick, kp_sync, &ks}};
     result r[4];
-    for (int i = 0; i < 4; i++) measure(&v[i], n, ticks, warmup, &r[i]);
+    measure(v, 4, n, ticks, warmup, r);
     size_t bad = wrong(kg.out[0].data, a, b, n) + wrong(ks.out[0].data, a, b, n) + wrong(H.out, a, b, n);
     printf("N = %lld (%ld ticks after %ld warm-up; %zu wrong output elements)\n", (long long)n,
            ticks, warmup, bad);

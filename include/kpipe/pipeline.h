@@ -102,7 +102,8 @@ kp_status kp_pipeline_build_graph(kp_pipeline_t p);
 kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s);
 /* Graph mode: one graph launch on `s`. */
 kp_status kp_pipeline_execute_graph(kp_pipeline_t p, kp_stream_t s);
-/* Waits for outstanding descriptor uploads, then frees everything. NULL is a no-op. */
+/* Frees everything; freeing the arena waits for the device's pending work
+ * (as cudaFree does), so uploads in flight finish first. NULL is a no-op. */
 void kp_pipeline_destroy(kp_pipeline_t p);
 
 /* --- introspection ------------------------------------------------------------- */

@@ -1,8 +1,11 @@
 /* The `engine` module: an opaque vendor computation, result0 = arg0 + arg1
  * (float32). In graph mode its work is captured at warmup into a child graph,
  * which bakes in its input addresses: its inputs then need fixed addresses,
- * so external inputs are copied into buffers of its own each tick. In stream
- * mode it calls the vendor library each tick with the current addresses. */
+ * so inputs from dynamic upstreams are copied into buffers of its own each
+ * tick. Those copies are memcpy nodes in front of the child graph (one graph
+ * launch per tick instead of a launch per copy); configure_io re-points a
+ * copy node only when its source address changed. In stream mode it calls
+ * the vendor library each tick with the current addresses. */
 #include <string.h>
 
 #include "modules-impl.h"
@@ -18,6 +21,8 @@ typedef struct kp__engine {
     float *own[2];         /* own input buffers (copy mode) */
     float *out;
     kp_graph_t captured;   /* graph mode, after warmup */
+    kp_graph_node_t copy_node[2];
+    const float *copy_src[2]; /* source of each copy node as last set */
 } kp__engine;
 
 static const float *kp__engine_in(const kp__engine *e, int i) {
@@ -70,11 +75,20 @@ static kp_status kp__engine_set_inputs(void *self, const kp_port_info *in, size_
     return KP_OK;
 }
 
+/* The copies run inside the graph (see add_node_to_graph), so there is
+ * nothing to enqueue here. */
 static kp_status kp__engine_configure(void *self, kp_stream_t s, void *dyn_host) {
+    return KP_OK;
+}
+
+static kp_status kp__engine_update_nodes(void *self, kp_graph_exec_t ge) {
     kp__engine *e = self;
-    for (int i = 0; i < 2; i++)
-        if (e->copy[i])
-            KP_CHECK(kp_memcpy_async(s, e->own[i], e->bound[i], (size_t)e->n * sizeof(float)));
+    for (int i = 0; i < 2; i++) {
+        if (!e->copy[i] || e->copy_src[i] == e->bound[i]) continue;
+        KP_CHECK(kp_graph_exec_set_memcpy(ge, e->copy_node[i], e->own[i], e->bound[i],
+                                          (size_t)e->n * sizeof(float)));
+        e->copy_src[i] = e->bound[i];
+    }
     return KP_OK;
 }
 
@@ -110,7 +124,17 @@ static kp_status kp__engine_add_node(void *self, kp_graph_t g, const kp_graph_no
     kp__engine *e = self;
     if (!e->captured)
         return kp__error(KP_ERR_STATE, "engine: no captured work; warm up in graph mode first");
-    return kp_graph_add_child(g, deps, n, e->captured, out);
+    kp_graph_node_t all[KP_MAX_PORTS + 2];
+    size_t n_all = 0;
+    for (size_t d = 0; d < n && d < KP_MAX_PORTS; d++) all[n_all++] = deps[d];
+    for (int i = 0; i < 2; i++) {
+        if (!e->copy[i]) continue;
+        KP_CHECK(kp_graph_add_memcpy(g, deps, n, e->own[i], e->bound[i],
+                                     (size_t)e->n * sizeof(float), &e->copy_node[i]));
+        e->copy_src[i] = e->bound[i];
+        all[n_all++] = e->copy_node[i];
+    }
+    return kp_graph_add_child(g, all, n_all, e->captured, out);
 }
 
 static const kp_module_i kp__engine_iface = {
@@ -125,6 +149,7 @@ static const kp_module_i kp__engine_iface = {
     .warmup = kp__engine_warmup,
     .execute = kp__engine_execute,
     .add_node_to_graph = kp__engine_add_node,
+    .update_graph_node_params = kp__engine_update_nodes,
 };
 
 kp_status kp__engine_create(const kp_module_env *env, kp_module_def *def) {

@@ -12,6 +12,9 @@
 typedef struct kp__cublas_engine {
     cublasHandle_t h;
     int rows, cols;
+    cudaStream_t stream; /* the handle's stream as last set */
+    void *ws;
+    size_t ws_bytes;
 } kp__cublas_engine;
 
 #define KP__WORKSPACE_BYTES ((size_t)4 << 20)
@@ -62,6 +65,19 @@ static kp_status kp__cublas_create(kp_device_t dev, int64_t n, void **ctx, size_
 static kp_status kp__cublas_set_workspace(void *ctx, void *ws, size_t bytes) {
     kp__cublas_engine *e = ctx;
     KP_CUBLAS_CHECK(cublasSetWorkspace(e->h, ws, bytes));
+    e->ws = ws;
+    e->ws_bytes = bytes;
+    return KP_OK;
+}
+
+/* cublasSetStream resets the handle's workspace to cuBLAS's own pool, which
+ * may allocate under capture: set the stream only when it changes, and hand
+ * our workspace back right after. */
+static kp_status kp__cublas_use_stream(kp__cublas_engine *e, cudaStream_t s) {
+    if (s == e->stream) return KP_OK;
+    KP_CUBLAS_CHECK(cublasSetStream(e->h, s));
+    if (e->ws) KP_CUBLAS_CHECK(cublasSetWorkspace(e->h, e->ws, e->ws_bytes));
+    e->stream = s;
     return KP_OK;
 }
 
@@ -69,7 +85,7 @@ static kp_status kp__cublas_enqueue(void *ctx, kp_stream_t s, const float *a, co
                                     float *c) {
     kp__cublas_engine *e = ctx;
     const float one = 1.0f;
-    KP_CUBLAS_CHECK(cublasSetStream(e->h, (cudaStream_t)kp_stream_native(s)));
+    KP_CHECK(kp__cublas_use_stream(e, (cudaStream_t)kp_stream_native(s)));
     KP_CUBLAS_CHECK(cublasSgeam(e->h, CUBLAS_OP_N, CUBLAS_OP_N, e->rows, e->cols, &one, a, e->rows,
                                 &one, b, e->rows, c, e->rows));
     return KP_OK;

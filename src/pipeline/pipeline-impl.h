@@ -6,8 +6,13 @@
 #include "../core/core-impl.h"
 
 /* Staging slots for dynamic descriptors: the host writes slot k while the
- * uploads of earlier ticks may still be in flight. */
-#define KP__DYN_SLOTS 4
+ * uploads of earlier ticks may still be in flight. Slots come in groups; one
+ * event per group (recorded after the group's last upload, waited on before
+ * the group is reused) keeps the per-tick cost at one small copy, and lets up
+ * to KP__DYN_SLOTS - KP__DYN_GROUP ticks be in flight before the host waits. */
+#define KP__DYN_SLOTS 64
+#define KP__DYN_GROUP 16
+#define KP__DYN_GROUPS (KP__DYN_SLOTS / KP__DYN_GROUP)
 
 typedef enum kp__src_kind { KP__SRC_NONE, KP__SRC_EXTERNAL, KP__SRC_MODULE } kp__src_kind;
 
@@ -63,7 +68,8 @@ struct kp_pipeline {
     size_t sdesc_at, ddesc_at;    /* descriptor regions' offsets in the arena */
     void *sdesc_dev, *ddesc_dev;
     unsigned slot;
-    kp_event_t slot_done[KP__DYN_SLOTS];
+    kp_event_t group_done[KP__DYN_GROUPS];
+    kp_stream_t upload_stream;    /* stream of the current group's uploads */
     kp_stream_t aux;              /* graph upload */
 
     /* graph */

@@ -70,11 +70,13 @@ static void *kp__dslot(kp_pipeline_t p, unsigned k) {
 
 /* Frees what setup made; the pipeline goes back to "created" (still planned). */
 static void kp__release(kp_pipeline_t p) {
-    for (unsigned k = 0; k < KP__DYN_SLOTS; k++) {
-        if (!p->slot_done[k]) continue;
-        (void)kp_event_sync(p->slot_done[k]); /* uploads read the pinned slots */
-        kp_event_destroy(p->slot_done[k]);
-        p->slot_done[k] = NULL;
+    /* Uploads still in flight read the pinned slots: freeing device and pinned
+     * memory waits for the device's pending work on both backends, so no
+     * stream (which the caller may already have destroyed) is touched here. */
+    p->upload_stream = NULL;
+    for (unsigned g = 0; g < KP__DYN_GROUPS; g++) {
+        kp_event_destroy(p->group_done[g]);
+        p->group_done[g] = NULL;
     }
     kp_stream_destroy(p->aux);
     kp_graph_exec_destroy(p->exec);
@@ -112,8 +114,8 @@ kp_status kp_pipeline_setup(kp_pipeline_t p) {
         return kp__error(KP_ERR_STATE, "kp_pipeline_setup: pipeline \"%s\" is already set up", p->name);
     kp_status st;
     KP_CHECK_GOTO(kp__allocate(p), st, fail);
-    for (unsigned k = 0; k < KP__DYN_SLOTS; k++)
-        KP_CHECK_GOTO(kp_event_create(p->dev, &p->slot_done[k]), st, fail);
+    for (unsigned g = 0; g < KP__DYN_GROUPS; g++)
+        KP_CHECK_GOTO(kp_event_create(p->dev, &p->group_done[g]), st, fail);
     KP_CHECK_GOTO(kp_stream_create(p->dev, &p->aux), st, fail);
     KP_CHECK_GOTO(kp__setup_modules(p), st, fail);
     p->state = KP__SETUP;
@@ -187,6 +189,22 @@ static kp_status kp__module_io(kp_pipeline_t p, kp__module *m, kp_stream_t s, vo
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "module \"%s\" configure_io", m->id);
 }
 
+/* Makes staging slot k writable. Entering a group waits for the group's
+ * previous uploads (done long ago in steady state, so this does not block).
+ * Uploads of one group are ordered by one stream; if the caller switches
+ * streams mid-group, the earlier stream's uploads are waited for here. */
+static kp_status kp__slot_acquire(kp_pipeline_t p, unsigned k, kp_stream_t s) {
+    if (!p->ddesc_bytes) return KP_OK;
+    kp_event_t ev = p->group_done[k / KP__DYN_GROUP];
+    if (p->upload_stream && p->upload_stream != s && k % KP__DYN_GROUP != 0) {
+        KP_CHECK(kp_event_record(ev, p->upload_stream));
+        KP_CHECK(kp_event_sync(ev));
+    }
+    if (k % KP__DYN_GROUP == 0) KP_CHECK(kp_event_sync(ev));
+    p->upload_stream = s;
+    return KP_OK;
+}
+
 kp_status kp_pipeline_configure_io(kp_pipeline_t p, const kp_port_info *inputs, size_t n_inputs,
                                    kp_port_info *outputs, size_t n_outputs, kp_stream_t s) {
     KP_CHECK(kp__need(p, KP__SETUP, __func__, "call kp_pipeline_setup"));
@@ -195,15 +213,14 @@ kp_status kp_pipeline_configure_io(kp_pipeline_t p, const kp_port_info *inputs, 
         return kp__error(KP_ERR_INVALID_ARG, "configure_io: the stream belongs to %s, the pipeline "
                          "to %s", kp_device_name(kp_stream_device(s)), kp_device_name(p->dev));
     KP_CHECK(kp__bind_inputs(p, inputs, n_inputs));
-    /* The staging slot was last uploaded KP__DYN_SLOTS ticks ago; its event has
-     * almost always completed, so this does not block in steady state. */
     unsigned k = p->slot;
-    KP_CHECK(kp_event_sync(p->slot_done[k]));
     void *slot = kp__dslot(p, k);
+    KP_CHECK(kp__slot_acquire(p, k, s));
     for (size_t i = 0; i < p->n_modules; i++) KP_CHECK(kp__module_io(p, &p->mods[i], s, slot));
     if (p->ddesc_bytes) {
         KP_CHECK(kp_memcpy_async(s, p->ddesc_dev, slot, p->ddesc_bytes));
-        KP_CHECK(kp_event_record(p->slot_done[k], s));
+        if (k % KP__DYN_GROUP == KP__DYN_GROUP - 1)
+            KP_CHECK(kp_event_record(p->group_done[k / KP__DYN_GROUP], s));
         p->slot = (k + 1) % KP__DYN_SLOTS;
     }
     KP_CHECK(kp__fill_outputs(p, outputs, n_outputs));
