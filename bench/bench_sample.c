@@ -94,6 +94,7 @@ static void hand_setup(hand *H, int64_t n, const float *a, const float *b) {
     hand_relu_static st = {H->out, n};
     CK(cudaMemcpy(H->st, &st, sizeof st, cudaMemcpyHostToDevice));
     H->dyn_host->input = H->sum;
+    CK(cudaMemcpy(H->dyn, H->dyn_host, sizeof *H->dyn, cudaMemcpyHostToDevice));
     H->rp = (hand_relu_params){H->st, H->dyn};
     CB(cublasCreate(&H->h));
     CK(cudaMalloc(&H->ws, 4 << 20));
@@ -120,17 +121,17 @@ static void hand_setup(hand *H, int64_t n, const float *a, const float *b) {
     CK(cudaStreamSynchronize(H->s));
 }
 
-/* The per-tick work kpipe's graph mode does: upload the dynamic descriptor,
- * launch the graph (whose first nodes copy both inputs into fixed buffers). */
+/* The per-tick work kpipe's graph mode does here: launch the graph, whose
+ * first nodes copy both inputs into fixed buffers. The relu's descriptor
+ * never changes in this pipeline, so like kpipe (which skips an upload whose
+ * bytes did not change) the baseline uploads it once, at setup. */
 static void hand_tick_graph(hand *H, bool wait) {
-    CK(cudaMemcpyAsync(H->dyn, H->dyn_host, sizeof *H->dyn, cudaMemcpyDefault, H->s));
     CK(cudaGraphLaunch(H->ge, H->s));
     if (wait) CK(cudaStreamSynchronize(H->s));
 }
 
-/* Stream mode: descriptor upload, then geam on the inputs in place and relu. */
+/* Stream mode: geam on the inputs in place, then relu. */
 static void hand_tick_stream(hand *H, bool wait) {
-    CK(cudaMemcpyAsync(H->dyn, H->dyn_host, sizeof *H->dyn, cudaMemcpyDefault, H->s));
     hand_geam(H, H->a, H->b);
     hand_relu(H);
     if (wait) CK(cudaStreamSynchronize(H->s));

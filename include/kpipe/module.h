@@ -87,8 +87,10 @@ typedef struct kp_module_i {
     kp_status (*setup_memory)(void *self, const kp_mem_slice *slice);
     /* Binds the tensors feeding the input ports (in declaration order), per tick. */
     kp_status (*set_inputs)(void *self, const kp_port_info *inputs, size_t n);
-    /* Per tick, stream-ordered and non-blocking: input copies, and the dynamic
-     * descriptor written into dyn_host (uploaded by the pipeline afterwards). */
+    /* Per tick, stream-ordered and non-blocking: input copies, and the whole
+     * dynamic descriptor written into dyn_host, a staging slot that holds an
+     * older tick's bytes (the pipeline uploads all modules' descriptors in
+     * one copy afterwards, and skips it when nothing changed). */
     kp_status (*configure_io)(void *self, kp_stream_t s, void *dyn_host);
     /* Output tensors, in declaration order. */
     kp_status (*get_outputs)(void *self, kp_port_info *outputs, size_t n);

@@ -90,7 +90,10 @@ kp_status kp_pipeline_create_from_file_opts(kp_device_t dev, const char *path,
 kp_status kp_pipeline_setup(kp_pipeline_t p);
 /* Per tick: binds external inputs (by name), issues input copies and the
  * bulk upload of dynamic descriptors on `s`, fills the external outputs (by
- * name). Never blocks the host and never allocates. */
+ * name). Never blocks the host and never allocates.
+ * A pipeline's calls run on the device in call order, whatever streams they
+ * come on: a call on another stream than the previous call waits, on the
+ * device, for that stream's work so far (which stream must still exist). */
 kp_status kp_pipeline_configure_io(kp_pipeline_t p, const kp_port_info *inputs, size_t n_inputs,
                                    kp_port_info *outputs, size_t n_outputs, kp_stream_t s);
 /* Once, after the first configure_io: uploads static descriptors, lets

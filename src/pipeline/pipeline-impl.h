@@ -69,7 +69,10 @@ struct kp_pipeline {
     void *sdesc_dev, *ddesc_dev;
     unsigned slot;
     kp_event_t group_done[KP__DYN_GROUPS];
-    kp_stream_t upload_stream;    /* stream of the current group's uploads */
+    kp_event_t handoff;           /* orders a new stream after the last one */
+    kp_stream_t last_stream;      /* stream of the last call that enqueued work */
+    int acquired;                 /* slot made writable and not yet uploaded, or -1 */
+    bool uploaded;                /* the shadow holds what the device region holds */
     kp_stream_t aux;              /* graph upload */
 
     /* graph */

@@ -291,6 +291,7 @@ kp_status kp_pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_p
     if (!p) return kp__error(KP_ERR_OUT_OF_MEMORY, "pipeline: no memory");
     p->dev = dev;
     p->mode = spec->mode;
+    p->acquired = -1;
     snprintf(p->name, KP_NAME_MAX, "%s", spec->name ? spec->name : "pipeline");
     p->mods = kp__calloc(spec->n_modules, sizeof *p->mods);
     p->inputs = kp__calloc(spec->n_inputs + 1, sizeof *p->inputs);

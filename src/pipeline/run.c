@@ -48,7 +48,8 @@ kp_status kp__plan(kp_pipeline_t p) {
     p->ddesc_at = kp__align(p->sdesc_at + soff, KP__DESC_ALIGN);
     p->arena_bytes = p->ddesc_at + doff;
     p->dslot_stride = kp__align(doff, KP__DESC_ALIGN);
-    p->pinned_bytes = kp__align(soff, KP__DESC_ALIGN) + KP__DYN_SLOTS * p->dslot_stride;
+    /* the slots, then a shadow of the last upload */
+    p->pinned_bytes = kp__align(soff, KP__DESC_ALIGN) + (KP__DYN_SLOTS + 1) * p->dslot_stride;
     return KP_OK;
 }
 
@@ -73,11 +74,16 @@ static void kp__release(kp_pipeline_t p) {
     /* Uploads still in flight read the pinned slots: freeing device and pinned
      * memory waits for the device's pending work on both backends, so no
      * stream (which the caller may already have destroyed) is touched here. */
-    p->upload_stream = NULL;
+    p->last_stream = NULL;
+    p->acquired = -1;
+    p->uploaded = false;
+    p->slot = 0;
     for (unsigned g = 0; g < KP__DYN_GROUPS; g++) {
         kp_event_destroy(p->group_done[g]);
         p->group_done[g] = NULL;
     }
+    kp_event_destroy(p->handoff);
+    p->handoff = NULL;
     kp_stream_destroy(p->aux);
     kp_graph_exec_destroy(p->exec);
     kp_graph_destroy(p->graph);
@@ -116,6 +122,7 @@ kp_status kp_pipeline_setup(kp_pipeline_t p) {
     KP_CHECK_GOTO(kp__allocate(p), st, fail);
     for (unsigned g = 0; g < KP__DYN_GROUPS; g++)
         KP_CHECK_GOTO(kp_event_create(p->dev, &p->group_done[g]), st, fail);
+    KP_CHECK_GOTO(kp_event_create(p->dev, &p->handoff), st, fail);
     KP_CHECK_GOTO(kp_stream_create(p->dev, &p->aux), st, fail);
     KP_CHECK_GOTO(kp__setup_modules(p), st, fail);
     p->state = KP__SETUP;
@@ -189,19 +196,44 @@ static kp_status kp__module_io(kp_pipeline_t p, kp__module *m, kp_stream_t s, vo
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "module \"%s\" configure_io", m->id);
 }
 
-/* Makes staging slot k writable. Entering a group waits for the group's
- * previous uploads (done long ago in steady state, so this does not block).
- * Uploads of one group are ordered by one stream; if the caller switches
- * streams mid-group, the earlier stream's uploads are waited for here. */
-static kp_status kp__slot_acquire(kp_pipeline_t p, unsigned k, kp_stream_t s) {
-    if (!p->ddesc_bytes) return KP_OK;
-    kp_event_t ev = p->group_done[k / KP__DYN_GROUP];
-    if (p->upload_stream && p->upload_stream != s && k % KP__DYN_GROUP != 0) {
-        KP_CHECK(kp_event_record(ev, p->upload_stream));
-        KP_CHECK(kp_event_sync(ev));
+/* A pipeline has one arena: its ticks must run on the device in call order.
+ * When a call comes on another stream than the last, the new stream waits
+ * (on the device; the host does not block) for the work enqueued so far. */
+static kp_status kp__follow(kp_pipeline_t p, kp_stream_t s) {
+    if (p->last_stream && p->last_stream != s) {
+        KP_CHECK(kp_event_record(p->handoff, p->last_stream));
+        KP_CHECK(kp_stream_wait_event(s, p->handoff));
     }
-    if (k % KP__DYN_GROUP == 0) KP_CHECK(kp_event_sync(ev));
-    p->upload_stream = s;
+    p->last_stream = s;
+    return KP_OK;
+}
+
+/* Makes staging slot k writable: entering a group waits for the group's
+ * previous uploads, done long ago in steady state, so this does not block.
+ * Ticks are ordered on the device (kp__follow), so the event recorded after
+ * a group's last upload covers all of the group's uploads. */
+static kp_status kp__slot_acquire(kp_pipeline_t p, unsigned k) {
+    if (!p->ddesc_bytes) return KP_OK;
+    if (k % KP__DYN_GROUP == 0 && p->acquired != (int)k)
+        KP_CHECK(kp_event_sync(p->group_done[k / KP__DYN_GROUP]));
+    p->acquired = (int)k;
+    return KP_OK;
+}
+
+/* Uploads slot k unless it holds exactly what the last upload put on the
+ * device: the device region then already reads right for the work that
+ * follows, and the tick costs no copy at all. */
+static kp_status kp__slot_upload(kp_pipeline_t p, unsigned k, kp_stream_t s) {
+    void *slot = kp__dslot(p, k), *shadow = kp__dslot(p, KP__DYN_SLOTS);
+    if (!p->ddesc_bytes) return KP_OK;
+    if (p->uploaded && memcmp(slot, shadow, p->ddesc_bytes) == 0) return KP_OK;
+    KP_CHECK(kp_memcpy_async(s, p->ddesc_dev, slot, p->ddesc_bytes));
+    if (k % KP__DYN_GROUP == KP__DYN_GROUP - 1)
+        KP_CHECK(kp_event_record(p->group_done[k / KP__DYN_GROUP], s));
+    memcpy(shadow, slot, p->ddesc_bytes);
+    p->uploaded = true;
+    p->acquired = -1;
+    p->slot = (k + 1) % KP__DYN_SLOTS;
     return KP_OK;
 }
 
@@ -213,16 +245,12 @@ kp_status kp_pipeline_configure_io(kp_pipeline_t p, const kp_port_info *inputs, 
         return kp__error(KP_ERR_INVALID_ARG, "configure_io: the stream belongs to %s, the pipeline "
                          "to %s", kp_device_name(kp_stream_device(s)), kp_device_name(p->dev));
     KP_CHECK(kp__bind_inputs(p, inputs, n_inputs));
+    KP_CHECK(kp__follow(p, s));
     unsigned k = p->slot;
     void *slot = kp__dslot(p, k);
-    KP_CHECK(kp__slot_acquire(p, k, s));
+    KP_CHECK(kp__slot_acquire(p, k));
     for (size_t i = 0; i < p->n_modules; i++) KP_CHECK(kp__module_io(p, &p->mods[i], s, slot));
-    if (p->ddesc_bytes) {
-        KP_CHECK(kp_memcpy_async(s, p->ddesc_dev, slot, p->ddesc_bytes));
-        if (k % KP__DYN_GROUP == KP__DYN_GROUP - 1)
-            KP_CHECK(kp_event_record(p->group_done[k / KP__DYN_GROUP], s));
-        p->slot = (k + 1) % KP__DYN_SLOTS;
-    }
+    KP_CHECK(kp__slot_upload(p, k, s));
     KP_CHECK(kp__fill_outputs(p, outputs, n_outputs));
     if (p->state == KP__SETUP) p->state = KP__CONFIGURED;
     return KP_OK;
@@ -234,6 +262,7 @@ kp_status kp_pipeline_warmup(kp_pipeline_t p, kp_stream_t s) {
         return kp__error(KP_ERR_STATE, "kp_pipeline_warmup: pipeline \"%s\" is already warmed up",
                          p->name);
     if (!s) return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_warmup: stream is NULL");
+    KP_CHECK(kp__follow(p, s));
     if (p->sdesc_bytes) KP_CHECK(kp_memcpy_async(s, p->sdesc_dev, p->pinned, p->sdesc_bytes));
     for (size_t i = 0; i < p->n_modules; i++) {
         kp__module *m = &p->mods[i];
@@ -285,6 +314,7 @@ kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s) {
         return kp__error(KP_ERR_STATE, "kp_pipeline_execute_stream: pipeline \"%s\" runs in graph "
                          "mode; use kp_pipeline_execute_graph", p->name);
     if (!s) return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_execute_stream: stream is NULL");
+    KP_CHECK(kp__follow(p, s));
     for (size_t i = 0; i < p->n_modules; i++) {
         kp__module *m = &p->mods[i];
         kp_status st = m->def.iface->execute(m->def.self, s);
@@ -298,6 +328,8 @@ kp_status kp_pipeline_execute_graph(kp_pipeline_t p, kp_stream_t s) {
         return kp__error(KP_ERR_STATE, "kp_pipeline_execute_graph: pipeline \"%s\" runs in stream "
                          "mode; use kp_pipeline_execute_stream", p->name);
     KP_CHECK(kp__need(p, KP__BUILT, __func__, "call kp_pipeline_build_graph"));
+    if (!s) return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_execute_graph: stream is NULL");
+    KP_CHECK(kp__follow(p, s));
     return kp_graph_exec_launch(p->exec, s);
 }
 
