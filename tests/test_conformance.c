@@ -378,6 +378,16 @@ static void case_capture(kp_device_t dev, float *out, int n, uint64_t seed) {
         float v = (h[i] * 3.0f - 1.0f) * 3.0f - 1.0f;
         assert_true(fabsf(out[i] - v) <= 1e-5f * fmaxf(1.0f, fabsf(v)));
     }
+    /* allocating on a capturing thread is refused and spoils the capture */
+    void *tmp = NULL;
+    KPT_OK(kp_stream_begin_capture(s));
+    assert_int_equal(kp_malloc(dev, 64, &tmp), KP_ERR_STATE);
+    assert_null(tmp);
+    kp_graph_t spoilt = NULL;
+    assert_int_not_equal(kp_stream_end_capture(s, &spoilt), KP_OK);
+    assert_null(spoilt);
+    KPT_OK(kp_malloc(dev, 64, &tmp)); /* fine again */
+    kp_free(dev, tmp);
     /* synchronizing a capturing stream is refused and spoils the capture */
     KPT_OK(kp_stream_begin_capture(s));
     assert_int_equal(kp_stream_sync(s), KP_ERR_STATE);

@@ -460,9 +460,9 @@ static void unchanged_descriptors_skip_the_upload(void **state) {
     KPT_OK(kp_stream_end_capture(s, &g));
     assert_int_equal(kp_graph_node_count(g), 0);
     kp_graph_destroy(g);
-    KPT_OK(kp_stream_begin_capture(s));
     float *y; /* a new address: one upload */
     KPT_OK(kp_malloc(g_dev, 64 * sizeof(float), (void **)&y));
+    KPT_OK(kp_stream_begin_capture(s));
     in.data = y;
     KPT_OK(kp_pipeline_configure_io(p, &in, 1, &o, 1, s));
     KPT_OK(kp_stream_end_capture(s, &g));

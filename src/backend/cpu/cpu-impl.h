@@ -116,6 +116,9 @@ kp_status kp__cpu_begin_capture(void *ctx, void *s);
 kp_status kp__cpu_end_capture(void *ctx, void *s, void **out);
 bool kp__cpu_is_capturing(void *ctx, void *s);
 kp_status kp__cpu_device_sync(void *ctx);
+/* As CUDA's thread-local capture mode: KP_ERR_STATE when the calling thread
+ * is capturing a stream, for calls that may not run during capture. */
+kp_status kp__cpu_capture_forbids(const char *what);
 void kp__cpu_streams_close(void *ctx);
 
 #endif

@@ -6,6 +6,7 @@
 #include "cpu-impl.h"
 
 static kp_status kp__cpu_alloc(kp_mem_kind kind, size_t bytes, void **out) {
+    KP_CHECK(kp__cpu_capture_forbids(kind == KP_MEM_PINNED ? "kp_malloc_host" : "kp_malloc"));
     void *p = kp__aligned_alloc(kind, bytes, 256);
     if (!p)
         return kp__error(KP_ERR_OUT_OF_MEMORY, "cpu: allocating %zu bytes of %s memory failed",
@@ -32,6 +33,7 @@ static void kp__cpu_free_host(void *ctx, void *p) {
 }
 
 static kp_status kp__cpu_memcpy(void *ctx, void *dst, const void *src, size_t bytes) {
+    KP_CHECK(kp__cpu_capture_forbids("a synchronous copy"));
     memmove(dst, src, bytes);
     return KP_OK;
 }

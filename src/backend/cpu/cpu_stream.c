@@ -151,6 +151,23 @@ static kp_status kp__cpu_no_capture(kp__cpu_stream *s, const char *what) {
     return kp__error(KP_ERR_UNSUPPORTED, "%s is not supported while a cpu stream is capturing", what);
 }
 
+/* Streams this thread is capturing, and the latest of them. */
+static _Thread_local int kp__captures_here;
+static _Thread_local kp__cpu_stream *kp__capturing;
+
+/* As on CUDA, the refused call also invalidates the capture in progress. */
+kp_status kp__cpu_capture_forbids(const char *what) {
+    if (kp__captures_here == 0) return KP_OK;
+    if (kp__capturing) kp__capturing->cap_error = KP_ERR_STATE;
+    return kp__error(KP_ERR_STATE, "%s is not permitted while this thread is capturing a stream "
+                     "(as with CUDA's thread-local capture mode)", what);
+}
+
+static void kp__capture_ended(kp__cpu_stream *s) {
+    if (kp__captures_here > 0) kp__captures_here--;
+    if (kp__capturing == s) kp__capturing = NULL;
+}
+
 /* --- stream slots ------------------------------------------------------------------ */
 kp_status kp__cpu_stream_create(void *ctx, void **out) {
     kp__cpu_device *dev = ctx;
@@ -207,6 +224,7 @@ void kp__cpu_stream_destroy(void *ctx, void *sp) {
             break;
         }
     pthread_mutex_unlock(&dev->mu);
+    if (s->cap) kp__capture_ended(s);
     kp__cpu_stream_stop(s); /* the worker drains the ring before it exits */
 }
 
@@ -403,6 +421,8 @@ kp_status kp__cpu_begin_capture(void *ctx, void *sp) {
     KP_CHECK(kp__cpu_graph_new(&s->cap));
     s->cap_last = NULL;
     s->cap_error = KP_OK;
+    kp__captures_here++;
+    kp__capturing = s;
     return KP_OK;
 }
 
@@ -413,6 +433,7 @@ kp_status kp__cpu_end_capture(void *ctx, void *sp, void **out) {
     kp_status err = s->cap_error;
     s->cap = NULL;
     s->cap_last = NULL;
+    kp__capture_ended(s);
     if (err != KP_OK) {
         kp__cpu_graph_free(g);
         return kp__error(err, "end capture: the capture was invalidated by an operation that "
