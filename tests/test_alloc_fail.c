@@ -153,6 +153,57 @@ out:
     return st;
 }
 
+/* The memory layer: allocators, the buffer pool, tensors and views. */
+static kp_status memory_steps(kp_device_t dev, kp_stream_t s[2]) {
+    kp_allocator_t a = NULL, pin = NULL;
+    kp_buffer_pool_t pool = NULL;
+    kp_buffer_t b = NULL;
+    kp_tensor_t t = NULL, v = NULL, r = NULL;
+    void *p = NULL, *q = NULL, *h = NULL;
+    kp_pool_config pc = KP_POOL_CONFIG_INIT;
+    kp_status st;
+    KPT_TRY(kp_allocator_create(dev, KP_ALLOCATOR_DEVICE, NULL, &a), st, out);
+    KPT_TRY(kp_allocator_create(dev, KP_ALLOCATOR_PINNED, NULL, &pin), st, out);
+    KPT_TRY(kp_allocator_alloc(a, 3000, s[0], &p), st, out);
+    KPT_TRY(kp_allocator_alloc(a, 3 << 20, s[0], &q), st, out);
+    KPT_TRY(kp_allocator_record_stream(a, p, s[1]), st, out);
+    KPT_TRY(kp_allocator_alloc(pin, 5000, s[1], &h), st, out);
+    KPT_TRY(kp_buffer_pool_create(dev, &pc, &pool), st, out);
+    KPT_TRY(kp_buffer_acquire(pool, 10000, s[0], &b), st, out);
+    KPT_TRY(kp_tensor_ones(dev, KP_F32, 2, (int64_t[]){8, 8}, s[0], &t), st, out);
+    KPT_TRY(kp_tensor_slice(t, 1, 2, 6, 2, &v), st, out);
+    KPT_TRY(kp_tensor_reshape(t, 1, (int64_t[]){64}, &r), st, out);
+    KPT_TRY(kp_stream_sync(s[0]), st, out);
+out:
+    kp_tensor_release(r);
+    kp_tensor_release(v);
+    kp_tensor_release(t);
+    kp_buffer_release(b);
+    kp_buffer_pool_destroy(pool);
+    if (h) (void)kp_allocator_free(pin, h);
+    if (q) (void)kp_allocator_free(a, q);
+    if (p) (void)kp_allocator_free(a, p);
+    if (a && st == KP_OK) st = kp_allocator_empty_cache(a);
+    kp_allocator_destroy(pin);
+    kp_allocator_destroy(a);
+    return st;
+}
+
+static kp_status memory_workload(const char *devname) {
+    kp_device_t dev = NULL;
+    kp_stream_t s[2] = {NULL, NULL};
+    kp_status st;
+    KPT_TRY(kp_device_open(devname, &dev), st, out);
+    KPT_TRY(kp_stream_create(dev, &s[0]), st, out);
+    KPT_TRY(kp_stream_create(dev, &s[1]), st, out);
+    st = memory_steps(dev, s);
+out:
+    kp_stream_destroy(s[0]);
+    kp_stream_destroy(s[1]);
+    kp_device_close(dev);
+    return st;
+}
+
 static void fail_every_site(const char *devname, kp_status (*workload)(const char *)) {
     counting_hook h = {0};
     kp_alloc_hook hook = KP_ALLOC_HOOK_INIT;
@@ -166,23 +217,32 @@ static void fail_every_site(const char *devname, kp_status (*workload)(const cha
     long sites = h.calls;
     assert_int_equal(h.live, 0);
     assert_true(sites > 5);
+    long recovered = 0;
     for (long k = 1; k <= sites; k++) {
         h = (counting_hook){.fail_at = k};
         kp_clear_error();
         kp_status st = workload(devname);
-        if (st != KP_ERR_OUT_OF_MEMORY) {
+        /* A failed driver allocation may be absorbed by an allocator's retry
+         * (release the cache, try again); anything else must come back. */
+        if (st != KP_ERR_OUT_OF_MEMORY && st != KP_OK) {
             print_error("%s: failing allocation %ld of %ld gave %s (%s)\n", devname, k, sites,
                         kp_status_name(st), kp_last_error());
             fail();
         }
+        recovered += st == KP_OK;
         assert_int_equal(h.failed, 1);
-        assert_true(kp_last_error()[0] != '\0');
+        if (st != KP_OK) assert_true(kp_last_error()[0] != '\0');
         if (h.live != 0) {
             print_error("%s: failing allocation %ld leaves %ld allocations\n", devname, k, h.live);
             fail();
         }
     }
-    print_message("%s: %ld allocation sites failed one by one, no leaks\n", devname, sites);
+    print_message("%s: %ld allocation sites failed one by one (%ld recovered by a retry), no "
+                  "leaks\n", devname, sites, recovered);
+    /* Recoveries are by design (the allocators' driver retry, a block handed
+     * out whole when the bookkeeping for a split cannot be had, an idle event
+     * dropped when its pool cannot grow); most failures must surface. */
+    assert_true(recovered < sites / 2);
     KPT_OK(kp_set_alloc_hook(NULL));
 }
 
@@ -190,6 +250,7 @@ static const char *g_devname = "cpu";
 
 static void every_site(void **state) { fail_every_site(g_devname, device_workload); }
 static void every_site_pipeline(void **state) { fail_every_site(g_devname, pipeline_workload); }
+static void every_site_memory(void **state) { fail_every_site(g_devname, memory_workload); }
 
 static void bad_hooks_are_refused(void **state) {
     kp_alloc_hook hook = KP_ALLOC_HOOK_INIT;
@@ -212,6 +273,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(bad_hooks_are_refused),
         cmocka_unit_test(every_site),
         cmocka_unit_test(every_site_pipeline),
+        cmocka_unit_test(every_site_memory),
     };
     return cmocka_run_group_tests_name(g_devname, tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
 #include "kpipe/core.h"
 #include "kpipe/tensor.h"
 #include "kpipe/device.h"
+#include "kpipe/memory.h"
 #include "kpipe/module.h"
 #include "kpipe/pipeline.h"
 

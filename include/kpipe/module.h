@@ -21,6 +21,7 @@
 #define KPIPE_MODULE_H
 
 #include "kpipe/device.h"
+#include "kpipe/memory.h"
 #include "kpipe/tensor.h"
 
 #ifdef __cplusplus
@@ -41,6 +42,10 @@ typedef struct kp_port_info {
     void *data;
     kp_tensor_desc desc;
 } kp_port_info;
+
+/* A tensor as a port binding: `data` is its first element, the descriptor
+ * its shape and strides with offset 0. */
+void kp_port_from_tensor(kp_port_info *out, const char *name, kp_tensor_t t);
 
 /* A port as a module declares it. */
 typedef struct kp_port_decl {

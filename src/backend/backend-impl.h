@@ -5,6 +5,8 @@
 #ifndef KPIPE_BACKEND_IMPL_H
 #define KPIPE_BACKEND_IMPL_H
 
+#include <pthread.h>
+
 #include "kpipe/device.h"
 #include "../core/core-impl.h"
 
@@ -75,12 +77,22 @@ typedef struct kp_device_i {
     bool (*is_capturing)(void *ctx, void *s);
 } kp_device_i;
 
+/* Per-device objects that higher layers attach (the memory layer's default
+ * allocators); closed, last slot first, when the device closes. */
+#define KP__DEVICE_EXT_SLOTS 4
+typedef struct kp__device_ext {
+    void *obj;
+    void (*close)(void *obj);
+} kp__device_ext;
+
 struct kp_device {
     const kp_device_i *iface;
     void *ctx;
     kp_backend backend;
     int ordinal;
     char name[32];
+    pthread_mutex_t ext_mu;
+    kp__device_ext ext[KP__DEVICE_EXT_SLOTS];
 };
 
 struct kp_stream { kp_device_t dev; void *impl; };

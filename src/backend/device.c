@@ -77,12 +77,16 @@ kp_status kp_device_open(const char *name, kp_device_t *out) {
         kp__free(dev);
         return st;
     }
+    pthread_mutex_init(&dev->ext_mu, NULL);
     *out = dev;
     return KP_OK;
 }
 
 void kp_device_close(kp_device_t dev) {
     if (!dev) return;
+    for (int i = KP__DEVICE_EXT_SLOTS - 1; i >= 0; i--)
+        if (dev->ext[i].obj) dev->ext[i].close(dev->ext[i].obj);
+    pthread_mutex_destroy(&dev->ext_mu);
     dev->iface->close(dev->ctx);
     kp__free(dev);
 }

@@ -60,7 +60,8 @@ struct kp_pipeline {
     size_t n_inputs, n_outputs;
     kp__external *inputs, *outputs;
 
-    /* memory */
+    /* memory, from the device's allocators */
+    kp_allocator_t arena_alloc, pinned_alloc;
     void *arena;                  /* the one device allocation */
     void *pinned;                 /* static descriptors, then the dynamic slots */
     size_t arena_bytes, pinned_bytes;

@@ -115,3 +115,10 @@ kp_status kp_port_decl_1d(kp_port_decl *p, const char *name, kp_dtype dt, int64_
     snprintf(p->name, KP_NAME_MAX, "%s", name);
     return kp_desc_init(&p->desc, dt, 1, &n, NULL);
 }
+
+void kp_port_from_tensor(kp_port_info *out, const char *name, kp_tensor_t t) {
+    out->name = name;
+    out->data = kp_tensor_data(t);
+    out->desc = *kp_tensor_get_desc(t);
+    out->desc.offset = 0;
+}

@@ -53,11 +53,15 @@ kp_status kp__plan(kp_pipeline_t p) {
     return KP_OK;
 }
 
-/* The one device allocation and the one pinned staging allocation. */
+/* The one device allocation and the one pinned staging allocation, from the
+ * device's caching allocators, device-wide (no stream): the pipeline's ticks
+ * may come on any stream, and freeing waits for the device. */
 static kp_status kp__allocate(kp_pipeline_t p) {
-    if (p->arena_bytes) KP_CHECK(kp_malloc(p->dev, p->arena_bytes, &p->arena));
+    KP_CHECK(kp_device_allocator(p->dev, KP_ALLOCATOR_DEVICE, &p->arena_alloc));
+    KP_CHECK(kp_device_allocator(p->dev, KP_ALLOCATOR_PINNED, &p->pinned_alloc));
+    if (p->arena_bytes) KP_CHECK(kp_allocator_alloc(p->arena_alloc, p->arena_bytes, NULL, &p->arena));
     if (p->pinned_bytes) {
-        KP_CHECK(kp_malloc_host(p->dev, p->pinned_bytes, &p->pinned));
+        KP_CHECK(kp_allocator_alloc(p->pinned_alloc, p->pinned_bytes, NULL, &p->pinned));
         memset(p->pinned, 0, p->pinned_bytes);
     }
     p->sdesc_dev = (char *)p->arena + p->sdesc_at;
@@ -71,9 +75,9 @@ static void *kp__dslot(kp_pipeline_t p, unsigned k) {
 
 /* Frees what setup made; the pipeline goes back to "created" (still planned). */
 static void kp__release(kp_pipeline_t p) {
-    /* Uploads still in flight read the pinned slots: freeing device and pinned
-     * memory waits for the device's pending work on both backends, so no
-     * stream (which the caller may already have destroyed) is touched here. */
+    /* Uploads still in flight read the pinned slots: freeing the device-wide
+     * arena waits for the device's pending work, so no stream (which the
+     * caller may already have destroyed) is touched here. */
     p->last_stream = NULL;
     p->acquired = -1;
     p->uploaded = false;
@@ -87,8 +91,10 @@ static void kp__release(kp_pipeline_t p) {
     kp_stream_destroy(p->aux);
     kp_graph_exec_destroy(p->exec);
     kp_graph_destroy(p->graph);
-    kp_free(p->dev, p->arena);
-    kp_free_host(p->dev, p->pinned);
+    /* the arena first: its free waits for the device, so no upload still reads
+     * the pinned slots when they go back */
+    if (p->arena) (void)kp_allocator_free(p->arena_alloc, p->arena);
+    if (p->pinned) (void)kp_allocator_free(p->pinned_alloc, p->pinned);
     p->aux = NULL;
     p->exec = NULL;
     p->graph = NULL;

@@ -1,0 +1,246 @@
+/* Allocators: public wrappers, the device's default allocators, and the
+ * plain host allocator. */
+#include <stdio.h>
+#include <string.h>
+
+#include "memory-impl.h"
+
+const char *kp__bytes_str(size_t bytes, char *buf, size_t len) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+    return buf;
+}
+
+static const char *const kp__kind_names[] = {"host", "pinned", "device"};
+
+kp_status kp_allocator_create(kp_device_t dev, kp_allocator_kind kind,
+                              const kp_allocator_config *cfg, kp_allocator_t *out) {
+    KP_ARG_CHECK(dev && out);
+    *out = NULL;
+    if ((unsigned)kind >= KP_ALLOCATOR_KINDS)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_allocator_create: unknown kind %d", (int)kind);
+    kp_allocator_config defaults = KP_ALLOCATOR_CONFIG_INIT;
+    if (!cfg) cfg = &defaults;
+    if (cfg->struct_size != sizeof *cfg)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_allocator_create: config struct_size %zu, expected "
+                         "%zu (use KP_ALLOCATOR_CONFIG_INIT)", cfg->struct_size, sizeof *cfg);
+    kp_allocator_t a = kp__calloc(1, sizeof *a);
+    if (!a) return kp__error(KP_ERR_OUT_OF_MEMORY, "kp_allocator_create: no memory");
+    a->dev = dev;
+    a->kind = kind;
+    kp_status st = kind == KP_ALLOCATOR_HOST     ? kp__host_allocator_init(a, cfg)
+                   : kind == KP_ALLOCATOR_PINNED ? kp__pinned_allocator_init(a, cfg)
+                                                 : kp__caching_allocator_init(a, cfg);
+    if (st != KP_OK) {
+        kp__free(a);
+        return st;
+    }
+    *out = a;
+    return KP_OK;
+}
+
+void kp_allocator_destroy(kp_allocator_t a) {
+    if (!a) return;
+    a->iface->destroy(a->ctx);
+    kp__free(a);
+}
+
+kp_allocator_kind kp_allocator_get_kind(kp_allocator_t a) { return a->kind; }
+
+/* --- the device's own allocators (extension slots 0..2 of the device) -------------- */
+typedef struct kp__dev_alloc {
+    kp_allocator_t own;   /* created here, destroyed with the device */
+    kp_allocator_t user;  /* set by kp_device_set_allocator, not owned */
+} kp__dev_alloc;
+
+static void kp__dev_alloc_close(void *obj) {
+    kp__dev_alloc *d = obj;
+    kp_allocator_destroy(d->own);
+    kp__free(d);
+}
+
+static kp_status kp__dev_slot(kp_device_t dev, kp_allocator_kind kind, kp__dev_alloc **out) {
+    kp_status st = KP_OK;
+    pthread_mutex_lock(&dev->ext_mu);
+    kp__dev_alloc *d = dev->ext[kind].obj;
+    if (!d) {
+        d = kp__calloc(1, sizeof *d);
+        if (d) {
+            dev->ext[kind].obj = d;
+            dev->ext[kind].close = kp__dev_alloc_close;
+        } else {
+            st = kp__error(KP_ERR_OUT_OF_MEMORY, "device allocator: no memory");
+        }
+    }
+    pthread_mutex_unlock(&dev->ext_mu);
+    *out = d;
+    return st;
+}
+
+kp_status kp_device_allocator(kp_device_t dev, kp_allocator_kind kind, kp_allocator_t *out) {
+    KP_ARG_CHECK(dev && out && (unsigned)kind < KP_ALLOCATOR_KINDS);
+    kp__dev_alloc *d;
+    KP_CHECK(kp__dev_slot(dev, kind, &d));
+    pthread_mutex_lock(&dev->ext_mu);
+    kp_status st = KP_OK;
+    if (!d->user && !d->own) st = kp_allocator_create(dev, kind, NULL, &d->own);
+    *out = d->user ? d->user : d->own;
+    pthread_mutex_unlock(&dev->ext_mu);
+    return st;
+}
+
+kp_status kp_device_set_allocator(kp_device_t dev, kp_allocator_kind kind, kp_allocator_t a) {
+    KP_ARG_CHECK(dev && (unsigned)kind < KP_ALLOCATOR_KINDS);
+    if (a && (a->dev != dev || a->kind != kind))
+        return kp__error(KP_ERR_INVALID_ARG, "kp_device_set_allocator: the allocator is a %s "
+                         "allocator of %s, not a %s allocator of %s", kp__kind_names[a->kind],
+                         a->dev->name, kp__kind_names[kind], dev->name);
+    kp__dev_alloc *d;
+    KP_CHECK(kp__dev_slot(dev, kind, &d));
+    pthread_mutex_lock(&dev->ext_mu);
+    d->user = a;
+    pthread_mutex_unlock(&dev->ext_mu);
+    return KP_OK;
+}
+
+/* --- wrappers --------------------------------------------------------------------- */
+kp_status kp_allocator_alloc(kp_allocator_t a, size_t bytes, kp_stream_t s, void **out) {
+    KP_ARG_CHECK(a && out);
+    *out = NULL;
+    if (s && kp_stream_device(s) != a->dev)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_allocator_alloc: the stream belongs to %s, the "
+                         "allocator to %s", kp_stream_device(s)->name, a->dev->name);
+    return a->iface->alloc(a->ctx, bytes ? bytes : 1, s, out);
+}
+
+kp_status kp_allocator_free(kp_allocator_t a, void *ptr) {
+    KP_ARG_CHECK(a);
+    return ptr ? a->iface->free(a->ctx, ptr) : KP_OK;
+}
+
+kp_status kp_allocator_record_stream(kp_allocator_t a, void *ptr, kp_stream_t s) {
+    KP_ARG_CHECK(a && ptr && s);
+    if (kp_stream_device(s) != a->dev)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_allocator_record_stream: the stream belongs to "
+                         "%s, the allocator to %s", kp_stream_device(s)->name, a->dev->name);
+    return a->iface->record_stream ? a->iface->record_stream(a->ctx, ptr, s) : KP_OK;
+}
+
+kp_status kp_allocator_empty_cache(kp_allocator_t a) {
+    KP_ARG_CHECK(a);
+    return a->iface->empty_cache ? a->iface->empty_cache(a->ctx) : KP_OK;
+}
+
+kp_status kp_allocator_stats(kp_allocator_t a, kp_alloc_stats *out) {
+    KP_ARG_CHECK(a && out);
+    memset(out, 0, sizeof *out);
+    a->iface->stats(a->ctx, out);
+    return KP_OK;
+}
+
+kp_status kp_allocator_snapshot(kp_allocator_t a, kp_block_info *rows, size_t cap, size_t *n) {
+    KP_ARG_CHECK(a && n && (rows || cap == 0));
+    *n = 0;
+    return a->iface->snapshot ? a->iface->snapshot(a->ctx, rows, cap, n) : KP_OK;
+}
+
+/* --- plain host memory ------------------------------------------------------------- */
+typedef struct kp__host_alloc {
+    pthread_mutex_t mu;
+    kp__ptrmap live; /* ptr -> size */
+    kp_alloc_stats st;
+    size_t budget;
+} kp__host_alloc;
+
+static kp_status kp__host_alloc_fn(void *ctx, size_t bytes, kp_stream_t s, void **out) {
+    kp__host_alloc *h = ctx;
+    char b1[32], b2[32];
+    pthread_mutex_lock(&h->mu);
+    kp_status st = KP_OK;
+    if (h->budget && h->st.allocated + bytes > h->budget) {
+        h->st.oom_failures++;
+        st = kp__error(KP_ERR_OUT_OF_MEMORY, "host allocator: %s more would pass the budget of %s",
+                       kp__bytes_str(bytes, b1, sizeof b1), kp__bytes_str(h->budget, b2, sizeof b2));
+    }
+    void *p = st == KP_OK ? kp__aligned_alloc(KP_MEM_HOST, bytes, 256) : NULL;
+    if (st == KP_OK && !p) {
+        h->st.oom_failures++;
+        st = kp__error(KP_ERR_OUT_OF_MEMORY, "host allocator: allocating %s failed",
+                       kp__bytes_str(bytes, b1, sizeof b1));
+    }
+    if (st == KP_OK && (st = kp__ptrmap_put(&h->live, p, (void *)(uintptr_t)bytes)) != KP_OK)
+        kp__aligned_free(KP_MEM_HOST, p);
+    if (st == KP_OK) {
+        h->st.allocs++;
+        h->st.driver_allocs++;
+        h->st.cache_misses++;
+        h->st.allocated += bytes;
+        h->st.requested += bytes;
+        h->st.reserved += bytes;
+        if (h->st.allocated > h->st.peak_allocated) h->st.peak_allocated = h->st.allocated;
+        h->st.peak_reserved = h->st.peak_allocated;
+        *out = p;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return st;
+}
+
+static kp_status kp__host_free_fn(void *ctx, void *ptr) {
+    kp__host_alloc *h = ctx;
+    pthread_mutex_lock(&h->mu);
+    size_t bytes = (size_t)(uintptr_t)kp__ptrmap_take(&h->live, ptr);
+    if (bytes) {
+        h->st.frees++;
+        h->st.driver_frees++;
+        h->st.allocated -= bytes;
+        h->st.requested -= bytes;
+        h->st.reserved -= bytes;
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (!bytes)
+        return kp__error(KP_ERR_INVALID_ARG, "host allocator: %p was not allocated here or was "
+                         "freed already", ptr);
+    kp__aligned_free(KP_MEM_HOST, ptr);
+    return KP_OK;
+}
+
+static void kp__host_stats_fn(void *ctx, kp_alloc_stats *out) {
+    kp__host_alloc *h = ctx;
+    pthread_mutex_lock(&h->mu);
+    *out = h->st;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void kp__host_destroy_fn(void *ctx) {
+    kp__host_alloc *h = ctx;
+    if (h->live.used)
+        kp__log(KP_LOG_WARN, "host allocator destroyed with %zu live blocks; freeing them", h->live.used);
+    for (size_t i = 0; i < h->live.cap; i++)
+        if (h->live.keys[i] > 1) kp__aligned_free(KP_MEM_HOST, (void *)h->live.keys[i]);
+    kp__ptrmap_free(&h->live);
+    pthread_mutex_destroy(&h->mu);
+    kp__free(h);
+}
+
+static const kp_allocator_i kp__host_iface = {
+    .alloc = kp__host_alloc_fn,
+    .free = kp__host_free_fn,
+    .stats = kp__host_stats_fn,
+    .destroy = kp__host_destroy_fn,
+};
+
+kp_status kp__host_allocator_init(kp_allocator_t a, const kp_allocator_config *cfg) {
+    kp__host_alloc *h = kp__calloc(1, sizeof *h);
+    if (!h) return kp__error(KP_ERR_OUT_OF_MEMORY, "host allocator: no memory");
+    pthread_mutex_init(&h->mu, NULL);
+    h->budget = cfg->budget_bytes;
+    a->iface = &kp__host_iface;
+    a->ctx = h;
+    return KP_OK;
+}
