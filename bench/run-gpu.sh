@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 build=$1 out=$2 ticks=${3:-20000}
 "$build/bench/bench_sample" . --json "$out/bench_kp.json" --ticks "$ticks"
 echo
+"$build/bench/bench_alloc" --json "$out/bench_alloc.json"
+echo
 "$build/src/kpipe" bench examples/sample.json --device cuda --ticks "$ticks" --warmup 1000
 echo
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then

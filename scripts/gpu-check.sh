@@ -45,10 +45,7 @@ for mode in graph stream; do
 done
 
 # GPU test programs and their arguments, for compute-sanitizer.
-gpu_tests=("test_conformance cuda" "test_alloc_fail cuda")
-for extra in build-gpu/tests/test_pipeline; do
-  [ -x "$extra" ] && gpu_tests+=("$(basename "$extra") cuda")
-done
+gpu_tests=("test_conformance cuda" "test_alloc_fail cuda" "test_pipeline cuda" "test_memory cuda")
 # The tests provoke CUDA API errors on purpose (misuse cases) and check them
 # themselves, so memcheck counts memory errors only.
 for tool in memcheck racecheck; do
