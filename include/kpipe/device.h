@@ -109,6 +109,8 @@ kp_status kp_stream_create(kp_device_t dev, kp_stream_t *out);
 void      kp_stream_destroy(kp_stream_t s);
 /* Blocks until all work submitted to `s` has finished. */
 kp_status kp_stream_sync(kp_stream_t s);
+/* *idle = all work submitted to `s` has finished; does not block. */
+kp_status kp_stream_query(kp_stream_t s, bool *idle);
 /* Device of a stream. */
 kp_device_t kp_stream_device(kp_stream_t s);
 /* Async copy in any direction (memory from this device or pinned host). */

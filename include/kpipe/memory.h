@@ -86,7 +86,8 @@ kp_status kp_allocator_free(kp_allocator_t a, void *ptr);
 /* Marks a live block as used on `stream` too: its reuse after the free waits
  * for the work enqueued on `stream` up to the free. */
 kp_status kp_allocator_record_stream(kp_allocator_t a, void *ptr, kp_stream_t stream);
-/* Returns cached blocks that are wholly free to the driver. */
+/* Returns cached segments that are wholly free to the driver; like
+ * cudaFree, that waits for the device's pending work. Not for a tick's path. */
 kp_status kp_allocator_empty_cache(kp_allocator_t a);
 kp_status kp_allocator_stats(kp_allocator_t a, kp_alloc_stats *out);
 /* One row per block, for inspection and tests. */

@@ -33,6 +33,8 @@ typedef struct kp_device_i {
     kp_status (*stream_create)(void *ctx, void **out);
     void (*stream_destroy)(void *ctx, void *s);
     kp_status (*stream_sync)(void *ctx, void *s);
+    /* *idle = the stream has no unfinished work. */
+    kp_status (*stream_query)(void *ctx, void *s, bool *idle);
     kp_status (*memcpy_async)(void *ctx, void *s, void *dst, const void *src, size_t bytes);
     kp_status (*memset_async)(void *ctx, void *s, void *dst, int value, size_t bytes);
     kp_status (*launch)(void *ctx, void *s, const kp_launch *l);

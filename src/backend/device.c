@@ -180,6 +180,12 @@ kp_status kp_stream_sync(kp_stream_t s) {
     return s->dev->iface->stream_sync(s->dev->ctx, s->impl);
 }
 
+kp_status kp_stream_query(kp_stream_t s, bool *idle) {
+    KP__HANDLE(s, "stream");
+    KP__HANDLE(idle, "idle");
+    return s->dev->iface->stream_query(s->dev->ctx, s->impl, idle);
+}
+
 kp_device_t kp_stream_device(kp_stream_t s) { return s ? s->dev : NULL; }
 
 kp_status kp_memcpy_async(kp_stream_t s, void *dst, const void *src, size_t bytes) {

@@ -394,7 +394,7 @@ static kp_status kp__c_free(void *ctx, void *ptr) {
         c->st.frees++;
         c->st.allocated -= b->size;
         c->st.requested -= b->requested;
-        if (b->n_uses && !wait_device) {
+        if (b->n_uses && !wait_device && !kp__streams_idle(b->uses, b->n_uses)) {
             b->allocated = false;
             b->pending = b->need_record = true;
             kp__list_push(&c->pending, b);

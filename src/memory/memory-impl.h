@@ -52,6 +52,10 @@ void *kp__ptrmap_get(const kp__ptrmap *m, const void *key);
 /* Removes and returns the value, or NULL. */
 void *kp__ptrmap_take(kp__ptrmap *m, const void *key);
 
+/* True when every stream in `uses` is idle (none capturing): a block used
+ * only there can be reused at once, without an event. */
+bool kp__streams_idle(kp_stream_t const *uses, int n);
+
 /* --- idle events for reuse, so freeing blocks used on streams creates none
  * in steady state ---------------------------------------------------------------- */
 typedef struct kp__evpool {

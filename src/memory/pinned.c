@@ -54,7 +54,7 @@ static bool kp__is_owner(const kp__pinned *p) { return pthread_equal(p->owner, p
 static bool kp__p_retire(kp__pinned *p, kp__pblock *b) {
     if (b->device_wide || b->sync_on_free) {
         (void)kp_device_sync(p->dev);
-    } else if (b->n_uses) {
+    } else if (b->n_uses && !kp__streams_idle(b->uses, b->n_uses)) {
         for (int i = 0; i < b->n_uses; i++)
             if (kp_stream_is_capturing(b->uses[i])) return false;
         int i = 0;

@@ -111,3 +111,12 @@ void kp__evpool_free(kp__evpool *p) {
     p->v = NULL;
     p->n = p->cap = 0;
 }
+
+bool kp__streams_idle(kp_stream_t const *uses, int n) {
+    for (int i = 0; i < n; i++) {
+        bool idle = false;
+        if (kp_stream_is_capturing(uses[i]) || kp_stream_query(uses[i], &idle) != KP_OK || !idle)
+            return false;
+    }
+    return true;
+}

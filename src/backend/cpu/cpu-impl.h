@@ -99,6 +99,7 @@ typedef struct kp__cpu_device {
 kp_status kp__cpu_stream_create(void *ctx, void **out);
 void kp__cpu_stream_destroy(void *ctx, void *s);
 kp_status kp__cpu_stream_sync(void *ctx, void *s);
+kp_status kp__cpu_stream_query(void *ctx, void *s, bool *idle);
 kp_status kp__cpu_memcpy_async(void *ctx, void *s, void *dst, const void *src, size_t bytes);
 kp_status kp__cpu_memset_async(void *ctx, void *s, void *dst, int value, size_t bytes);
 kp_status kp__cpu_launch(void *ctx, void *s, const kp_launch *l);

@@ -63,6 +63,7 @@ static const kp_device_i kp__cpu_iface = {
     .stream_create = kp__cpu_stream_create,
     .stream_destroy = kp__cpu_stream_destroy,
     .stream_sync = kp__cpu_stream_sync,
+    .stream_query = kp__cpu_stream_query,
     .memcpy_async = kp__cpu_memcpy_async,
     .memset_async = kp__cpu_memset_async,
     .launch = kp__cpu_launch,

@@ -249,6 +249,15 @@ kp_status kp__cpu_stream_sync(void *ctx, void *sp) {
     return KP_OK;
 }
 
+kp_status kp__cpu_stream_query(void *ctx, void *sp, bool *idle) {
+    kp__cpu_stream *s = sp;
+    if (s->cap) return kp__error(KP_ERR_STATE, "stream query: the stream is capturing");
+    pthread_mutex_lock(&s->mu);
+    *idle = s->tail == s->head;
+    pthread_mutex_unlock(&s->mu);
+    return KP_OK;
+}
+
 kp_status kp__cpu_device_sync(void *ctx) {
     kp__cpu_device *dev = ctx;
     pthread_mutex_lock(&dev->mu);

@@ -129,6 +129,18 @@ static kp_status kp__cuda_stream_sync(void *ctx, void *s) {
     return KP_OK;
 }
 
+static kp_status kp__cuda_stream_query(void *ctx, void *s, bool *idle) {
+    cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        *idle = false;
+        return KP_OK;
+    }
+    KP_CUDA_CHECK(e);
+    *idle = true;
+    return KP_OK;
+}
+
 static kp_status kp__cuda_memcpy_async(void *ctx, void *s, void *dst, const void *src,
                                        size_t bytes) {
     KP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
@@ -214,6 +226,7 @@ static const kp_device_i kp__cuda_iface = {
     .stream_create = kp__cuda_stream_create,
     .stream_destroy = kp__cuda_stream_destroy,
     .stream_sync = kp__cuda_stream_sync,
+    .stream_query = kp__cuda_stream_query,
     .memcpy_async = kp__cuda_memcpy_async,
     .memset_async = kp__cuda_memset_async,
     .launch = kp__cuda_launch,
