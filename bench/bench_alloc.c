@@ -9,24 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench-util.h"
 #include "tool-impl.h"
 
-#define CK(x)                                                                   \
-    do {                                                                        \
-        cudaError_t e_ = (x);                                                   \
-        if (e_ != cudaSuccess) {                                                \
-            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));            \
-            exit(1);                                                            \
-        }                                                                       \
-    } while (0)
-#define KK(x)                                                                   \
-    do {                                                                        \
-        kp_status s_ = (x);                                                     \
-        if (s_ != KP_OK) {                                                      \
-            fprintf(stderr, "%s: %s: %s\n", #x, kp_status_str(s_), kp_last_error()); \
-            exit(1);                                                            \
-        }                                                                       \
-    } while (0)
 
 #define REPEATS 15
 
