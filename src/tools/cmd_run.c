@@ -8,6 +8,7 @@
 #include "tool-impl.h"
 
 #define KPT_MAX_FILES 32
+#define KPT_MAX_OUTPUTS 64
 #define KPT_RTOL 1e-5
 #define KPT_ATOL 1e-6
 
@@ -167,11 +168,11 @@ static kp_status kpt_write_outputs(const kpt_run_args *a, kpt_runner *r, void **
 
 static int kpt_run_check(const kpt_run_args *a, kpt_runner *r, void **host) {
     kpt_runner ref;
-    void *ref_host[64] = {0};
+    void *ref_host[KPT_MAX_OUTPUTS] = {0};
     kp_status st = kpt_runner_open(&ref, "cpu", a->spec, a->mode);
     if (st == KP_OK) st = kpt_runner_copy_inputs(&ref, r);
     if (st == KP_OK) st = kpt_run_ticks(&ref, a->ticks);
-    if (st == KP_OK && ref.n_out <= 64) st = kpt_fetch_all(&ref, ref_host);
+    if (st == KP_OK) st = kpt_fetch_all(&ref, ref_host); /* same spec: n_out checked */
     int rc = 0;
     if (st != KP_OK) {
         rc = kpt_fail("run --check (cpu reference)", st);
@@ -180,7 +181,7 @@ static int kpt_run_check(const kpt_run_args *a, kpt_runner *r, void **host) {
         for (size_t i = 0; i < r->n_out; i++)
             if (!kpt_compare(&r->out[i], host[i], ref_host[i])) rc = 1;
     }
-    for (size_t i = 0; i < 64; i++) free(ref_host[i]);
+    for (size_t i = 0; i < KPT_MAX_OUTPUTS; i++) free(ref_host[i]);
     kpt_runner_close(&ref);
     return rc;
 }
@@ -190,9 +191,13 @@ int kpt_cmd_run(int argc, char **argv) {
     int rc = kpt_run_parse(argc, argv, &a);
     if (rc) return rc < 0 ? 0 : rc;
     kpt_runner r;
-    void *host[64] = {0};
+    void *host[KPT_MAX_OUTPUTS] = {0};
     kp_status st = kpt_runner_open(&r, a.device, a.spec, a.mode);
-    if (st == KP_OK && r.n_out > 64) st = KP_ERR_UNSUPPORTED;
+    if (st == KP_OK && r.n_out > KPT_MAX_OUTPUTS) {
+        fprintf(stderr, "kpipe run: the spec has %zu outputs; this command handles up to %d\n",
+                r.n_out, KPT_MAX_OUTPUTS);
+        st = KP_ERR_UNSUPPORTED;
+    }
     if (st == KP_OK) st = kpt_runner_inputs(&r, a.in, a.n_in, (uint64_t)a.seed);
     double t0 = kpt_now_us();
     if (st == KP_OK) st = kpt_run_ticks(&r, a.ticks);
@@ -207,7 +212,7 @@ int kpt_cmd_run(int argc, char **argv) {
     }
     rc = st == KP_OK ? 0 : kpt_fail("run", st);
     if (rc == 0 && a.check) rc = kpt_run_check(&a, &r, host);
-    for (size_t i = 0; i < 64; i++) free(host[i]);
+    for (size_t i = 0; i < KPT_MAX_OUTPUTS; i++) free(host[i]);
     for (size_t i = 0; i < a.n_in; i++) free((char *)a.in[i].name);
     for (size_t i = 0; i < a.n_out; i++) free((char *)a.out[i].name);
     kpt_runner_close(&r);
