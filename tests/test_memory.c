@@ -209,6 +209,42 @@ static void cross_stream_reuse_waits(void **state) {
     kp_stream_destroy(s2);
 }
 
+/* During capture the allocator serves cached blocks, refuses what would need
+ * the driver, and records and queries nothing on the capturing stream: the
+ * capture stays valid, and deferred frees complete after it. */
+static void allocation_during_capture(void **state) {
+    kp_allocator_t a;
+    kp_stream_t s, other;
+    void *warm, *used, *p, *q = NULL, *again;
+    kp_graph_t g;
+    KPT_OK(kp_allocator_create(g_dev, KP_ALLOCATOR_DEVICE, NULL, &a));
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_stream_create(g_dev, &other));
+    KPT_OK(kp_allocator_alloc(a, 4096, s, &warm));
+    KPT_OK(kp_allocator_free(a, warm)); /* cached for s */
+    KPT_OK(kp_allocator_alloc(a, 8192, other, &used));
+    KPT_OK(kp_allocator_record_stream(a, used, s));
+    KPT_OK(kp_stream_begin_capture(s));
+    KPT_OK(kp_allocator_alloc(a, 4096, s, &p)); /* a cache hit */
+    assert_ptr_equal(p, warm);
+    KPT_FAILS(kp_allocator_alloc(a, 64 << 20, s, &q), KP_ERR_STATE);
+    assert_null(q);
+    KPT_OK(kp_allocator_free(a, used)); /* used on s, which captures: deferred */
+    assert_int_equal(stats_of(a).deferred, 1);
+    KPT_OK(kp_allocator_free(a, p));
+    KPT_OK(kp_stream_end_capture(s, &g)); /* not invalidated */
+    kp_graph_destroy(g);
+    KPT_OK(kp_allocator_alloc(a, 100, other, &q)); /* records the deferred events now */
+    KPT_OK(kp_stream_sync(s));
+    KPT_OK(kp_allocator_alloc(a, 8192, other, &again));
+    assert_ptr_equal(again, used);
+    KPT_OK(kp_allocator_free(a, again));
+    KPT_OK(kp_allocator_free(a, q));
+    kp_allocator_destroy(a);
+    kp_stream_destroy(s);
+    kp_stream_destroy(other);
+}
+
 typedef struct free_job { kp_allocator_t a; void *p; kp_status st; } free_job;
 static void *free_elsewhere(void *arg) {
     free_job *j = arg;
@@ -326,6 +362,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(caching_rules),
         cmocka_unit_test(budget_and_oom_message),
         cmocka_unit_test(cross_stream_reuse_waits),
+        cmocka_unit_test(allocation_during_capture),
         cmocka_unit_test(pinned_caching_and_deferred_frees),
         cmocka_unit_test(buffer_pool_steady_state),
     };

@@ -104,3 +104,12 @@ const kp__engine_backend_i kp__engine_cublas = {
     .enqueue = kp__cublas_enqueue,
     .destroy = kp__cublas_destroy,
 };
+
+int kp__cublas_version(void) {
+    int major = 0, minor = 0, patch = 0;
+    if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
+        return 0;
+    return major * 10000 + minor * 100 + patch;
+}

@@ -92,5 +92,7 @@ void kp__module_type_list(char *buf, size_t len);
 /* Built-in module factories (src/modules). */
 kp_status kp__engine_create(const kp_module_env *env, kp_module_def *def);
 kp_status kp__relu_create(const kp_module_env *env, kp_module_def *def);
+/* cuBLAS's version as major * 10000 + minor * 100 + patch; 0 without CUDA. */
+int kp__cublas_version(void);
 
 #endif

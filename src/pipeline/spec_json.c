@@ -291,3 +291,13 @@ kp_status kp_pipeline_create_from_file_opts(kp_device_t dev, const char *path,
     kp__free(text);
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }
+
+const char *kp_library_versions(char *buf, size_t len) {
+    int cb = kp__cublas_version();
+    if (cb)
+        snprintf(buf, len, "jansson %s, cuBLAS %d.%d.%d", JANSSON_VERSION, cb / 10000,
+                 cb / 100 % 100, cb % 100);
+    else
+        snprintf(buf, len, "jansson %s", JANSSON_VERSION);
+    return buf;
+}

@@ -39,7 +39,8 @@ int kpt_cmd_info(int argc, char **argv) {
         return help ? 0 : 2;
     }
     char why[256] = "", desc[256];
-    printf("kpipe %s\nbackends built: %s\nmodule types:", kp_version_str(), kp_backends_built());
+    printf("kpipe %s (%s)\nbackends built: %s\nmodule types:", kp_version_str(),
+           kp_library_versions(desc, sizeof desc), kp_backends_built());
     for (size_t i = 0; i < kp_module_type_count(); i++) printf(" %s", kp_module_type_name(i));
     printf("\ndevices:\n");
     kp_device_t dev;
