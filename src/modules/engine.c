@@ -20,6 +20,7 @@ typedef struct kp__engine {
     const float *bound[2]; /* inputs as bound this tick */
     float *own[2];         /* own input buffers (copy mode) */
     float *out;
+    kp_tensor_desc out_desc;
     kp_graph_t captured;   /* graph mode, after warmup */
     kp_graph_node_t copy_node[2];
     const float *copy_src[2]; /* source of each copy node as last set */
@@ -95,7 +96,8 @@ static kp_status kp__engine_update_nodes(void *self, kp_graph_exec_t ge) {
 static kp_status kp__engine_outputs(void *self, kp_port_info *out, size_t n) {
     kp__engine *e = self;
     out[0].data = e->out;
-    return kp_desc_init(&out[0].desc, KP_F32, 1, &e->n, NULL);
+    out[0].desc = e->out_desc; /* fixed at creation: nothing to rebuild per tick */
+    return KP_OK;
 }
 
 static kp_status kp__engine_warmup(void *self, kp_stream_t s) {
@@ -172,6 +174,7 @@ kp_status kp__engine_create(const kp_module_env *env, kp_module_def *def) {
         kp__engine_destroy(e);
         return st;
     }
+    e->out_desc = def->outputs[0].desc;
     def->iface = &kp__engine_iface;
     def->self = e;
     def->n_inputs = 2;

@@ -31,6 +31,7 @@ static const kp_kernel kp__relu_kernel = {"relu", kp__relu_cpu, KP__RELU_CUDA,
 
 typedef struct kp__relu {
     int64_t n;
+    kp_tensor_desc out_desc;
     const float *bound;
     float *out;
     kp__relu_params params;
@@ -83,7 +84,8 @@ static kp_status kp__relu_configure(void *self, kp_stream_t s, void *dyn_host) {
 static kp_status kp__relu_outputs(void *self, kp_port_info *out, size_t n) {
     kp__relu *m = self;
     out[0].data = m->out;
-    return kp_desc_init(&out[0].desc, KP_F32, 1, &m->n, NULL);
+    out[0].desc = m->out_desc; /* fixed at creation: nothing to rebuild per tick */
+    return KP_OK;
 }
 
 static kp_status kp__relu_execute(void *self, kp_stream_t s) {
@@ -119,6 +121,7 @@ kp_status kp__relu_create(const kp_module_env *env, kp_module_def *def) {
         kp__free(m);
         return st;
     }
+    m->out_desc = def->outputs[0].desc;
     def->iface = &kp__relu_iface;
     def->self = m;
     def->n_inputs = 1;
