@@ -80,6 +80,9 @@ static void hand_setup(hand *H, int64_t n, const float *a, const float *b) {
     CK(cudaMemcpy(H->st, &st, sizeof st, cudaMemcpyHostToDevice));
     H->dyn_host->input = H->sum;
     CK(cudaMemcpy(H->dyn, H->dyn_host, sizeof *H->dyn, cudaMemcpyHostToDevice));
+    /* cudaMemcpy from pageable memory may return before the data lands, and
+     * the non-blocking stream below does not wait for the legacy stream. */
+    CK(cudaDeviceSynchronize());
     H->rp = (hand_relu_params){H->st, H->dyn};
     CB(cublasCreate(&H->h));
     CK(cudaMalloc(&H->ws, 4 << 20));
@@ -250,6 +253,7 @@ static void bandwidth(const char *src, json_t *out) {
 static size_t wrong(const float *dev_out, const float *a, const float *b, int64_t n) {
     float *h = malloc((size_t)n * sizeof *h);
     size_t bad = 0;
+    CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(h, dev_out, (size_t)n * sizeof *h, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < n; i++) bad += h[i] != fmaxf(a[i] + b[i], 0.0f);
     free(h);

@@ -31,6 +31,7 @@ typedef struct kp_graph_exec *kp_graph_exec_t;
 typedef struct kp_graph_node *kp_graph_node_t;
 
 typedef enum kp_backend {
+    KP_BACKEND_NONE = -1, /* no device (a NULL handle) */
     KP_BACKEND_CPU  = 0,
     KP_BACKEND_CUDA = 1,
 } kp_backend;
@@ -70,7 +71,7 @@ typedef struct kp_launch {
 kp_status kp_device_open(const char *name, kp_device_t *out);
 /* Closes a device; every object made on it must be destroyed first. NULL is a no-op. */
 void kp_device_close(kp_device_t dev);
-/* Backend of a device. */
+/* Backend of a device; KP_BACKEND_NONE for NULL. */
 kp_backend kp_device_backend(kp_device_t dev);
 /* "cpu" or "cuda:0". */
 const char *kp_device_name(kp_device_t dev);
@@ -93,8 +94,11 @@ void      kp_free(kp_device_t dev, void *ptr);
 /* Page-locked host memory usable by async copies. */
 kp_status kp_malloc_host(kp_device_t dev, size_t bytes, void **out);
 void      kp_free_host(kp_device_t dev, void *ptr);
-/* Synchronous copies. They are not ordered against work pending on streams:
- * synchronize those streams first. */
+/* Synchronous copies between memory of this device and host memory
+ * (pageable or pinned) in any direction. The copy has landed when the call
+ * returns, so work enqueued afterwards on any stream of the device sees it.
+ * It does not wait for work already pending on streams: synchronize a
+ * stream that still uses the same memory first. */
 kp_status kp_memcpy_htod(kp_device_t dev, void *dst, const void *src, size_t bytes);
 kp_status kp_memcpy_dtoh(kp_device_t dev, void *dst, const void *src, size_t bytes);
 kp_status kp_memcpy_dtod(kp_device_t dev, void *dst, const void *src, size_t bytes);

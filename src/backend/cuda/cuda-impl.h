@@ -8,6 +8,12 @@
 
 typedef struct kp__cuda_device {
     int ordinal;
+    /* Private non-blocking stream for the synchronous copies: each is issued
+     * here and waited for, so it has landed before the call returns, whatever
+     * the source memory (cudaMemcpy from pageable memory returns once the
+     * bytes are staged, and a device-to-device cudaMemcpy returns at once;
+     * neither orders kpipe's non-blocking streams after it). */
+    cudaStream_t copy;
 } kp__cuda_device;
 
 /* Maps a CUDA error to a status, records the detail, and clears CUDA's

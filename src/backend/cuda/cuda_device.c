@@ -68,8 +68,13 @@ static kp_status kp__cuda_malloc(void *ctx, size_t bytes, void **out) {
     return KP_OK;
 }
 
+/* Frees wait for the whole device explicitly, not through cudaFree's own
+ * implicit synchronization: work queued on any stream may still read the
+ * memory. */
 static void kp__cuda_free(void *ctx, void *p) {
-    if (kp__cuda_enter(ctx) == KP_OK && cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+    if (kp__cuda_enter(ctx) != KP_OK) return;
+    if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
+    if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
 }
 
 static kp_status kp__cuda_malloc_host(void *ctx, size_t bytes, void **out) {
@@ -82,12 +87,18 @@ static kp_status kp__cuda_malloc_host(void *ctx, size_t bytes, void **out) {
 }
 
 static void kp__cuda_free_host(void *ctx, void *p) {
+    if (kp__cuda_enter(ctx) != KP_OK) return;
+    if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
     if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
 }
 
+/* Complete before it returns, for every kind of memory on either side: the
+ * copy goes on the device's private stream and that stream is waited for. */
 static kp_status kp__cuda_memcpy(void *ctx, void *dst, const void *src, size_t bytes) {
-    KP_CHECK(kp__cuda_enter(ctx));
-    KP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+    kp__cuda_device *d = ctx;
+    KP_CHECK(kp__cuda_enter(d));
+    KP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d->copy));
+    KP_CUDA_CHECK(cudaStreamSynchronize(d->copy));
     return KP_OK;
 }
 
@@ -211,7 +222,11 @@ static kp_status kp__cuda_event_elapsed(void *ctx, void *a, void *b, float *ms) 
     return KP_OK;
 }
 
-static void kp__cuda_close(void *ctx) { kp__free(ctx); }
+static void kp__cuda_close(void *ctx) {
+    kp__cuda_device *d = ctx;
+    if (d->copy && cudaStreamDestroy(d->copy) != cudaSuccess) (void)cudaGetLastError();
+    kp__free(d);
+}
 
 static const kp_device_i kp__cuda_iface = {
     .close = kp__cuda_close,
@@ -273,8 +288,12 @@ kp_status kp__cuda_open(kp_device_t dev, int ordinal) {
         cudaError_t e = cudaFree(NULL); /* creates the primary context now, not mid-tick */
         if (e != cudaSuccess) st = kp__cuda_fail(e, "cudaFree(NULL)", __FILE__, __LINE__);
     }
+    if (st == KP_OK) {
+        cudaError_t e = cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking);
+        if (e != cudaSuccess) st = kp__cuda_fail(e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
+    }
     if (st != KP_OK) {
-        kp__free(d);
+        kp__cuda_close(d);
         return st;
     }
     dev->iface = &kp__cuda_iface;
