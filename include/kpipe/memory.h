@@ -101,6 +101,7 @@ typedef struct kp_block_info {
 } kp_block_info;
 /* Fills up to `cap` rows; *n gets the number of blocks. */
 kp_status kp_allocator_snapshot(kp_allocator_t a, kp_block_info *rows, size_t cap, size_t *n);
+/* The allocator's kind; KP_ALLOCATOR_KINDS for NULL. */
 kp_allocator_kind kp_allocator_get_kind(kp_allocator_t a);
 
 /* --- memory objects ----------------------------------------------------------- */

@@ -61,18 +61,23 @@ kp_status kp_desc_init(kp_tensor_desc *d, kp_dtype dt, int ndim, const int64_t *
                        const int64_t *strides);
 /* Checks an existing descriptor as kp_desc_init does. */
 kp_status kp_desc_validate(const kp_tensor_desc *d);
-/* Number of elements (product of the shape; 1 for a scalar). */
+/* The functions below take any descriptor, valid or not; for one that
+ * kp_desc_validate refuses they give the answer stated, never a crash. */
+/* Number of elements (product of the shape; 1 for a scalar); -1 if invalid. */
 int64_t kp_desc_numel(const kp_tensor_desc *d);
-/* True when the elements are row-major and dense (size-1 dims ignored). */
+/* True when the elements are row-major and dense (size-1 dims ignored);
+ * false if invalid. */
 bool kp_desc_is_contiguous(const kp_tensor_desc *d);
 /* Byte interval [*lo, *hi) spanned from the allocation start; empty tensors
- * give lo == hi. */
+ * give lo == hi, and so do invalid ones (0, 0). */
 void kp_desc_byte_extent(const kp_tensor_desc *d, int64_t *lo, int64_t *hi);
-/* Bytes from the allocation start to one past the last byte touched. */
+/* Bytes from the allocation start to one past the last byte touched; -1 if
+ * invalid. */
 int64_t kp_desc_bytes_needed(const kp_tensor_desc *d);
 /* True when shape and dtype agree (strides and offset may differ). */
 bool kp_desc_same_shape(const kp_tensor_desc *a, const kp_tensor_desc *b);
-/* Writes "f32[4,6]" into buf. */
+/* Writes "f32[4,6]" into buf ("invalid" for a bad dim count); returns buf,
+ * or "" when buf is NULL or len is 0. */
 const char *kp_desc_str(const kp_tensor_desc *d, char *buf, size_t len);
 
 typedef enum kp_overlap {
@@ -82,7 +87,8 @@ typedef enum kp_overlap {
 } kp_overlap;
 
 /* Do two descriptors on the same allocation touch a common byte? Works across
- * dtypes (byte granularity). Never answers NONE wrongly. */
+ * dtypes (byte granularity). Never answers NONE wrongly; an invalid
+ * descriptor gives ASSUMED. */
 kp_overlap kp_desc_overlap(const kp_tensor_desc *a, const kp_tensor_desc *b);
 /* As kp_desc_overlap with an explicit bound on search steps. */
 kp_overlap kp_desc_overlap_bounded(const kp_tensor_desc *a, const kp_tensor_desc *b,

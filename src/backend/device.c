@@ -10,11 +10,12 @@
         if (!(h)) return kp__error(KP_ERR_INVALID_ARG, "%s: %s is NULL", __func__, what); \
     } while (0)
 
-#define KP__SAME_DEV(a, b, what)                                                \
+/* `b` (called `what`) must be on the device of `a` (called `owner`). */
+#define KP__SAME_DEV(a, owner, b, what)                                         \
     do {                                                                        \
         if ((a)->dev != (b)->dev)                                               \
-            return kp__error(KP_ERR_INVALID_ARG, "%s: %s belongs to %s, not %s", __func__, \
-                             what, (b)->dev->name, (a)->dev->name);             \
+            return kp__error_devices(__func__, what, (b)->dev, (b)->dev->name, owner, \
+                                     (a)->dev, (a)->dev->name);                 \
     } while (0)
 
 const char *kp_backends_built(void) {
@@ -91,7 +92,7 @@ void kp_device_close(kp_device_t dev) {
     kp__free(dev);
 }
 
-kp_backend kp_device_backend(kp_device_t dev) { return dev->backend; }
+kp_backend kp_device_backend(kp_device_t dev) { return dev ? dev->backend : KP_BACKEND_NONE; }
 const char *kp_device_name(kp_device_t dev) { return dev ? dev->name : "(null)"; }
 
 kp_status kp_device_describe(kp_device_t dev, char *buf, size_t len) {
@@ -108,10 +109,18 @@ kp_status kp_device_versions(kp_device_t dev, int *driver, int *runtime) {
 }
 
 /* --- memory ------------------------------------------------------------------- */
+/* Sizes past any device are refused before the backend sees them. */
+static kp_status kp__check_size(size_t bytes, const char *fn) {
+    if (bytes <= KP__MAX_ALLOC_BYTES) return KP_OK;
+    return kp__error(KP_ERR_OUT_OF_MEMORY, "%s: %zu bytes is more than any device holds (at most "
+                     "%zu in one allocation)", fn, bytes, KP__MAX_ALLOC_BYTES);
+}
+
 kp_status kp_malloc(kp_device_t dev, size_t bytes, void **out) {
     KP__HANDLE(dev, "device");
     KP__HANDLE(out, "out");
     *out = NULL;
+    KP_CHECK(kp__check_size(bytes, __func__));
     return dev->iface->malloc(dev->ctx, bytes, out);
 }
 
@@ -123,6 +132,7 @@ kp_status kp_malloc_host(kp_device_t dev, size_t bytes, void **out) {
     KP__HANDLE(dev, "device");
     KP__HANDLE(out, "out");
     *out = NULL;
+    KP_CHECK(kp__check_size(bytes, __func__));
     return dev->iface->malloc_host(dev->ctx, bytes, out);
 }
 
@@ -258,7 +268,7 @@ void kp_event_destroy(kp_event_t ev) {
 kp_status kp_event_record(kp_event_t ev, kp_stream_t s) {
     KP__HANDLE(ev, "event");
     KP__HANDLE(s, "stream");
-    KP__SAME_DEV(ev, s, "stream");
+    KP__SAME_DEV(ev, "event", s, "stream");
     return ev->dev->iface->event_record(ev->dev->ctx, ev->impl, s->impl);
 }
 
@@ -276,7 +286,7 @@ kp_status kp_event_sync(kp_event_t ev) {
 kp_status kp_stream_wait_event(kp_stream_t s, kp_event_t ev) {
     KP__HANDLE(ev, "event");
     KP__HANDLE(s, "stream");
-    KP__SAME_DEV(s, ev, "event");
+    KP__SAME_DEV(s, "stream", ev, "event");
     return s->dev->iface->stream_wait_event(s->dev->ctx, s->impl, ev->impl);
 }
 
@@ -284,7 +294,7 @@ kp_status kp_event_elapsed_ms(kp_event_t a, kp_event_t b, float *ms) {
     KP__HANDLE(a, "start event");
     KP__HANDLE(b, "end event");
     KP__HANDLE(ms, "ms");
-    KP__SAME_DEV(a, b, "end event");
+    KP__SAME_DEV(a, "start event", b, "end event");
     return a->dev->iface->event_elapsed(a->dev->ctx, a->impl, b->impl, ms);
 }
 
@@ -341,7 +351,7 @@ kp_status kp_graph_add_child(kp_graph_t g, const kp_graph_node_t *deps, size_t n
                              kp_graph_t child, kp_graph_node_t *out) {
     KP__NODE_ARGS(g, deps, n, out);
     KP__HANDLE(child, "child graph");
-    KP__SAME_DEV(g, child, "child graph");
+    KP__SAME_DEV(g, "graph", child, "child graph");
     if (child == g) return kp__error(KP_ERR_INVALID_ARG, "kp_graph_add_child: graph is its own child");
     return g->dev->iface->graph_add_child(g->dev->ctx, g->impl, deps, n, child->impl, out);
 }
@@ -381,14 +391,14 @@ void kp_graph_exec_destroy(kp_graph_exec_t ge) {
 kp_status kp_graph_exec_upload(kp_graph_exec_t ge, kp_stream_t s) {
     KP__HANDLE(ge, "graph exec");
     KP__HANDLE(s, "stream");
-    KP__SAME_DEV(ge, s, "stream");
+    KP__SAME_DEV(ge, "graph exec", s, "stream");
     return ge->dev->iface->exec_upload(ge->dev->ctx, ge->impl, s->impl);
 }
 
 kp_status kp_graph_exec_launch(kp_graph_exec_t ge, kp_stream_t s) {
     KP__HANDLE(ge, "graph exec");
     KP__HANDLE(s, "stream");
-    KP__SAME_DEV(ge, s, "stream");
+    KP__SAME_DEV(ge, "graph exec", s, "stream");
     return ge->dev->iface->exec_launch(ge->dev->ctx, ge->impl, s->impl);
 }
 
@@ -411,14 +421,14 @@ kp_status kp_graph_exec_set_child(kp_graph_exec_t ge, kp_graph_node_t node, kp_g
     KP__HANDLE(ge, "graph exec");
     KP__HANDLE(node, "node");
     KP__HANDLE(child, "child graph");
-    KP__SAME_DEV(ge, child, "child graph");
+    KP__SAME_DEV(ge, "graph exec", child, "child graph");
     return ge->dev->iface->exec_set_child(ge->dev->ctx, ge->impl, node, child->impl);
 }
 
 kp_status kp_graph_exec_update(kp_graph_exec_t ge, kp_graph_t g) {
     KP__HANDLE(ge, "graph exec");
     KP__HANDLE(g, "graph");
-    KP__SAME_DEV(ge, g, "graph");
+    KP__SAME_DEV(ge, "graph exec", g, "graph");
     return ge->dev->iface->exec_update(ge->dev->ctx, ge->impl, g->impl);
 }
 

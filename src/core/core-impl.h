@@ -3,6 +3,7 @@
 #define KPIPE_CORE_IMPL_H
 
 #include "kpipe/core.h"
+#include "kpipe/tensor.h"
 
 #if defined(__GNUC__)
 #define KP__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -15,6 +16,18 @@
 kp_status kp__error(kp_status st, const char *fmt, ...) KP__PRINTF(2, 3);
 /* Prepends context to the current detail ("pipeline setup: <detail>"). */
 kp_status kp__error_prefix(kp_status st, const char *fmt, ...) KP__PRINTF(2, 3);
+
+/* "fn: the stream belongs to cpu, the pipeline to cuda:0". When the two
+ * devices share a name, it says they are two handles opened for it: each
+ * kp_device_open makes a new device, and objects of one never mix with
+ * another's. Devices are opaque here (core sits below the device layer). */
+kp_status kp__error_devices(const char *fn, const char *what, const void *what_dev,
+                            const char *what_name, const char *owner, const void *owner_dev,
+                            const char *owner_name);
+
+/* kp_desc_validate without recording an error: for checks in functions that
+ * do not return a status. */
+bool kp__desc_ok(const kp_tensor_desc *d);
 
 /* Logs at `level` if enabled; never called in a per-tick path. */
 void kp__log(kp_log_level level, const char *fmt, ...) KP__PRINTF(2, 3);
@@ -37,6 +50,11 @@ void kp__log(kp_log_level level, const char *fmt, ...) KP__PRINTF(2, 3);
             return kp__error(KP_ERR_INVALID_ARG, "%s: argument check failed: %s", \
                              __func__, #cond);                                  \
     } while (0)
+
+/* The largest single allocation the library asks for (256 TiB): sizes past
+ * it are refused before any rounding or driver call, so size arithmetic
+ * below this bound cannot wrap. */
+#define KP__MAX_ALLOC_BYTES ((size_t)1 << 48)
 
 /* Host allocation through the hook. kp__malloc never returns NULL silently:
  * callers check and report KP_ERR_OUT_OF_MEMORY. */

@@ -129,6 +129,9 @@ static int kp__search(const kp__layout *A, int na, int64_t ab, const kp__layout 
 kp_overlap kp_desc_overlap_bounded(const kp_tensor_desc *a, const kp_tensor_desc *b,
                                    int64_t max_steps) {
     kp__layout A, B;
+    /* Byte arithmetic below relies on validated extents; for a descriptor
+     * that is not valid the only safe answer is "assume they overlap". */
+    if (!kp__desc_ok(a) || !kp__desc_ok(b)) return KP_OVERLAP_ASSUMED;
     if (!kp__normalize(a, &A) || !kp__normalize(b, &B)) return KP_OVERLAP_NONE;
     if (A.base + A.span[A.n] <= B.base || B.base + B.span[B.n] <= A.base)
         return KP_OVERLAP_NONE;

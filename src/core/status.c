@@ -53,6 +53,17 @@ kp_status kp__error_prefix(kp_status st, const char *fmt, ...) {
     return st;
 }
 
+kp_status kp__error_devices(const char *fn, const char *what, const void *what_dev,
+                            const char *what_name, const char *owner, const void *owner_dev,
+                            const char *owner_name) {
+    if (strcmp(what_name, owner_name) != 0)
+        return kp__error(KP_ERR_INVALID_ARG, "%s: the %s belongs to %s, the %s to %s", fn, what,
+                         what_name, owner, owner_name);
+    return kp__error(KP_ERR_INVALID_ARG, "%s: the %s and the %s belong to two different handles "
+                     "of device %s (%p and %p): open a device once and use that handle for all "
+                     "its objects", fn, what, owner, what_name, what_dev, owner_dev);
+}
+
 _Noreturn void kp__assert_fail(const char *cond, const char *file, int line) {
     fprintf(stderr, "kpipe: internal invariant broken: %s (%s:%d)\n", cond, file, line);
     abort();

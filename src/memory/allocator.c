@@ -51,7 +51,7 @@ void kp_allocator_destroy(kp_allocator_t a) {
     kp__free(a);
 }
 
-kp_allocator_kind kp_allocator_get_kind(kp_allocator_t a) { return a->kind; }
+kp_allocator_kind kp_allocator_get_kind(kp_allocator_t a) { return a ? a->kind : KP_ALLOCATOR_KINDS; }
 
 /* --- the device's own allocators (extension slots 0..2 of the device) -------------- */
 typedef struct kp__dev_alloc {
@@ -113,9 +113,13 @@ kp_status kp_device_set_allocator(kp_device_t dev, kp_allocator_kind kind, kp_al
 kp_status kp_allocator_alloc(kp_allocator_t a, size_t bytes, kp_stream_t s, void **out) {
     KP_ARG_CHECK(a && out);
     *out = NULL;
+    if (bytes > KP__MAX_ALLOC_BYTES)
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "kp_allocator_alloc: %zu bytes is more than any "
+                         "%s allocator serves (at most %zu)", bytes, kp__kind_names[a->kind],
+                         KP__MAX_ALLOC_BYTES);
     if (s && kp_stream_device(s) != a->dev)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_allocator_alloc: the stream belongs to %s, the "
-                         "allocator to %s", kp_stream_device(s)->name, a->dev->name);
+        return kp__error_devices(__func__, "stream", kp_stream_device(s), kp_stream_device(s)->name,
+                                 "allocator", a->dev, a->dev->name);
     return a->iface->alloc(a->ctx, bytes ? bytes : 1, s, out);
 }
 
@@ -127,8 +131,8 @@ kp_status kp_allocator_free(kp_allocator_t a, void *ptr) {
 kp_status kp_allocator_record_stream(kp_allocator_t a, void *ptr, kp_stream_t s) {
     KP_ARG_CHECK(a && ptr && s);
     if (kp_stream_device(s) != a->dev)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_allocator_record_stream: the stream belongs to "
-                         "%s, the allocator to %s", kp_stream_device(s)->name, a->dev->name);
+        return kp__error_devices(__func__, "stream", kp_stream_device(s), kp_stream_device(s)->name,
+                                 "allocator", a->dev, a->dev->name);
     return a->iface->record_stream ? a->iface->record_stream(a->ctx, ptr, s) : KP_OK;
 }
 
@@ -204,10 +208,21 @@ static kp_status kp__host_free_fn(void *ctx, void *ptr) {
     }
     pthread_mutex_unlock(&h->mu);
     if (!bytes)
-        return kp__error(KP_ERR_INVALID_ARG, "host allocator: %p was not allocated here or was "
-                         "freed already", ptr);
+        return kp__error(KP_ERR_INVALID_ARG, "kp_allocator_free: %p was not allocated by this "
+                         "host allocator or was freed already", ptr);
     kp__aligned_free(KP_MEM_HOST, ptr);
     return KP_OK;
+}
+
+/* Host memory needs no stream bookkeeping, but the pointer must be live. */
+static kp_status kp__host_record_fn(void *ctx, void *ptr, kp_stream_t s) {
+    kp__host_alloc *h = ctx;
+    pthread_mutex_lock(&h->mu);
+    bool live = kp__ptrmap_get(&h->live, ptr) != NULL;
+    pthread_mutex_unlock(&h->mu);
+    return live ? KP_OK
+                : kp__error(KP_ERR_INVALID_ARG, "kp_allocator_record_stream: %p is not a live "
+                            "block of this host allocator", ptr);
 }
 
 static void kp__host_stats_fn(void *ctx, kp_alloc_stats *out) {
@@ -231,6 +246,7 @@ static void kp__host_destroy_fn(void *ctx) {
 static const kp_allocator_i kp__host_iface = {
     .alloc = kp__host_alloc_fn,
     .free = kp__host_free_fn,
+    .record_stream = kp__host_record_fn,
     .stats = kp__host_stats_fn,
     .destroy = kp__host_destroy_fn,
 };

@@ -313,6 +313,7 @@ static kp_status kp__oom(kp__caching *c, size_t bytes, kp_stream_t s) {
 }
 
 static kp_status kp__take(kp__caching *c, size_t bytes, kp_stream_t s, kp__cblock **out) {
+    /* bytes <= KP__MAX_ALLOC_BYTES (the public wrapper): no rounding wraps */
     size_t size = (bytes + KP__ROUND - 1) / KP__ROUND * KP__ROUND;
     bool small = size <= KP__SMALL_MAX, capturing = s && kp_stream_is_capturing(s);
     /* blocks whose other streams are done come back first, so they are reused

@@ -9,7 +9,7 @@
 
 /* An allocator implementation; the public wrappers check arguments. */
 typedef struct kp_allocator_i {
-    /* Allocates `bytes` (> 0) for `stream` (may be NULL). */
+    /* Allocates `bytes` (1 .. KP__MAX_ALLOC_BYTES) for `stream` (may be NULL). */
     kp_status (*alloc)(void *ctx, size_t bytes, kp_stream_t stream, void **out);
     /* Returns a block; diagnoses foreign pointers and double frees. */
     kp_status (*free)(void *ctx, void *ptr);

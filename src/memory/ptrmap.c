@@ -47,6 +47,7 @@ static kp_status kp__ptrmap_grow(kp__ptrmap *m) {
 }
 
 kp_status kp__ptrmap_put(kp__ptrmap *m, const void *key, void *val) {
+    KP_ASSERT((uintptr_t)key > KP__TOMB); /* allocators never hand out 0 or 1 */
     if ((m->used + m->tomb + 1) * 4 > m->cap * 3) KP_CHECK(kp__ptrmap_grow(m));
     uintptr_t k = (uintptr_t)key;
     size_t j = kp__hash(k, m->cap);
@@ -58,8 +59,10 @@ kp_status kp__ptrmap_put(kp__ptrmap *m, const void *key, void *val) {
     return KP_OK;
 }
 
+/* Keys 0 and 1 mark empty and deleted slots, so they are never found: a
+ * caller's (void *)1 must not match a tombstone. */
 static size_t kp__ptrmap_find(const kp__ptrmap *m, uintptr_t k) {
-    if (!m->cap) return SIZE_MAX;
+    if (!m->cap || k <= KP__TOMB) return SIZE_MAX;
     for (size_t j = kp__hash(k, m->cap);; j = (j + 1) & (m->cap - 1)) {
         if (m->keys[j] == KP__EMPTY) return SIZE_MAX;
         if (m->keys[j] == k) return j;

@@ -155,14 +155,21 @@ kp_status kp_tensor_slice(kp_tensor_t t, int dim, int64_t start, int64_t stop, i
     *out = NULL;
     const kp_tensor_desc *s = &t->desc;
     if (dim < 0 || dim >= s->ndim || step < 1 || start < 0 || stop > s->shape[dim] || start > stop)
-        return kp__error(KP_ERR_INVALID_ARG, "slice of dim %d [%lld:%lld:%lld] does not fit a "
-                         "tensor of %d dims with %lld elements there", dim, (long long)start,
+        return kp__error(KP_ERR_INVALID_ARG, "kp_tensor_slice: dim %d [%lld:%lld:%lld] does not "
+                         "fit a tensor of %d dims with %lld elements there", dim, (long long)start,
                          (long long)stop, (long long)step, s->ndim,
                          dim >= 0 && dim < s->ndim ? (long long)s->shape[dim] : 0LL);
     kp_tensor_desc d = *s;
-    d.offset += start * s->strides[dim];
-    d.shape[dim] = (stop - start + step - 1) / step;
-    d.strides[dim] = s->strides[dim] * step;
+    int64_t count = stop == start ? 0 : (stop - start - 1) / step + 1, skip;
+    /* The view's stride matters only when it has two elements or more. */
+    if (count > 1 && __builtin_mul_overflow(s->strides[dim], step, &d.strides[dim]))
+        return kp__error(KP_ERR_INVALID_ARG, "kp_tensor_slice: step %lld times stride %lld "
+                         "overflows", (long long)step, (long long)s->strides[dim]);
+    if (__builtin_mul_overflow(start, s->strides[dim], &skip) ||
+        __builtin_add_overflow(d.offset, skip, &d.offset))
+        return kp__error(KP_ERR_INVALID_ARG, "kp_tensor_slice: start %lld overflows the offset",
+                         (long long)start);
+    d.shape[dim] = count;
     return kp__view(t, &d, out);
 }
 
