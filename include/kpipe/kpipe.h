@@ -4,6 +4,7 @@
 
 #include "kpipe/core.h"
 #include "kpipe/tensor.h"
+#include "kpipe/npy.h"
 #include "kpipe/device.h"
 #include "kpipe/memory.h"
 #include "kpipe/module.h"

@@ -1,5 +1,6 @@
 /* kpipe bench: tick latency (configure_io + execute + wait) per execution
  * mode as min / p50 / p90 / p99 / max, and throughput with ticks in flight. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,7 @@ static kp_status kpt_bench_mode(const char *device, const char *spec, int mode, 
     double *lat = malloc((size_t)ticks * sizeof *lat);
     bool tty = isatty(STDERR_FILENO);
     const char *name = kp_exec_mode_str((kp_exec_mode)mode);
-    if (!lat) st = KP_ERR_OUT_OF_MEMORY;
+    if (!lat && st == KP_OK) st = kpt_error(KP_ERR_OUT_OF_MEMORY, "no memory for %ld samples", ticks);
     if (st == KP_OK) st = kpt_runner_inputs(&r, NULL, 0, 1);
     if (st == KP_OK) st = kpt_runner_prepare(&r);
     for (long t = 0; st == KP_OK && t < warmup; t++) st = kpt_runner_tick(&r, true);
@@ -72,7 +73,23 @@ static kp_status kpt_bench_mode(const char *device, const char *spec, int mode, 
     return st;
 }
 
-static kp_status kpt_bench_json(const char *path, const char *spec, const char *device,
+/* JSON strings must be UTF-8; a path need not be. Bytes of an invalid
+ * sequence become '?' so the file still says which spec it measured. */
+static json_t *kpt_json_text(const char *text) {
+    json_t *j = json_string(text);
+    if (j) return j;
+    char *copy = strdup(text);
+    if (!copy) return NULL;
+    for (char *c = copy; *c; c++)
+        if ((unsigned char)*c >= 0x80) *c = '?';
+    j = json_string(copy);
+    free(copy);
+    return j;
+}
+
+/* Writes the results to `f`, opened before the runs so that a path that
+ * cannot be written fails at once, not after the benchmark. */
+static kp_status kpt_bench_json(FILE *f, const char *path, const char *spec, const char *device,
                                 long ticks, long warmup, const kpt_bench_result *res, size_t n) {
     json_t *modes = json_object();
     for (size_t i = 0; i < n; i++) {
@@ -80,18 +97,17 @@ static kp_status kpt_bench_json(const char *path, const char *spec, const char *
         json_object_set_new(modes, kp_exec_mode_str((kp_exec_mode)res[i].mode),
             json_pack("{s:{s:f,s:f,s:f,s:f,s:f,s:f},s:f,s:f}", "latency_us", "min", s->min, "p50",
                       s->p50, "p90", s->p90, "p99", s->p99, "max", s->max, "mean", s->mean,
-                      "in_flight_us_per_tick", res[i].flight_us_per_tick,
-                      "throughput_ticks_per_s", 1e6 / res[i].flight_us_per_tick));
+                      "flight_us_per_tick", res[i].flight_us_per_tick, "throughput_ticks_per_s",
+                      1e6 / res[i].flight_us_per_tick));
     }
-    json_t *root = json_pack("{s:s,s:s,s:I,s:I,s:o}", "spec", spec, "device", device, "ticks",
-                             (json_int_t)ticks, "warmup", (json_int_t)warmup, "modes", modes);
-    int rc = root ? json_dump_file(root, path, JSON_INDENT(2)) : -1;
+    json_t *root = json_pack("{s:o,s:o,s:I,s:I,s:o}", "spec", kpt_json_text(spec), "device",
+                             kpt_json_text(device), "ticks", (json_int_t)ticks, "warmup",
+                             (json_int_t)warmup, "modes", modes);
+    int rc = root ? json_dumpf(root, f, JSON_INDENT(2)) : -1;
     json_decref(root);
-    if (rc != 0) {
-        fprintf(stderr, "--json %s: cannot write\n", path);
-        return KP_ERR_IO;
-    }
-    return KP_OK;
+    if (rc == 0 && fputc('\n', f) == EOF) rc = -1;
+    if (fclose(f) != 0) rc = -1;
+    return rc == 0 ? KP_OK : kpt_error(KP_ERR_IO, "--json %s: writing the results failed", path);
 }
 
 static int kpt_bench_parse(int argc, char **argv, const char **spec, const char **device,
@@ -136,6 +152,10 @@ int kpt_cmd_bench(int argc, char **argv) {
     int rc = kpt_bench_parse(argc, argv, &spec, &device, &mode, &ticks, &warmup, &json);
     if (rc) return rc < 0 ? 0 : rc;
     if (!device) device = kpt_default_device();
+    FILE *out = json ? fopen(json, "w") : NULL;
+    if (json && !out)
+        return kpt_fail("bench", kpt_error(KP_ERR_IO, "--json %s: cannot write: %s", json,
+                                           strerror(errno)));
     int modes[2] = {KP_EXEC_GRAPH, KP_EXEC_STREAM};
     size_t n_modes = mode == KP_EXEC_FROM_SPEC ? 2 : 1;
     if (n_modes == 1) modes[0] = mode;
@@ -145,13 +165,22 @@ int kpt_cmd_bench(int argc, char **argv) {
            "in flight");
     for (size_t i = 0; i < n_modes; i++) {
         kp_status st = kpt_bench_mode(device, spec, modes[i], ticks, warmup, &res[i]);
-        if (st != KP_OK) return kpt_fail("bench", st);
+        if (st != KP_OK) {
+            if (out) {
+                fclose(out);
+                unlink(json); /* no results: leave no empty file behind */
+            }
+            return kpt_fail("bench", st);
+        }
         const kpt_stats *s = &res[i].lat_us;
         printf("%-7s %8.2fus %8.2fus %8.2fus %8.2fus %8.2fus   %.2fus/tick (%.0f ticks/s)\n",
                kp_exec_mode_str((kp_exec_mode)modes[i]), s->min, s->p50, s->p90, s->p99, s->max,
                res[i].flight_us_per_tick, 1e6 / res[i].flight_us_per_tick);
     }
     printf("latency: one tick = configure_io + execute + wait for completion (host clock)\n");
-    if (json && kpt_bench_json(json, spec, device, ticks, warmup, res, n_modes) != KP_OK) return 1;
+    if (out) {
+        kp_status st = kpt_bench_json(out, json, spec, device, ticks, warmup, res, n_modes);
+        if (st != KP_OK) return kpt_fail("bench", st);
+    }
     return 0;
 }

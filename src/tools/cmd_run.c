@@ -35,16 +35,33 @@ typedef struct kpt_run_args {
     size_t n_in, n_out;
 } kpt_run_args;
 
+/* Adds NAME=FILE to `list`; false (message printed) for a malformed,
+ * repeated or surplus one. */
 static bool kpt_named(const char *opt, const char *v, kpt_named_file *list, size_t *n) {
     const char *eq = strchr(v, '=');
-    if (!eq || eq == v || !eq[1] || *n == KPT_MAX_FILES) {
+    if (!eq || eq == v || !eq[1]) {
         fprintf(stderr, "%s: expected NAME=FILE.npy, got \"%s\"\n", opt, v);
         return false;
     }
-    char *name = strndup(v, (size_t)(eq - v));
-    list[*n].name = name;
+    size_t len = (size_t)(eq - v);
+    if (len >= KP_NAME_MAX) {
+        fprintf(stderr, "%s: the name \"%.*s\" is longer than %d characters\n", opt, (int)len, v,
+                KP_NAME_MAX - 1);
+        return false;
+    }
+    if (*n == KPT_MAX_FILES) {
+        fprintf(stderr, "%s: at most %d are accepted\n", opt, KPT_MAX_FILES);
+        return false;
+    }
+    for (size_t i = 0; i < *n; i++)
+        if (strlen(list[i].name) == len && strncmp(list[i].name, v, len) == 0) {
+            fprintf(stderr, "%s: %s is given twice\n", opt, list[i].name);
+            return false;
+        }
+    memcpy(list[*n].name, v, len);
+    list[*n].name[len] = '\0';
     list[(*n)++].path = eq + 1;
-    return name != NULL;
+    return true;
 }
 
 /* 0 ok, else the exit status. */
@@ -147,22 +164,30 @@ static kp_status kpt_run_ticks(kpt_runner *r, long ticks) {
 static kp_status kpt_fetch_all(kpt_runner *r, void **host) {
     for (size_t i = 0; i < r->n_out; i++) {
         host[i] = malloc(kpt_tensor_bytes(&r->out[i].desc) + 1);
-        if (!host[i]) return KP_ERR_OUT_OF_MEMORY;
+        if (!host[i]) return kpt_error(KP_ERR_OUT_OF_MEMORY, "no host memory for output %s",
+                                       r->out[i].name);
         KPT_CHECK(kpt_runner_fetch(r, i, host[i]));
     }
     return KP_OK;
 }
 
-static kp_status kpt_write_outputs(const kpt_run_args *a, kpt_runner *r, void **host) {
+/* The output index of each --output, checked before anything runs. */
+static kp_status kpt_find_outputs(const kpt_run_args *a, const kpt_runner *r, size_t *which) {
     for (size_t f = 0; f < a->n_out; f++) {
         size_t i = 0;
         while (i < r->n_out && strcmp(r->out[i].name, a->out[f].name) != 0) i++;
-        if (i == r->n_out) {
-            fprintf(stderr, "--output %s: the pipeline has no output of that name\n", a->out[f].name);
-            return KP_ERR_NOT_FOUND;
-        }
-        KPT_CHECK(kpt_npy_write(a->out[f].path, &r->out[i].desc, host[i]));
+        if (i == r->n_out)
+            return kpt_error(KP_ERR_NOT_FOUND, "--output %s: the pipeline has no output of that "
+                             "name", a->out[f].name);
+        which[f] = i;
     }
+    return KP_OK;
+}
+
+static kp_status kpt_write_outputs(const kpt_run_args *a, kpt_runner *r, const size_t *which,
+                                   void **host) {
+    for (size_t f = 0; f < a->n_out; f++)
+        KPT_CHECK(kp_npy_save(a->out[f].path, &r->out[which[f]].desc, host[which[f]]));
     return KP_OK;
 }
 
@@ -192,12 +217,12 @@ int kpt_cmd_run(int argc, char **argv) {
     if (rc) return rc < 0 ? 0 : rc;
     kpt_runner r;
     void *host[KPT_MAX_OUTPUTS] = {0};
+    size_t which[KPT_MAX_FILES];
     kp_status st = kpt_runner_open(&r, a.device, a.spec, a.mode);
-    if (st == KP_OK && r.n_out > KPT_MAX_OUTPUTS) {
-        fprintf(stderr, "kpipe run: the spec has %zu outputs; this command handles up to %d\n",
-                r.n_out, KPT_MAX_OUTPUTS);
-        st = KP_ERR_UNSUPPORTED;
-    }
+    if (st == KP_OK && r.n_out > KPT_MAX_OUTPUTS)
+        st = kpt_error(KP_ERR_UNSUPPORTED, "the spec has %zu outputs; this command handles up to "
+                       "%d", r.n_out, KPT_MAX_OUTPUTS);
+    if (st == KP_OK) st = kpt_find_outputs(&a, &r, which);
     if (st == KP_OK) st = kpt_runner_inputs(&r, a.in, a.n_in, (uint64_t)a.seed);
     double t0 = kpt_now_us();
     if (st == KP_OK) st = kpt_run_ticks(&r, a.ticks);
@@ -208,13 +233,11 @@ int kpt_cmd_run(int argc, char **argv) {
                kp_device_name(r.dev), kp_exec_mode_str(kp_pipeline_mode(r.p)), a.ticks,
                a.ticks == 1 ? "" : "s", (t1 - t0) / 1000.0);
         for (size_t i = 0; i < r.n_out; i++) kpt_summary(&r.out[i], host[i]);
-        st = kpt_write_outputs(&a, &r, host);
+        st = kpt_write_outputs(&a, &r, which, host);
     }
     rc = st == KP_OK ? 0 : kpt_fail("run", st);
     if (rc == 0 && a.check) rc = kpt_run_check(&a, &r, host);
     for (size_t i = 0; i < KPT_MAX_OUTPUTS; i++) free(host[i]);
-    for (size_t i = 0; i < a.n_in; i++) free((char *)a.in[i].name);
-    for (size_t i = 0; i < a.n_out; i++) free((char *)a.out[i].name);
     kpt_runner_close(&r);
     return rc;
 }

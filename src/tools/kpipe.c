@@ -16,14 +16,6 @@ static const struct {
 };
 #define KPT_N_COMMANDS (sizeof kpt_commands / sizeof kpt_commands[0])
 
-bool kpt_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
-
-int kpt_fail(const char *cmd, kp_status st) {
-    const char *detail = kp_last_error();
-    fprintf(stderr, "kpipe %s: %s%s%s\n", cmd, kp_status_str(st), *detail ? ": " : "", detail);
-    return 1;
-}
-
 static void kpt_usage(FILE *f) {
     fprintf(f, "usage: kpipe <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < KPT_N_COMMANDS; i++)

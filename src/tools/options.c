@@ -1,8 +1,30 @@
-/* Option parsing shared by the commands: "--name value" or "--name=value". */
+/* Shared by the commands: error reporting, and option parsing ("--name value"
+ * or "--name=value"). */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "options.h"
+#include "tool-impl.h"
+
+bool kpt_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+
+static char kpt_detail[1024];
+
+kp_status kpt_error(kp_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(kpt_detail, sizeof kpt_detail, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+int kpt_fail(const char *cmd, kp_status st) {
+    const char *detail = kpt_detail[0] ? kpt_detail : kp_last_error();
+    fprintf(stderr, "kpipe %s: %s%s%s\n", cmd, kp_status_str(st), *detail ? ": " : "", detail);
+    kpt_detail[0] = '\0';
+    return 1;
+}
 
 int kpt_opt_value(int argc, char **argv, int *i, const char *name, const char **value) {
     const char *a = argv[*i];

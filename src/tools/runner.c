@@ -54,18 +54,14 @@ kp_status kpt_runner_open(kpt_runner *r, const char *devname, const char *spec, 
     r->out = calloc(r->n_out + 1, sizeof *r->out);
     r->host_in = calloc(r->n_in + 1, sizeof *r->host_in);
     r->in_bytes = calloc(r->n_in + 1, sizeof *r->in_bytes);
-    if (!r->in || !r->out || !r->host_in || !r->in_bytes) {
-        fprintf(stderr, "kpipe: out of host memory\n");
-        return KP_ERR_OUT_OF_MEMORY;
-    }
+    if (!r->in || !r->out || !r->host_in || !r->in_bytes)
+        return kpt_error(KP_ERR_OUT_OF_MEMORY, "out of host memory");
     for (size_t i = 0; i < r->n_in; i++) {
         KPT_CHECK(kp_pipeline_input_info(r->p, i, &r->in[i]));
         r->in_bytes[i] = kpt_tensor_bytes(&r->in[i].desc);
         r->host_in[i] = malloc(r->in_bytes[i] ? r->in_bytes[i] : 1);
-        if (!r->host_in[i]) {
-            fprintf(stderr, "kpipe: out of host memory for input %s\n", r->in[i].name);
-            return KP_ERR_OUT_OF_MEMORY;
-        }
+        if (!r->host_in[i])
+            return kpt_error(KP_ERR_OUT_OF_MEMORY, "out of host memory for input %s", r->in[i].name);
         KPT_CHECK(kp_malloc(r->dev, r->in_bytes[i], &r->in[i].data));
     }
     for (size_t i = 0; i < r->n_out; i++) KPT_CHECK(kp_pipeline_output_info(r->p, i, &r->out[i]));
@@ -94,29 +90,29 @@ static kp_status kpt_fill_random(const kp_port_info *port, void *p, uint64_t *s)
         case KP_I64: ((int64_t *)p)[i] = v; break;
         case KP_U64: ((uint64_t *)p)[i] = (uint64_t)(v + 100); break;
         default:
-            fprintf(stderr, "input %s: no random data for dtype %s; give it with --input %s=FILE.npy\n",
-                    port->name, kp_dtype_name(port->desc.dtype), port->name);
-            return KP_ERR_UNSUPPORTED;
+            return kpt_error(KP_ERR_UNSUPPORTED, "input %s: no random data for dtype %s; give it "
+                             "with --input %s=FILE.npy", port->name,
+                             kp_dtype_name(port->desc.dtype), port->name);
         }
     }
     return KP_OK;
 }
 
 static kp_status kpt_load_input(kpt_runner *r, size_t i, const char *path) {
-    kpt_npy a;
+    kp_tensor_desc d;
+    void *data;
+    size_t bytes;
     char want[96], got[96];
-    KPT_CHECK(kpt_npy_read(path, &a));
-    kp_tensor_desc d = {.dtype = a.dtype, .ndim = a.ndim};
-    memcpy(d.shape, a.shape, sizeof d.shape);
-    if (a.dtype != r->in[i].desc.dtype || kp_desc_numel(&d) != kp_desc_numel(&r->in[i].desc)) {
-        fprintf(stderr, "input %s: %s holds %s, the pipeline takes %s\n", r->in[i].name, path,
-                kp_desc_str(&d, got, sizeof got), kp_desc_str(&r->in[i].desc, want, sizeof want));
-        kpt_npy_free(&a);
-        return KP_ERR_MISMATCH;
-    }
-    memcpy(r->host_in[i], a.data, r->in_bytes[i]);
-    kpt_npy_free(&a);
-    return KP_OK;
+    KPT_CHECK(kp_npy_load(path, &d, &data, &bytes));
+    kp_status st = KP_OK;
+    if (d.dtype != r->in[i].desc.dtype || kp_desc_numel(&d) != kp_desc_numel(&r->in[i].desc))
+        st = kpt_error(KP_ERR_MISMATCH, "input %s: %s holds %s, the pipeline takes %s",
+                       r->in[i].name, path, kp_desc_str(&d, got, sizeof got),
+                       kp_desc_str(&r->in[i].desc, want, sizeof want));
+    else
+        memcpy(r->host_in[i], data, r->in_bytes[i]);
+    kp_npy_free(data);
+    return st;
 }
 
 kp_status kpt_runner_inputs(kpt_runner *r, const kpt_named_file *files, size_t n_files,
@@ -125,10 +121,11 @@ kp_status kpt_runner_inputs(kpt_runner *r, const kpt_named_file *files, size_t n
         size_t i = 0;
         while (i < r->n_in && strcmp(r->in[i].name, files[f].name) != 0) i++;
         if (i == r->n_in) {
-            fprintf(stderr, "--input %s: the pipeline has no input of that name (inputs:", files[f].name);
-            for (size_t k = 0; k < r->n_in; k++) fprintf(stderr, " %s", r->in[k].name);
-            fprintf(stderr, ")\n");
-            return KP_ERR_NOT_FOUND;
+            char names[512] = "";
+            for (size_t k = 0, used = 0; k < r->n_in && used < sizeof names; k++)
+                used += (size_t)snprintf(names + used, sizeof names - used, " %s", r->in[k].name);
+            return kpt_error(KP_ERR_NOT_FOUND, "--input %s: the pipeline has no input of that "
+                             "name (inputs:%s)", files[f].name, names);
         }
     }
     uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;

@@ -13,22 +13,11 @@
         if (kpt_st_ != KP_OK) return kpt_st_;                                   \
     } while (0)
 
-/* --- .npy files (NumPy format 1.0 to 3.0, little-endian, C order) --------------- */
-typedef struct kpt_npy {
-    kp_dtype dtype;
-    int ndim;
-    int64_t shape[KP_MAX_DIMS];
-    void *data;   /* malloc'd */
-    size_t bytes;
-} kpt_npy;
-
-kp_status kpt_npy_read(const char *path, kpt_npy *out);
-kp_status kpt_npy_write(const char *path, const kp_tensor_desc *desc, const void *data);
-void kpt_npy_free(kpt_npy *a);
-
 /* --- running a spec -------------------------------------------------------------- */
+/* NAME=PATH from the command line: the name copied (no allocation), the
+ * path pointing into argv. */
 typedef struct kpt_named_file {
-    const char *name;
+    char name[KP_NAME_MAX];
     const char *path;
 } kpt_named_file;
 
@@ -73,6 +62,9 @@ int kpt_cmd_validate(int argc, char **argv);
 int kpt_cmd_bench(int argc, char **argv);
 int kpt_cmd_info(int argc, char **argv);
 
+/* Records the detail of a failure the command line found itself (kpt_fail
+ * prints it in place of the library's) and returns `st`. */
+kp_status kpt_error(kp_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints "kpipe CMD: STATUS: detail" and returns 1. */
 int kpt_fail(const char *cmd, kp_status st);
 bool kpt_is_help(const char *arg);
