@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "support/kp_test.h"
@@ -98,7 +99,7 @@ static char *relu_json(const char *mode, int n) {
 }
 
 /* --- running a pipeline for some ticks ------------------------------------------- */
-typedef enum { WANT_SAMPLE, WANT_DAG, WANT_RELU } want_kind;
+typedef enum { WANT_SAMPLE, WANT_DAG, WANT_RELU, WANT_ADD } want_kind;
 
 typedef struct run_cfg {
     const char *json;           /* or */
@@ -113,6 +114,7 @@ static float expect(want_kind w, float a, float b) {
     switch (w) {
     case WANT_SAMPLE: return fmaxf(a + b, 0.0f);
     case WANT_DAG: return fmaxf(a, 0.0f) + fmaxf(b, 0.0f);
+    case WANT_ADD: return a + b;
     default: return fmaxf(a, 0.0f);
     }
 }
@@ -229,6 +231,28 @@ static void large_range(void **state) {
         run_cfg c = {.json = sample_json(m ? "graph" : "stream", 16384), .n = 16384, .ticks = 3,
                      .n_inputs = 2, .range = 8192};
         run_both(&c);
+    }
+}
+
+/* Engine modules only: no descriptors at all, so no pinned staging (clang's
+ * UBSan once caught setup computing NULL + 0 here). */
+static void engine_only_no_descriptors(void **state) {
+    const char *fmt =
+        "{\"kpipe_spec\": 1, \"execution\": \"%s\", \"modules\": [{\"type\": \"engine\", "
+        "\"id\": \"e\", \"params\": {\"size\": 777}}], \"inputs\": {\"input0\": \"e.arg0\", "
+        "\"input1\": \"e.arg1\"}, \"outputs\": {\"output\": \"e.result0\"}}";
+    for (int m = 0; m < 2; m++) {
+        char json[512];
+        snprintf(json, sizeof json, fmt, m ? "graph" : "stream");
+        run_cfg c = {.json = json, .want = WANT_ADD, .n = 777, .ticks = 3, .n_inputs = 2};
+        run_both(&c);
+        kp_pipeline_t p;
+        kp_pipeline_report r;
+        KPT_OK(kp_pipeline_create_from_json(g_dev, json, &p));
+        KPT_OK(kp_pipeline_report_get(p, &r));
+        assert_int_equal(r.pinned_bytes, 0);
+        assert_int_equal(r.static_desc_bytes + r.dynamic_desc_bytes, 0);
+        kp_pipeline_destroy(p);
     }
 }
 
@@ -599,7 +623,7 @@ static void bad_specs(void **state) {
              "[\"a.result0 -> b.input\"], \"inputs\": {\"x\": \"a.arg0\", \"y\": \"a.arg1\"}}",
              KP_ERR_MISMATCH, "shape of result0 f32[16384] does not match f32[1000]");
     /* negative and absurd sizes, missing size */
-    bad_spec(HDR "\"modules\": [" M_R("r", -5) "]}", KP_ERR_INVALID_ARG, "size -5 is out of range");
+    bad_spec(HDR "\"modules\": [" M_R("r", -5) "]}", KP_ERR_INVALID_ARG, "\"size\" = -5 is out of range");
     bad_spec(HDR "\"modules\": [" M_R("r", 1000000000000) "]}", KP_ERR_INVALID_ARG,
              "out of range");
     bad_spec(HDR "\"modules\": [{\"type\": \"relu\", \"id\": \"r\"}]}", KP_ERR_INVALID_ARG,
@@ -621,6 +645,98 @@ static void bad_specs(void **state) {
     spec.n_modules = 0;
     KPT_FAILS(kp_pipeline_create(g_dev, &spec, &p), KP_ERR_INVALID_ARG);
     KPT_FAILS(kp_pipeline_create_from_file(g_dev, "/nonexistent/spec.json", &p), KP_ERR_IO);
+}
+
+/* Inputs that crashed, or were taken silently, at the public boundary. */
+static void boundary_checks(void **state) {
+    kp_pipeline_t p = NULL;
+    /* a C spec with a parameter count and no parameters */
+    kp_pipeline_spec spec = sample_spec(KP_EXEC_GRAPH);
+    kp_module_spec mods[2] = {sample_modules[0], sample_modules[1]};
+    mods[1].params = NULL;
+    spec.modules = mods;
+    KPT_FAILS(kp_pipeline_create(g_dev, &spec, &p), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "params is NULL"));
+    kp_param nulls[1] = {{"size", NULL}};
+    mods[1].params = nulls;
+    KPT_FAILS(kp_pipeline_create(g_dev, &spec, &p), KP_ERR_INVALID_ARG);
+    kp_param twice[2] = {{"size", "16384"}, {"size", "16384"}};
+    mods[1].params = twice;
+    mods[1].n_params = 2;
+    KPT_FAILS(kp_pipeline_create(g_dev, &spec, &p), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "given twice"));
+    assert_null(p);
+
+    /* descriptors given to configure_io are validated before use */
+    kp_stream_t s;
+    float *a, *b;
+    int64_t n = 64;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_malloc(g_dev, 256, (void **)&a));
+    KPT_OK(kp_malloc(g_dev, 256, (void **)&b));
+    KPT_OK(kp_pipeline_create_from_json(g_dev, sample_json("stream", 64), &p));
+    KPT_OK(kp_pipeline_setup(p));
+    kp_port_info in[3] = {{"input0", a, {0}}, {"input1", b, {0}}, {"input0", b, {0}}};
+    kp_port_info out[1] = {{"output", NULL, {0}}};
+    KPT_OK(kp_desc_init(&in[0].desc, KP_F32, 1, &n, NULL));
+    in[1].desc = in[2].desc = in[0].desc;
+    for (int nd = -1; nd <= 1000; nd += 1001 / 3) {
+        kp_port_info bad[2] = {in[0], in[1]};
+        bad[1].desc.ndim = nd < 0 ? -1 : nd > KP_MAX_DIMS ? nd : KP_MAX_DIMS + 1;
+        KPT_FAILS(kp_pipeline_configure_io(p, bad, 2, out, 1, s), KP_ERR_INVALID_ARG);
+        assert_non_null(strstr(kp_last_error(), "input1"));
+    }
+    /* the same input twice is refused, not "last wins" */
+    KPT_FAILS(kp_pipeline_configure_io(p, in, 3, out, 1, s), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "\"input0\" is given twice"));
+    /* a stream of another handle of the same device: the message says so */
+    kp_device_t other;
+    kp_stream_t os;
+    KPT_OK(kp_device_open(kp_device_name(g_dev), &other));
+    KPT_OK(kp_stream_create(other, &os));
+    KPT_FAILS(kp_pipeline_configure_io(p, in, 2, out, 1, os), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "two different handles of device"));
+    kp_stream_destroy(os);
+    kp_device_close(other);
+    KPT_OK(kp_pipeline_configure_io(p, in, 2, out, 1, s));
+    KPT_OK(kp_stream_sync(s));
+    kp_pipeline_destroy(p);
+    kp_stream_destroy(s);
+    kp_free(g_dev, a);
+    kp_free(g_dev, b);
+}
+
+/* Parameters: unknown keys and non-integer text are errors naming the
+ * module, the parameter and the JSON path. */
+static void strict_parameters(void **state) {
+    bad_spec(HDR "\"modules\": [{\"type\": \"relu\", \"id\": \"r\", \"params\": {\"size\": 4, "
+             "\"sise\": 4}}], \"inputs\": {\"x\": \"r.input\"}}", KP_ERR_INVALID_ARG,
+             "$.modules[0]: module \"r\" (relu): unknown parameter \"sise\" (it takes: size)");
+    bad_spec(HDR "\"modules\": [{\"type\": \"relu\", \"id\": \"\"}]}", KP_ERR_INVALID_ARG,
+             "$.modules[0]: id: name is missing or empty");
+    bad_spec(HDR "\"modules\": [" M_R("a", 4) ", {\"type\": \"relu\", \"id\": \"r\", \"params\": "
+             "{\"sise\": 16384}}]}", KP_ERR_INVALID_ARG, "$.modules[1]");
+    static const char *const not_ints[] = {"16384.0", "1.6384e4", "\" +16384\"", "\"+16384\"",
+                                           "\"16384 \"", "\"0x4000\"", "\"\"", "\"-\"", "true",
+                                           "\"99999999999999999999\""};
+    for (size_t i = 0; i < sizeof not_ints / sizeof not_ints[0]; i++) {
+        char json[256];
+        snprintf(json, sizeof json, HDR "\"modules\": [{\"type\": \"relu\", \"id\": \"r\", "
+                 "\"params\": {\"size\": %s}}], \"inputs\": {\"x\": \"r.input\"}}", not_ints[i]);
+        bad_spec(json, KP_ERR_INVALID_ARG, "parameter \"size\"");
+    }
+    /* a NUL byte in a spec file is an error at its line and column */
+    char path[] = "/tmp/kpipe_nul_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char text[] = "{\"kpipe_spec\": 1,\n \"modules\": [" M_R("r", 4) "]}\0 junk";
+    assert_int_equal(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+    close(fd);
+    kp_pipeline_t p = NULL;
+    KPT_FAILS(kp_pipeline_create_from_file(g_dev, path, &p), KP_ERR_PARSE);
+    assert_non_null(strstr(kp_last_error(), "line 2, column"));
+    assert_non_null(strstr(kp_last_error(), "NUL byte"));
+    unlink(path);
 }
 
 static void examples_spec_file(void **state) {
@@ -652,6 +768,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(graph_mode_many_ticks_new_data),
         cmocka_unit_test(large_range),
         cmocka_unit_test(relu_standalone),
+        cmocka_unit_test(engine_only_no_descriptors),
         cmocka_unit_test(sizes_not_multiple_of_block),
         cmocka_unit_test(dag_parallel_branches),
         cmocka_unit_test(json_and_c_specs_agree),
@@ -661,6 +778,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(unchanged_descriptors_skip_the_upload),
         cmocka_unit_test(lifecycle_out_of_order),
         cmocka_unit_test(bad_specs),
+        cmocka_unit_test(boundary_checks),
+        cmocka_unit_test(strict_parameters),
         cmocka_unit_test(examples_spec_file),
     };
     int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);

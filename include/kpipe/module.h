@@ -124,6 +124,9 @@ typedef struct kp_module_env {
     const char *id;
     const kp_param *params;
     size_t n_params;
+    /* The pipeline's record of the parameters the factory looks up; a
+     * parameter it never looks up is refused as unknown. NULL: no record. */
+    struct kp_param_use *use;
 } kp_module_env;
 
 /* What a factory fills. */
@@ -145,7 +148,9 @@ size_t kp_module_type_count(void);
 const char *kp_module_type_name(size_t i);
 
 /* Parameter lookup for factories. A missing key gives `def` when `def_ok`;
- * bad text gives KP_ERR_INVALID_ARG naming module, key and value. */
+ * bad text gives KP_ERR_INVALID_ARG naming module, key and value. Integers
+ * are decimal digits with an optional '-': no spaces, '+', point or
+ * exponent. Every parameter of a spec must be looked up by its factory. */
 kp_status kp_param_int(const kp_module_env *env, const char *key, bool def_ok, int64_t def,
                        int64_t *out);
 kp_status kp_param_str(const kp_module_env *env, const char *key, const char *def,

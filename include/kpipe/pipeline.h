@@ -110,9 +110,11 @@ kp_status kp_pipeline_execute_graph(kp_pipeline_t p, kp_stream_t s);
 void kp_pipeline_destroy(kp_pipeline_t p);
 
 /* --- introspection ------------------------------------------------------------- */
+/* The execution mode (KP_EXEC_GRAPH for NULL). */
 kp_exec_mode kp_pipeline_mode(kp_pipeline_t p);
+/* The spec's name ("(null)" for NULL). */
 const char  *kp_pipeline_name(kp_pipeline_t p);
-/* "graph" / "stream" */
+/* "graph" / "stream"; "invalid" for another value */
 const char  *kp_exec_mode_str(kp_exec_mode m);
 /* The libraries in use, e.g. "jansson 2.14, cuBLAS 13.1.0", into buf. */
 const char  *kp_library_versions(char *buf, size_t len);

@@ -81,6 +81,21 @@ struct kp_pipeline {
     kp_graph_exec_t exec;
 };
 
+/* Parameters a module spec may have. */
+#define KP__MAX_PARAMS 64
+
+/* Which of a module's parameters its factory looked up, and the keys it
+ * asked for (for the message that names an unknown parameter). */
+struct kp_param_use {
+    bool read[KP__MAX_PARAMS];
+    char asked[256];
+};
+
+/* kp_pipeline_create; an error creating module i is prefixed with
+ * "<modules_path>[i]" ("$.modules[2]" for the JSON form). */
+kp_status kp__pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_pipeline_t *out,
+                              const char *modules_path);
+
 /* Computes the memory layout (run.c); called once at creation. */
 kp_status kp__plan(kp_pipeline_t p);
 

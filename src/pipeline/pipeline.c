@@ -15,7 +15,9 @@ static const char *const kp__reason_copy =
     "copy: the upstream address may change per tick and the downstream module needs a fixed "
     "address";
 
-const char *kp_exec_mode_str(kp_exec_mode m) { return m == KP_EXEC_STREAM ? "stream" : "graph"; }
+const char *kp_exec_mode_str(kp_exec_mode m) {
+    return m == KP_EXEC_STREAM ? "stream" : m == KP_EXEC_GRAPH ? "graph" : "invalid";
+}
 
 static kp_status kp__check_name(const char *what, const char *name) {
     if (!name || !*name) return kp__error(KP_ERR_INVALID_ARG, "%s: name is missing or empty", what);
@@ -41,15 +43,12 @@ static kp_status kp__check_def(const kp__module *m) {
 
 static kp_status kp__create_module(kp_pipeline_t p, const kp_module_spec *ms, size_t i,
                                    kp__module *m) {
-    char what[48];
-    snprintf(what, sizeof what, "modules[%zu] id", i);
-    KP_CHECK(kp__check_name(what, ms->id));
+    KP_CHECK(kp__check_name("id", ms->id));
     for (size_t j = 0; j < i; j++)
         if (strcmp(p->mods[j].id, ms->id) == 0)
             return kp__error(KP_ERR_INVALID_ARG, "duplicate module id \"%s\" (modules[%zu] and "
                              "modules[%zu])", ms->id, j, i);
-    snprintf(what, sizeof what, "modules[%zu] type", i);
-    KP_CHECK(kp__check_name(what, ms->type));
+    KP_CHECK(kp__check_name("type", ms->type));
     kp_module_create_fn fn = kp__module_lookup(ms->type);
     if (!fn) {
         char list[256];
@@ -60,14 +59,25 @@ static kp_status kp__create_module(kp_pipeline_t p, const kp_module_spec *ms, si
     snprintf(m->id, KP_NAME_MAX, "%s", ms->id);
     snprintf(m->type, KP_NAME_MAX, "%s", ms->type);
     m->spec_index = i;
-    kp_module_env env = {p->dev, p->mode, m->id, ms->params, ms->n_params};
+    struct kp_param_use use;
+    memset(&use, 0, sizeof use);
+    kp_module_env env = {p->dev, p->mode, m->id, ms->params, ms->n_params, &use};
     kp_status st = fn(&env, &m->def);
+    /* A parameter the factory never looked up is unknown; that is the error
+     * to report even when the factory failed (a typo such as "sise" leaves
+     * "size" missing). */
+    for (size_t k = 0; k < ms->n_params; k++)
+        if (!use.read[k]) {
+            st = kp__error(KP_ERR_INVALID_ARG, "unknown parameter \"%s\" (it takes: %s)",
+                           ms->params[k].key, use.asked[0] ? use.asked : "no parameters");
+            break;
+        }
     if (st != KP_OK) {
         if (m->def.iface) m->def.iface->destroy(m->def.self);
         memset(&m->def, 0, sizeof m->def);
         return kp__error_prefix(st, "module \"%s\" (%s)", m->id, m->type);
     }
-    st = kp__check_def(m);
+    if (st == KP_OK) st = kp__check_def(m);
     if (st != KP_OK && m->def.iface && m->def.iface->destroy) {
         m->def.iface->destroy(m->def.self);
         memset(&m->def, 0, sizeof m->def);
@@ -263,6 +273,28 @@ static kp_status kp__decide_copies(kp_pipeline_t p) {
     return KP_OK;
 }
 
+/* A module spec's own fields: counts match arrays, parameters are distinct
+ * key/value pairs. */
+static kp_status kp__check_module_spec(const kp_module_spec *ms, size_t i) {
+    if (ms->n_params > KP__MAX_PARAMS)
+        return kp__error(KP_ERR_INVALID_ARG, "modules[%zu]: %zu parameters (at most %d)", i,
+                         ms->n_params, KP__MAX_PARAMS);
+    if (ms->n_params && !ms->params)
+        return kp__error(KP_ERR_INVALID_ARG, "modules[%zu]: n_params is %zu but params is NULL", i,
+                         ms->n_params);
+    for (size_t k = 0; k < ms->n_params; k++) {
+        const kp_param *pk = &ms->params[k];
+        if (!pk->key || !pk->value)
+            return kp__error(KP_ERR_INVALID_ARG, "modules[%zu].params[%zu]: key and value are "
+                             "required", i, k);
+        for (size_t j = 0; j < k; j++)
+            if (strcmp(ms->params[j].key, pk->key) == 0)
+                return kp__error(KP_ERR_INVALID_ARG, "modules[%zu]: parameter \"%s\" is given "
+                                 "twice", i, pk->key);
+    }
+    return KP_OK;
+}
+
 static kp_status kp__check_spec(kp_device_t dev, const kp_pipeline_spec *spec) {
     if (!dev || !spec)
         return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_create: device and spec are required");
@@ -279,10 +311,16 @@ static kp_status kp__check_spec(kp_device_t dev, const kp_pipeline_spec *spec) {
         return kp__error(KP_ERR_INVALID_ARG, "pipeline spec: a count is set but its array is NULL");
     if (spec->mode != KP_EXEC_GRAPH && spec->mode != KP_EXEC_STREAM)
         return kp__error(KP_ERR_INVALID_ARG, "pipeline spec: unknown execution mode %d", (int)spec->mode);
+    for (size_t i = 0; i < spec->n_modules; i++) KP_CHECK(kp__check_module_spec(&spec->modules[i], i));
     return KP_OK;
 }
 
 kp_status kp_pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_pipeline_t *out) {
+    return kp__pipeline_create(dev, spec, out, "modules");
+}
+
+kp_status kp__pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_pipeline_t *out,
+                              const char *modules_path) {
     KP_ARG_CHECK(out);
     *out = NULL;
     KP_CHECK(kp__check_spec(dev, spec));
@@ -301,7 +339,11 @@ kp_status kp_pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_p
         goto fail;
     }
     for (size_t i = 0; i < spec->n_modules; i++) {
-        KP_CHECK_GOTO(kp__create_module(p, &spec->modules[i], i, &p->mods[i]), st, fail);
+        st = kp__create_module(p, &spec->modules[i], i, &p->mods[i]);
+        if (st != KP_OK) {
+            kp__error_prefix(st, "%s[%zu]", modules_path, i);
+            goto fail;
+        }
         p->n_modules++;
     }
     p->n_inputs = spec->n_inputs;
@@ -323,8 +365,8 @@ fail:
 }
 
 /* --- reports ----------------------------------------------------------------------- */
-kp_exec_mode kp_pipeline_mode(kp_pipeline_t p) { return p->mode; }
-const char *kp_pipeline_name(kp_pipeline_t p) { return p->name; }
+kp_exec_mode kp_pipeline_mode(kp_pipeline_t p) { return p ? p->mode : KP_EXEC_GRAPH; }
+const char *kp_pipeline_name(kp_pipeline_t p) { return p ? p->name : "(null)"; }
 
 kp_status kp_pipeline_report_get(kp_pipeline_t p, kp_pipeline_report *r) {
     KP_ARG_CHECK(p && r);

@@ -76,40 +76,69 @@ void kp__module_type_list(char *buf, size_t len) {
 }
 
 /* --- parameters ------------------------------------------------------------------ */
+/* True when `list` (space-separated) holds `word`. */
+static bool kp__has_word(const char *list, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
+    return false;
+}
+
+/* The value of `key`, recording the lookup in env->use. */
 static const char *kp__param_find(const kp_module_env *env, const char *key) {
+    struct kp_param_use *u = env->use;
+    if (u && !kp__has_word(u->asked, key)) {
+        size_t used = strlen(u->asked);
+        snprintf(u->asked + used, sizeof u->asked - used, "%s%s", used ? " " : "", key);
+    }
     for (size_t i = 0; i < env->n_params; i++)
-        if (env->params[i].key && strcmp(env->params[i].key, key) == 0) return env->params[i].value;
+        if (env->params[i].key && strcmp(env->params[i].key, key) == 0) {
+            if (u && i < KP__MAX_PARAMS) u->read[i] = true;
+            return env->params[i].value;
+        }
     return NULL;
+}
+
+/* Decimal digits with an optional leading '-', nothing else. */
+static bool kp__is_integer_text(const char *v) {
+    const char *p = v + (*v == '-');
+    if (*p < '0' || *p > '9') return false;
+    while (*p >= '0' && *p <= '9') p++;
+    return *p == '\0';
 }
 
 kp_status kp_param_int(const kp_module_env *env, const char *key, bool def_ok, int64_t def,
                        int64_t *out) {
+    if (!env || !key || !out)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_param_int: env, key and out are required");
     const char *v = kp__param_find(env, key);
     if (!v) {
         if (!def_ok)
-            return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": parameter \"%s\" is required",
-                             env->id, key);
+            return kp__error(KP_ERR_INVALID_ARG, "parameter \"%s\" is required", key);
         *out = def;
         return KP_OK;
     }
     char *end;
     errno = 0;
     long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end)
-        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": parameter \"%s\" = \"%s\" is not an "
-                         "integer", env->id, key, v);
+    if (!kp__is_integer_text(v) || errno || *end)
+        return kp__error(KP_ERR_INVALID_ARG, "parameter \"%s\" = \"%s\" is not an integer (decimal "
+                         "digits, optionally after '-')", key, v);
     *out = x;
     return KP_OK;
 }
 
 kp_status kp_param_str(const kp_module_env *env, const char *key, const char *def,
                        const char **out) {
+    if (!env || !key || !out)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_param_str: env, key and out are required");
     const char *v = kp__param_find(env, key);
     *out = v ? v : def;
     return KP_OK;
 }
 
 kp_status kp_port_decl_1d(kp_port_decl *p, const char *name, kp_dtype dt, int64_t n) {
+    if (!p || !name) return kp__error(KP_ERR_INVALID_ARG, "kp_port_decl_1d: port and name are required");
     if (strlen(name) >= KP_NAME_MAX)
         return kp__error(KP_ERR_INVALID_ARG, "port name \"%s\" is too long", name);
     snprintf(p->name, KP_NAME_MAX, "%s", name);
@@ -117,6 +146,12 @@ kp_status kp_port_decl_1d(kp_port_decl *p, const char *name, kp_dtype dt, int64_
 }
 
 void kp_port_from_tensor(kp_port_info *out, const char *name, kp_tensor_t t) {
+    if (!out) return;
+    if (!t) {
+        memset(out, 0, sizeof *out);
+        out->name = name;
+        return;
+    }
     out->name = name;
     out->data = kp_tensor_data(t);
     out->desc = *kp_tensor_get_desc(t);

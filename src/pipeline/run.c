@@ -10,6 +10,10 @@
 
 static size_t kp__align(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+/* base + off, where base may be NULL when nothing was allocated (pointer
+ * arithmetic on NULL is undefined even for off == 0). */
+static void *kp__at(void *base, size_t off) { return base ? (char *)base + off : NULL; }
+
 static const char *const kp__state_names[] = {"created", "set up", "configured", "warmed up",
                                               "built"};
 
@@ -18,6 +22,16 @@ static kp_status kp__need(kp_pipeline_t p, kp__state at_least, const char *call,
     if (p->state < at_least)
         return kp__error(KP_ERR_STATE, "%s: pipeline \"%s\" is %s; %s first", call, p->name,
                          kp__state_names[p->state], hint);
+    return KP_OK;
+}
+
+/* The stream of a call must exist and belong to the pipeline's device. */
+static kp_status kp__check_stream(kp_pipeline_t p, kp_stream_t s, const char *fn) {
+    if (!s) return kp__error(KP_ERR_INVALID_ARG, "%s: stream is NULL", fn);
+    kp_device_t d = kp_stream_device(s);
+    if (d != p->dev)
+        return kp__error_devices(fn, "stream", d, kp_device_name(d), "pipeline", p->dev,
+                                 kp_device_name(p->dev));
     return KP_OK;
 }
 
@@ -64,13 +78,13 @@ static kp_status kp__allocate(kp_pipeline_t p) {
         KP_CHECK(kp_allocator_alloc(p->pinned_alloc, p->pinned_bytes, NULL, &p->pinned));
         memset(p->pinned, 0, p->pinned_bytes);
     }
-    p->sdesc_dev = (char *)p->arena + p->sdesc_at;
-    p->ddesc_dev = (char *)p->arena + p->ddesc_at;
+    p->sdesc_dev = kp__at(p->arena, p->sdesc_at);
+    p->ddesc_dev = kp__at(p->arena, p->ddesc_at);
     return KP_OK;
 }
 
 static void *kp__dslot(kp_pipeline_t p, unsigned k) {
-    return (char *)p->pinned + kp__align(p->sdesc_bytes, KP__DESC_ALIGN) + k * p->dslot_stride;
+    return kp__at(p->pinned, kp__align(p->sdesc_bytes, KP__DESC_ALIGN) + k * p->dslot_stride);
 }
 
 /* Frees what setup made; the pipeline goes back to "created" (still planned). */
@@ -106,12 +120,12 @@ static kp_status kp__setup_modules(kp_pipeline_t p) {
     for (size_t i = 0; i < p->n_modules; i++) {
         kp__module *m = &p->mods[i];
         kp_mem_slice s = {
-            .device = (char *)p->arena + m->dev_off, .device_bytes = m->req.device_bytes,
-            .workspace = (char *)p->arena + m->ws_off, .workspace_bytes = m->req.workspace_bytes,
-            .static_host = (char *)p->pinned + m->sdesc_off,
-            .static_dev = (char *)p->sdesc_dev + m->sdesc_off,
+            .device = kp__at(p->arena, m->dev_off), .device_bytes = m->req.device_bytes,
+            .workspace = kp__at(p->arena, m->ws_off), .workspace_bytes = m->req.workspace_bytes,
+            .static_host = kp__at(p->pinned, m->sdesc_off),
+            .static_dev = kp__at(p->sdesc_dev, m->sdesc_off),
             .static_bytes = m->req.static_desc_bytes,
-            .dynamic_dev = (char *)p->ddesc_dev + m->ddesc_off,
+            .dynamic_dev = kp__at(p->ddesc_dev, m->ddesc_off),
             .dynamic_bytes = m->req.dynamic_desc_bytes,
         };
         kp_status st = m->def.iface->setup_memory(m->def.self, &s);
@@ -152,6 +166,11 @@ static kp_status kp__bind_inputs(kp_pipeline_t p, const kp_port_info *in, size_t
         const kp__external *e = &p->inputs[i];
         const kp_port_decl *d = &p->mods[e->module].def.inputs[e->port];
         char a[96], b[96];
+        if (p->inputs[i].cur.data)
+            return kp__error(KP_ERR_INVALID_ARG, "configure_io: input \"%s\" is given twice",
+                             e->name);
+        if (kp_desc_validate(&in[j].desc) != KP_OK)
+            return kp__error_prefix(KP_ERR_INVALID_ARG, "configure_io: input \"%s\"", e->name);
         if (!kp_desc_same_shape(&in[j].desc, &d->desc) || !kp_desc_is_contiguous(&in[j].desc))
             return kp__error(KP_ERR_MISMATCH, "configure_io: input \"%s\" is %s%s, but %s.%s takes "
                              "contiguous %s", e->name, kp_desc_str(&in[j].desc, a, sizeof a),
@@ -195,7 +214,7 @@ static kp_status kp__module_io(kp_pipeline_t p, kp__module *m, kp_stream_t s, vo
     }
     const kp_module_i *f = m->def.iface;
     kp_status st = f->set_inputs(m->def.self, m->in_info, m->def.n_inputs);
-    if (st == KP_OK) st = f->configure_io(m->def.self, s, (char *)slot + m->ddesc_off);
+    if (st == KP_OK) st = f->configure_io(m->def.self, s, kp__at(slot, m->ddesc_off));
     if (st == KP_OK) st = f->get_outputs(m->def.self, m->out_info, m->def.n_outputs);
     if (st == KP_OK && p->exec && f->update_graph_node_params)
         st = f->update_graph_node_params(m->def.self, p->exec);
@@ -230,8 +249,8 @@ static kp_status kp__slot_acquire(kp_pipeline_t p, unsigned k) {
  * device: the device region then already reads right for the work that
  * follows, and the tick costs no copy at all. */
 static kp_status kp__slot_upload(kp_pipeline_t p, unsigned k, kp_stream_t s) {
-    void *slot = kp__dslot(p, k), *shadow = kp__dslot(p, KP__DYN_SLOTS);
     if (!p->ddesc_bytes) return KP_OK;
+    void *slot = kp__dslot(p, k), *shadow = kp__dslot(p, KP__DYN_SLOTS);
     if (p->uploaded && memcmp(slot, shadow, p->ddesc_bytes) == 0) return KP_OK;
     KP_CHECK(kp_memcpy_async(s, p->ddesc_dev, slot, p->ddesc_bytes));
     if (k % KP__DYN_GROUP == KP__DYN_GROUP - 1)
@@ -246,10 +265,7 @@ static kp_status kp__slot_upload(kp_pipeline_t p, unsigned k, kp_stream_t s) {
 kp_status kp_pipeline_configure_io(kp_pipeline_t p, const kp_port_info *inputs, size_t n_inputs,
                                    kp_port_info *outputs, size_t n_outputs, kp_stream_t s) {
     KP_CHECK(kp__need(p, KP__SETUP, __func__, "call kp_pipeline_setup"));
-    if (!s) return kp__error(KP_ERR_INVALID_ARG, "configure_io: stream is NULL");
-    if (kp_stream_device(s) != p->dev)
-        return kp__error(KP_ERR_INVALID_ARG, "configure_io: the stream belongs to %s, the pipeline "
-                         "to %s", kp_device_name(kp_stream_device(s)), kp_device_name(p->dev));
+    KP_CHECK(kp__check_stream(p, s, __func__));
     KP_CHECK(kp__bind_inputs(p, inputs, n_inputs));
     KP_CHECK(kp__follow(p, s));
     unsigned k = p->slot;
@@ -267,7 +283,7 @@ kp_status kp_pipeline_warmup(kp_pipeline_t p, kp_stream_t s) {
     if (p->state >= KP__WARM)
         return kp__error(KP_ERR_STATE, "kp_pipeline_warmup: pipeline \"%s\" is already warmed up",
                          p->name);
-    if (!s) return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_warmup: stream is NULL");
+    KP_CHECK(kp__check_stream(p, s, __func__));
     KP_CHECK(kp__follow(p, s));
     if (p->sdesc_bytes) KP_CHECK(kp_memcpy_async(s, p->sdesc_dev, p->pinned, p->sdesc_bytes));
     for (size_t i = 0; i < p->n_modules; i++) {
@@ -319,7 +335,7 @@ kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s) {
     if (p->mode != KP_EXEC_STREAM)
         return kp__error(KP_ERR_STATE, "kp_pipeline_execute_stream: pipeline \"%s\" runs in graph "
                          "mode; use kp_pipeline_execute_graph", p->name);
-    if (!s) return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_execute_stream: stream is NULL");
+    KP_CHECK(kp__check_stream(p, s, __func__));
     KP_CHECK(kp__follow(p, s));
     for (size_t i = 0; i < p->n_modules; i++) {
         kp__module *m = &p->mods[i];
@@ -334,7 +350,7 @@ kp_status kp_pipeline_execute_graph(kp_pipeline_t p, kp_stream_t s) {
         return kp__error(KP_ERR_STATE, "kp_pipeline_execute_graph: pipeline \"%s\" runs in stream "
                          "mode; use kp_pipeline_execute_stream", p->name);
     KP_CHECK(kp__need(p, KP__BUILT, __func__, "call kp_pipeline_build_graph"));
-    if (!s) return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_execute_graph: stream is NULL");
+    KP_CHECK(kp__check_stream(p, s, __func__));
     KP_CHECK(kp__follow(p, s));
     return kp_graph_exec_launch(p->exec, s);
 }

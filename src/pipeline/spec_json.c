@@ -57,6 +57,13 @@ static const char *kp__json_type(json_t *v) {
     }
 }
 
+/* A JSON number with a point or exponent stays recognisably non-integer
+ * ("16384.0", not "16384"), so an integer parameter refuses it. */
+static void kp__real_text(double x, char out[64]) {
+    snprintf(out, 64, "%.17g", x);
+    if (!strpbrk(out, ".eEn")) strcat(out, ".0");
+}
+
 static kp_status kp__json_params(json_t *obj, const char *path, kp_param *p, char (*val)[64]) {
     const char *key;
     json_t *v;
@@ -67,7 +74,7 @@ static kp_status kp__json_params(json_t *obj, const char *path, kp_param *p, cha
         if (json_is_integer(v))
             snprintf(val[k], 64, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         else if (json_is_real(v))
-            snprintf(val[k], 64, "%.17g", json_real_value(v));
+            kp__real_text(json_real_value(v), val[k]);
         else if (json_is_boolean(v))
             snprintf(val[k], 64, "%s", json_is_true(v) ? "true" : "false");
         else if (json_is_string(v))
@@ -256,7 +263,7 @@ kp_status kp_pipeline_create_from_json_opts(kp_device_t dev, const char *text,
         else if (opts->mode != KP_EXEC_FROM_SPEC)
             s.spec.mode = (kp_exec_mode)opts->mode;
     }
-    if (st == KP_OK) st = kp_pipeline_create(dev, &s.spec, out);
+    if (st == KP_OK) st = kp__pipeline_create(dev, &s.spec, out, "$.modules");
     kp__json_spec_free(&s);
     json_decref(root);
     return st;
@@ -268,6 +275,19 @@ kp_status kp_pipeline_create_from_json(kp_device_t dev, const char *text, kp_pip
 
 kp_status kp_pipeline_create_from_file(kp_device_t dev, const char *path, kp_pipeline_t *out) {
     return kp_pipeline_create_from_file_opts(dev, path, NULL, out);
+}
+
+/* A NUL byte would end the text early and hide what follows it. */
+static kp_status kp__check_no_nul(const char *text, size_t size) {
+    const char *z = memchr(text, '\0', size);
+    if (!z) return KP_OK;
+    int line = 1, col = 1;
+    for (const char *c = text; c < z; c++, col++)
+        if (*c == '\n') {
+            line++;
+            col = 0;
+        }
+    return KP__PERR("line %d, column %d: a NUL byte (the text must not contain one)", line, col);
 }
 
 kp_status kp_pipeline_create_from_file_opts(kp_device_t dev, const char *path,
@@ -287,12 +307,14 @@ kp_status kp_pipeline_create_from_file_opts(kp_device_t dev, const char *path,
     }
     fclose(f);
     text[size] = '\0';
-    kp_status st = kp_pipeline_create_from_json_opts(dev, text, opts, out);
+    kp_status st = kp__check_no_nul(text, (size_t)size);
+    if (st == KP_OK) st = kp_pipeline_create_from_json_opts(dev, text, opts, out);
     kp__free(text);
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }
 
 const char *kp_library_versions(char *buf, size_t len) {
+    if (!buf || len == 0) return "";
     int cb = kp__cublas_version();
     if (cb)
         snprintf(buf, len, "jansson %s, cuBLAS %d.%d.%d", JANSSON_VERSION, cb / 10000,

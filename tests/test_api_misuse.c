@@ -1,0 +1,648 @@
+/* Every public function called wrongly: NULL handles and pointers, zero and
+ * huge counts and sizes, out-of-range dims, kinds and indices, foreign
+ * pointers. Each must return its error with a detail (or, for functions
+ * without a status, the documented neutral answer), and never crash, hang
+ * or leak. tests/api_coverage.sh checks that every function declared in
+ * include/kpipe/ is called here.
+ *   test_api_misuse [DEVICE]   (cpu by default; exit 77 without the device) */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include "support/kp_test.h"
+#include "support/test_kernels.h"
+
+static kp_device_t g_dev;
+#define BAD KP_ERR_INVALID_ARG
+#define HUGE_BYTES ((size_t)-1)
+
+static void hook_free_only(void *user, kp_mem_kind kind, void *ptr) { free(ptr); }
+
+static void core_calls(void **state) {
+    assert_string_equal(kp_status_str((kp_status)999), "unknown status");
+    assert_string_equal(kp_status_name((kp_status)-1), "KP_UNKNOWN");
+    kp_clear_error();
+    assert_string_equal(kp_last_error(), "");
+    assert_string_equal(kp_log_level_str((kp_log_level)99), "?");
+    kp_log_level lvl = kp_log_get_level();
+    kp_log_set_callback(NULL, NULL, lvl);
+    kp_alloc_hook h = KP_ALLOC_HOOK_INIT;
+    h.struct_size = 3;
+    KPT_FAILS(kp_set_alloc_hook(&h), BAD);
+    h = (kp_alloc_hook)KP_ALLOC_HOOK_INIT;
+    h.free = hook_free_only; /* free without alloc */
+    KPT_FAILS(kp_set_alloc_hook(&h), BAD);
+    KPT_OK(kp_set_alloc_hook(NULL));
+    assert_true(kp_version_str()[0] != '\0');
+}
+
+static void tensor_calls(void **state) {
+    assert_int_equal(kp_dtype_size((kp_dtype)-1), 0);
+    assert_int_equal(kp_dtype_size(KP_DTYPE_COUNT), 0);
+    assert_string_equal(kp_dtype_name((kp_dtype)99), "invalid");
+    kp_dtype dt;
+    KPT_FAILS(kp_dtype_parse(NULL, &dt), BAD);
+    KPT_FAILS(kp_dtype_parse("f32", NULL), BAD);
+    KPT_FAILS(kp_dtype_parse("f33", &dt), KP_ERR_PARSE);
+
+    kp_tensor_desc d;
+    int64_t shape[KP_MAX_DIMS + 2] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    int64_t huge[2] = {INT64_MAX, 2}, neg[1] = {-1}, negst[1] = {-4};
+    KPT_FAILS(kp_desc_init(NULL, KP_F32, 1, shape, NULL), BAD);
+    KPT_FAILS(kp_desc_init(&d, KP_F32, KP_MAX_DIMS + 1, shape, NULL), BAD);
+    KPT_FAILS(kp_desc_init(&d, KP_F32, -1, shape, NULL), BAD);
+    KPT_FAILS(kp_desc_init(&d, KP_F32, 1, NULL, NULL), BAD);
+    KPT_FAILS(kp_desc_init(&d, KP_F32, 2, huge, NULL), BAD);
+    KPT_FAILS(kp_desc_init(&d, KP_F32, 1, neg, NULL), BAD);
+    KPT_FAILS(kp_desc_init(&d, KP_F32, 1, shape, negst), BAD);
+    KPT_FAILS(kp_desc_init(&d, (kp_dtype)77, 1, shape, NULL), BAD);
+    KPT_FAILS(kp_desc_validate(NULL), BAD);
+    /* a descriptor with garbage in it: every function answers without reading past it */
+    kp_tensor_desc bad;
+    memset(&bad, 0x7f, sizeof bad);
+    bad.dtype = KP_F32;
+    KPT_FAILS(kp_desc_validate(&bad), BAD);
+    KPT_OK(kp_desc_init(&d, KP_F32, 2, shape, NULL));
+    for (int nd = -5; nd <= 1 << 20; nd = nd < 20 ? nd + 5 : nd * 4) {
+        bad = d;
+        bad.ndim = nd;
+        if (nd >= 0 && nd <= KP_MAX_DIMS) continue;
+        char buf[64];
+        int64_t lo = 1, hi = 1;
+        assert_int_equal(kp_desc_numel(&bad), -1);
+        assert_false(kp_desc_is_contiguous(&bad));
+        kp_desc_byte_extent(&bad, &lo, &hi);
+        assert_true(lo == 0 && hi == 0);
+        assert_int_equal(kp_desc_bytes_needed(&bad), -1);
+        assert_false(kp_desc_same_shape(&bad, &d));
+        assert_string_equal(kp_desc_str(&bad, buf, sizeof buf), "invalid");
+        assert_int_equal(kp_desc_overlap(&bad, &d), KP_OVERLAP_ASSUMED);
+        assert_int_equal(kp_desc_overlap_bounded(&d, &bad, 100), KP_OVERLAP_ASSUMED);
+    }
+    bad = d;
+    bad.strides[0] = INT64_MAX; /* extent overflows */
+    assert_int_equal(kp_desc_numel(&bad), -1);
+    assert_int_equal(kp_desc_bytes_needed(&bad), -1);
+    assert_int_equal(kp_desc_overlap(&bad, &d), KP_OVERLAP_ASSUMED);
+    assert_int_equal(kp_desc_numel(NULL), -1);
+    assert_false(kp_desc_is_contiguous(NULL));
+    kp_desc_byte_extent(NULL, NULL, NULL);
+    assert_int_equal(kp_desc_bytes_needed(NULL), -1);
+    assert_false(kp_desc_same_shape(NULL, &d));
+    assert_false(kp_desc_same_shape(&d, NULL));
+    assert_string_equal(kp_desc_str(&d, NULL, 0), "");
+    char small[4];
+    assert_string_equal(kp_desc_str(NULL, small, sizeof small), "(nu");
+    assert_int_equal(kp_desc_overlap(NULL, NULL), KP_OVERLAP_ASSUMED);
+    assert_int_equal(kp_desc_overlap_bounded(&d, &d, -1), KP_OVERLAP_ASSUMED);
+}
+
+static void npy_calls(void **state) {
+    kp_tensor_desc d;
+    size_t off, bytes;
+    void *data;
+    KPT_FAILS(kp_npy_parse(NULL, 10, &d, &off), BAD);
+    KPT_FAILS(kp_npy_parse("x", 1, NULL, &off), BAD);
+    KPT_FAILS(kp_npy_parse("x", 1, &d, NULL), BAD);
+    KPT_FAILS(kp_npy_parse("", 0, &d, &off), KP_ERR_PARSE);
+    KPT_FAILS(kp_npy_load(NULL, &d, &data, &bytes), BAD);
+    KPT_FAILS(kp_npy_load("/x", NULL, &data, &bytes), BAD);
+    KPT_FAILS(kp_npy_save(NULL, &d, &d), BAD);
+    KPT_FAILS(kp_npy_save("/tmp/x.npy", NULL, &d), BAD);
+    kp_npy_free(NULL);
+}
+
+static void device_calls(void **state) {
+    kp_device_t d = (kp_device_t)0x1;
+    char buf[64];
+    int drv, rt;
+    KPT_FAILS(kp_device_open(NULL, &d), BAD);
+    KPT_FAILS(kp_device_open("cpu", NULL), BAD);
+    KPT_FAILS(kp_device_open("", &d), KP_ERR_NO_DEVICE);
+    KPT_FAILS(kp_device_open("tpu", &d), KP_ERR_NO_DEVICE);
+    static const char *const odd[] = {"cuda:", "cuda:-1", "cuda:x", "cuda:99999999999", "cuda:1:2"};
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        kp_status st = kp_device_open(odd[i], &d);
+        assert_true(st == BAD || st == KP_ERR_NO_DEVICE);
+        assert_true(kp_last_error()[0] != '\0');
+        assert_null(d);
+    }
+    kp_device_close(NULL);
+    assert_int_equal(kp_device_backend(NULL), KP_BACKEND_NONE);
+    assert_string_equal(kp_device_name(NULL), "(null)");
+    KPT_FAILS(kp_device_describe(NULL, buf, sizeof buf), BAD);
+    KPT_FAILS(kp_device_describe(g_dev, NULL, 0), BAD);
+    KPT_FAILS(kp_device_versions(NULL, &drv, &rt), BAD);
+    KPT_FAILS(kp_device_versions(g_dev, NULL, NULL), BAD);
+    assert_true(kp_cuda_device_count(NULL, 0) >= 0);
+    assert_non_null(strstr(kp_backends_built(), "cpu"));
+    KPT_FAILS(kp_device_sync(NULL), BAD);
+
+    void *p = (void *)0x1;
+    KPT_FAILS(kp_malloc(NULL, 4, &p), BAD);
+    KPT_FAILS(kp_malloc(g_dev, 4, NULL), BAD);
+    KPT_FAILS(kp_malloc(g_dev, HUGE_BYTES, &p), KP_ERR_OUT_OF_MEMORY);
+    assert_null(p);
+    KPT_FAILS(kp_malloc_host(NULL, 4, &p), BAD);
+    KPT_FAILS(kp_malloc_host(g_dev, HUGE_BYTES, &p), KP_ERR_OUT_OF_MEMORY);
+    kp_free(NULL, p);
+    kp_free(g_dev, NULL);
+    kp_free_host(NULL, p);
+    kp_free_host(g_dev, NULL);
+    float x[4], *dx;
+    KPT_OK(kp_malloc(g_dev, sizeof x, (void **)&dx));
+    KPT_FAILS(kp_memcpy_htod(NULL, dx, x, sizeof x), BAD);
+    KPT_FAILS(kp_memcpy_htod(g_dev, NULL, x, sizeof x), BAD);
+    KPT_FAILS(kp_memcpy_dtoh(g_dev, x, NULL, sizeof x), BAD);
+    KPT_FAILS(kp_memcpy_dtod(g_dev, NULL, NULL, 4), BAD);
+    KPT_OK(kp_memcpy_dtod(g_dev, NULL, NULL, 0)); /* nothing to copy */
+    kp_free(g_dev, dx);
+}
+
+static void noop(void *u) { (void)u; }
+
+static void stream_and_event_calls(void **state) {
+    kp_stream_t s;
+    kp_event_t ev;
+    bool b;
+    float ms;
+    KPT_FAILS(kp_stream_create(NULL, &s), BAD);
+    KPT_FAILS(kp_stream_create(g_dev, NULL), BAD);
+    KPT_OK(kp_stream_create(g_dev, &s));
+    kp_stream_destroy(NULL);
+    KPT_FAILS(kp_stream_sync(NULL), BAD);
+    KPT_FAILS(kp_stream_query(NULL, &b), BAD);
+    KPT_FAILS(kp_stream_query(s, NULL), BAD);
+    assert_null(kp_stream_device(NULL));
+    assert_null(kp_stream_native(NULL));
+    float x[4];
+    KPT_FAILS(kp_memcpy_async(NULL, x, x, 4), BAD);
+    KPT_FAILS(kp_memcpy_async(s, NULL, x, 4), BAD);
+    KPT_FAILS(kp_memset_async(NULL, x, 0, 4), BAD);
+    KPT_FAILS(kp_memset_async(s, NULL, 0, 4), BAD);
+    kpt_affine_params ap = {NULL, 1, 1, 0};
+    kp_launch l = kpt_launch_1d(&kpt_affine, &ap, 1);
+    KPT_FAILS(kp_launch_kernel(NULL, &l), BAD);
+    KPT_FAILS(kp_launch_kernel(s, NULL), BAD);
+    kp_kernel big = kpt_affine;
+    big.params_size = KP_MAX_KERNEL_PARAMS + 1;
+    l.kernel = &big;
+    KPT_FAILS(kp_launch_kernel(s, &l), BAD);
+    kp_kernel nocpu = kpt_affine;
+    nocpu.cpu = NULL;
+    l.kernel = &nocpu;
+    KPT_FAILS(kp_launch_kernel(s, &l), BAD);
+    l = kpt_launch_1d(&kpt_affine, &ap, 1);
+    l.grid.z = 0;
+    KPT_FAILS(kp_launch_kernel(s, &l), BAD);
+    KPT_FAILS(kp_launch_host_func(NULL, noop, NULL), BAD);
+    KPT_FAILS(kp_launch_host_func(s, NULL, NULL), BAD);
+
+    KPT_FAILS(kp_event_create(NULL, &ev), BAD);
+    KPT_FAILS(kp_event_create(g_dev, NULL), BAD);
+    KPT_OK(kp_event_create(g_dev, &ev));
+    kp_event_destroy(NULL);
+    KPT_FAILS(kp_event_record(NULL, s), BAD);
+    KPT_FAILS(kp_event_record(ev, NULL), BAD);
+    KPT_FAILS(kp_event_query(NULL, &b), BAD);
+    KPT_FAILS(kp_event_query(ev, NULL), BAD);
+    KPT_FAILS(kp_event_sync(NULL), BAD);
+    KPT_FAILS(kp_stream_wait_event(NULL, ev), BAD);
+    KPT_FAILS(kp_stream_wait_event(s, NULL), BAD);
+    KPT_FAILS(kp_event_elapsed_ms(NULL, ev, &ms), BAD);
+    KPT_FAILS(kp_event_elapsed_ms(ev, NULL, &ms), BAD);
+    KPT_FAILS(kp_event_elapsed_ms(ev, ev, NULL), BAD);
+    assert_int_not_equal(kp_event_elapsed_ms(ev, ev, &ms), KP_OK); /* never recorded */
+
+    kp_graph_t g;
+    KPT_FAILS(kp_stream_begin_capture(NULL), BAD);
+    KPT_FAILS(kp_stream_end_capture(NULL, &g), BAD);
+    KPT_FAILS(kp_stream_end_capture(s, NULL), BAD);
+    KPT_FAILS(kp_stream_end_capture(s, &g), KP_ERR_STATE);
+    assert_false(kp_stream_is_capturing(NULL));
+    kp_event_destroy(ev);
+    kp_stream_destroy(s);
+}
+
+static void graph_calls(void **state) {
+    kp_graph_t g, g2;
+    kp_graph_exec_t ge;
+    kp_graph_node_t n, deps[2] = {NULL, NULL};
+    kp_stream_t s;
+    float *y;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_malloc(g_dev, 64, (void **)&y));
+    kpt_affine_params ap = {y, 1, 1, 1};
+    kp_launch l = kpt_launch_1d(&kpt_affine, &ap, 1);
+    KPT_FAILS(kp_graph_create(NULL, &g), BAD);
+    KPT_FAILS(kp_graph_create(g_dev, NULL), BAD);
+    KPT_OK(kp_graph_create(g_dev, &g));
+    KPT_OK(kp_graph_create(g_dev, &g2));
+    kp_graph_destroy(NULL);
+    KPT_FAILS(kp_graph_add_kernel(NULL, NULL, 0, &l, &n), BAD);
+    KPT_FAILS(kp_graph_add_kernel(g, NULL, 2, &l, &n), BAD);
+    KPT_FAILS(kp_graph_add_kernel(g, deps, 2, &l, &n), BAD);
+    KPT_FAILS(kp_graph_add_kernel(g, NULL, 0, NULL, &n), BAD);
+    KPT_FAILS(kp_graph_add_kernel(g, NULL, 0, &l, NULL), BAD);
+    KPT_FAILS(kp_graph_add_memcpy(g, NULL, 0, y, y, 0, &n), BAD);
+    KPT_FAILS(kp_graph_add_memcpy(g, NULL, 0, NULL, y, 4, &n), BAD);
+    KPT_FAILS(kp_graph_add_memcpy(NULL, NULL, 0, y, y, 4, &n), BAD);
+    KPT_FAILS(kp_graph_add_child(g, NULL, 0, NULL, &n), BAD);
+    KPT_FAILS(kp_graph_add_child(g, NULL, 0, g, &n), BAD);
+    KPT_FAILS(kp_graph_add_child(NULL, NULL, 0, g, &n), BAD);
+    KPT_FAILS(kp_graph_add_empty(NULL, NULL, 0, &n), BAD);
+    KPT_FAILS(kp_graph_add_empty(g, NULL, 0, NULL), BAD);
+    assert_int_equal(kp_graph_node_count(NULL), 0);
+    KPT_OK(kp_graph_add_kernel(g, NULL, 0, &l, &n));
+    KPT_FAILS(kp_graph_instantiate(NULL, &ge), BAD);
+    KPT_FAILS(kp_graph_instantiate(g, NULL), BAD);
+    KPT_OK(kp_graph_instantiate(g, &ge));
+    kp_graph_exec_destroy(NULL);
+    KPT_FAILS(kp_graph_exec_upload(NULL, s), BAD);
+    KPT_FAILS(kp_graph_exec_upload(ge, NULL), BAD);
+    KPT_FAILS(kp_graph_exec_launch(NULL, s), BAD);
+    KPT_FAILS(kp_graph_exec_launch(ge, NULL), BAD);
+    KPT_FAILS(kp_graph_exec_set_kernel(NULL, n, &l), BAD);
+    KPT_FAILS(kp_graph_exec_set_kernel(ge, NULL, &l), BAD);
+    KPT_FAILS(kp_graph_exec_set_kernel(ge, n, NULL), BAD);
+    KPT_FAILS(kp_graph_exec_set_memcpy(ge, n, NULL, y, 4), BAD);
+    KPT_FAILS(kp_graph_exec_set_memcpy(ge, n, y, y, 0), BAD);
+    KPT_FAILS(kp_graph_exec_set_memcpy(NULL, n, y, y, 4), BAD);
+    KPT_FAILS(kp_graph_exec_set_child(ge, n, NULL), BAD);
+    KPT_FAILS(kp_graph_exec_set_child(NULL, n, g2), BAD);
+    KPT_FAILS(kp_graph_exec_set_child(ge, NULL, g2), BAD);
+    KPT_FAILS(kp_graph_exec_update(NULL, g), BAD);
+    KPT_FAILS(kp_graph_exec_update(ge, NULL), BAD);
+    KPT_FAILS(kp_graph_exec_update(ge, g2), KP_ERR_MISMATCH); /* other topology */
+    KPT_OK(kp_graph_exec_launch(ge, s));
+    KPT_OK(kp_stream_sync(s));
+    kp_graph_exec_destroy(ge);
+    kp_graph_destroy(g);
+    kp_graph_destroy(g2);
+    kp_free(g_dev, y);
+    kp_stream_destroy(s);
+}
+
+/* Foreign pointers, double frees and sizes past any device, on each kind. */
+static void allocator_calls(void **state) {
+    kp_allocator_t a, mine;
+    kp_stream_t s;
+    kp_alloc_stats st;
+    kp_block_info rows[4];
+    size_t n;
+    void *p = (void *)0x1;
+    int on_stack;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_FAILS(kp_allocator_create(NULL, KP_ALLOCATOR_HOST, NULL, &a), BAD);
+    KPT_FAILS(kp_allocator_create(g_dev, KP_ALLOCATOR_KINDS, NULL, &a), BAD);
+    KPT_FAILS(kp_allocator_create(g_dev, (kp_allocator_kind)-1, NULL, &a), BAD);
+    KPT_FAILS(kp_allocator_create(g_dev, KP_ALLOCATOR_HOST, NULL, NULL), BAD);
+    kp_allocator_config cfg = KP_ALLOCATOR_CONFIG_INIT;
+    cfg.struct_size = 1;
+    KPT_FAILS(kp_allocator_create(g_dev, KP_ALLOCATOR_DEVICE, &cfg, &a), BAD);
+    kp_allocator_destroy(NULL);
+    KPT_FAILS(kp_device_allocator(NULL, KP_ALLOCATOR_DEVICE, &a), BAD);
+    KPT_FAILS(kp_device_allocator(g_dev, KP_ALLOCATOR_KINDS, &a), BAD);
+    KPT_FAILS(kp_device_allocator(g_dev, KP_ALLOCATOR_DEVICE, NULL), BAD);
+    KPT_FAILS(kp_device_set_allocator(NULL, KP_ALLOCATOR_DEVICE, NULL), BAD);
+    KPT_FAILS(kp_device_set_allocator(g_dev, (kp_allocator_kind)7, NULL), BAD);
+    KPT_OK(kp_allocator_create(g_dev, KP_ALLOCATOR_HOST, NULL, &mine));
+    KPT_FAILS(kp_device_set_allocator(g_dev, KP_ALLOCATOR_PINNED, mine), BAD); /* wrong kind */
+    kp_allocator_destroy(mine);
+    assert_int_equal(kp_allocator_get_kind(NULL), KP_ALLOCATOR_KINDS);
+    KPT_FAILS(kp_allocator_alloc(NULL, 4, s, &p), BAD);
+    KPT_FAILS(kp_allocator_free(NULL, p), BAD);
+    KPT_FAILS(kp_allocator_record_stream(NULL, p, s), BAD);
+    KPT_FAILS(kp_allocator_empty_cache(NULL), BAD);
+    KPT_FAILS(kp_allocator_stats(NULL, &st), BAD);
+    KPT_FAILS(kp_allocator_snapshot(NULL, rows, 4, &n), BAD);
+    for (int k = 0; k < KP_ALLOCATOR_KINDS; k++) {
+        KPT_OK(kp_allocator_create(g_dev, (kp_allocator_kind)k, NULL, &a));
+        assert_int_equal(kp_allocator_get_kind(a), k);
+        KPT_FAILS(kp_allocator_alloc(a, 4, s, NULL), BAD);
+        static const size_t sizes[] = {HUGE_BYTES, HUGE_BYTES - 511, HUGE_BYTES / 2 + 1,
+                                       ((size_t)1 << 48) + 1};
+        for (size_t i = 0; i < 4; i++) {
+            p = (void *)0x1;
+            KPT_FAILS(kp_allocator_alloc(a, sizes[i], s, &p), KP_ERR_OUT_OF_MEMORY);
+            assert_null(p);
+        }
+        /* Small values must not match the pointer map's empty (0) and deleted
+         * (1) markers: freeing many blocks leaves deleted slots all over the
+         * map (46 of 64 here), which a probe for (void *)1 would find. */
+        for (int round = 0; round < 20; round++) {
+            void *q[46];
+            for (int i = 0; i < 46; i++) KPT_OK(kp_allocator_alloc(a, 64, s, &q[i]));
+            for (int i = 0; i < 46; i++) KPT_OK(kp_allocator_free(a, q[i]));
+            KPT_FAILS(kp_allocator_record_stream(a, (void *)1, s), BAD);
+            KPT_FAILS(kp_allocator_free(a, (void *)1), BAD);
+        }
+        /* pointers this allocator never handed out */
+        void *foreign[] = {(void *)1, (void *)2, (void *)16, &on_stack};
+        for (size_t i = 0; i < 4; i++) {
+            KPT_FAILS(kp_allocator_free(a, foreign[i]), BAD);
+            KPT_FAILS(kp_allocator_record_stream(a, foreign[i], s), BAD);
+        }
+        KPT_FAILS(kp_allocator_record_stream(a, NULL, s), BAD);
+        /* ... and the allocator still works: no hang, no corruption */
+        void *q;
+        KPT_OK(kp_allocator_alloc(a, 1000, s, &q));
+        KPT_OK(kp_allocator_record_stream(a, q, s));
+        KPT_FAILS(kp_allocator_record_stream(a, q, NULL), BAD);
+        KPT_OK(kp_allocator_free(a, q));
+        KPT_FAILS(kp_allocator_free(a, q), BAD); /* double free */
+        KPT_OK(kp_allocator_free(a, NULL));
+        KPT_FAILS(kp_allocator_stats(a, NULL), BAD);
+        KPT_FAILS(kp_allocator_snapshot(a, NULL, 4, &n), BAD);
+        KPT_FAILS(kp_allocator_snapshot(a, rows, 4, NULL), BAD);
+        KPT_OK(kp_allocator_snapshot(a, NULL, 0, &n));
+        KPT_OK(kp_allocator_stats(a, &st));
+        assert_int_equal(st.allocated, 0);
+        KPT_OK(kp_allocator_empty_cache(a));
+        kp_allocator_destroy(a);
+    }
+    kp_stream_destroy(s);
+}
+
+static void memory_and_tensor_calls(void **state) {
+    kp_memory_t m;
+    kp_tensor_t t, v;
+    kp_stream_t s;
+    int64_t shape[KP_MAX_DIMS + 1] = {4, 6, 1, 1, 1, 1, 1, 1, 1};
+    int64_t overflow[2] = {(int64_t)1 << 40, (int64_t)1 << 40}, too_big[1] = {(int64_t)1 << 60};
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_FAILS(kp_memory_alloc(NULL, KP_ALLOCATOR_DEVICE, 4, NULL, &m), BAD);
+    KPT_FAILS(kp_memory_alloc(g_dev, KP_ALLOCATOR_KINDS, 4, NULL, &m), BAD);
+    KPT_FAILS(kp_memory_alloc(g_dev, KP_ALLOCATOR_DEVICE, 4, NULL, NULL), BAD);
+    KPT_FAILS(kp_memory_alloc(g_dev, KP_ALLOCATOR_DEVICE, HUGE_BYTES, NULL, &m), KP_ERR_OUT_OF_MEMORY);
+    assert_null(kp_memory_retain(NULL));
+    kp_memory_release(NULL);
+    assert_null(kp_memory_data(NULL));
+    assert_int_equal(kp_memory_size(NULL), 0);
+    assert_null(kp_memory_device(NULL));
+    assert_false(kp_memory_is_pinned(NULL));
+    assert_int_equal(kp_memory_refcount(NULL), 0);
+
+    KPT_FAILS(kp_tensor_empty(NULL, KP_F32, 2, shape, &t), BAD);
+    KPT_FAILS(kp_tensor_empty(g_dev, KP_F32, KP_MAX_DIMS + 1, shape, &t), BAD);
+    KPT_FAILS(kp_tensor_empty(g_dev, (kp_dtype)99, 2, shape, &t), BAD);
+    KPT_FAILS(kp_tensor_empty(g_dev, KP_F32, 1, NULL, &t), BAD);
+    KPT_FAILS(kp_tensor_empty(g_dev, KP_F32, 2, overflow, &t), BAD);
+    KPT_FAILS(kp_tensor_empty(g_dev, KP_U8, 1, too_big, &t), KP_ERR_OUT_OF_MEMORY);
+    KPT_FAILS(kp_tensor_empty(g_dev, KP_F32, 2, shape, NULL), BAD);
+    KPT_FAILS(kp_tensor_zeros(g_dev, KP_F32, 2, shape, NULL, &t), BAD);
+    KPT_FAILS(kp_tensor_ones(g_dev, KP_F32, -3, shape, s, &t), BAD);
+    KPT_OK(kp_tensor_zeros(g_dev, KP_F32, 2, shape, s, &t));
+    KPT_OK(kp_memory_alloc(g_dev, KP_ALLOCATOR_HOST, 16, NULL, &m));
+    kp_tensor_desc d = *kp_tensor_get_desc(t);
+    KPT_FAILS(kp_tensor_from_memory(NULL, &d, &v), BAD);
+    KPT_FAILS(kp_tensor_from_memory(m, NULL, &v), BAD);
+    KPT_FAILS(kp_tensor_from_memory(m, &d, &v), BAD); /* 96 bytes over 16 */
+    d.ndim = 40;
+    KPT_FAILS(kp_tensor_from_memory(m, &d, &v), BAD);
+    kp_memory_release(m);
+    /* slices: bad dims and ranges, and steps whose products overflow */
+    KPT_FAILS(kp_tensor_slice(NULL, 0, 0, 1, 1, &v), BAD);
+    KPT_FAILS(kp_tensor_slice(t, -1, 0, 1, 1, &v), BAD);
+    KPT_FAILS(kp_tensor_slice(t, 2, 0, 1, 1, &v), BAD);
+    KPT_FAILS(kp_tensor_slice(t, 0, 0, 1, 0, &v), BAD);
+    KPT_FAILS(kp_tensor_slice(t, 0, -1, 1, 1, &v), BAD);
+    KPT_FAILS(kp_tensor_slice(t, 0, 0, 5, 1, &v), BAD);
+    KPT_FAILS(kp_tensor_slice(t, 0, 3, 2, 1, &v), BAD);
+    KPT_FAILS(kp_tensor_slice(t, 0, 0, 1, 1, NULL), BAD);
+    /* huge steps: (stop - start + step - 1) / step would overflow */
+    KPT_OK(kp_tensor_slice(t, 0, 1, 4, INT64_MAX, &v)); /* one element: the step is never used */
+    assert_int_equal(kp_tensor_get_desc(v)->shape[0], 1);
+    assert_int_equal(kp_tensor_get_desc(v)->offset, 6);
+    kp_tensor_release(v);
+    KPT_OK(kp_tensor_slice(t, 1, 6, 6, INT64_MAX - 1, &v)); /* empty */
+    assert_int_equal(kp_tensor_get_desc(v)->shape[1], 0);
+    kp_tensor_release(v);
+    KPT_OK(kp_tensor_slice(t, 1, 0, 6, 5, &v)); /* elements 0 and 5 */
+    assert_int_equal(kp_tensor_get_desc(v)->shape[1], 2);
+    assert_int_equal(kp_tensor_get_desc(v)->strides[1], 5);
+    kp_tensor_release(v);
+    KPT_FAILS(kp_tensor_reshape(NULL, 1, shape, &v), BAD);
+    KPT_FAILS(kp_tensor_reshape(t, KP_MAX_DIMS + 1, shape, &v), BAD);
+    KPT_FAILS(kp_tensor_reshape(t, 1, shape, &v), BAD); /* 4 elements, not 24 */
+    KPT_FAILS(kp_tensor_transpose(NULL, 0, 1, &v), BAD);
+    KPT_FAILS(kp_tensor_transpose(t, 0, 2, &v), BAD);
+    KPT_FAILS(kp_tensor_transpose(t, -1, 0, &v), BAD);
+    assert_null(kp_tensor_retain(NULL));
+    kp_tensor_release(NULL);
+    assert_null(kp_tensor_data(NULL));
+    assert_null(kp_tensor_get_desc(NULL));
+    assert_null(kp_tensor_memory(NULL));
+    assert_non_null(kp_tensor_memory(t));
+    KPT_OK(kp_stream_sync(s));
+    kp_tensor_release(t);
+    kp_stream_destroy(s);
+}
+
+static void pool_calls(void **state) {
+    kp_buffer_pool_t pool;
+    kp_buffer_t b;
+    kp_pool_stats st;
+    kp_pool_config cfg = KP_POOL_CONFIG_INIT;
+    KPT_FAILS(kp_buffer_pool_create(NULL, &cfg, &pool), BAD);
+    KPT_FAILS(kp_buffer_pool_create(g_dev, NULL, &pool), BAD);
+    KPT_FAILS(kp_buffer_pool_create(g_dev, &cfg, NULL), BAD);
+    cfg.struct_size = 0;
+    KPT_FAILS(kp_buffer_pool_create(g_dev, &cfg, &pool), BAD);
+    cfg = (kp_pool_config)KP_POOL_CONFIG_INIT;
+    cfg.min_bytes = 0;
+    KPT_FAILS(kp_buffer_pool_create(g_dev, &cfg, &pool), BAD);
+    cfg = (kp_pool_config)KP_POOL_CONFIG_INIT;
+    cfg.max_bytes = 16;
+    KPT_FAILS(kp_buffer_pool_create(g_dev, &cfg, &pool), BAD);
+    cfg.max_bytes = HUGE_BYTES;
+    KPT_FAILS(kp_buffer_pool_create(g_dev, &cfg, &pool), BAD);
+    cfg = (kp_pool_config)KP_POOL_CONFIG_INIT;
+    cfg.kind = (kp_allocator_kind)9;
+    KPT_FAILS(kp_buffer_pool_create(g_dev, &cfg, &pool), BAD);
+    kp_buffer_pool_destroy(NULL);
+    cfg = (kp_pool_config)KP_POOL_CONFIG_INIT;
+    cfg.kind = KP_ALLOCATOR_HOST;
+    KPT_OK(kp_buffer_pool_create(g_dev, &cfg, &pool));
+    KPT_FAILS(kp_buffer_acquire(NULL, 4, NULL, &b), BAD);
+    KPT_FAILS(kp_buffer_acquire(pool, 4, NULL, NULL), BAD);
+    KPT_FAILS(kp_buffer_acquire(pool, HUGE_BYTES, NULL, &b), KP_ERR_OUT_OF_MEMORY);
+    KPT_FAILS(kp_buffer_acquire(pool, HUGE_BYTES / 2 + 3, NULL, &b), KP_ERR_OUT_OF_MEMORY);
+    assert_null(kp_buffer_retain(NULL));
+    kp_buffer_release(NULL);
+    assert_null(kp_buffer_data(NULL));
+    assert_int_equal(kp_buffer_size(NULL), 0);
+    KPT_FAILS(kp_buffer_pool_stats(NULL, &st), BAD);
+    KPT_FAILS(kp_buffer_pool_stats(pool, NULL), BAD);
+    KPT_OK(kp_buffer_acquire(pool, 0, NULL, &b));
+    kp_buffer_release(b);
+    kp_buffer_pool_destroy(pool);
+}
+
+static kp_status dummy_create(const kp_module_env *env, kp_module_def *def) {
+    return KP_ERR_UNSUPPORTED;
+}
+
+static void module_calls(void **state) {
+    kp_port_info pi;
+    kp_port_decl pd;
+    char long_name[KP_NAME_MAX + 8];
+    memset(long_name, 'x', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    kp_port_from_tensor(NULL, "x", NULL);
+    kp_port_from_tensor(&pi, "x", NULL);
+    assert_null(pi.data);
+    KPT_FAILS(kp_port_decl_1d(NULL, "x", KP_F32, 4), BAD);
+    KPT_FAILS(kp_port_decl_1d(&pd, NULL, KP_F32, 4), BAD);
+    KPT_FAILS(kp_port_decl_1d(&pd, long_name, KP_F32, 4), BAD);
+    KPT_FAILS(kp_port_decl_1d(&pd, "x", KP_F32, -4), BAD);
+    KPT_FAILS(kp_port_decl_1d(&pd, "x", (kp_dtype)99, 4), BAD);
+    KPT_FAILS(kp_module_register(NULL, dummy_create), BAD);
+    KPT_FAILS(kp_module_register("", dummy_create), BAD);
+    KPT_FAILS(kp_module_register("a.b", dummy_create), BAD);
+    KPT_FAILS(kp_module_register(long_name, dummy_create), BAD);
+    KPT_FAILS(kp_module_register("misuse_dummy", NULL), BAD);
+    KPT_FAILS(kp_module_register("relu", dummy_create), BAD); /* taken */
+    assert_true(kp_module_type_count() >= 2);
+    assert_null(kp_module_type_name(1u << 30));
+    int64_t v;
+    const char *str;
+    kp_module_env env = {g_dev, KP_EXEC_GRAPH, "m", NULL, 0, NULL};
+    KPT_FAILS(kp_param_int(NULL, "size", true, 1, &v), BAD);
+    KPT_FAILS(kp_param_int(&env, NULL, true, 1, &v), BAD);
+    KPT_FAILS(kp_param_int(&env, "size", true, 1, NULL), BAD);
+    KPT_FAILS(kp_param_int(&env, "size", false, 1, &v), BAD); /* required */
+    KPT_FAILS(kp_param_str(NULL, "k", "d", &str), BAD);
+    KPT_FAILS(kp_param_str(&env, "k", "d", NULL), BAD);
+    KPT_OK(kp_param_str(&env, "k", "d", &str));
+    assert_string_equal(str, "d");
+}
+
+static const char relu_spec[] =
+    "{\"kpipe_spec\": 1, \"execution\": \"stream\", \"modules\": [{\"type\": \"relu\", \"id\": \"r\", "
+    "\"params\": {\"size\": 4}}], \"inputs\": {\"x\": \"r.input\"}, \"outputs\": {\"y\": \"r.output\"}}";
+
+static void pipeline_calls(void **state) {
+    kp_pipeline_t p = NULL;
+    kp_stream_t s;
+    kp_pipeline_report r;
+    kp_module_report mr;
+    kp_connection_report cr;
+    kp_port_info pi;
+    char buf[8];
+    KPT_OK(kp_stream_create(g_dev, &s));
+    kp_pipeline_spec spec = KP_PIPELINE_SPEC_INIT;
+    kp_module_spec ms = {"relu", "r", NULL, 0};
+    KPT_FAILS(kp_pipeline_create(NULL, &spec, &p), BAD);
+    KPT_FAILS(kp_pipeline_create(g_dev, NULL, &p), BAD);
+    KPT_FAILS(kp_pipeline_create(g_dev, &spec, NULL), BAD);
+    spec.modules = &ms;
+    spec.n_modules = (size_t)1 << 40;
+    KPT_FAILS(kp_pipeline_create(g_dev, &spec, &p), BAD);
+    spec.n_modules = 1;
+    spec.mode = (kp_exec_mode)99;
+    KPT_FAILS(kp_pipeline_create(g_dev, &spec, &p), BAD);
+    spec.mode = KP_EXEC_GRAPH;
+    spec.n_inputs = 3;
+    KPT_FAILS(kp_pipeline_create(g_dev, &spec, &p), BAD);
+    spec.n_inputs = 0;
+    ms.n_params = (size_t)1 << 62;
+    KPT_FAILS(kp_pipeline_create(g_dev, &spec, &p), BAD);
+    ms.n_params = 0;
+    ms.type = NULL;
+    KPT_FAILS(kp_pipeline_create(g_dev, &spec, &p), BAD);
+    assert_null(p);
+
+    kp_pipeline_options o = KP_PIPELINE_OPTIONS_INIT;
+    KPT_FAILS(kp_pipeline_create_from_json(NULL, relu_spec, &p), BAD);
+    KPT_FAILS(kp_pipeline_create_from_json(g_dev, NULL, &p), BAD);
+    KPT_FAILS(kp_pipeline_create_from_json(g_dev, relu_spec, NULL), BAD);
+    KPT_FAILS(kp_pipeline_create_from_json(g_dev, "", &p), KP_ERR_PARSE);
+    o.struct_size = 2;
+    KPT_FAILS(kp_pipeline_create_from_json_opts(g_dev, relu_spec, &o, &p), BAD);
+    o = (kp_pipeline_options)KP_PIPELINE_OPTIONS_INIT;
+    o.mode = 42;
+    KPT_FAILS(kp_pipeline_create_from_json_opts(g_dev, relu_spec, &o, &p), BAD);
+    KPT_FAILS(kp_pipeline_create_from_file(g_dev, NULL, &p), BAD);
+    KPT_FAILS(kp_pipeline_create_from_file(g_dev, "/nonexistent.json", &p), KP_ERR_IO);
+    KPT_FAILS(kp_pipeline_create_from_file_opts(g_dev, "/", NULL, &p), KP_ERR_IO);
+
+    KPT_FAILS(kp_pipeline_setup(NULL), BAD);
+    KPT_FAILS(kp_pipeline_warmup(NULL, s), BAD);
+    KPT_FAILS(kp_pipeline_build_graph(NULL), BAD);
+    KPT_FAILS(kp_pipeline_execute_stream(NULL, s), BAD);
+    KPT_FAILS(kp_pipeline_execute_graph(NULL, s), BAD);
+    KPT_FAILS(kp_pipeline_configure_io(NULL, NULL, 0, NULL, 0, s), BAD);
+    kp_pipeline_destroy(NULL);
+    assert_int_equal(kp_pipeline_mode(NULL), KP_EXEC_GRAPH);
+    assert_string_equal(kp_pipeline_name(NULL), "(null)");
+    assert_string_equal(kp_exec_mode_str((kp_exec_mode)7), "invalid");
+    assert_string_equal(kp_library_versions(NULL, 0), "");
+    assert_true(kp_library_versions(buf, sizeof buf) == buf);
+    KPT_FAILS(kp_pipeline_report_get(NULL, &r), BAD);
+    KPT_FAILS(kp_pipeline_module_report(NULL, 0, &mr), BAD);
+    KPT_FAILS(kp_pipeline_connection_report(NULL, 0, &cr), BAD);
+    KPT_FAILS(kp_pipeline_input_info(NULL, 0, &pi), BAD);
+    KPT_FAILS(kp_pipeline_output_info(NULL, 0, &pi), BAD);
+
+    KPT_OK(kp_pipeline_create_from_json(g_dev, relu_spec, &p));
+    KPT_FAILS(kp_pipeline_report_get(p, NULL), BAD);
+    KPT_FAILS(kp_pipeline_module_report(p, 1, &mr), KP_ERR_NOT_FOUND);
+    KPT_FAILS(kp_pipeline_module_report(p, SIZE_MAX, &mr), KP_ERR_NOT_FOUND);
+    KPT_FAILS(kp_pipeline_module_report(p, 0, NULL), BAD);
+    KPT_FAILS(kp_pipeline_connection_report(p, 1, &cr), KP_ERR_NOT_FOUND);
+    KPT_FAILS(kp_pipeline_connection_report(p, 0, NULL), BAD);
+    KPT_FAILS(kp_pipeline_input_info(p, 1, &pi), KP_ERR_NOT_FOUND);
+    KPT_FAILS(kp_pipeline_output_info(p, SIZE_MAX, &pi), KP_ERR_NOT_FOUND);
+    KPT_FAILS(kp_pipeline_output_info(p, 0, NULL), BAD);
+    KPT_OK(kp_pipeline_setup(p));
+    float *x;
+    int64_t n = 4;
+    KPT_OK(kp_malloc(g_dev, 16, (void **)&x));
+    kp_port_info in[2] = {{"x", x, {0}}, {"z", x, {0}}}, out[2] = {{"y", NULL, {0}}, {NULL, NULL, {0}}};
+    KPT_OK(kp_desc_init(&in[0].desc, KP_F32, 1, &n, NULL));
+    in[1].desc = in[0].desc;
+    KPT_FAILS(kp_pipeline_configure_io(p, NULL, 1, out, 1, s), BAD);
+    KPT_FAILS(kp_pipeline_configure_io(p, in, 1, NULL, 1, s), BAD);
+    KPT_FAILS(kp_pipeline_configure_io(p, in, 2, out, 1, s), KP_ERR_NOT_FOUND); /* one input too many */
+    KPT_FAILS(kp_pipeline_configure_io(p, in, 1, out, 2, s), KP_ERR_NOT_FOUND); /* unnamed output */
+    KPT_FAILS(kp_pipeline_configure_io(p, in, 1, out, 1, NULL), BAD);
+    KPT_FAILS(kp_pipeline_warmup(p, NULL), KP_ERR_STATE); /* not configured yet */
+    KPT_OK(kp_pipeline_configure_io(p, in, 1, out, 1, s));
+    KPT_FAILS(kp_pipeline_warmup(p, NULL), BAD);
+    KPT_OK(kp_pipeline_warmup(p, s));
+    KPT_FAILS(kp_pipeline_execute_stream(p, NULL), BAD);
+    KPT_OK(kp_pipeline_execute_stream(p, s));
+    KPT_OK(kp_stream_sync(s));
+    kp_pipeline_destroy(p);
+    kp_free(g_dev, x);
+    kp_stream_destroy(s);
+}
+
+int main(int argc, char **argv) {
+    const char *name = argc > 1 ? argv[1] : "cpu";
+    kp_status st = kp_device_open(name, &g_dev);
+    if (st == KP_ERR_NO_DEVICE) {
+        printf("SKIP: misuse tests on %s: %s\n", name, kp_last_error());
+        return 77;
+    }
+    if (st != KP_OK) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(core_calls),
+        cmocka_unit_test(tensor_calls),
+        cmocka_unit_test(npy_calls),
+        cmocka_unit_test(device_calls),
+        cmocka_unit_test(stream_and_event_calls),
+        cmocka_unit_test(graph_calls),
+        cmocka_unit_test(allocator_calls),
+        cmocka_unit_test(memory_and_tensor_calls),
+        cmocka_unit_test(pool_calls),
+        cmocka_unit_test(module_calls),
+        cmocka_unit_test(pipeline_calls),
+    };
+    int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
+    kp_device_close(g_dev);
+    return failed ? 1 : 0;
+}
