@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what kpipe needs (Debian 12; idempotent), then configures and
-# builds into ./build. Extra arguments go to cmake's configure step.
+# builds into ./build. Extra arguments go to cmake's configure step;
+# KP_BUILD_DIR picks another build directory, KP_PACKAGES adds packages.
 #   scripts/bootstrap.sh [-DKP_CUDA=ON ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(cmake ninja-build pkg-config gcc libcmocka-dev libjansson-dev)
+pkgs=(cmake ninja-build pkg-config gcc libcmocka-dev libjansson-dev ${KP_PACKAGES:-})
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

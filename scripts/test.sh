@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds and runs every test: the plain build, then AddressSanitizer with
-# UndefinedBehaviorSanitizer, then ThreadSanitizer. Any failure fails the run.
-# GPU tests report "Skipped" (with the reason in their output) where there is
-# no GPU. Extra arguments go to cmake's configure step (e.g. -DKP_CUDA=ON).
+# UndefinedBehaviorSanitizer and ThreadSanitizer (gcc), then AddressSanitizer
+# with UndefinedBehaviorSanitizer under clang, whose build also holds the
+# libFuzzer harnesses (a short run of each is a test). Any failure fails the
+# run. GPU tests report "Skipped" (with the reason in their output) where
+# there is no GPU. Extra arguments go to cmake's configure step (e.g.
+# -DKP_CUDA=ON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -15,9 +18,17 @@ run() { # build-dir, cmake args...
 
 echo "== plain build"
 run build "$@"
-echo "== address and undefined-behaviour sanitizers"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+# allocator_may_return_null: the misuse tests ask for sizes no machine has;
+# the library must see NULL there (as without ASan), not an ASan abort.
+echo "== address and undefined-behaviour sanitizers (gcc)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
   run build-asan "-DKP_SANITIZE=address;undefined" "$@"
-echo "== thread sanitizer"
+echo "== thread sanitizer (gcc)"
 TSAN_OPTIONS=halt_on_error=1 run build-tsan -DKP_SANITIZE=thread "$@"
+echo "== address and undefined-behaviour sanitizers, libFuzzer harnesses (clang)"
+# clang's UBSan flags what gcc's does not (arithmetic on NULL, for one); the
+# CUDA host compiler is clang++ too, so one sanitizer runtime links.
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  CC=clang KP_PACKAGES="clang libclang-rt-14-dev" \
+  run build-clang "-DKP_SANITIZE=address;undefined" -DKP_FUZZ=ON -DCMAKE_CUDA_HOST_COMPILER=clang++ "$@"
 echo "== all test builds passed"
