@@ -236,7 +236,7 @@ static kp_status kp__npy_header(const char *where, const char *text, size_t hlen
 kp_status kp_npy_parse(const void *buf, size_t len, kp_tensor_desc *desc, size_t *data_offset) {
     if (!buf || !desc || !data_offset)
         return kp__error(KP_ERR_INVALID_ARG, "kp_npy_parse: buf, desc and data_offset are required");
-    size_t hdr_off, hlen;
+    size_t hdr_off = 0, hlen = 0;
     KP_CHECK(kp__npy_prelude("buffer", buf, len, &hdr_off, &hlen));
     if (hlen > len - hdr_off)
         return kp__error(KP_ERR_PARSE, "buffer: the .npy header claims %zu bytes, %zu follow", hlen,
@@ -257,7 +257,7 @@ static kp_status kp__npy_read(FILE *f, const char *path, void *dst, size_t n, co
 static kp_status kp__npy_load(FILE *f, const char *path, uint64_t size, kp_tensor_desc *desc,
                               void **data, size_t *bytes) {
     unsigned char pre[12];
-    size_t avail = size < sizeof pre ? (size_t)size : sizeof pre, hdr_off, hlen;
+    size_t avail = size < sizeof pre ? (size_t)size : sizeof pre, hdr_off = 0, hlen = 0;
     KP_CHECK(kp__npy_read(f, path, pre, avail, "prelude"));
     KP_CHECK(kp__npy_prelude(path, pre, avail, &hdr_off, &hlen));
     if (hlen > size - hdr_off)
