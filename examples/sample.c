@@ -17,7 +17,7 @@
 
 int main(int argc, char **argv) {
     const char *spec = argc > 1 ? argv[1] : "examples/sample.json";
-    const char *devname = argc > 2 ? argv[2] : kp_cuda_device_count(NULL, 0) ? "cuda" : "cpu";
+    const char *devname = argc > 2 ? argv[2] : kp_device_count("cuda", NULL, 0) ? "cuda" : "cpu";
     kp_device_t dev;
     kp_stream_t s;
     kp_pipeline_t p;

@@ -36,6 +36,19 @@ static void core_calls(void **state) {
     KPT_FAILS(kp_set_alloc_hook(&h), BAD);
     KPT_OK(kp_set_alloc_hook(NULL));
     assert_true(kp_version_str()[0] != '\0');
+    char long_text[100];
+    memset(long_text, 'v', sizeof long_text - 1);
+    long_text[sizeof long_text - 1] = '\0';
+    KPT_FAILS(kp_library_register(NULL, "1"), BAD);
+    KPT_FAILS(kp_library_register("", "1"), BAD);
+    KPT_FAILS(kp_library_register("misuse_lib", NULL), BAD);
+    KPT_FAILS(kp_library_register("misuse_lib", long_text), BAD);
+    KPT_OK(kp_library_register("misuse_lib", "1.2"));
+    KPT_OK(kp_library_register("misuse_lib", "9.9")); /* the first version stays */
+    bool found = false;
+    for (size_t i = 0; kp_library_name(i); i++) found = found || strcmp(kp_library_name(i), "misuse_lib 1.2") == 0;
+    assert_true(found);
+    assert_null(kp_library_name(SIZE_MAX));
 }
 
 static void tensor_calls(void **state) {
@@ -97,6 +110,17 @@ static void tensor_calls(void **state) {
     assert_string_equal(kp_desc_str(NULL, small, sizeof small), "(nu");
     assert_int_equal(kp_desc_overlap(NULL, NULL), KP_OVERLAP_ASSUMED);
     assert_int_equal(kp_desc_overlap_bounded(&d, &d, -1), KP_OVERLAP_ASSUMED);
+    /* spans of items over blocks: no gap, no overlap, an empty grid owns nothing */
+    uint64_t lo, hi, next = 0;
+    kp_dim3 grid = {7, 1, 1}, none = {0, 1, 1};
+    for (uint64_t b = 0; b < 7; b++) {
+        kp_host_block_span(UINT64_MAX, grid, b, 1, &lo, &hi);
+        assert_true(lo == next && hi >= lo);
+        next = hi;
+    }
+    assert_true(next == UINT64_MAX);
+    kp_host_block_span(5, none, 0, 3, &lo, &hi);
+    assert_true(lo == 0 && hi == 0);
 }
 
 static void npy_calls(void **state) {
@@ -114,6 +138,8 @@ static void npy_calls(void **state) {
     kp_npy_free(NULL);
 }
 
+static void noop(void *u) { (void)u; }
+
 static void device_calls(void **state) {
     kp_device_t d = (kp_device_t)0x1;
     char buf[64];
@@ -130,14 +156,51 @@ static void device_calls(void **state) {
         assert_null(d);
     }
     kp_device_close(NULL);
-    assert_int_equal(kp_device_backend(NULL), KP_BACKEND_NONE);
+    assert_string_equal(kp_device_backend(NULL), "(null)");
+    assert_string_equal(kp_device_kernel_form(NULL), "(null)");
     assert_string_equal(kp_device_name(NULL), "(null)");
     KPT_FAILS(kp_device_describe(NULL, buf, sizeof buf), BAD);
     KPT_FAILS(kp_device_describe(g_dev, NULL, 0), BAD);
     KPT_FAILS(kp_device_versions(NULL, &drv, &rt), BAD);
     KPT_FAILS(kp_device_versions(g_dev, NULL, NULL), BAD);
-    assert_true(kp_cuda_device_count(NULL, 0) >= 0);
-    assert_non_null(strstr(kp_backends_built(), "cpu"));
+    assert_int_equal(kp_device_count("tpu", buf, sizeof buf), 0);
+    assert_non_null(strstr(buf, "no backend"));
+    assert_int_equal(kp_device_count(NULL, NULL, 0), 0);
+    assert_int_equal(kp_device_count("cpu", NULL, 0), 1);
+    assert_true(kp_backend_count() >= 1);
+    assert_null(kp_backend_name(1000));
+    assert_null(kp_backend_find(NULL));
+    assert_null(kp_backend_find("cpu:0"));
+    kp_backend_reg reg = *kp_backend_find("cpu");
+    KPT_FAILS(kp_backend_register(NULL), BAD);
+    KPT_FAILS(kp_backend_register(&reg), BAD); /* the name is taken */
+    reg.name = "a:b";
+    KPT_FAILS(kp_backend_register(&reg), BAD);
+    reg.name = "misuse_nokernels";
+    reg.kernel_form = NULL;
+    KPT_FAILS(kp_backend_register(&reg), BAD);
+    reg = *kp_backend_find("cpu");
+    reg.struct_size = 5;
+    KPT_FAILS(kp_backend_register(&reg), BAD);
+    /* bad options reach open, which refuses them */
+    static const kp_host_options bad_opts = {sizeof(kp_host_options), 0};
+    reg = *kp_backend_find("cpu");
+    reg.name = "misuse_zero_workers";
+    reg.options = &bad_opts;
+    KPT_OK(kp_backend_register(&reg));
+    KPT_FAILS(kp_device_open("misuse_zero_workers", &d), BAD);
+    assert_null(d);
+    assert_null(kp_kernel_find(NULL, "host"));
+    assert_null(kp_kernel_find(&kpt_affine, NULL));
+    assert_null(kp_kernel_find(&kpt_cpu_only, "cuda"));
+    KPT_FAILS(kp_device_attach(NULL, &d, &d, noop), BAD);
+    KPT_FAILS(kp_device_attach(g_dev, NULL, &d, noop), BAD);
+    KPT_FAILS(kp_device_attach(g_dev, &d, &d, NULL), BAD);
+    KPT_OK(kp_device_attach(g_dev, &d, &d, noop));
+    KPT_FAILS(kp_device_attach(g_dev, &d, &d, noop), KP_ERR_STATE); /* the key is taken */
+    assert_true(kp_device_attachment(g_dev, &d) == &d);
+    assert_null(kp_device_attachment(NULL, &d));
+    assert_null(kp_device_attachment(g_dev, NULL));
     KPT_FAILS(kp_device_sync(NULL), BAD);
 
     void *p = (void *)0x1;
@@ -160,8 +223,6 @@ static void device_calls(void **state) {
     KPT_OK(kp_memcpy_dtod(g_dev, NULL, NULL, 0)); /* nothing to copy */
     kp_free(g_dev, dx);
 }
-
-static void noop(void *u) { (void)u; }
 
 static void stream_and_event_calls(void **state) {
     kp_stream_t s;
@@ -190,10 +251,10 @@ static void stream_and_event_calls(void **state) {
     big.params_size = KP_MAX_KERNEL_PARAMS + 1;
     l.kernel = &big;
     KPT_FAILS(kp_launch_kernel(s, &l), BAD);
-    kp_kernel nocpu = kpt_affine;
-    nocpu.cpu = NULL;
-    l.kernel = &nocpu;
-    KPT_FAILS(kp_launch_kernel(s, &l), BAD);
+    kp_kernel noimpl = kpt_affine;
+    memset(noimpl.impls, 0, sizeof noimpl.impls);
+    l.kernel = &noimpl;
+    KPT_FAILS(kp_launch_kernel(s, &l), KP_ERR_UNSUPPORTED);
     l = kpt_launch_1d(&kpt_affine, &ap, 1);
     l.grid.z = 0;
     KPT_FAILS(kp_launch_kernel(s, &l), BAD);

@@ -151,7 +151,7 @@ static void run_case(const copy_case *c) {
 
 static int ticks_for(int64_t n) {
     if (g_ticks) return g_ticks;
-    if (kp_device_backend(g_dev) != KP_BACKEND_CPU) return 100;
+    if (strcmp(kp_device_kernel_form(g_dev), "host") != 0) return 100;
     return n > ((int64_t)1 << 20) ? 3 : 20;
 }
 

@@ -109,6 +109,13 @@ kp_status kp_set_alloc_hook(const kp_alloc_hook *hook);
 /* "0.1.0" */
 const char *kp_version_str(void);
 
+/* Notes a library in use ("cuBLAS", "13.1.0"), copied; modules note theirs
+ * when they register, and kp_library_versions lists them. A name noted
+ * again keeps its first version. At most 32. */
+kp_status kp_library_register(const char *name, const char *version);
+/* The i-th noted library as "name version", or NULL past the end. */
+const char *kp_library_name(size_t i);
+
 #ifdef __cplusplus
 }
 #endif

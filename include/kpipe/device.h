@@ -1,16 +1,18 @@
 /* kpipe devices: memory, streams, events, kernels, graphs and stream capture,
- * behind one interface with a `cpu` and a `cuda` implementation.
+ * behind one interface. Backends register themselves in a table: `cpu`
+ * (always built) and `cuda` (when the toolkit is found), and any a program
+ * adds with kp_backend_register.
  *
  *   kp_device_t dev;  kp_stream_t s;  float *x;
  *   kp_device_open("cuda", &dev);                 // or "cpu", "cuda:1"
  *   kp_stream_create(dev, &s);
  *   kp_malloc(dev, n * sizeof(float), (void **)&x);
  *   my_params p = {x, n};
- *   kp_launch l = {&my_kernel, {n / 256 + 1, 1, 1}, {256, 1, 1}, 0, &p, sizeof p};
+ *   kp_launch l = {&my_kernel, {n / 256 + 1, 1, 1}, {256, 1, 1}, 0, &p};
  *   kp_launch_kernel(s, &l);                      // in-order on s
  *   kp_stream_sync(s);
  *
- * Graphs follow CUDA graph semantics on both backends: nodes are added with
+ * Graphs follow CUDA graph semantics on every backend: nodes are added with
  * dependencies, the graph is instantiated once, then launched per tick;
  * node parameters can be changed on the instantiated graph.
  */
@@ -30,30 +32,65 @@ typedef struct kp_graph      *kp_graph_t;
 typedef struct kp_graph_exec *kp_graph_exec_t;
 typedef struct kp_graph_node *kp_graph_node_t;
 
-typedef enum kp_backend {
-    KP_BACKEND_NONE = -1, /* no device (a NULL handle) */
-    KP_BACKEND_CPU  = 0,
-    KP_BACKEND_CUDA = 1,
-} kp_backend;
-
 typedef struct kp_dim3 {
     uint32_t x, y, z;
 } kp_dim3;
 
+/* --- kernels ------------------------------------------------------------------- */
 /* Largest kernel parameter block, in bytes. */
 #define KP_MAX_KERNEL_PARAMS 256
+/* Implementations one kernel may carry. */
+#define KP_KERNEL_FORMS 4
 
-/* A kernel with one implementation per backend. Each takes a single
- * parameter struct by value (CUDA) or by pointer (host). */
+/* The "host" form of a kernel, which backends that run on the host (cpu)
+ * use: runs blocks [first_block, first_block + n_blocks) of the grid, in
+ * linear order (x fastest). A backend with several workers splits a launch's
+ * blocks between them, so the blocks of one launch run concurrently. */
+typedef void (*kp_host_kernel_fn)(const void *params, kp_dim3 grid, kp_dim3 block,
+                                  uint64_t first_block, uint64_t n_blocks);
+typedef struct kp_host_kernel {
+    kp_host_kernel_fn run;
+} kp_host_kernel;
+
+/* A device-compiled form ("cuda"): the __global__ function's address, as
+ * the kernel's own .cu file exports it:
+ *   extern "C" const kp_device_kernel my_kernel_cuda = {(const void *)my_kernel}; */
+typedef struct kp_device_kernel {
+    const void *fn;
+} kp_device_kernel;
+
+/* One implementation: the form a backend runs ("host", "cuda") and the
+ * form's object (a kp_host_kernel, a kp_device_kernel). */
+typedef struct kp_kernel_impl {
+    const char *form;
+    const void *impl;
+} kp_kernel_impl;
+
+/* A kernel: a name, the size of its one parameter struct (passed by value
+ * on devices, by pointer on the host), and its implementations, found by
+ * the form of the device it is launched on; a NULL form ends the list.
+ *   static const kp_kernel k = {"scale", sizeof(scale_params), {
+ *       {"host", &(const kp_host_kernel){scale_host}},
+ *       {"cuda", &scale_cuda}}};                  // when built with CUDA */
 typedef struct kp_kernel {
     const char *name;
-    /* Host implementation: runs the whole grid. Required. */
-    void (*cpu)(const void *params, kp_dim3 grid, kp_dim3 block);
-    /* Returns the __global__ function (from the kernel's .cu file); NULL when
-     * the library was built without CUDA or the kernel has no CUDA form. */
-    const void *(*cuda)(void);
-    size_t params_size; /* sizeof the parameter struct, <= KP_MAX_KERNEL_PARAMS */
+    size_t params_size; /* <= KP_MAX_KERNEL_PARAMS */
+    kp_kernel_impl impls[KP_KERNEL_FORMS];
 } kp_kernel;
+
+/* The implementation of `k` for `form`; NULL when it has none. */
+const void *kp_kernel_find(const kp_kernel *k, const char *form);
+
+/* For host forms of element-wise kernels: the items [*lo, *hi) of n_items,
+ * shared evenly among the grid's blocks, that blocks [first_block,
+ * first_block + n_blocks) own. */
+static inline void kp_host_block_span(uint64_t n_items, kp_dim3 grid, uint64_t first_block,
+                                      uint64_t n_blocks, uint64_t *lo, uint64_t *hi) {
+    uint64_t total = (uint64_t)grid.x * grid.y * grid.z, end = first_block + n_blocks;
+    uint64_t q = total ? n_items / total : 0, r = total ? n_items % total : 0;
+    *lo = first_block * q + (first_block < r ? first_block : r);
+    *hi = end * q + (end < r ? end : r);
+}
 
 /* One launch: kernel, geometry and a pointer to its parameter struct (copied
  * at launch or node creation, so it may live on the caller's stack). */
@@ -65,25 +102,72 @@ typedef struct kp_launch {
     const void      *params;
 } kp_launch;
 
+/* --- backends ------------------------------------------------------------------- */
+struct kp_device_i; /* the device vtable, private to backend implementations */
+
+/* A backend as it registers itself. */
+typedef struct kp_backend_reg {
+    size_t struct_size;      /* sizeof(kp_backend_reg) */
+    const char *name;        /* devices are "name" (ordinal 0) and "name:N" */
+    const char *kernel_form; /* the kp_kernel implementation its launches use */
+    /* Devices present; 0 with the reason in `why` when there are none. */
+    int (*device_count)(const struct kp_backend_reg *reg, char *why, size_t len);
+    /* Opens device `ordinal` (< device_count): its vtable and context. */
+    kp_status (*open)(const struct kp_backend_reg *reg, int ordinal,
+                      const struct kp_device_i **iface, void **ctx);
+    /* Optional: the libraries it uses ("CUDA runtime 13.0"), into buf. */
+    void (*versions)(const struct kp_backend_reg *reg, char *buf, size_t len);
+    /* The backend's own options, read by open (host backends: a
+     * kp_host_options; NULL: defaults). */
+    const void *options;
+} kp_backend_reg;
+
+#define KP_BACKEND_REG_INIT {sizeof(kp_backend_reg), NULL, NULL, NULL, NULL, NULL, NULL}
+
+/* Options of the backends that run on the host (the cpu backend). */
+typedef struct kp_host_options {
+    size_t struct_size; /* sizeof(kp_host_options) */
+    int workers;        /* threads that share a kernel launch's blocks; 1: the stream's own */
+} kp_host_options;
+
+#define KP_HOST_OPTIONS_INIT {sizeof(kp_host_options), 1}
+
+/* Adds a backend (copied; its strings must outlive the program's use of
+ * it). KP_ERR_INVALID_ARG for a taken name or a missing slot. Thread-safe. */
+kp_status kp_backend_register(const kp_backend_reg *reg);
+/* The registered backend `name`, or NULL. */
+const kp_backend_reg *kp_backend_find(const char *name);
+/* Registered backends, for listings; kp_backend_name(i) is NULL past the end. */
+size_t kp_backend_count(void);
+const char *kp_backend_name(size_t i);
+/* Devices of `backend` present (0 without any, or for an unknown backend);
+ * on 0 `why` (if given) receives the reason. */
+int kp_device_count(const char *backend, char *why, size_t why_len);
+
 /* --- devices ------------------------------------------------------------------- */
-/* Opens "cpu", "cuda" (ordinal 0) or "cuda:N". KP_ERR_NO_DEVICE names why a
- * device is not there (no GPU, library built without CUDA, bad ordinal). */
+/* Opens "name" (ordinal 0) or "name:N" of a registered backend ("cpu",
+ * "cuda", "cuda:1"). KP_ERR_NO_DEVICE names why a device is not there
+ * (unknown backend, no GPU, bad ordinal). */
 kp_status kp_device_open(const char *name, kp_device_t *out);
 /* Closes a device; every object made on it must be destroyed first. NULL is a no-op. */
 void kp_device_close(kp_device_t dev);
-/* Backend of a device; KP_BACKEND_NONE for NULL. */
-kp_backend kp_device_backend(kp_device_t dev);
-/* "cpu" or "cuda:0". */
+/* The device's backend name ("cuda"); "(null)" for NULL. */
+const char *kp_device_backend(kp_device_t dev);
+/* The form of kernel implementation the device runs ("host", "cuda");
+ * "(null)" for NULL. */
+const char *kp_device_kernel_form(kp_device_t dev);
+/* "cpu:0" or "cuda:1"; "(null)" for NULL. */
 const char *kp_device_name(kp_device_t dev);
 /* Human description ("NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB") into buf. */
 kp_status kp_device_describe(kp_device_t dev, char *buf, size_t len);
-/* Number of CUDA devices visible (0 without a driver or without CUDA support);
- * on failure `why` (if given) receives the reason. */
-int kp_cuda_device_count(char *why, size_t why_len);
-/* Backends compiled into this library: "cpu" or "cpu cuda". */
-const char *kp_backends_built(void);
 /* Driver and runtime versions (CUDA: e.g. 13000); 0 where not applicable. */
 kp_status kp_device_versions(kp_device_t dev, int *driver, int *runtime);
+/* Attaches per-device state under `key` (any unique address): close(obj)
+ * runs when the device closes, the last attached first. KP_ERR_STATE when
+ * the key is taken. Higher layers keep their per-device objects this way. */
+kp_status kp_device_attach(kp_device_t dev, const void *key, void *obj, void (*close)(void *obj));
+/* The object attached under `key`, or NULL. */
+void *kp_device_attachment(kp_device_t dev, const void *key);
 
 /* --- memory --------------------------------------------------------------------- */
 /* Device memory (host memory on the cpu backend), aligned to 256 bytes.

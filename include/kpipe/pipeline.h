@@ -116,7 +116,8 @@ kp_exec_mode kp_pipeline_mode(kp_pipeline_t p);
 const char  *kp_pipeline_name(kp_pipeline_t p);
 /* "graph" / "stream"; "invalid" for another value */
 const char  *kp_exec_mode_str(kp_exec_mode m);
-/* The libraries in use, e.g. "jansson 2.14, cuBLAS 13.1.0", into buf. */
+/* The libraries in use, gathered from what is registered: "jansson 2.14,
+ * CUDA runtime 13.0, driver 13.0, cuBLAS 13.1.0" into buf. */
 const char  *kp_library_versions(char *buf, size_t len);
 
 typedef struct kp_pipeline_report {

@@ -1,7 +1,9 @@
-/* The device backend interface: a vtable plus a context, one per backend.
- * Public handles wrap a backend object (`impl`) and their device; node
- * handles are the backend's own pointers. The public wrappers in device.c
- * check handles and arguments, so slots may assume valid input. */
+/* The device backend interface: a vtable plus a context, one per open
+ * device. Backends register a kp_backend_reg (registry.c holds the built-in
+ * ones, one line each); its open slot hands out the vtable. Public handles
+ * wrap a backend object (`impl`) and their device; node handles are the
+ * backend's own pointers. The public wrappers in device.c check handles and
+ * arguments, so slots may assume valid input. */
 #ifndef KPIPE_BACKEND_IMPL_H
 #define KPIPE_BACKEND_IMPL_H
 
@@ -10,7 +12,7 @@
 #include "kpipe/device.h"
 #include "../core/core-impl.h"
 
-typedef struct kp_device_i {
+struct kp_device_i {
     /* Releases the context. */
     void (*close)(void *ctx);
     /* One-line description into buf. */
@@ -77,36 +79,46 @@ typedef struct kp_device_i {
     kp_status (*begin_capture)(void *ctx, void *s);
     kp_status (*end_capture)(void *ctx, void *s, void **graph_out);
     bool (*is_capturing)(void *ctx, void *s);
-} kp_device_i;
+};
+typedef struct kp_device_i kp_device_i;
 
-/* Per-device objects that higher layers attach (the memory layer's default
- * allocators); closed, last slot first, when the device closes. */
-#define KP__DEVICE_EXT_SLOTS 4
-typedef struct kp__device_ext {
+/* State attached by higher layers (kp_device_attach). */
+typedef struct kp__attachment {
+    const void *key;
     void *obj;
     void (*close)(void *obj);
-} kp__device_ext;
+} kp__attachment;
 
 struct kp_device {
     const kp_device_i *iface;
     void *ctx;
-    kp_backend backend;
+    const kp_backend_reg *reg;
     int ordinal;
-    char name[32];
-    pthread_mutex_t ext_mu;
-    kp__device_ext ext[KP__DEVICE_EXT_SLOTS];
+    char name[48];
+    pthread_mutex_t mu; /* guards the attachments */
+    kp__attachment *att;
+    size_t n_att, cap_att;
 };
 
-struct kp_stream { kp_device_t dev; void *impl; };
-struct kp_event  { kp_device_t dev; void *impl; };
-struct kp_graph  { kp_device_t dev; void *impl; };
-struct kp_graph_exec { kp_device_t dev; void *impl; };
+/* Every handle wraps the backend's object and the device it belongs to. */
+typedef struct kp__handle {
+    kp_device_t dev;
+    void *impl;
+} kp__handle;
+struct kp_stream { kp__handle h; };
+struct kp_event { kp__handle h; };
+struct kp_graph { kp__handle h; };
+struct kp_graph_exec { kp__handle h; };
 
-/* Backend entry points: fill `iface` and `ctx` of an allocated device. */
-kp_status kp__cpu_open(kp_device_t dev);
+/* Registry (registry.c): "cuda:1" to its backend and ordinal; the names of
+ * the registered backends, space-separated. */
+kp_status kp__backend_resolve(const char *name, const kp_backend_reg **reg, int *ordinal);
+void kp__backend_list(char *buf, size_t len);
+
+/* The built-in backends' registrations (one line each in registry.c). */
+extern const kp_backend_reg kp__cpu_backend;
 #ifdef KP_HAVE_CUDA
-kp_status kp__cuda_open(kp_device_t dev, int ordinal);
-int kp__cuda_count(char *why, size_t len);
+extern const kp_backend_reg kp__cuda_backend;
 #endif
 
 #endif

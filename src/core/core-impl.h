@@ -29,6 +29,15 @@ kp_status kp__error_devices(const char *fn, const char *what, const void *what_d
  * do not return a status. */
 bool kp__desc_ok(const kp_tensor_desc *d);
 
+/* For a public function's failure: the detail starts with the function's
+ * name ("kp_stream_sync: ..."), added unless it is there already. Returns st. */
+kp_status kp__error_in(const char *fn, kp_status st);
+#define KP_API_RETURN(expr)                                                     \
+    do {                                                                        \
+        kp_status kp__st = (expr);                                              \
+        return kp__st == KP_OK ? KP_OK : kp__error_in(__func__, kp__st);        \
+    } while (0)
+
 /* Logs at `level` if enabled; never called in a per-tick path. */
 void kp__log(kp_log_level level, const char *fmt, ...) KP__PRINTF(2, 3);
 #define KP_LOG_ENABLED(lvl) ((lvl) >= kp_log_get_level())

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 
 #include "core-impl.h"
 
@@ -53,6 +54,12 @@ kp_status kp__error_prefix(kp_status st, const char *fmt, ...) {
     return st;
 }
 
+kp_status kp__error_in(const char *fn, kp_status st) {
+    size_t n = strlen(fn);
+    if (st == KP_OK || (strncmp(kp__err_buf, fn, n) == 0 && kp__err_buf[n] == ':')) return st;
+    return kp__error_prefix(st, "%s", fn);
+}
+
 kp_status kp__error_devices(const char *fn, const char *what, const void *what_dev,
                             const char *what_name, const char *owner, const void *owner_dev,
                             const char *owner_name) {
@@ -69,4 +76,43 @@ _Noreturn void kp__assert_fail(const char *cond, const char *file, int line) {
     abort();
 }
 
-const char *kp_version_str(void) { return "0.1.0"; }
+#define KP__STR(x) #x
+#define KP__XSTR(x) KP__STR(x)
+const char *kp_version_str(void) {
+    return KP__XSTR(KP_VERSION_MAJOR) "." KP__XSTR(KP_VERSION_MINOR) "." KP__XSTR(KP_VERSION_PATCH);
+}
+
+/* --- libraries in use ------------------------------------------------------------- */
+#define KP__MAX_LIBS 32
+static char kp__libs[KP__MAX_LIBS][64];
+static size_t kp__n_libs;
+static pthread_mutex_t kp__libs_mu = PTHREAD_MUTEX_INITIALIZER;
+
+kp_status kp_library_register(const char *name, const char *version) {
+    if (!name || !*name || !version)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_library_register: name and version are required");
+    char text[64];
+    if ((size_t)snprintf(text, sizeof text, "%s %s", name, version) >= sizeof text)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_library_register: \"%s %s\" is longer than %zu "
+                         "characters", name, version, sizeof text - 1);
+    kp_status st = KP_OK;
+    size_t n = strlen(name);
+    pthread_mutex_lock(&kp__libs_mu);
+    bool seen = false;
+    for (size_t i = 0; i < kp__n_libs && !seen; i++)
+        seen = strncmp(kp__libs[i], name, n) == 0 && kp__libs[i][n] == ' ';
+    if (!seen && kp__n_libs == KP__MAX_LIBS)
+        st = kp__error(KP_ERR_OUT_OF_MEMORY, "kp_library_register: %d libraries noted already",
+                       KP__MAX_LIBS);
+    else if (!seen)
+        memcpy(kp__libs[kp__n_libs++], text, sizeof text);
+    pthread_mutex_unlock(&kp__libs_mu);
+    return st;
+}
+
+const char *kp_library_name(size_t i) {
+    pthread_mutex_lock(&kp__libs_mu);
+    const char *s = i < kp__n_libs ? kp__libs[i] : NULL;
+    pthread_mutex_unlock(&kp__libs_mu);
+    return s;
+}

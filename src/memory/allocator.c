@@ -53,45 +53,51 @@ void kp_allocator_destroy(kp_allocator_t a) {
 
 kp_allocator_kind kp_allocator_get_kind(kp_allocator_t a) { return a ? a->kind : KP_ALLOCATOR_KINDS; }
 
-/* --- the device's own allocators (extension slots 0..2 of the device) -------------- */
-typedef struct kp__dev_alloc {
-    kp_allocator_t own;   /* created here, destroyed with the device */
-    kp_allocator_t user;  /* set by kp_device_set_allocator, not owned */
-} kp__dev_alloc;
+/* --- the device's own allocators, attached to the device ------------------------------ */
+typedef struct kp__dev_allocs {
+    pthread_mutex_t mu;
+    kp_allocator_t own[KP_ALLOCATOR_KINDS];  /* created here, destroyed with the device */
+    kp_allocator_t user[KP_ALLOCATOR_KINDS]; /* set by kp_device_set_allocator, not owned */
+} kp__dev_allocs;
 
-static void kp__dev_alloc_close(void *obj) {
-    kp__dev_alloc *d = obj;
-    kp_allocator_destroy(d->own);
+static const char kp__dev_allocs_key = 0; /* its address is the attachment's key */
+
+/* At device close: the device allocator first (its blocks may have been
+ * used with pinned staging), as the kinds were created last-first. */
+static void kp__dev_allocs_close(void *obj) {
+    kp__dev_allocs *d = obj;
+    for (int k = KP_ALLOCATOR_KINDS - 1; k >= 0; k--) kp_allocator_destroy(d->own[k]);
+    pthread_mutex_destroy(&d->mu);
     kp__free(d);
 }
 
-static kp_status kp__dev_slot(kp_device_t dev, kp_allocator_kind kind, kp__dev_alloc **out) {
-    kp_status st = KP_OK;
-    pthread_mutex_lock(&dev->ext_mu);
-    kp__dev_alloc *d = dev->ext[kind].obj;
+/* The device's record, attached on first use (another thread may win the race). */
+static kp_status kp__dev_allocs_of(kp_device_t dev, kp__dev_allocs **out) {
+    kp__dev_allocs *d = kp_device_attachment(dev, &kp__dev_allocs_key);
     if (!d) {
         d = kp__calloc(1, sizeof *d);
-        if (d) {
-            dev->ext[kind].obj = d;
-            dev->ext[kind].close = kp__dev_alloc_close;
-        } else {
-            st = kp__error(KP_ERR_OUT_OF_MEMORY, "device allocator: no memory");
+        if (!d) return kp__error(KP_ERR_OUT_OF_MEMORY, "device allocators: no memory");
+        pthread_mutex_init(&d->mu, NULL);
+        kp_status st = kp_device_attach(dev, &kp__dev_allocs_key, d, kp__dev_allocs_close);
+        if (st != KP_OK) {
+            kp__dev_allocs_close(d);
+            d = kp_device_attachment(dev, &kp__dev_allocs_key);
+            if (!d) return st;
         }
     }
-    pthread_mutex_unlock(&dev->ext_mu);
     *out = d;
-    return st;
+    return KP_OK;
 }
 
 kp_status kp_device_allocator(kp_device_t dev, kp_allocator_kind kind, kp_allocator_t *out) {
     KP_ARG_CHECK(dev && out && (unsigned)kind < KP_ALLOCATOR_KINDS);
-    kp__dev_alloc *d;
-    KP_CHECK(kp__dev_slot(dev, kind, &d));
-    pthread_mutex_lock(&dev->ext_mu);
+    kp__dev_allocs *d;
+    KP_CHECK(kp__dev_allocs_of(dev, &d));
+    pthread_mutex_lock(&d->mu);
     kp_status st = KP_OK;
-    if (!d->user && !d->own) st = kp_allocator_create(dev, kind, NULL, &d->own);
-    *out = d->user ? d->user : d->own;
-    pthread_mutex_unlock(&dev->ext_mu);
+    if (!d->user[kind] && !d->own[kind]) st = kp_allocator_create(dev, kind, NULL, &d->own[kind]);
+    *out = d->user[kind] ? d->user[kind] : d->own[kind];
+    pthread_mutex_unlock(&d->mu);
     return st;
 }
 
@@ -100,12 +106,12 @@ kp_status kp_device_set_allocator(kp_device_t dev, kp_allocator_kind kind, kp_al
     if (a && (a->dev != dev || a->kind != kind))
         return kp__error(KP_ERR_INVALID_ARG, "kp_device_set_allocator: the allocator is a %s "
                          "allocator of %s, not a %s allocator of %s", kp__kind_names[a->kind],
-                         a->dev->name, kp__kind_names[kind], dev->name);
-    kp__dev_alloc *d;
-    KP_CHECK(kp__dev_slot(dev, kind, &d));
-    pthread_mutex_lock(&dev->ext_mu);
-    d->user = a;
-    pthread_mutex_unlock(&dev->ext_mu);
+                         kp_device_name(a->dev), kp__kind_names[kind], kp_device_name(dev));
+    kp__dev_allocs *d;
+    KP_CHECK(kp__dev_allocs_of(dev, &d));
+    pthread_mutex_lock(&d->mu);
+    d->user[kind] = a;
+    pthread_mutex_unlock(&d->mu);
     return KP_OK;
 }
 
@@ -118,8 +124,8 @@ kp_status kp_allocator_alloc(kp_allocator_t a, size_t bytes, kp_stream_t s, void
                          "%s allocator serves (at most %zu)", bytes, kp__kind_names[a->kind],
                          KP__MAX_ALLOC_BYTES);
     if (s && kp_stream_device(s) != a->dev)
-        return kp__error_devices(__func__, "stream", kp_stream_device(s), kp_stream_device(s)->name,
-                                 "allocator", a->dev, a->dev->name);
+        return kp__error_devices(__func__, "stream", kp_stream_device(s), kp_device_name(kp_stream_device(s)),
+                                 "allocator", a->dev, kp_device_name(a->dev));
     return a->iface->alloc(a->ctx, bytes ? bytes : 1, s, out);
 }
 
@@ -131,8 +137,8 @@ kp_status kp_allocator_free(kp_allocator_t a, void *ptr) {
 kp_status kp_allocator_record_stream(kp_allocator_t a, void *ptr, kp_stream_t s) {
     KP_ARG_CHECK(a && ptr && s);
     if (kp_stream_device(s) != a->dev)
-        return kp__error_devices(__func__, "stream", kp_stream_device(s), kp_stream_device(s)->name,
-                                 "allocator", a->dev, a->dev->name);
+        return kp__error_devices(__func__, "stream", kp_stream_device(s), kp_device_name(kp_stream_device(s)),
+                                 "allocator", a->dev, kp_device_name(a->dev));
     return a->iface->record_stream ? a->iface->record_stream(a->ctx, ptr, s) : KP_OK;
 }
 

@@ -305,7 +305,7 @@ static kp_status kp__oom(kp__caching *c, size_t bytes, kp_stream_t s) {
     snprintf(why, sizeof why, "%s", kp_last_error());
     c->st.oom_failures++;
     return kp__error(KP_ERR_OUT_OF_MEMORY, "%s: out of memory allocating %s for stream %p: "
-                     "allocated %s, reserved %s, largest free block %s (%s)", c->dev->name,
+                     "allocated %s, reserved %s, largest free block %s (%s)", kp_device_name(c->dev),
                      kp__bytes_str(bytes, r, sizeof r), (void *)s,
                      kp__bytes_str(c->st.allocated, a, sizeof a),
                      kp__bytes_str(c->st.reserved, v, sizeof v),
@@ -325,7 +325,7 @@ static kp_status kp__take(kp__caching *c, size_t bytes, kp_stream_t s, kp__cbloc
     } else {
         if (capturing)
             return kp__error(KP_ERR_STATE, "%s: no cached block of %zu bytes for a capturing "
-                             "stream, and the driver may not allocate during capture", c->dev->name,
+                             "stream, and the driver may not allocate during capture", kp_device_name(c->dev),
                              size);
         kp_status st = kp__new_segment(c, s, small, size, &b);
         if (st == KP_ERR_OUT_OF_MEMORY) return kp__oom(c, bytes, s);
@@ -367,14 +367,14 @@ static kp_status kp__bad_free(kp__caching *c, const void *ptr) {
             if (q < b->ptr || q >= b->ptr + b->size) continue;
             if (!b->allocated)
                 return kp__error(KP_ERR_INVALID_ARG, "%s allocator: double free of %p (it lies in "
-                                 "freed memory)", c->dev->name, ptr);
+                                 "freed memory)", kp_device_name(c->dev), ptr);
             return kp__error(KP_ERR_INVALID_ARG, "%s allocator: %p points %zu bytes into a block "
-                             "at %p; free the block's start", c->dev->name, ptr,
+                             "at %p; free the block's start", kp_device_name(c->dev), ptr,
                              (size_t)(q - b->ptr), (void *)b->ptr);
         }
     }
     return kp__error(KP_ERR_INVALID_ARG, "%s allocator: %p was not allocated by this allocator",
-                     c->dev->name, ptr);
+                     kp_device_name(c->dev), ptr);
 }
 
 static kp_status kp__c_free(void *ctx, void *ptr) {
@@ -462,7 +462,7 @@ static void kp__c_destroy(void *ctx) {
     (void)kp_device_sync(c->dev); /* pending blocks' streams finish */
     if (c->live.used)
         kp__log(KP_LOG_WARN, "%s allocator destroyed with %zu live blocks; freeing them",
-                c->dev->name, c->live.used);
+                kp_device_name(c->dev), c->live.used);
     for (kp__cblock *b = c->pending; b; b = b->lnext)
         for (int i = 0; i < b->n_events; i++) kp_event_destroy(b->events[i]);
     while (c->segs) {

@@ -2,6 +2,7 @@
 #include <stdint.h>
 
 #include "fill-impl.h"
+#include "kpipe/device.h"
 
 __global__ void kp_fill_kernel(kp__fill_params p) {
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -15,4 +16,4 @@ __global__ void kp_fill_kernel(kp__fill_params p) {
     }
 }
 
-extern "C" const void *kp__fill_cuda(void) { return reinterpret_cast<const void *>(kp_fill_kernel); }
+extern "C" const kp_device_kernel kp__fill_cuda = {reinterpret_cast<const void *>(kp_fill_kernel)};

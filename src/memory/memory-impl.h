@@ -5,7 +5,7 @@
 #include <pthread.h>
 
 #include "kpipe/memory.h"
-#include "../backend/backend-impl.h"
+#include "../core/core-impl.h"
 
 /* An allocator implementation; the public wrappers check arguments. */
 typedef struct kp_allocator_i {

@@ -89,18 +89,22 @@ kp_status kp_tensor_empty(kp_device_t dev, kp_dtype dt, int ndim, const int64_t 
 }
 
 #ifdef KP_HAVE_CUDA
-const void *kp__fill_cuda(void);
-#define KP__FILL_CUDA kp__fill_cuda
+extern const kp_device_kernel kp__fill_cuda; /* fill.cu */
+#define KP__FILL_CUDA {"cuda", &kp__fill_cuda},
 #else
-#define KP__FILL_CUDA NULL
+#define KP__FILL_CUDA
 #endif
 
-static void kp__fill_cpu(const void *pp, kp_dim3 g, kp_dim3 b) {
+static void kp__fill_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t n) {
     const kp__fill_params *p = pp;
-    for (int64_t i = 0; i < p->n; i++) memcpy((char *)p->dst + i * p->esize, &p->pattern, (size_t)p->esize);
+    uint64_t lo, hi;
+    kp_host_block_span((uint64_t)p->n, grid, first, n, &lo, &hi);
+    for (uint64_t i = lo; i < hi; i++) memcpy((char *)p->dst + i * p->esize, &p->pattern, (size_t)p->esize);
 }
 
-static const kp_kernel kp__fill_kernel = {"fill", kp__fill_cpu, KP__FILL_CUDA, sizeof(kp__fill_params)};
+static const kp_kernel kp__fill_kernel = {"fill", sizeof(kp__fill_params),
+                                          {{"host", &(const kp_host_kernel){kp__fill_host}},
+                                           KP__FILL_CUDA}};
 
 /* The bits of 1 in each dtype. */
 static uint64_t kp__one_bits(kp_dtype dt) {

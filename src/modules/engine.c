@@ -154,6 +154,23 @@ static const kp_module_i kp__engine_iface = {
     .update_graph_node_params = kp__engine_update_nodes,
 };
 
+/* The vendor computation for a kernel form: cuBLAS where the device runs
+ * CUDA kernels, a host loop where it runs host kernels. */
+static const kp__engine_backend_i *kp__engine_backend_for(const char *form) {
+    static const struct {
+        const char *form;
+        const kp__engine_backend_i *be;
+    } table[] = {
+        {"host", &kp__engine_cpu},
+#ifdef KP_HAVE_CUDA
+        {"cuda", &kp__engine_cublas},
+#endif
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(table[i].form, form) == 0) return table[i].be;
+    return NULL;
+}
+
 kp_status kp__engine_create(const kp_module_env *env, kp_module_def *def) {
     int64_t n;
     KP_CHECK(kp__param_size(env, &n));
@@ -161,11 +178,12 @@ kp_status kp__engine_create(const kp_module_env *env, kp_module_def *def) {
     if (!e) return kp__error(KP_ERR_OUT_OF_MEMORY, "engine: no memory");
     e->mode = env->mode;
     e->n = n;
-#ifdef KP_HAVE_CUDA
-    e->be = kp_device_backend(env->dev) == KP_BACKEND_CUDA ? &kp__engine_cublas : &kp__engine_cpu;
-#else
-    e->be = &kp__engine_cpu;
-#endif
+    e->be = kp__engine_backend_for(kp_device_kernel_form(env->dev));
+    if (!e->be) {
+        kp__free(e);
+        return kp__error(KP_ERR_UNSUPPORTED, "no engine implementation runs on %s (kernel form "
+                         "\"%s\")", kp_device_name(env->dev), kp_device_kernel_form(env->dev));
+    }
     kp_status st = e->be->create(env->dev, n, &e->be_ctx, &e->ws_bytes);
     if (st == KP_OK) st = kp_port_decl_1d(&def->inputs[0], "arg0", KP_F32, n);
     if (st == KP_OK) st = kp_port_decl_1d(&def->inputs[1], "arg1", KP_F32, n);

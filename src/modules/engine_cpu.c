@@ -8,12 +8,15 @@ typedef struct kp__add_params {
     int64_t n;
 } kp__add_params;
 
-static void kp__add_cpu(const void *pp, kp_dim3 g, kp_dim3 b) {
+static void kp__add_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t n) {
     const kp__add_params *p = pp;
-    for (int64_t i = 0; i < p->n; i++) p->c[i] = p->a[i] + p->b[i];
+    uint64_t lo, hi;
+    kp_host_block_span((uint64_t)p->n, grid, first, n, &lo, &hi);
+    for (uint64_t i = lo; i < hi; i++) p->c[i] = p->a[i] + p->b[i];
 }
 
-static const kp_kernel kp__add_kernel = {"engine_add", kp__add_cpu, NULL, sizeof(kp__add_params)};
+static const kp_kernel kp__add_kernel = {"engine_add", sizeof(kp__add_params),
+                                         {{"host", &(const kp_host_kernel){kp__add_host}}}};
 
 static kp_status kp__ecpu_create(kp_device_t dev, int64_t n, void **ctx, size_t *ws) {
     int64_t *state = kp__malloc(sizeof *state);
@@ -28,7 +31,9 @@ static kp_status kp__ecpu_set_workspace(void *ctx, void *ws, size_t bytes) { ret
 
 static kp_status kp__ecpu_enqueue(void *ctx, kp_stream_t s, const float *a, const float *b, float *c) {
     kp__add_params p = {a, b, c, *(int64_t *)ctx};
-    kp_launch l = {&kp__add_kernel, {1, 1, 1}, {1, 1, 1}, 0, &p};
+    /* blocks of 64 Ki elements: several workers of a cpu device share them */
+    uint32_t blocks = (uint32_t)((p.n + 65535) / 65536);
+    kp_launch l = {&kp__add_kernel, {blocks, 1, 1}, {1, 1, 1}, 0, &p};
     return kp_launch_kernel(s, &l);
 }
 

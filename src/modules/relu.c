@@ -10,24 +10,28 @@
 #include "relu-impl.h"
 
 #ifdef KP_HAVE_CUDA
-const void *kp__relu_cuda(void);
-#define KP__RELU_CUDA kp__relu_cuda
+extern const kp_device_kernel kp__relu_cuda; /* relu.cu */
+#define KP__RELU_CUDA {"cuda", &kp__relu_cuda},
 #else
-#define KP__RELU_CUDA NULL
+#define KP__RELU_CUDA
 #endif
 
 #define KP__RELU_BLOCK 256
 #define KP__RELU_PER_THREAD 4
 
-static void kp__relu_cpu(const void *pp, kp_dim3 g, kp_dim3 b) {
+static void kp__relu_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first,
+                          uint64_t n) {
     const kp__relu_params *p = pp;
     const float *in = p->dyn->input;
     float *out = p->st->output;
-    for (int64_t i = 0; i < p->st->size; i++) out[i] = fmaxf(in[i], 0.0f);
+    uint64_t lo, hi;
+    kp_host_block_span((uint64_t)p->st->size, grid, first, n, &lo, &hi);
+    for (uint64_t i = lo; i < hi; i++) out[i] = fmaxf(in[i], 0.0f);
 }
 
-static const kp_kernel kp__relu_kernel = {"relu", kp__relu_cpu, KP__RELU_CUDA,
-                                          sizeof(kp__relu_params)};
+static const kp_kernel kp__relu_kernel = {"relu", sizeof(kp__relu_params),
+                                          {{"host", &(const kp_host_kernel){kp__relu_host}},
+                                           KP__RELU_CUDA}};
 
 typedef struct kp__relu {
     int64_t n;

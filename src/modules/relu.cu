@@ -2,6 +2,7 @@
 // module's descriptors. 16-byte accesses when both pointers allow them.
 #include <stdint.h>
 
+#include "kpipe/device.h"
 #include "relu-impl.h"
 
 __global__ void kp_relu_kernel(kp__relu_params p) {
@@ -28,4 +29,4 @@ __global__ void kp_relu_kernel(kp__relu_params p) {
     for (int64_t j = done + i; j < n; j += stride) out[j] = fmaxf(in[j], 0.0f);
 }
 
-extern "C" const void *kp__relu_cuda(void) { return reinterpret_cast<const void *>(kp_relu_kernel); }
+extern "C" const kp_device_kernel kp__relu_cuda = {reinterpret_cast<const void *>(kp_relu_kernel)};

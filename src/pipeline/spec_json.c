@@ -313,13 +313,18 @@ kp_status kp_pipeline_create_from_file_opts(kp_device_t dev, const char *path,
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }
 
+/* jansson (the spec reader's), each backend's, and what modules noted. */
 const char *kp_library_versions(char *buf, size_t len) {
     if (!buf || len == 0) return "";
-    int cb = kp__cublas_version();
-    if (cb)
-        snprintf(buf, len, "jansson %s, cuBLAS %d.%d.%d", JANSSON_VERSION, cb / 10000,
-                 cb / 100 % 100, cb % 100);
-    else
-        snprintf(buf, len, "jansson %s", JANSSON_VERSION);
+    size_t used = (size_t)snprintf(buf, len, "jansson %s", JANSSON_VERSION);
+    const char *name;
+    for (size_t i = 0; (name = kp_backend_name(i)) != NULL && used < len; i++) {
+        const kp_backend_reg *r = kp_backend_find(name);
+        char v[128] = "";
+        if (r->versions) r->versions(r, v, sizeof v);
+        if (v[0]) used += (size_t)snprintf(buf + used, len - used, ", %s", v);
+    }
+    for (size_t i = 0; (name = kp_library_name(i)) != NULL && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, ", %s", name);
     return buf;
 }

@@ -23,39 +23,39 @@ static void kpt_usage(FILE *f) {
     fprintf(f, "\nRun 'kpipe <command> --help' for a command's options.\n");
 }
 
+/* One backend's devices, each opened and described. */
+static void kpt_info_backend(const char *backend) {
+    char why[256] = "", desc[256];
+    int n = kp_device_count(backend, why, sizeof why);
+    printf("  %s (kernels: %s)%s%s\n", backend, kp_backend_find(backend)->kernel_form,
+           n ? "" : ": no device: ", n ? "" : why);
+    for (int i = 0; i < n; i++) {
+        char name[48];
+        kp_device_t dev;
+        snprintf(name, sizeof name, "%s:%d", backend, i);
+        if (kp_device_open(name, &dev) != KP_OK) {
+            printf("    %-10s unavailable: %s\n", name, kp_last_error());
+            continue;
+        }
+        if (kp_device_describe(dev, desc, sizeof desc) == KP_OK) printf("    %-10s %s\n", name, desc);
+        kp_device_close(dev);
+    }
+}
+
 int kpt_cmd_info(int argc, char **argv) {
     if (argc > 1) {
         bool help = kpt_is_help(argv[1]);
-        fprintf(help ? stdout : stderr, "usage: kpipe info\n\nLists the backends built in, the "
-                "devices present, the module types, and driver and runtime versions.\n");
+        fprintf(help ? stdout : stderr, "usage: kpipe info\n\nLists the registered backends and "
+                "their devices, the module types, and the versions of the libraries in use.\n");
         return help ? 0 : 2;
     }
-    char why[256] = "", desc[256];
-    printf("kpipe %s (%s)\nbackends built: %s\nmodule types:", kp_version_str(),
-           kp_library_versions(desc, sizeof desc), kp_backends_built());
+    char versions[512];
+    printf("kpipe %s (%s)\nbackends:", kp_version_str(), kp_library_versions(versions, sizeof versions));
+    for (size_t i = 0; kp_backend_name(i); i++) printf(" %s", kp_backend_name(i));
+    printf("\nmodule types:");
     for (size_t i = 0; i < kp_module_type_count(); i++) printf(" %s", kp_module_type_name(i));
     printf("\ndevices:\n");
-    kp_device_t dev;
-    if (kp_device_open("cpu", &dev) == KP_OK) {
-        if (kp_device_describe(dev, desc, sizeof desc) == KP_OK) printf("  cpu      %s\n", desc);
-        kp_device_close(dev);
-    }
-    int n = kp_cuda_device_count(why, sizeof why);
-    if (n == 0) printf("  cuda     none (%s)\n", why);
-    for (int i = 0; i < n; i++) {
-        char name[16];
-        int drv = 0, rt = 0;
-        snprintf(name, sizeof name, "cuda:%d", i);
-        if (kp_device_open(name, &dev) != KP_OK) {
-            printf("  %-8s unavailable: %s\n", name, kp_last_error());
-            continue;
-        }
-        if (kp_device_describe(dev, desc, sizeof desc) == KP_OK) printf("  %-8s %s\n", name, desc);
-        if (i == 0 && kp_device_versions(dev, &drv, &rt) == KP_OK)
-            printf("cuda driver %d.%d, runtime %d.%d\n", drv / 1000, (drv % 1000) / 10, rt / 1000,
-                   (rt % 1000) / 10);
-        kp_device_close(dev);
-    }
+    for (size_t i = 0; kp_backend_name(i); i++) kpt_info_backend(kp_backend_name(i));
     return 0;
 }
 

@@ -64,4 +64,12 @@ bool kpt_parse_mode(const char *text, int *mode) {
     return true;
 }
 
-const char *kpt_default_device(void) { return kp_cuda_device_count(NULL, 0) > 0 ? "cuda" : "cpu"; }
+/* The first registered backend that runs device kernels and has a device;
+ * the host otherwise. */
+const char *kpt_default_device(void) {
+    const char *name;
+    for (size_t i = 0; (name = kp_backend_name(i)) != NULL; i++)
+        if (strcmp(kp_backend_find(name)->kernel_form, "host") != 0 && kp_device_count(name, NULL, 0) > 0)
+            return name;
+    return "cpu";
+}

@@ -13,7 +13,8 @@ int kpt_opt_value(int argc, char **argv, int *i, const char *name, const char **
 bool kpt_parse_count(const char *opt, const char *text, long min, long max, long *out);
 /* "graph" / "stream"; prints a message if neither. */
 bool kpt_parse_mode(const char *text, int *mode);
-/* "cuda" when a CUDA device is present, else "cpu". */
+/* The first registered backend with a device that is not the host's ("cuda"
+ * on a GPU machine), else "cpu". */
 const char *kpt_default_device(void);
 
 #endif

@@ -3,26 +3,32 @@
 #include "test_kernels.h"
 
 #ifdef KP_HAVE_CUDA
-const void *kpt_axpy_cuda(void);
-const void *kpt_affine_cuda(void);
-const void *kpt_spin_cuda(void);
-#define KPT_CUDA(fn) fn
+extern const kp_device_kernel kpt_axpy_cuda, kpt_affine_cuda, kpt_spin_cuda;
+#define KPT_CUDA(k) {"cuda", &k},
 #else
-#define KPT_CUDA(fn) NULL
+#define KPT_CUDA(k)
 #endif
 
-static void axpy_cpu(const void *pp, kp_dim3 g, kp_dim3 b) {
+/* Host forms run the blocks they are given, as a GPU would: one thread per
+ * element, 1-D grid. */
+static void axpy_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t nb) {
     const kpt_axpy_params *p = pp;
-    for (int i = 0; i < p->n; i++) p->y[i] = p->a * p->x[i] + p->y[i];
+    uint64_t end = (first + nb) * block.x;
+    for (uint64_t i = first * block.x; i < end && i < (uint64_t)p->n; i++)
+        p->y[i] = p->a * p->x[i] + p->y[i];
 }
 
-static void affine_cpu(const void *pp, kp_dim3 g, kp_dim3 b) {
+static void affine_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t nb) {
     const kpt_affine_params *p = pp;
-    for (int i = 0; i < p->n; i++) p->y[i] = p->y[i] * p->a + p->b;
+    uint64_t end = (first + nb) * block.x;
+    for (uint64_t i = first * block.x; i < end && i < (uint64_t)p->n; i++)
+        p->y[i] = p->y[i] * p->a + p->b;
 }
 
-static void spin_cpu(const void *pp, kp_dim3 g, kp_dim3 b) {
+/* As the CUDA form: block 0 spins, then writes every element. */
+static void spin_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t nb) {
     const kpt_spin_params *p = pp;
+    if (first != 0) return;
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     do clock_gettime(CLOCK_MONOTONIC, &t);
@@ -30,11 +36,15 @@ static void spin_cpu(const void *pp, kp_dim3 g, kp_dim3 b) {
     for (int i = 0; i < p->n; i++) p->out[i] = p->value + (float)i;
 }
 
-const kp_kernel kpt_axpy = {"test_axpy", axpy_cpu, KPT_CUDA(kpt_axpy_cuda), sizeof(kpt_axpy_params)};
-const kp_kernel kpt_affine = {"test_affine", affine_cpu, KPT_CUDA(kpt_affine_cuda),
-                              sizeof(kpt_affine_params)};
-const kp_kernel kpt_spin = {"test_spin", spin_cpu, KPT_CUDA(kpt_spin_cuda), sizeof(kpt_spin_params)};
-const kp_kernel kpt_cpu_only = {"test_cpu_only", affine_cpu, NULL, sizeof(kpt_affine_params)};
+const kp_kernel kpt_axpy = {"test_axpy", sizeof(kpt_axpy_params),
+                            {{"host", &(const kp_host_kernel){axpy_host}}, KPT_CUDA(kpt_axpy_cuda)}};
+const kp_kernel kpt_affine = {"test_affine", sizeof(kpt_affine_params),
+                              {{"host", &(const kp_host_kernel){affine_host}},
+                               KPT_CUDA(kpt_affine_cuda)}};
+const kp_kernel kpt_spin = {"test_spin", sizeof(kpt_spin_params),
+                            {{"host", &(const kp_host_kernel){spin_host}}, KPT_CUDA(kpt_spin_cuda)}};
+const kp_kernel kpt_cpu_only = {"test_cpu_only", sizeof(kpt_affine_params),
+                                {{"host", &(const kp_host_kernel){affine_host}}}};
 
 kp_launch kpt_launch_1d(const kp_kernel *k, const void *params, int n) {
     kp_launch l = {k, {(uint32_t)((n + 255) / 256), 1, 1}, {256, 1, 1}, 0, params};

@@ -24,6 +24,6 @@ __global__ void kpt_spin_k(kpt_spin_params p) {
         for (int i = threadIdx.x; i < p.n; i += blockDim.x) p.out[i] = p.value + (float)i;
 }
 
-extern "C" const void *kpt_axpy_cuda(void) { return (const void *)kpt_axpy_k; }
-extern "C" const void *kpt_affine_cuda(void) { return (const void *)kpt_affine_k; }
-extern "C" const void *kpt_spin_cuda(void) { return (const void *)kpt_spin_k; }
+extern "C" const kp_device_kernel kpt_axpy_cuda = {(const void *)kpt_axpy_k};
+extern "C" const kp_device_kernel kpt_affine_cuda = {(const void *)kpt_affine_k};
+extern "C" const kp_device_kernel kpt_spin_cuda = {(const void *)kpt_spin_k};

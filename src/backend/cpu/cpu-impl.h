@@ -1,4 +1,4 @@
-/* cpu backend internals shared by its streams and graphs. */
+/* cpu backend internals shared by its streams, graphs and workers. */
 #ifndef KPIPE_CPU_IMPL_H
 #define KPIPE_CPU_IMPL_H
 
@@ -7,33 +7,31 @@
 
 #include "../backend-impl.h"
 
-typedef enum kp__cpu_node_kind {
-    KP__NODE_KERNEL,
-    KP__NODE_MEMCPY,
-    KP__NODE_MEMSET,
-    KP__NODE_HOST,
-    KP__NODE_CHILD,
-    KP__NODE_EMPTY,
-} kp__cpu_node_kind;
+/* The kernel form this backend runs. */
+#define KP__HOST_FORM "host"
 
 /* A kernel invocation with its parameter block copied inline. */
 typedef struct kp__cpu_kcall {
-    const kp_kernel *kernel;
+    const kp_host_kernel *k;
     kp_dim3 grid, block;
     _Alignas(16) unsigned char params[KP_MAX_KERNEL_PARAMS];
 } kp__cpu_kcall;
 
 struct kp__cpu_graph;
 
-/* One node. Nodes can only depend on nodes added before them, so the
- * insertion order is a topological order and graphs are acyclic by
- * construction. */
-typedef struct kp__cpu_node {
-    kp__cpu_node_kind kind;
-    uint32_t index;     /* position in its graph */
-    uint64_t graph_id;  /* id of the graph it was added to */
-    uint32_t n_deps;
-    uint32_t *deps;     /* indices of earlier nodes */
+typedef enum kp__cpu_work_kind {
+    KP__WORK_KERNEL,
+    KP__WORK_COPY,
+    KP__WORK_SET,
+    KP__WORK_HOST,
+    KP__WORK_EMPTY,
+    KP__WORK_CHILD, /* graph nodes only */
+} kp__cpu_work_kind;
+
+/* One piece of work: the payload of a stream operation and of a graph node
+ * alike, so capturing and enqueuing share one path. */
+typedef struct kp__cpu_work {
+    kp__cpu_work_kind kind;
     union {
         kp__cpu_kcall kernel;
         struct { void *dst; const void *src; size_t bytes; } copy;
@@ -41,6 +39,17 @@ typedef struct kp__cpu_node {
         struct { void (*fn)(void *); void *user; } host;
         struct kp__cpu_graph *child; /* owned copy */
     } u;
+} kp__cpu_work;
+
+/* One node. Nodes can only depend on nodes added before them, so the
+ * insertion order is a topological order and graphs are acyclic by
+ * construction. */
+typedef struct kp__cpu_node {
+    uint32_t index;     /* position in its graph */
+    uint64_t graph_id;  /* id of the graph it was added to */
+    uint32_t n_deps;
+    uint32_t *deps;     /* indices of earlier nodes */
+    kp__cpu_work w;
 } kp__cpu_node;
 
 typedef struct kp__cpu_graph {
@@ -57,15 +66,34 @@ typedef struct kp__cpu_exec {
     uint64_t launched, finished; /* under mu */
 } kp__cpu_exec;
 
+/* Helper threads that share a kernel launch's blocks (cpu_workers.c). */
+typedef struct kp__cpu_pool kp__cpu_pool;
+kp_status kp__cpu_pool_new(int helpers, kp__cpu_pool **out);
+void kp__cpu_pool_free(kp__cpu_pool *p);
+/* Runs every block of the call: on the calling thread alone without a
+ * pool, else split in chunks that the pool's threads and the caller share. */
+void kp__cpu_kcall_run(kp__cpu_pool *p, const kp__cpu_kcall *c);
+
+/* The device context: its open streams (so device sync can reach them all)
+ * and its workers. */
+typedef struct kp__cpu_stream kp__cpu_stream;
+typedef struct kp__cpu_device {
+    pthread_mutex_t mu;
+    kp__cpu_stream *streams;
+    int workers;
+    kp__cpu_pool *pool; /* NULL with one worker */
+} kp__cpu_device;
+
 void kp__cpu_kcall_set(kp__cpu_kcall *c, const kp_launch *l);
-void kp__cpu_kcall_run(const kp__cpu_kcall *c);
+/* Runs one piece of work (a child graph's nodes in order). */
+void kp__cpu_work_run(kp__cpu_device *dev, const kp__cpu_work *w);
 kp_status kp__cpu_graph_new(kp__cpu_graph **out);
 void kp__cpu_graph_free(kp__cpu_graph *g);
 /* Appends a node of `kind` depending on deps; its payload is left for the caller. */
-kp_status kp__cpu_graph_append(kp__cpu_graph *g, kp__cpu_node_kind kind,
+kp_status kp__cpu_graph_append(kp__cpu_graph *g, kp__cpu_work_kind kind,
                                const kp_graph_node_t *deps, size_t n, kp__cpu_node **out);
 /* Runs an executable graph's nodes in order (called by a stream worker). */
-void kp__cpu_exec_run(kp__cpu_exec *e);
+void kp__cpu_exec_run(kp__cpu_device *dev, kp__cpu_exec *e);
 void kp__cpu_exec_launched(kp__cpu_exec *e);
 void kp__cpu_exec_finished(kp__cpu_exec *e);
 
@@ -90,12 +118,6 @@ kp_status kp__cpu_exec_set_child(void *ctx, void *ge, kp_graph_node_t node, void
 kp_status kp__cpu_exec_update(void *ctx, void *ge, void *g);
 
 /* Stream and event vtable slots (cpu_stream.c). */
-/* The device context: its open streams, so device sync can reach them all. */
-typedef struct kp__cpu_stream kp__cpu_stream;
-typedef struct kp__cpu_device {
-    pthread_mutex_t mu;
-    kp__cpu_stream *streams;
-} kp__cpu_device;
 kp_status kp__cpu_stream_create(void *ctx, void **out);
 void kp__cpu_stream_destroy(void *ctx, void *s);
 kp_status kp__cpu_stream_sync(void *ctx, void *s);

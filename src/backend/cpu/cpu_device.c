@@ -1,4 +1,4 @@
-/* The cpu device: host memory and the vtable. */
+/* The cpu device: host memory, the vtable and the backend's registration. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -39,14 +39,16 @@ static kp_status kp__cpu_memcpy(void *ctx, void *dst, const void *src, size_t by
 }
 
 static kp_status kp__cpu_describe(void *ctx, char *buf, size_t len) {
-    snprintf(buf, len, "cpu backend: host memory, streams on worker threads, %ld cores",
-             sysconf(_SC_NPROCESSORS_ONLN));
+    kp__cpu_device *d = ctx;
+    snprintf(buf, len, "host memory, a thread per stream, %d worker%s per kernel launch, %ld cores",
+             d->workers, d->workers == 1 ? "" : "s", sysconf(_SC_NPROCESSORS_ONLN));
     return KP_OK;
 }
 
 static void kp__cpu_close(void *ctx) {
     kp__cpu_device *d = ctx;
     kp__cpu_streams_close(ctx);
+    kp__cpu_pool_free(d->pool);
     pthread_mutex_destroy(&d->mu);
     kp__free(d);
 }
@@ -95,11 +97,44 @@ static const kp_device_i kp__cpu_iface = {
     .is_capturing = kp__cpu_is_capturing,
 };
 
-kp_status kp__cpu_open(kp_device_t dev) {
+#define KP__MAX_WORKERS 256
+
+static kp_status kp__cpu_open(const kp_backend_reg *reg, int ordinal, const kp_device_i **iface,
+                              void **ctx) {
+    const kp_host_options *o = reg->options;
+    int workers = 1;
+    if (o) {
+        if (o->struct_size != sizeof *o)
+            return kp__error(KP_ERR_INVALID_ARG, "backend %s: kp_host_options struct_size %zu, "
+                             "expected %zu", reg->name, o->struct_size, sizeof *o);
+        if (o->workers < 1 || o->workers > KP__MAX_WORKERS)
+            return kp__error(KP_ERR_INVALID_ARG, "backend %s: %d workers (1 .. %d)", reg->name,
+                             o->workers, KP__MAX_WORKERS);
+        workers = o->workers;
+    }
     kp__cpu_device *d = kp__calloc(1, sizeof *d);
     if (!d) return kp__error(KP_ERR_OUT_OF_MEMORY, "cpu device: no memory");
+    d->workers = workers;
+    if (workers > 1) {
+        kp_status st = kp__cpu_pool_new(workers - 1, &d->pool);
+        if (st != KP_OK) {
+            kp__free(d);
+            return st;
+        }
+    }
     pthread_mutex_init(&d->mu, NULL);
-    dev->iface = &kp__cpu_iface;
-    dev->ctx = d;
+    *iface = &kp__cpu_iface;
+    *ctx = d;
     return KP_OK;
 }
+
+/* One device: the host. */
+static int kp__cpu_count(const kp_backend_reg *reg, char *why, size_t len) { return 1; }
+
+const kp_backend_reg kp__cpu_backend = {
+    .struct_size = sizeof(kp_backend_reg),
+    .name = "cpu",
+    .kernel_form = KP__HOST_FORM,
+    .device_count = kp__cpu_count,
+    .open = kp__cpu_open,
+};

@@ -6,14 +6,14 @@
 
 static _Atomic uint64_t kp__cpu_graph_ids = 1;
 
+/* The launch was checked at the public boundary: the kernel has a host form. */
 void kp__cpu_kcall_set(kp__cpu_kcall *c, const kp_launch *l) {
-    c->kernel = l->kernel;
+    c->k = kp_kernel_find(l->kernel, KP__HOST_FORM);
     c->grid = l->grid;
     c->block = l->block;
     if (l->kernel->params_size) memcpy(c->params, l->params, l->kernel->params_size);
 }
 
-void kp__cpu_kcall_run(const kp__cpu_kcall *c) { c->kernel->cpu(c->params, c->grid, c->block); }
 
 kp_status kp__cpu_graph_new(kp__cpu_graph **out) {
     kp__cpu_graph *g = kp__calloc(1, sizeof *g);
@@ -25,7 +25,7 @@ kp_status kp__cpu_graph_new(kp__cpu_graph **out) {
 
 static void kp__cpu_node_free(kp__cpu_node *n) {
     if (!n) return;
-    if (n->kind == KP__NODE_CHILD) kp__cpu_graph_free(n->u.child);
+    if (n->w.kind == KP__WORK_CHILD) kp__cpu_graph_free(n->w.u.child);
     kp__free(n->deps);
     kp__free(n);
 }
@@ -49,7 +49,7 @@ static kp_status kp__cpu_graph_reserve(kp__cpu_graph *g) {
     return KP_OK;
 }
 
-kp_status kp__cpu_graph_append(kp__cpu_graph *g, kp__cpu_node_kind kind,
+kp_status kp__cpu_graph_append(kp__cpu_graph *g, kp__cpu_work_kind kind,
                                const kp_graph_node_t *deps, size_t n, kp__cpu_node **out) {
     for (size_t i = 0; i < n; i++) {
         const kp__cpu_node *d = (const kp__cpu_node *)deps[i];
@@ -66,7 +66,7 @@ kp_status kp__cpu_graph_append(kp__cpu_graph *g, kp__cpu_node_kind kind,
         return kp__error(KP_ERR_OUT_OF_MEMORY, "graph node: no memory");
     }
     for (size_t i = 0; i < n; i++) dep_idx[i] = ((const kp__cpu_node *)deps[i])->index;
-    node->kind = kind;
+    node->w.kind = kind;
     node->index = (uint32_t)g->n;
     node->graph_id = g->id;
     node->n_deps = (uint32_t)n;
@@ -98,7 +98,7 @@ static kp_status kp__cpu_graph_clone(const kp__cpu_graph *src, kp__cpu_graph **o
         }
         *d = *s;
         d->deps = NULL;
-        if (d->kind == KP__NODE_CHILD) d->u.child = NULL;
+        if (d->w.kind == KP__WORK_CHILD) d->w.u.child = NULL;
         g->nodes[g->n++] = d;
         if (s->n_deps) {
             d->deps = kp__malloc(s->n_deps * sizeof *d->deps);
@@ -108,7 +108,8 @@ static kp_status kp__cpu_graph_clone(const kp__cpu_graph *src, kp__cpu_graph **o
             }
             memcpy(d->deps, s->deps, s->n_deps * sizeof *d->deps);
         }
-        if (s->kind == KP__NODE_CHILD) KP_CHECK_GOTO(kp__cpu_graph_clone(s->u.child, &d->u.child), st, fail);
+        if (s->w.kind == KP__WORK_CHILD)
+            KP_CHECK_GOTO(kp__cpu_graph_clone(s->w.u.child, &d->w.u.child), st, fail);
     }
     *out = g;
     return KP_OK;
@@ -124,11 +125,12 @@ static kp_status kp__cpu_same_topology(const kp__cpu_graph *a, const kp__cpu_gra
         return kp__error(KP_ERR_MISMATCH, "%s: graph has %zu nodes, expected %zu", where, b->n, a->n);
     for (size_t i = 0; i < a->n; i++) {
         const kp__cpu_node *x = a->nodes[i], *y = b->nodes[i];
-        if (x->kind != y->kind || x->n_deps != y->n_deps ||
+        if (x->w.kind != y->w.kind || x->n_deps != y->n_deps ||
             (x->n_deps && memcmp(x->deps, y->deps, x->n_deps * sizeof *x->deps) != 0))
             return kp__error(KP_ERR_MISMATCH, "%s: node %zu differs in kind or dependencies",
                              where, i);
-        if (x->kind == KP__NODE_CHILD) KP_CHECK(kp__cpu_same_topology(x->u.child, y->u.child, where));
+        if (x->w.kind == KP__WORK_CHILD)
+            KP_CHECK(kp__cpu_same_topology(x->w.u.child, y->w.u.child, where));
     }
     return KP_OK;
 }
@@ -138,10 +140,10 @@ static void kp__cpu_copy_params(kp__cpu_graph *dst, const kp__cpu_graph *src) {
     for (size_t i = 0; i < dst->n; i++) {
         kp__cpu_node *d = dst->nodes[i];
         const kp__cpu_node *s = src->nodes[i];
-        if (d->kind == KP__NODE_CHILD)
-            kp__cpu_copy_params(d->u.child, s->u.child);
+        if (d->w.kind == KP__WORK_CHILD)
+            kp__cpu_copy_params(d->w.u.child, s->w.u.child);
         else
-            d->u = s->u;
+            d->w = s->w;
     }
 }
 
@@ -155,8 +157,8 @@ void kp__cpu_graph_destroy(void *ctx, void *g) { kp__cpu_graph_free(g); }
 kp_status kp__cpu_graph_add_kernel(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                    const kp_launch *l, kp_graph_node_t *out) {
     kp__cpu_node *node = NULL;
-    KP_CHECK(kp__cpu_graph_append(g, KP__NODE_KERNEL, deps, n, &node));
-    kp__cpu_kcall_set(&node->u.kernel, l);
+    KP_CHECK(kp__cpu_graph_append(g, KP__WORK_KERNEL, deps, n, &node));
+    kp__cpu_kcall_set(&node->w.u.kernel, l);
     *out = (kp_graph_node_t)node;
     return KP_OK;
 }
@@ -164,10 +166,10 @@ kp_status kp__cpu_graph_add_kernel(void *ctx, void *g, const kp_graph_node_t *de
 kp_status kp__cpu_graph_add_memcpy(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                    void *dst, const void *src, size_t bytes, kp_graph_node_t *out) {
     kp__cpu_node *node = NULL;
-    KP_CHECK(kp__cpu_graph_append(g, KP__NODE_MEMCPY, deps, n, &node));
-    node->u.copy.dst = dst;
-    node->u.copy.src = src;
-    node->u.copy.bytes = bytes;
+    KP_CHECK(kp__cpu_graph_append(g, KP__WORK_COPY, deps, n, &node));
+    node->w.u.copy.dst = dst;
+    node->w.u.copy.src = src;
+    node->w.u.copy.bytes = bytes;
     *out = (kp_graph_node_t)node;
     return KP_OK;
 }
@@ -177,12 +179,12 @@ kp_status kp__cpu_graph_add_child(void *ctx, void *g, const kp_graph_node_t *dep
     kp__cpu_graph *copy;
     kp__cpu_node *node = NULL;
     KP_CHECK(kp__cpu_graph_clone(child, &copy));
-    kp_status st = kp__cpu_graph_append(g, KP__NODE_CHILD, deps, n, &node);
+    kp_status st = kp__cpu_graph_append(g, KP__WORK_CHILD, deps, n, &node);
     if (st != KP_OK) {
         kp__cpu_graph_free(copy);
         return st;
     }
-    node->u.child = copy;
+    node->w.u.child = copy;
     *out = (kp_graph_node_t)node;
     return KP_OK;
 }
@@ -190,7 +192,7 @@ kp_status kp__cpu_graph_add_child(void *ctx, void *g, const kp_graph_node_t *dep
 kp_status kp__cpu_graph_add_empty(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                   kp_graph_node_t *out) {
     kp__cpu_node *node = NULL;
-    KP_CHECK(kp__cpu_graph_append(g, KP__NODE_EMPTY, deps, n, &node));
+    KP_CHECK(kp__cpu_graph_append(g, KP__WORK_EMPTY, deps, n, &node));
     *out = (kp_graph_node_t)node;
     return KP_OK;
 }
@@ -240,31 +242,32 @@ void kp__cpu_exec_finished(kp__cpu_exec *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
-static void kp__cpu_graph_run(const kp__cpu_graph *g) {
-    for (size_t i = 0; i < g->n; i++) {
-        const kp__cpu_node *n = g->nodes[i];
-        switch (n->kind) {
-        case KP__NODE_KERNEL: kp__cpu_kcall_run(&n->u.kernel); break;
-        case KP__NODE_MEMCPY: memmove(n->u.copy.dst, n->u.copy.src, n->u.copy.bytes); break;
-        case KP__NODE_MEMSET: memset(n->u.set.dst, n->u.set.value, n->u.set.bytes); break;
-        case KP__NODE_HOST: n->u.host.fn(n->u.host.user); break;
-        case KP__NODE_CHILD: kp__cpu_graph_run(n->u.child); break;
-        case KP__NODE_EMPTY: break;
-        }
+void kp__cpu_work_run(kp__cpu_device *dev, const kp__cpu_work *w) {
+    switch (w->kind) {
+    case KP__WORK_KERNEL: kp__cpu_kcall_run(dev->pool, &w->u.kernel); break;
+    case KP__WORK_COPY: memmove(w->u.copy.dst, w->u.copy.src, w->u.copy.bytes); break;
+    case KP__WORK_SET: memset(w->u.set.dst, w->u.set.value, w->u.set.bytes); break;
+    case KP__WORK_HOST: w->u.host.fn(w->u.host.user); break;
+    case KP__WORK_EMPTY: break;
+    case KP__WORK_CHILD:
+        for (size_t i = 0; i < w->u.child->n; i++) kp__cpu_work_run(dev, &w->u.child->nodes[i]->w);
+        break;
     }
 }
 
-void kp__cpu_exec_run(kp__cpu_exec *e) { kp__cpu_graph_run(e->g); }
+void kp__cpu_exec_run(kp__cpu_device *dev, kp__cpu_exec *e) {
+    for (size_t i = 0; i < e->g->n; i++) kp__cpu_work_run(dev, &e->g->nodes[i]->w);
+}
 
 /* The exec's node for a handle of its source graph, checked. */
 static kp_status kp__cpu_exec_node(kp__cpu_exec *e, kp_graph_node_t handle,
-                                   kp__cpu_node_kind kind, const char *what, kp__cpu_node **out) {
+                                   kp__cpu_work_kind kind, const char *what, kp__cpu_node **out) {
     const kp__cpu_node *src = (const kp__cpu_node *)handle;
     if (src->graph_id != e->g->id || src->index >= e->g->n)
         return kp__error(KP_ERR_INVALID_ARG, "%s: node is not a top-level node of the graph this "
                          "exec was instantiated from", what);
     kp__cpu_node *n = e->g->nodes[src->index];
-    if (n->kind != kind)
+    if (n->w.kind != kind)
         return kp__error(KP_ERR_INVALID_ARG, "%s: node %u is of another kind", what, src->index);
     *out = n;
     return KP_OK;
@@ -273,9 +276,9 @@ static kp_status kp__cpu_exec_node(kp__cpu_exec *e, kp_graph_node_t handle,
 kp_status kp__cpu_exec_set_kernel(void *ctx, void *ge, kp_graph_node_t node, const kp_launch *l) {
     kp__cpu_exec *e = ge;
     kp__cpu_node *n = NULL;
-    KP_CHECK(kp__cpu_exec_node(e, node, KP__NODE_KERNEL, "set kernel params", &n));
+    KP_CHECK(kp__cpu_exec_node(e, node, KP__WORK_KERNEL, "set kernel params", &n));
     kp__cpu_exec_quiesce(e);
-    kp__cpu_kcall_set(&n->u.kernel, l);
+    kp__cpu_kcall_set(&n->w.u.kernel, l);
     pthread_mutex_unlock(&e->mu);
     return KP_OK;
 }
@@ -284,11 +287,11 @@ kp_status kp__cpu_exec_set_memcpy(void *ctx, void *ge, kp_graph_node_t node, voi
                                   const void *src, size_t bytes) {
     kp__cpu_exec *e = ge;
     kp__cpu_node *n = NULL;
-    KP_CHECK(kp__cpu_exec_node(e, node, KP__NODE_MEMCPY, "set memcpy params", &n));
+    KP_CHECK(kp__cpu_exec_node(e, node, KP__WORK_COPY, "set memcpy params", &n));
     kp__cpu_exec_quiesce(e);
-    n->u.copy.dst = dst;
-    n->u.copy.src = src;
-    n->u.copy.bytes = bytes;
+    n->w.u.copy.dst = dst;
+    n->w.u.copy.src = src;
+    n->w.u.copy.bytes = bytes;
     pthread_mutex_unlock(&e->mu);
     return KP_OK;
 }
@@ -296,10 +299,10 @@ kp_status kp__cpu_exec_set_memcpy(void *ctx, void *ge, kp_graph_node_t node, voi
 kp_status kp__cpu_exec_set_child(void *ctx, void *ge, kp_graph_node_t node, void *child) {
     kp__cpu_exec *e = ge;
     kp__cpu_node *n = NULL;
-    KP_CHECK(kp__cpu_exec_node(e, node, KP__NODE_CHILD, "set child graph", &n));
-    KP_CHECK(kp__cpu_same_topology(n->u.child, child, "set child graph"));
+    KP_CHECK(kp__cpu_exec_node(e, node, KP__WORK_CHILD, "set child graph", &n));
+    KP_CHECK(kp__cpu_same_topology(n->w.u.child, child, "set child graph"));
     kp__cpu_exec_quiesce(e);
-    kp__cpu_copy_params(n->u.child, child);
+    kp__cpu_copy_params(n->w.u.child, child);
     pthread_mutex_unlock(&e->mu);
     return KP_OK;
 }

@@ -9,9 +9,7 @@
 
 #define KP__CPU_RING 256 /* ops in flight per stream; submitters wait past this */
 
-typedef enum kp__cpu_op_kind {
-    KP__OP_KERNEL, KP__OP_COPY, KP__OP_SET, KP__OP_HOST, KP__OP_RECORD, KP__OP_WAIT, KP__OP_GRAPH,
-} kp__cpu_op_kind;
+typedef enum kp__cpu_op_kind { KP__OP_WORK, KP__OP_RECORD, KP__OP_WAIT, KP__OP_GRAPH } kp__cpu_op_kind;
 
 typedef struct kp__cpu_event {
     pthread_mutex_t mu;
@@ -22,13 +20,12 @@ typedef struct kp__cpu_event {
     atomic_int refs;   /* the handle plus queued ops that name it */
 } kp__cpu_event;
 
+/* A stream operation: work (as a graph node holds it), or an event or
+ * graph launch, which only streams have. */
 typedef struct kp__cpu_op {
     kp__cpu_op_kind kind;
     union {
-        kp__cpu_kcall kernel;
-        struct { void *dst; const void *src; size_t bytes; } copy;
-        struct { void *dst; int value; size_t bytes; } set;
-        struct { void (*fn)(void *); void *user; } host;
+        kp__cpu_work work;
         struct { kp__cpu_event *ev; uint64_t seq; } ev;
         kp__cpu_exec *exec;
     } u;
@@ -74,12 +71,9 @@ static void kp__cpu_event_wait_seq(kp__cpu_event *e, uint64_t seq) {
 }
 
 /* --- the worker ------------------------------------------------------------------- */
-static void kp__cpu_op_run(kp__cpu_op *op) {
+static void kp__cpu_op_run(kp__cpu_device *dev, kp__cpu_op *op) {
     switch (op->kind) {
-    case KP__OP_KERNEL: kp__cpu_kcall_run(&op->u.kernel); break;
-    case KP__OP_COPY: memmove(op->u.copy.dst, op->u.copy.src, op->u.copy.bytes); break;
-    case KP__OP_SET: memset(op->u.set.dst, op->u.set.value, op->u.set.bytes); break;
-    case KP__OP_HOST: op->u.host.fn(op->u.host.user); break;
+    case KP__OP_WORK: kp__cpu_work_run(dev, &op->u.work); break;
     case KP__OP_RECORD:
         kp__cpu_event_signal(op->u.ev.ev, op->u.ev.seq);
         kp__cpu_event_unref(op->u.ev.ev);
@@ -89,7 +83,7 @@ static void kp__cpu_op_run(kp__cpu_op *op) {
         kp__cpu_event_unref(op->u.ev.ev);
         break;
     case KP__OP_GRAPH:
-        kp__cpu_exec_run(op->u.exec);
+        kp__cpu_exec_run(dev, op->u.exec);
         kp__cpu_exec_finished(op->u.exec);
         break;
     }
@@ -107,7 +101,7 @@ static void *kp__cpu_worker(void *arg) {
         /* The slot stays ours until tail advances: submitters never reuse it. */
         kp__cpu_op *op = &s->ring[s->tail % KP__CPU_RING];
         pthread_mutex_unlock(&s->mu);
-        kp__cpu_op_run(op);
+        kp__cpu_op_run(s->dev, op);
         pthread_mutex_lock(&s->mu);
         s->tail++;
         pthread_cond_broadcast(&s->progress);
@@ -130,18 +124,26 @@ static void kp__cpu_commit(kp__cpu_stream *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* While capturing, an operation becomes a node after the previous one. */
-static kp_status kp__cpu_capture_node(kp__cpu_stream *s, kp__cpu_node_kind kind,
-                                      kp__cpu_node **out) {
-    if (s->cap_error != KP_OK)
-        return kp__error(KP_ERR_STATE, "stream capture was invalidated by an earlier failure");
-    kp_graph_node_t dep = (kp_graph_node_t)s->cap_last;
-    kp_status st = kp__cpu_graph_append(s->cap, kind, &dep, dep ? 1 : 0, out);
-    if (st != KP_OK) {
-        s->cap_error = st;
-        return st;
+/* Work becomes a node after the previous one while the stream captures,
+ * else it is queued: the one path for copies, fills, kernels and host calls. */
+static kp_status kp__cpu_submit(kp__cpu_stream *s, const kp__cpu_work *w) {
+    if (s->cap) {
+        if (s->cap_error != KP_OK)
+            return kp__error(KP_ERR_STATE, "stream capture was invalidated by an earlier failure");
+        kp_graph_node_t dep = (kp_graph_node_t)s->cap_last;
+        kp__cpu_node *n = NULL;
+        kp_status st = kp__cpu_graph_append(s->cap, w->kind, &dep, dep ? 1 : 0, &n);
+        if (st != KP_OK) {
+            s->cap_error = st;
+            return st;
+        }
+        n->w = *w;
+        s->cap_last = n;
+        return KP_OK;
     }
-    s->cap_last = *out;
+    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_WORK);
+    op->u.work = *w;
+    kp__cpu_commit(s);
     return KP_OK;
 }
 
@@ -267,69 +269,24 @@ kp_status kp__cpu_device_sync(void *ctx) {
 }
 
 kp_status kp__cpu_memcpy_async(void *ctx, void *sp, void *dst, const void *src, size_t bytes) {
-    kp__cpu_stream *s = sp;
-    if (s->cap) {
-        kp__cpu_node *n = NULL;
-        KP_CHECK(kp__cpu_capture_node(s, KP__NODE_MEMCPY, &n));
-        n->u.copy.dst = dst;
-        n->u.copy.src = src;
-        n->u.copy.bytes = bytes;
-        return KP_OK;
-    }
-    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_COPY);
-    op->u.copy.dst = dst;
-    op->u.copy.src = src;
-    op->u.copy.bytes = bytes;
-    kp__cpu_commit(s);
-    return KP_OK;
+    kp__cpu_work w = {.kind = KP__WORK_COPY, .u.copy = {dst, src, bytes}};
+    return kp__cpu_submit(sp, &w);
 }
 
 kp_status kp__cpu_memset_async(void *ctx, void *sp, void *dst, int value, size_t bytes) {
-    kp__cpu_stream *s = sp;
-    if (s->cap) {
-        kp__cpu_node *n = NULL;
-        KP_CHECK(kp__cpu_capture_node(s, KP__NODE_MEMSET, &n));
-        n->u.set.dst = dst;
-        n->u.set.value = value;
-        n->u.set.bytes = bytes;
-        return KP_OK;
-    }
-    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_SET);
-    op->u.set.dst = dst;
-    op->u.set.value = value;
-    op->u.set.bytes = bytes;
-    kp__cpu_commit(s);
-    return KP_OK;
+    kp__cpu_work w = {.kind = KP__WORK_SET, .u.set = {dst, value, bytes}};
+    return kp__cpu_submit(sp, &w);
 }
 
 kp_status kp__cpu_launch(void *ctx, void *sp, const kp_launch *l) {
-    kp__cpu_stream *s = sp;
-    if (s->cap) {
-        kp__cpu_node *n = NULL;
-        KP_CHECK(kp__cpu_capture_node(s, KP__NODE_KERNEL, &n));
-        kp__cpu_kcall_set(&n->u.kernel, l);
-        return KP_OK;
-    }
-    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_KERNEL);
-    kp__cpu_kcall_set(&op->u.kernel, l);
-    kp__cpu_commit(s);
-    return KP_OK;
+    kp__cpu_work w = {.kind = KP__WORK_KERNEL};
+    kp__cpu_kcall_set(&w.u.kernel, l);
+    return kp__cpu_submit(sp, &w);
 }
 
 kp_status kp__cpu_host_func(void *ctx, void *sp, void (*fn)(void *), void *user) {
-    kp__cpu_stream *s = sp;
-    if (s->cap) {
-        kp__cpu_node *n = NULL;
-        KP_CHECK(kp__cpu_capture_node(s, KP__NODE_HOST, &n));
-        n->u.host.fn = fn;
-        n->u.host.user = user;
-        return KP_OK;
-    }
-    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_HOST);
-    op->u.host.fn = fn;
-    op->u.host.user = user;
-    kp__cpu_commit(s);
-    return KP_OK;
+    kp__cpu_work w = {.kind = KP__WORK_HOST, .u.host = {fn, user}};
+    return kp__cpu_submit(sp, &w);
 }
 
 /* --- event slots --------------------------------------------------------------------- */

@@ -35,6 +35,13 @@ kp_status kp__cuda_fail(cudaError_t err, const char *call, const char *file, int
         }                                                                       \
     } while (0)
 
+/* Calls that may fail harmlessly (teardown, queries): the error is dropped
+ * and CUDA's sticky last error cleared. */
+#define KP_CUDA_IGNORE(call)                                                    \
+    do {                                                                        \
+        if ((call) != cudaSuccess) (void)cudaGetLastError();                    \
+    } while (0)
+
 /* Makes the context's device current on this thread (cheap when it is). */
 kp_status kp__cuda_enter(const kp__cuda_device *d);
 

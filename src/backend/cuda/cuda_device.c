@@ -39,14 +39,15 @@ kp_status kp__cuda_enter(const kp__cuda_device *d) {
 }
 
 kp_status kp__cuda_func(const kp_launch *l, const void **fn) {
-    *fn = l->kernel->cuda ? l->kernel->cuda() : NULL;
+    const kp_device_kernel *k = kp_kernel_find(l->kernel, "cuda");
+    *fn = k ? k->fn : NULL;
     if (!*fn)
-        return kp__error(KP_ERR_UNSUPPORTED, "kernel %s has no CUDA implementation",
+        return kp__error(KP_ERR_UNSUPPORTED, "kernel %s has no \"cuda\" implementation",
                          l->kernel->name);
     return KP_OK;
 }
 
-int kp__cuda_count(char *why, size_t len) {
+static int kp__cuda_count(const kp_backend_reg *reg, char *why, size_t len) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -73,8 +74,8 @@ static kp_status kp__cuda_malloc(void *ctx, size_t bytes, void **out) {
  * memory. */
 static void kp__cuda_free(void *ctx, void *p) {
     if (kp__cuda_enter(ctx) != KP_OK) return;
-    if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
-    if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+    KP_CUDA_IGNORE(cudaDeviceSynchronize());
+    KP_CUDA_IGNORE(cudaFree(p));
 }
 
 static kp_status kp__cuda_malloc_host(void *ctx, size_t bytes, void **out) {
@@ -88,8 +89,8 @@ static kp_status kp__cuda_malloc_host(void *ctx, size_t bytes, void **out) {
 
 static void kp__cuda_free_host(void *ctx, void *p) {
     if (kp__cuda_enter(ctx) != KP_OK) return;
-    if (cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
-    if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+    KP_CUDA_IGNORE(cudaDeviceSynchronize());
+    KP_CUDA_IGNORE(cudaFreeHost(p));
 }
 
 /* Complete before it returns, for every kind of memory on either side: the
@@ -131,8 +132,8 @@ static kp_status kp__cuda_stream_create(void *ctx, void **out) {
 }
 
 static void kp__cuda_stream_destroy(void *ctx, void *s) {
-    if (cudaStreamSynchronize(s) != cudaSuccess) (void)cudaGetLastError();
-    if (cudaStreamDestroy(s) != cudaSuccess) (void)cudaGetLastError();
+    KP_CUDA_IGNORE(cudaStreamSynchronize(s));
+    KP_CUDA_IGNORE(cudaStreamDestroy(s));
 }
 
 static kp_status kp__cuda_stream_sync(void *ctx, void *s) {
@@ -187,7 +188,7 @@ static kp_status kp__cuda_event_create(void *ctx, void **out) {
 }
 
 static void kp__cuda_event_destroy(void *ctx, void *ev) {
-    if (cudaEventDestroy(ev) != cudaSuccess) (void)cudaGetLastError();
+    KP_CUDA_IGNORE(cudaEventDestroy(ev));
 }
 
 static kp_status kp__cuda_event_record(void *ctx, void *ev, void *s) {
@@ -224,7 +225,7 @@ static kp_status kp__cuda_event_elapsed(void *ctx, void *a, void *b, float *ms) 
 
 static void kp__cuda_close(void *ctx) {
     kp__cuda_device *d = ctx;
-    if (d->copy && cudaStreamDestroy(d->copy) != cudaSuccess) (void)cudaGetLastError();
+    if (d->copy) KP_CUDA_IGNORE(cudaStreamDestroy(d->copy));
     kp__free(d);
 }
 
@@ -274,12 +275,8 @@ static const kp_device_i kp__cuda_iface = {
     .is_capturing = kp__cuda_is_capturing,
 };
 
-kp_status kp__cuda_open(kp_device_t dev, int ordinal) {
-    char why[256];
-    int n = kp__cuda_count(why, sizeof why);
-    if (n == 0) return kp__error(KP_ERR_NO_DEVICE, "device %s: no CUDA device (%s)", dev->name, why);
-    if (ordinal >= n)
-        return kp__error(KP_ERR_NO_DEVICE, "device %s: only %d CUDA device(s) present", dev->name, n);
+static kp_status kp__cuda_open(const kp_backend_reg *reg, int ordinal, const kp_device_i **iface,
+                               void **ctx) {
     kp__cuda_device *d = kp__calloc(1, sizeof *d);
     if (!d) return kp__error(KP_ERR_OUT_OF_MEMORY, "cuda device: no memory");
     d->ordinal = ordinal;
@@ -296,7 +293,27 @@ kp_status kp__cuda_open(kp_device_t dev, int ordinal) {
         kp__cuda_close(d);
         return st;
     }
-    dev->iface = &kp__cuda_iface;
-    dev->ctx = d;
+    *iface = &kp__cuda_iface;
+    *ctx = d;
     return KP_OK;
 }
+
+static void kp__cuda_backend_versions(const kp_backend_reg *reg, char *buf, size_t len) {
+    int rt = 0, drv = 0;
+    KP_CUDA_IGNORE(cudaRuntimeGetVersion(&rt));
+    KP_CUDA_IGNORE(cudaDriverGetVersion(&drv));
+    if (drv)
+        snprintf(buf, len, "CUDA runtime %d.%d, driver %d.%d", rt / 1000, rt % 1000 / 10,
+                 drv / 1000, drv % 1000 / 10);
+    else
+        snprintf(buf, len, "CUDA runtime %d.%d (no driver)", rt / 1000, rt % 1000 / 10);
+}
+
+const kp_backend_reg kp__cuda_backend = {
+    .struct_size = sizeof(kp_backend_reg),
+    .name = "cuda",
+    .kernel_form = "cuda",
+    .device_count = kp__cuda_count,
+    .open = kp__cuda_open,
+    .versions = kp__cuda_backend_versions,
+};

@@ -21,7 +21,7 @@ kp_status kp__cuda_graph_create(void *ctx, void **out) {
 }
 
 void kp__cuda_graph_destroy(void *ctx, void *g) {
-    if (cudaGraphDestroy(g) != cudaSuccess) (void)cudaGetLastError();
+    KP_CUDA_IGNORE(cudaGraphDestroy(g));
 }
 
 kp_status kp__cuda_graph_add_kernel(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
@@ -58,7 +58,7 @@ kp_status kp__cuda_graph_add_empty(void *ctx, void *g, const kp_graph_node_t *de
 
 size_t kp__cuda_graph_node_count(void *ctx, void *g) {
     size_t n = 0;
-    if (cudaGraphGetNodes(g, NULL, &n) != cudaSuccess) (void)cudaGetLastError();
+    KP_CUDA_IGNORE(cudaGraphGetNodes(g, NULL, &n));
     return n;
 }
 
@@ -69,7 +69,7 @@ kp_status kp__cuda_graph_instantiate(void *ctx, void *g, void **out) {
 }
 
 void kp__cuda_exec_destroy(void *ctx, void *ge) {
-    if (cudaGraphExecDestroy(ge) != cudaSuccess) (void)cudaGetLastError();
+    KP_CUDA_IGNORE(cudaGraphExecDestroy(ge));
 }
 
 kp_status kp__cuda_exec_upload(void *ctx, void *ge, void *s) {
@@ -135,6 +135,6 @@ kp_status kp__cuda_end_capture(void *ctx, void *s, void **out) {
 
 bool kp__cuda_is_capturing(void *ctx, void *s) {
     enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(s, &st) != cudaSuccess) (void)cudaGetLastError();
+    KP_CUDA_IGNORE(cudaStreamIsCapturing(s, &st));
     return st != cudaStreamCaptureStatusNone;
 }
