@@ -36,6 +36,9 @@ extern const kp_kernel kpt_affine;
 extern const kp_kernel kpt_spin;
 extern const kp_kernel kpt_cpu_only; /* same as affine, no cuda form */
 
+/* Registers the test backend "cpu4" (backend_cpu4.c). */
+kp_status kpt_backend_cpu4_register(void);
+
 /* A launch covering n elements with 256-thread blocks. */
 kp_launch kpt_launch_1d(const kp_kernel *k, const void *params, int n);
 
