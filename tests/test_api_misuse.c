@@ -575,6 +575,24 @@ static void module_calls(void **state) {
     KPT_FAILS(kp_param_int(&env, NULL, true, 1, &v), BAD);
     KPT_FAILS(kp_param_int(&env, "size", true, 1, NULL), BAD);
     KPT_FAILS(kp_param_int(&env, "size", false, 1, &v), BAD); /* required */
+    double x;
+    KPT_FAILS(kp_param_double(NULL, "k", true, 1, &x), BAD);
+    KPT_FAILS(kp_param_double(&env, "k", true, 1, NULL), BAD);
+    KPT_FAILS(kp_param_double(&env, "k", false, 1, &x), BAD); /* required */
+    static const kp_param nums[] = {{"a", "0.5"}, {"b", "-2"}, {"c", "1e-3"}, {"d", ".25"},
+                                    {"e", "nan"}, {"f", "inf"}, {"g", " 1"}, {"h", "+1"},
+                                    {"i", "1.5x"}, {"j", "1e999"}, {"k", ""}, {"l", "-"}};
+    kp_module_env nenv = {g_dev, KP_EXEC_GRAPH, "m", nums, 12, NULL};
+    static const double good[] = {0.5, -2, 1e-3, 0.25};
+    for (int i = 0; i < 12; i++) {
+        kp_status st = kp_param_double(&nenv, nums[i].key, false, 0, &x);
+        if (i < 4) {
+            KPT_OK(st);
+            assert_true(x == good[i]);
+        } else {
+            assert_int_equal(st, BAD);
+        }
+    }
     KPT_FAILS(kp_param_str(NULL, "k", "d", &str), BAD);
     KPT_FAILS(kp_param_str(&env, "k", "d", NULL), BAD);
     KPT_OK(kp_param_str(&env, "k", "d", &str));

@@ -1,21 +1,35 @@
 /* kpipe modules: the interface a pipeline stage implements, and the registry
- * of factories that create modules by type name.
+ * of factories that create modules by type name. A module fills three slots;
+ * the rest are optional, with defaults the pipeline supplies.
  *
+ *   static kp_status my_io(void *self, const kp_module_io *io) {    // per tick
+ *       my *m = self;
+ *       ((my_dynamic *)io->dynamic_desc)->in = io->inputs[0].data;   // its kernel reads this
+ *       io->outputs[0].data = m->out;
+ *       io->outputs[0].desc = m->out_desc;
+ *       return KP_OK;
+ *   }
+ *   static kp_status my_execute(void *self, kp_stream_t s) {
+ *       return kp_launch_kernel(s, &((my *)self)->launch);
+ *   }
+ *   static const kp_module_i my_iface = {.destroy = free, .io = my_io, .execute = my_execute,
+ *                                        .memory_requirements = my_mem, .setup_memory = my_setup};
  *   static kp_status my_create(const kp_module_env *env, kp_module_def *def) {
  *       int64_t n;
  *       kp_status st = kp_param_int(env, "size", false, 0, &n);
- *       if (st != KP_OK) return st;
- *       def->iface = &my_iface;  def->self = ...;
+ *       ...
+ *       def->iface = &my_iface;  def->self = m;
  *       kp_port_decl_1d(&def->inputs[def->n_inputs++], "input", KP_F32, n);
  *       kp_port_decl_1d(&def->outputs[def->n_outputs++], "output", KP_F32, n);
+ *       def->live_inputs = 1;   // its work reads the input's address anew each tick
  *       return KP_OK;
  *   }
  *   kp_module_register("my_module", my_create);
  *
- * Lifecycle as the pipeline drives it: create -> set_connection_copy_mode
- * (each input) -> memory_requirements -> setup_memory -> per tick:
- * set_inputs, configure_io -> warmup (once) -> add_node_to_graph (graph
- * mode, once) -> execute (stream mode, per tick).
+ * Lifecycle as the pipeline drives it: create -> memory_requirements ->
+ * setup_memory -> per tick io (then execute in stream mode) -> warmup
+ * (once, after the first io) -> add_node_to_graph (graph mode, once).
+ * examples/custom_module/ is a complete module written outside the library.
  */
 #ifndef KPIPE_MODULE_H
 #define KPIPE_MODULE_H
@@ -66,7 +80,7 @@ typedef struct kp_mem_req {
 
 /* The module's part of the pipeline arena. The device addresses are fixed for
  * the pipeline's life; static_host stays valid too. The host staging area for
- * dynamic descriptors changes per tick and is passed to configure_io. */
+ * dynamic descriptors changes per tick and comes with each io call. */
 typedef struct kp_mem_slice {
     void *device;       size_t device_bytes;
     void *workspace;    size_t workspace_bytes;
@@ -74,41 +88,45 @@ typedef struct kp_mem_slice {
     void *dynamic_dev;  size_t dynamic_bytes;
 } kp_mem_slice;
 
+/* One tick's binding of a module, as its io slot receives it. */
+typedef struct kp_module_io {
+    kp_stream_t stream;          /* the tick's stream, for stream-ordered prework */
+    const kp_port_info *inputs;  /* addresses and descriptors, in declaration order */
+    size_t n_inputs;
+    kp_port_info *outputs;       /* the module sets data and desc of each */
+    size_t n_outputs;
+    /* Host staging for the module's whole dynamic descriptor (its
+     * dynamic_desc_bytes; NULL without one). It holds an older tick's bytes:
+     * write all of it. The pipeline uploads every module's in one copy, and
+     * none at all when nothing changed. */
+    void *dynamic_desc;
+    /* Graph mode once the graph is built: for the module's own node updates. */
+    kp_graph_exec_t graph;
+} kp_module_io;
+
 /* The module vtable; `self` is the module's own state. */
 typedef struct kp_module_i {
-    /* Releases self and everything it owns. */
+    /* Required. Releases self and everything it owns. */
     void (*destroy)(void *self);
-    /* Decides, per input port, whether the module copies its input into a
-     * buffer of its own (true) or reads the upstream tensor in place. */
-    kp_status (*set_connection_copy_mode)(void *self, size_t input, bool copy);
-    /* Optional: true when the input's address must not change after warmup
-     * (e.g. it is baked into a captured graph). Default false. */
-    bool (*input_needs_fixed_address)(void *self, size_t input);
-    /* Optional: true when the output's address may change per tick. Default false. */
-    bool (*output_address_dynamic)(void *self, size_t output);
-    /* Memory needs, given the copy modes. */
-    kp_status (*memory_requirements)(void *self, kp_mem_req *out);
-    /* Hands the module its slice; it writes its static descriptor host-side here. */
-    kp_status (*setup_memory)(void *self, const kp_mem_slice *slice);
-    /* Binds the tensors feeding the input ports (in declaration order), per tick. */
-    kp_status (*set_inputs)(void *self, const kp_port_info *inputs, size_t n);
-    /* Per tick, stream-ordered and non-blocking: input copies, and the whole
-     * dynamic descriptor written into dyn_host, a staging slot that holds an
-     * older tick's bytes (the pipeline uploads all modules' descriptors in
-     * one copy afterwards, and skips it when nothing changed). */
-    kp_status (*configure_io)(void *self, kp_stream_t s, void *dyn_host);
-    /* Output tensors, in declaration order. */
-    kp_status (*get_outputs)(void *self, kp_port_info *outputs, size_t n);
-    /* Optional: one-time preparation on a stream (handles, capture). */
-    kp_status (*warmup)(void *self, kp_stream_t s);
-    /* Stream mode: enqueue the module's work. */
+    /* Required. Per tick, in execution order: binds the inputs, writes the
+     * dynamic descriptor, fills the outputs. Never blocks or allocates. */
+    kp_status (*io)(void *self, const kp_module_io *io);
+    /* Required. Enqueues the module's work for the last io's inputs: each
+     * tick in stream mode; in graph mode, captured once unless
+     * add_node_to_graph is given. */
     kp_status (*execute)(void *self, kp_stream_t s);
-    /* Graph mode: add the module's node(s) after `deps`; *out is the node that
-     * dependents wait for. */
+    /* Optional: what the module needs from the arena. Default: nothing. */
+    kp_status (*memory_requirements)(void *self, kp_mem_req *out);
+    /* Optional: hands over the module's slice (write the static descriptor
+     * host-side here). Default: nothing. */
+    kp_status (*setup_memory)(void *self, const kp_mem_slice *slice);
+    /* Optional: one-time preparation on a stream, after the first io. */
+    kp_status (*warmup)(void *self, kp_stream_t s);
+    /* Optional, graph mode: adds the module's node(s) after `deps`; *out is
+     * the node dependents wait for. Default: execute() on a stream, captured
+     * into a child graph. */
     kp_status (*add_node_to_graph)(void *self, kp_graph_t g, const kp_graph_node_t *deps,
                                    size_t n_deps, kp_graph_node_t *out);
-    /* Optional: refresh node parameters on the instantiated graph. */
-    kp_status (*update_graph_node_params)(void *self, kp_graph_exec_t ge);
 } kp_module_i;
 
 /* A module parameter as text ("16384", "true", "name"). */
@@ -136,11 +154,22 @@ typedef struct kp_module_def {
     size_t n_inputs, n_outputs;
     kp_port_decl inputs[KP_MAX_PORTS];
     kp_port_decl outputs[KP_MAX_PORTS];
+    /* Inputs (bit i: input i) whose address the module's work takes anew
+     * every tick in graph mode too, because it reads it from the dynamic
+     * descriptor: they are read in place. Any other input of a graph-mode
+     * module has its address baked into the graph, so when its upstream's
+     * address may change (external inputs, dynamic outputs) the pipeline
+     * copies it into a buffer of its own each tick, inside the graph. Stream
+     * mode reads every input in place. */
+    uint32_t live_inputs;
+    /* Outputs (bit i) whose address may change per tick (a pass-through). */
+    uint32_t dynamic_outputs;
 } kp_module_def;
 
 typedef kp_status (*kp_module_create_fn)(const kp_module_env *env, kp_module_def *def);
 
-/* Registers a factory under `type` (copied). Built-in types: engine, relu.
+/* Registers a factory under `type` (copied). The built-in types (engine,
+ * relu) register themselves this way when the library loads.
  * KP_ERR_INVALID_ARG if the type is taken. Thread-safe. */
 kp_status kp_module_register(const char *type, kp_module_create_fn create);
 /* Number of registered types and the i-th name, for listings. */
@@ -153,6 +182,9 @@ const char *kp_module_type_name(size_t i);
  * exponent. Every parameter of a spec must be looked up by its factory. */
 kp_status kp_param_int(const kp_module_env *env, const char *key, bool def_ok, int64_t def,
                        int64_t *out);
+/* A finite decimal number ("0.5", "-2", "1e-3"); no spaces, '+', nan or inf. */
+kp_status kp_param_double(const kp_module_env *env, const char *key, bool def_ok, double def,
+                          double *out);
 kp_status kp_param_str(const kp_module_env *env, const char *key, const char *def,
                        const char **out);
 

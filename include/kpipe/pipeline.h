@@ -122,7 +122,7 @@ const char  *kp_library_versions(char *buf, size_t len);
 
 typedef struct kp_pipeline_report {
     size_t n_modules, n_connections, n_inputs, n_outputs;
-    size_t tensor_bytes;       /* module-owned tensors in the arena */
+    size_t tensor_bytes;       /* module tensors and the pipeline's input copies, in the arena */
     size_t workspace_bytes;
     size_t static_desc_bytes, dynamic_desc_bytes;
     size_t arena_bytes;        /* the one device allocation, alignment included */
@@ -138,6 +138,7 @@ typedef struct kp_module_report {
     size_t static_desc_offset;  /* of its static descriptor in the arena */
     size_t dynamic_desc_offset; /* of its dynamic descriptor in the arena */
     kp_mem_req req;
+    size_t copy_bytes;          /* the pipeline's copies of its inputs, after its tensors */
     size_t n_inputs, n_outputs;
     const kp_port_decl *inputs, *outputs;
     size_t n_graph_deps;        /* modules its graph node waits for */

@@ -8,7 +8,3 @@ kp_status kp__param_size(const kp_module_env *env, int64_t *n) {
                          (long long)*n, (long long)KP__MAX_ELEMENTS);
     return KP_OK;
 }
-
-#ifndef KP_HAVE_CUDA
-int kp__cublas_version(void) { return 0; }
-#endif

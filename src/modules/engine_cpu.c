@@ -40,7 +40,6 @@ static kp_status kp__ecpu_enqueue(void *ctx, kp_stream_t s, const float *a, cons
 static void kp__ecpu_destroy(void *ctx) { kp__free(ctx); }
 
 const kp__engine_backend_i kp__engine_cpu = {
-    .name = "cpu loop",
     .create = kp__ecpu_create,
     .set_workspace = kp__ecpu_set_workspace,
     .enqueue = kp__ecpu_enqueue,

@@ -6,6 +6,7 @@
  * runs near it. A workspace is set so that stream capture allocates nothing. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <stdio.h>
 
 #include "modules-impl.h"
 
@@ -97,19 +98,21 @@ static void kp__cublas_destroy(void *ctx) {
     kp__free(e);
 }
 
+static void kp__cublas_note_library(void) {
+    int major = 0, minor = 0, patch = 0;
+    char v[32];
+    if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
+        cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
+        return;
+    snprintf(v, sizeof v, "%d.%d.%d", major, minor, patch);
+    (void)kp_library_register("cuBLAS", v);
+}
+
 const kp__engine_backend_i kp__engine_cublas = {
-    .name = "cublasSgeam",
     .create = kp__cublas_create,
     .set_workspace = kp__cublas_set_workspace,
     .enqueue = kp__cublas_enqueue,
     .destroy = kp__cublas_destroy,
+    .note_library = kp__cublas_note_library,
 };
-
-int kp__cublas_version(void) {
-    int major = 0, minor = 0, patch = 0;
-    if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
-        cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
-        cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
-        return 0;
-    return major * 10000 + minor * 100 + patch;
-}

@@ -1,8 +1,10 @@
-/* Shared by the built-in modules. */
+/* Shared by the built-in modules. Modules see the library as a program
+ * does -- the public headers -- plus core's internal helpers. */
 #ifndef KPIPE_MODULES_IMPL_H
 #define KPIPE_MODULES_IMPL_H
 
-#include "../pipeline/pipeline-impl.h"
+#include "kpipe/kpipe.h"
+#include "../core/core-impl.h"
 
 /* Elements a 1-D module accepts: 1 .. 2^31. */
 #define KP__MAX_ELEMENTS ((int64_t)1 << 31)
@@ -10,13 +12,26 @@
 /* Reads the "size" parameter and checks its range. */
 kp_status kp__param_size(const kp_module_env *env, int64_t *n);
 
+/* Registers a built-in module type when the library loads, through
+ * kp_module_register as a program would; `on_load` (or NULL) runs first, to
+ * note libraries. CMake's kp_builtin_module() keeps the defining object in
+ * static links (where nothing else refers to it) by asking the linker for
+ * the symbol kp__module_<type>. */
+#define KP__BUILTIN_MODULE(type, create, on_load)                               \
+    const char kp__module_##type = 0;                                           \
+    __attribute__((constructor)) static void kp__register_##type(void) {        \
+        void (*load_)(void) = on_load;                                          \
+        if (load_) load_();                                                     \
+        if (kp_module_register(#type, create) != KP_OK)                         \
+            kp__log(KP_LOG_ERROR, "built-in module %s: %s", #type, kp_last_error()); \
+    }
+
 /* The vendor computation behind the engine module: c = a + b over n floats.
  * A backend is opaque to the framework; everything it enqueues must be
  * capturable into a graph and allocate nothing once created. cuBLAS is the
  * CUDA backend; a TensorRT backend (enqueueV3 on the stream, device memory
  * from the workspace) has the same shape. */
 typedef struct kp__engine_backend_i {
-    const char *name;
     /* Prepares n-element adds on `dev`; reports the workspace it wants. */
     kp_status (*create)(kp_device_t dev, int64_t n, void **ctx, size_t *workspace_bytes);
     /* Hands over the workspace (inside the pipeline arena). */
@@ -24,6 +39,8 @@ typedef struct kp__engine_backend_i {
     /* Enqueues c = a + b on `s`. */
     kp_status (*enqueue)(void *ctx, kp_stream_t s, const float *a, const float *b, float *c);
     void (*destroy)(void *ctx);
+    /* Optional: notes the vendor library's version with kp_library_register. */
+    void (*note_library)(void);
 } kp__engine_backend_i;
 
 extern const kp__engine_backend_i kp__engine_cpu;

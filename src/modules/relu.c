@@ -36,20 +36,12 @@ static const kp_kernel kp__relu_kernel = {"relu", sizeof(kp__relu_params),
 typedef struct kp__relu {
     int64_t n;
     kp_tensor_desc out_desc;
-    const float *bound;
     float *out;
     kp__relu_params params;
     kp_launch launch;
 } kp__relu;
 
 static void kp__relu_destroy(void *self) { kp__free(self); }
-
-static kp_status kp__relu_copy_mode(void *self, size_t input, bool copy) {
-    if (copy)
-        return kp__error(KP_ERR_UNSUPPORTED, "relu reads its input address each tick and never "
-                         "copies its input");
-    return KP_OK;
-}
 
 static kp_status kp__relu_mem(void *self, kp_mem_req *r) {
     kp__relu *m = self;
@@ -75,20 +67,12 @@ static kp_status kp__relu_setup(void *self, const kp_mem_slice *s) {
     return KP_OK;
 }
 
-static kp_status kp__relu_set_inputs(void *self, const kp_port_info *in, size_t n) {
-    ((kp__relu *)self)->bound = in[0].data;
-    return KP_OK;
-}
-
-static kp_status kp__relu_configure(void *self, kp_stream_t s, void *dyn_host) {
-    ((kp__relu_dynamic *)dyn_host)->input = ((kp__relu *)self)->bound;
-    return KP_OK;
-}
-
-static kp_status kp__relu_outputs(void *self, kp_port_info *out, size_t n) {
+/* The input's address goes to the device through the dynamic descriptor. */
+static kp_status kp__relu_io(void *self, const kp_module_io *io) {
     kp__relu *m = self;
-    out[0].data = m->out;
-    out[0].desc = m->out_desc; /* fixed at creation: nothing to rebuild per tick */
+    ((kp__relu_dynamic *)io->dynamic_desc)->input = io->inputs[0].data;
+    io->outputs[0].data = m->out;
+    io->outputs[0].desc = m->out_desc; /* fixed at creation: nothing to rebuild per tick */
     return KP_OK;
 }
 
@@ -96,6 +80,7 @@ static kp_status kp__relu_execute(void *self, kp_stream_t s) {
     return kp_launch_kernel(s, &((kp__relu *)self)->launch);
 }
 
+/* One kernel node: the same launch as stream mode, no child graph. */
 static kp_status kp__relu_add_node(void *self, kp_graph_t g, const kp_graph_node_t *deps,
                                    size_t n, kp_graph_node_t *out) {
     return kp_graph_add_kernel(g, deps, n, &((kp__relu *)self)->launch, out);
@@ -103,17 +88,14 @@ static kp_status kp__relu_add_node(void *self, kp_graph_t g, const kp_graph_node
 
 static const kp_module_i kp__relu_iface = {
     .destroy = kp__relu_destroy,
-    .set_connection_copy_mode = kp__relu_copy_mode,
+    .io = kp__relu_io,
+    .execute = kp__relu_execute,
     .memory_requirements = kp__relu_mem,
     .setup_memory = kp__relu_setup,
-    .set_inputs = kp__relu_set_inputs,
-    .configure_io = kp__relu_configure,
-    .get_outputs = kp__relu_outputs,
-    .execute = kp__relu_execute,
     .add_node_to_graph = kp__relu_add_node,
 };
 
-kp_status kp__relu_create(const kp_module_env *env, kp_module_def *def) {
+static kp_status kp__relu_create(const kp_module_env *env, kp_module_def *def) {
     int64_t n;
     KP_CHECK(kp__param_size(env, &n));
     kp__relu *m = kp__calloc(1, sizeof *m);
@@ -130,5 +112,8 @@ kp_status kp__relu_create(const kp_module_env *env, kp_module_def *def) {
     def->self = m;
     def->n_inputs = 1;
     def->n_outputs = 1;
+    def->live_inputs = 1; /* the kernel reads its input's address from the descriptor */
     return KP_OK;
 }
+
+KP__BUILTIN_MODULE(relu, kp__relu_create, NULL)

@@ -21,20 +21,26 @@ typedef struct kp__binding {
     kp__src_kind kind;
     size_t index;  /* external input index, or upstream module index (execution order) */
     size_t port;   /* upstream output port */
-    bool copy;     /* the zero-copy decision: true means the module copies */
+    bool copy;     /* the zero-copy decision: true means the pipeline copies into a buffer */
     const char *reason;
+    size_t copy_off;          /* the copy's buffer in the arena */
+    size_t copy_bytes;
+    kp_graph_node_t copy_node; /* graph mode: the memcpy node feeding the buffer */
+    const void *copy_src;      /* its source as last set */
 } kp__binding;
 
 typedef struct kp__module {
     char id[KP_NAME_MAX];
     char type[KP_NAME_MAX];
     kp_module_def def;
-    size_t spec_index;
     kp__binding in[KP_MAX_PORTS];
     kp_port_info in_info[KP_MAX_PORTS];   /* per-tick bindings, preallocated */
     kp_port_info out_info[KP_MAX_PORTS];  /* outputs as of the last configure_io */
     kp_mem_req req;
-    size_t dev_off, ws_off, sdesc_off, ddesc_off;
+    size_t copy_bytes;                    /* the pipeline's copies of its inputs */
+    /* arena offsets of its tensors and workspace; its descriptors' offsets
+     * within the static and dynamic descriptor regions */
+    size_t tensor_off, workspace_off, static_desc_off, dynamic_desc_off;
     size_t n_deps;
     size_t deps[KP_MAX_PORTS];            /* upstream modules, unique */
     kp_graph_node_t node;
@@ -63,18 +69,20 @@ struct kp_pipeline {
     /* memory, from the device's allocators */
     kp_allocator_t arena_alloc, pinned_alloc;
     void *arena;                  /* the one device allocation */
-    void *pinned;                 /* static descriptors, then the dynamic slots */
+    void *pinned;                 /* static descriptors, then the dynamic staging slots */
     size_t arena_bytes, pinned_bytes;
-    size_t tensor_bytes, ws_bytes, sdesc_bytes, ddesc_bytes, dslot_stride;
-    size_t sdesc_at, ddesc_at;    /* descriptor regions' offsets in the arena */
-    void *sdesc_dev, *ddesc_dev;
+    size_t tensor_bytes;          /* module tensors and the pipeline's input copies */
+    size_t workspace_bytes, static_desc_bytes, dynamic_desc_bytes;
+    size_t staging_stride;        /* bytes from one dynamic staging slot to the next */
+    size_t static_desc_at, dynamic_desc_at; /* the descriptor regions' offsets in the arena */
+    void *static_desc_dev, *dynamic_desc_dev;
     unsigned slot;
     kp_event_t group_done[KP__DYN_GROUPS];
     kp_event_t handoff;           /* orders a new stream after the last one */
     kp_stream_t last_stream;      /* stream of the last call that enqueued work */
     int acquired;                 /* slot made writable and not yet uploaded, or -1 */
     bool uploaded;                /* the shadow holds what the device region holds */
-    kp_stream_t aux;              /* graph upload */
+    kp_stream_t build_stream;     /* graph capture and upload at build time */
 
     /* graph */
     kp_graph_t graph;
@@ -99,15 +107,10 @@ kp_status kp__pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_
 /* Computes the memory layout (run.c); called once at creation. */
 kp_status kp__plan(kp_pipeline_t p);
 
-/* Registry lookup (creates built-ins on first use). */
+/* Registry lookup. */
 kp_module_create_fn kp__module_lookup(const char *type);
 /* "engine relu" into buf. */
 void kp__module_type_list(char *buf, size_t len);
 
-/* Built-in module factories (src/modules). */
-kp_status kp__engine_create(const kp_module_env *env, kp_module_def *def);
-kp_status kp__relu_create(const kp_module_env *env, kp_module_def *def);
-/* cuBLAS's version as major * 10000 + minor * 100 + patch; 0 without CUDA. */
-int kp__cublas_version(void);
 
 #endif

@@ -11,9 +11,11 @@ static const char *const kp__reason_fixed_up =
     "zero-copy: the upstream address is fixed for the pipeline's life";
 static const char *const kp__reason_reads_each_tick =
     "zero-copy: the downstream module takes the address anew each tick";
+static const char *const kp__reason_stream =
+    "zero-copy: stream mode enqueues work with the current addresses each tick";
 static const char *const kp__reason_copy =
-    "copy: the upstream address may change per tick and the downstream module needs a fixed "
-    "address";
+    "copy: the upstream address may change per tick and the downstream module's graph node "
+    "bakes in its input addresses";
 
 const char *kp_exec_mode_str(kp_exec_mode m) {
     return m == KP_EXEC_STREAM ? "stream" : m == KP_EXEC_GRAPH ? "graph" : "invalid";
@@ -31,11 +33,9 @@ static kp_status kp__check_name(const char *what, const char *name) {
 
 static kp_status kp__check_def(const kp__module *m) {
     const kp_module_i *f = m->def.iface;
-    if (!f || !f->destroy || !f->set_connection_copy_mode || !f->memory_requirements ||
-        !f->setup_memory || !f->set_inputs || !f->configure_io || !f->get_outputs || !f->execute ||
-        !f->add_node_to_graph)
+    if (!f || !f->destroy || !f->io || !f->execute)
         return kp__error(KP_ERR_INVALID_ARG, "module \"%s\" (%s): its factory left a required "
-                         "interface slot empty", m->id, m->type);
+                         "interface slot (destroy, io, execute) empty", m->id, m->type);
     if (m->def.n_inputs > KP_MAX_PORTS || m->def.n_outputs > KP_MAX_PORTS)
         return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": more than %d ports", m->id, KP_MAX_PORTS);
     return KP_OK;
@@ -58,7 +58,6 @@ static kp_status kp__create_module(kp_pipeline_t p, const kp_module_spec *ms, si
     }
     snprintf(m->id, KP_NAME_MAX, "%s", ms->id);
     snprintf(m->type, KP_NAME_MAX, "%s", ms->type);
-    m->spec_index = i;
     struct kp_param_use use;
     memset(&use, 0, sizeof use);
     kp_module_env env = {p->dev, p->mode, m->id, ms->params, ms->n_params, &use};
@@ -148,7 +147,7 @@ static kp_status kp__wire_connections(kp_pipeline_t p, const kp_pipeline_spec *s
         if (fm == tm)
             return kp__error(KP_ERR_INVALID_ARG, "%s: a module cannot feed itself (cycle)", what);
         KP_CHECK(kp__check_same(&p->mods[fm].def.outputs[fp], &p->mods[tm].def.inputs[tp], what));
-        KP_CHECK(kp__bind(p, tm, tp, (kp__binding){KP__SRC_MODULE, fm, fp, false, NULL}, what));
+        KP_CHECK(kp__bind(p, tm, tp, (kp__binding){.kind = KP__SRC_MODULE, .index = fm, .port = fp}, what));
     }
     return KP_OK;
 }
@@ -169,7 +168,7 @@ static kp_status kp__wire_externals(kp_pipeline_t p, const kp_pipeline_spec *spe
         KP_CHECK(kp__find_port(p, es[i].port, outputs, what, &ext[i].module, &ext[i].port));
         if (!outputs)
             KP_CHECK(kp__bind(p, ext[i].module, ext[i].port,
-                              (kp__binding){KP__SRC_EXTERNAL, i, 0, false, NULL}, what));
+                              (kp__binding){.kind = KP__SRC_EXTERNAL, .index = i}, what));
     }
     return KP_OK;
 }
@@ -244,33 +243,27 @@ static void kp__find_deps(kp_pipeline_t p) {
     }
 }
 
-/* Zero-copy unless the upstream address is dynamic (external inputs are)
- * and the downstream input needs a fixed address. */
-static kp_status kp__decide_copies(kp_pipeline_t p) {
+/* Zero-copy unless, in graph mode, the upstream address may change per tick
+ * (external inputs and dynamic outputs) and the downstream module's node
+ * bakes its input addresses in (the input is not live): then the pipeline
+ * copies the input into a buffer of its own each tick, inside the graph. */
+static void kp__decide_copies(kp_pipeline_t p) {
     for (size_t i = 0; i < p->n_modules; i++) {
         kp__module *m = &p->mods[i];
         for (size_t k = 0; k < m->def.n_inputs; k++) {
             kp__binding *b = &m->in[k];
-            bool dynamic = b->kind == KP__SRC_EXTERNAL;
-            if (b->kind == KP__SRC_MODULE) {
-                const kp__module *up = &p->mods[b->index];
-                dynamic = up->def.iface->output_address_dynamic &&
-                          up->def.iface->output_address_dynamic(up->def.self, b->port);
-            }
-            bool fixed = m->def.iface->input_needs_fixed_address &&
-                         m->def.iface->input_needs_fixed_address(m->def.self, k);
-            b->copy = dynamic && fixed;
-            b->reason = b->copy ? kp__reason_copy : !dynamic ? kp__reason_fixed_up
-                                                             : kp__reason_reads_each_tick;
-            kp_status st = m->def.iface->set_connection_copy_mode(m->def.self, k, b->copy);
-            if (st != KP_OK)
-                return kp__error_prefix(st, "module \"%s\" input \"%s\"", m->id,
-                                        m->def.inputs[k].name);
+            bool dynamic = b->kind == KP__SRC_EXTERNAL ||
+                           (p->mods[b->index].def.dynamic_outputs >> b->port & 1u);
+            bool live = m->def.live_inputs >> k & 1u;
+            b->copy = p->mode == KP_EXEC_GRAPH && dynamic && !live;
+            b->reason = b->copy ? kp__reason_copy
+                        : !dynamic ? kp__reason_fixed_up
+                        : p->mode == KP_EXEC_STREAM ? kp__reason_stream
+                                                    : kp__reason_reads_each_tick;
             kp__log(KP_LOG_INFO, "pipeline %s: %s.%s: %s", p->name, m->id, m->def.inputs[k].name,
                     b->reason);
         }
     }
-    return KP_OK;
 }
 
 /* A module spec's own fields: counts match arrays, parameters are distinct
@@ -354,7 +347,7 @@ kp_status kp__pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_
     KP_CHECK_GOTO(kp__check_all_fed(p), st, fail);
     KP_CHECK_GOTO(kp__order(p), st, fail);
     kp__find_deps(p);
-    KP_CHECK_GOTO(kp__decide_copies(p), st, fail);
+    kp__decide_copies(p);
     KP_CHECK_GOTO(kp__plan(p), st, fail);
     p->state = KP__CREATED;
     *out = p;
@@ -376,9 +369,9 @@ kp_status kp_pipeline_report_get(kp_pipeline_t p, kp_pipeline_report *r) {
     r->n_outputs = p->n_outputs;
     for (size_t i = 0; i < p->n_modules; i++) r->n_connections += p->mods[i].def.n_inputs;
     r->tensor_bytes = p->tensor_bytes;
-    r->workspace_bytes = p->ws_bytes;
-    r->static_desc_bytes = p->sdesc_bytes;
-    r->dynamic_desc_bytes = p->ddesc_bytes;
+    r->workspace_bytes = p->workspace_bytes;
+    r->static_desc_bytes = p->static_desc_bytes;
+    r->dynamic_desc_bytes = p->dynamic_desc_bytes;
     r->arena_bytes = p->arena_bytes;
     r->pinned_bytes = p->pinned_bytes;
     r->graph_nodes = p->graph ? kp_graph_node_count(p->graph) : 0;
@@ -395,11 +388,12 @@ kp_status kp_pipeline_module_report(kp_pipeline_t p, size_t i, kp_module_report 
     r->id = m->id;
     r->type = m->type;
     r->order = i;
-    r->device_offset = m->dev_off;
-    r->workspace_offset = m->ws_off;
-    r->static_desc_offset = p->sdesc_at + m->sdesc_off;
-    r->dynamic_desc_offset = p->ddesc_at + m->ddesc_off;
+    r->device_offset = m->tensor_off;
+    r->workspace_offset = m->workspace_off;
+    r->static_desc_offset = p->static_desc_at + m->static_desc_off;
+    r->dynamic_desc_offset = p->dynamic_desc_at + m->dynamic_desc_off;
     r->req = m->req;
+    r->copy_bytes = m->copy_bytes;
     r->n_inputs = m->def.n_inputs;
     r->n_outputs = m->def.n_outputs;
     r->inputs = m->def.inputs;

@@ -1,5 +1,6 @@
 /* Module factories by type name, and parameter helpers for factories. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,6 @@ static struct {
 } kp__types[KP__MAX_TYPES];
 static size_t kp__n_types;
 static pthread_mutex_t kp__reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t kp__reg_once = PTHREAD_ONCE_INIT;
 
 static kp_status kp__register_locked(const char *type, kp_module_create_fn fn) {
     for (size_t i = 0; i < kp__n_types; i++)
@@ -28,20 +28,12 @@ static kp_status kp__register_locked(const char *type, kp_module_create_fn fn) {
     return KP_OK;
 }
 
-static void kp__register_builtins(void) {
-    pthread_mutex_lock(&kp__reg_mu);
-    kp__register_locked("engine", kp__engine_create);
-    kp__register_locked("relu", kp__relu_create);
-    pthread_mutex_unlock(&kp__reg_mu);
-}
-
 kp_status kp_module_register(const char *type, kp_module_create_fn create) {
     if (!type || !*type || !create)
         return kp__error(KP_ERR_INVALID_ARG, "kp_module_register: type and create are required");
     if (strlen(type) >= KP_NAME_MAX || strchr(type, '.'))
         return kp__error(KP_ERR_INVALID_ARG, "module type \"%s\": at most %d characters, no '.'",
                          type, KP_NAME_MAX - 1);
-    pthread_once(&kp__reg_once, kp__register_builtins);
     pthread_mutex_lock(&kp__reg_mu);
     kp_status st = kp__register_locked(type, create);
     pthread_mutex_unlock(&kp__reg_mu);
@@ -50,7 +42,6 @@ kp_status kp_module_register(const char *type, kp_module_create_fn create) {
 
 kp_module_create_fn kp__module_lookup(const char *type) {
     kp_module_create_fn fn = NULL;
-    pthread_once(&kp__reg_once, kp__register_builtins);
     pthread_mutex_lock(&kp__reg_mu);
     for (size_t i = 0; i < kp__n_types && !fn; i++)
         if (strcmp(kp__types[i].type, type) == 0) fn = kp__types[i].create;
@@ -59,13 +50,14 @@ kp_module_create_fn kp__module_lookup(const char *type) {
 }
 
 size_t kp_module_type_count(void) {
-    pthread_once(&kp__reg_once, kp__register_builtins);
-    return kp__n_types;
+    pthread_mutex_lock(&kp__reg_mu);
+    size_t n = kp__n_types;
+    pthread_mutex_unlock(&kp__reg_mu);
+    return n;
 }
 
 const char *kp_module_type_name(size_t i) {
-    pthread_once(&kp__reg_once, kp__register_builtins);
-    return i < kp__n_types ? kp__types[i].type : NULL;
+    return i < kp_module_type_count() ? kp__types[i].type : NULL;
 }
 
 void kp__module_type_list(char *buf, size_t len) {
@@ -124,6 +116,27 @@ kp_status kp_param_int(const kp_module_env *env, const char *key, bool def_ok, i
     if (!kp__is_integer_text(v) || errno || *end)
         return kp__error(KP_ERR_INVALID_ARG, "parameter \"%s\" = \"%s\" is not an integer (decimal "
                          "digits, optionally after '-')", key, v);
+    *out = x;
+    return KP_OK;
+}
+
+kp_status kp_param_double(const kp_module_env *env, const char *key, bool def_ok, double def,
+                          double *out) {
+    if (!env || !key || !out)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_param_double: env, key and out are required");
+    const char *v = kp__param_find(env, key);
+    if (!v) {
+        if (!def_ok) return kp__error(KP_ERR_INVALID_ARG, "parameter \"%s\" is required", key);
+        *out = def;
+        return KP_OK;
+    }
+    const char *p = v + (*v == '-');
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!((*p >= '0' && *p <= '9') || *p == '.') || *end || errno || !isfinite(x))
+        return kp__error(KP_ERR_INVALID_ARG, "parameter \"%s\" = \"%s\" is not a finite decimal "
+                         "number", key, v);
     *out = x;
     return KP_OK;
 }

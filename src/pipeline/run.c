@@ -17,7 +17,9 @@ static void *kp__at(void *base, size_t off) { return base ? (char *)base + off :
 static const char *const kp__state_names[] = {"created", "set up", "configured", "warmed up",
                                               "built"};
 
-static kp_status kp__need(kp_pipeline_t p, kp__state at_least, const char *call, const char *hint) {
+/* The call needs the pipeline in `at_least`; `hint` says what comes first. */
+static kp_status kp__require_state(kp_pipeline_t p, kp__state at_least, const char *call,
+                                   const char *hint) {
     if (!p) return kp__error(KP_ERR_INVALID_ARG, "%s: pipeline is NULL", call);
     if (p->state < at_least)
         return kp__error(KP_ERR_STATE, "%s: pipeline \"%s\" is %s; %s first", call, p->name,
@@ -35,38 +37,71 @@ static kp_status kp__check_stream(kp_pipeline_t p, kp_stream_t s, const char *fn
     return KP_OK;
 }
 
-/* Lays out every module's tensors, workspace and descriptors; allocates
- * nothing, so a spec can be planned and reported without running it. */
+/* --- the plan ----------------------------------------------------------------------- */
+/* Places `bytes` at the next `align`-aligned offset of a region, with checked
+ * arithmetic: modules state their sizes, and a sum must not wrap. */
+static bool kp__place(size_t *end, size_t align, size_t bytes, size_t *at) {
+    size_t a;
+    if (*end > KP__MAX_ALLOC_BYTES || bytes > KP__MAX_ALLOC_BYTES) return false;
+    a = kp__align(*end, align);
+    *at = a;
+    *end = a + bytes;
+    return *end <= KP__MAX_ALLOC_BYTES;
+}
+
+/* One module's memory: its tensors, then the pipeline's copies of its inputs. */
+static bool kp__plan_tensors(kp_pipeline_t p, kp__module *m, size_t *off) {
+    if (!kp__place(off, KP__TENSOR_ALIGN, m->req.device_bytes, &m->tensor_off)) return false;
+    p->tensor_bytes += m->req.device_bytes;
+    for (size_t k = 0; k < m->def.n_inputs; k++) {
+        kp__binding *b = &m->in[k];
+        if (!b->copy) continue;
+        b->copy_bytes = (size_t)kp_desc_bytes_needed(&m->def.inputs[k].desc);
+        if (!kp__place(off, KP__TENSOR_ALIGN, b->copy_bytes, &b->copy_off)) return false;
+        m->copy_bytes += b->copy_bytes;
+        p->tensor_bytes += b->copy_bytes;
+    }
+    return true;
+}
+
+/* Lays out every module's tensors, the input copies, workspaces and
+ * descriptors; allocates nothing, so a spec can be planned and reported
+ * without running it. */
 kp_status kp__plan(kp_pipeline_t p) {
     size_t off = 0, soff = 0, doff = 0;
     for (size_t i = 0; i < p->n_modules; i++) {
         kp__module *m = &p->mods[i];
-        KP_CHECK(m->def.iface->memory_requirements(m->def.self, &m->req));
-        m->dev_off = off = kp__align(off, KP__TENSOR_ALIGN);
-        off += m->req.device_bytes;
-        p->tensor_bytes += m->req.device_bytes;
+        memset(&m->req, 0, sizeof m->req);
+        if (m->def.iface->memory_requirements) {
+            kp_status st = m->def.iface->memory_requirements(m->def.self, &m->req);
+            if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" memory_requirements", m->id);
+        }
+        if (!kp__plan_tensors(p, m, &off)) goto too_big;
     }
     for (size_t i = 0; i < p->n_modules; i++) {
         kp__module *m = &p->mods[i];
-        m->ws_off = off = kp__align(off, KP__TENSOR_ALIGN);
-        off += m->req.workspace_bytes;
-        p->ws_bytes += m->req.workspace_bytes;
-        m->sdesc_off = soff = kp__align(soff, KP__DESC_ALIGN);
-        soff += m->req.static_desc_bytes;
-        m->ddesc_off = doff = kp__align(doff, KP__DESC_ALIGN);
-        doff += m->req.dynamic_desc_bytes;
+        if (!kp__place(&off, KP__TENSOR_ALIGN, m->req.workspace_bytes, &m->workspace_off) ||
+            !kp__place(&soff, KP__DESC_ALIGN, m->req.static_desc_bytes, &m->static_desc_off) ||
+            !kp__place(&doff, KP__DESC_ALIGN, m->req.dynamic_desc_bytes, &m->dynamic_desc_off))
+            goto too_big;
+        p->workspace_bytes += m->req.workspace_bytes;
     }
-    p->sdesc_bytes = soff;
-    p->ddesc_bytes = doff;
-    p->sdesc_at = kp__align(off, KP__TENSOR_ALIGN);
-    p->ddesc_at = kp__align(p->sdesc_at + soff, KP__DESC_ALIGN);
-    p->arena_bytes = p->ddesc_at + doff;
-    p->dslot_stride = kp__align(doff, KP__DESC_ALIGN);
-    /* the slots, then a shadow of the last upload */
-    p->pinned_bytes = kp__align(soff, KP__DESC_ALIGN) + (KP__DYN_SLOTS + 1) * p->dslot_stride;
+    p->static_desc_bytes = soff;
+    p->dynamic_desc_bytes = doff;
+    p->static_desc_at = kp__align(off, KP__TENSOR_ALIGN);
+    p->dynamic_desc_at = kp__align(p->static_desc_at + soff, KP__DESC_ALIGN);
+    p->arena_bytes = p->dynamic_desc_at + doff;
+    p->staging_stride = kp__align(doff, KP__DESC_ALIGN);
+    /* the static descriptors, the slots, then a shadow of the last upload */
+    p->pinned_bytes = kp__align(soff, KP__DESC_ALIGN) + (KP__DYN_SLOTS + 1) * p->staging_stride;
+    if (p->arena_bytes > KP__MAX_ALLOC_BYTES || p->pinned_bytes > KP__MAX_ALLOC_BYTES) goto too_big;
     return KP_OK;
+too_big:
+    return kp__error(KP_ERR_OUT_OF_MEMORY, "pipeline \"%s\": its modules ask for more memory than "
+                     "one allocation holds (%zu bytes)", p->name, KP__MAX_ALLOC_BYTES);
 }
 
+/* --- setup ------------------------------------------------------------------------- */
 /* The one device allocation and the one pinned staging allocation, from the
  * device's caching allocators, device-wide (no stream): the pipeline's ticks
  * may come on any stream, and freeing waits for the device. */
@@ -78,13 +113,14 @@ static kp_status kp__allocate(kp_pipeline_t p) {
         KP_CHECK(kp_allocator_alloc(p->pinned_alloc, p->pinned_bytes, NULL, &p->pinned));
         memset(p->pinned, 0, p->pinned_bytes);
     }
-    p->sdesc_dev = kp__at(p->arena, p->sdesc_at);
-    p->ddesc_dev = kp__at(p->arena, p->ddesc_at);
+    p->static_desc_dev = kp__at(p->arena, p->static_desc_at);
+    p->dynamic_desc_dev = kp__at(p->arena, p->dynamic_desc_at);
     return KP_OK;
 }
 
-static void *kp__dslot(kp_pipeline_t p, unsigned k) {
-    return kp__at(p->pinned, kp__align(p->sdesc_bytes, KP__DESC_ALIGN) + k * p->dslot_stride);
+/* Dynamic staging slot k (KP__DYN_SLOTS: the shadow of the last upload). */
+static void *kp__staging_slot(kp_pipeline_t p, unsigned k) {
+    return kp__at(p->pinned, kp__align(p->static_desc_bytes, KP__DESC_ALIGN) + k * p->staging_stride);
 }
 
 /* Frees what setup made; the pipeline goes back to "created" (still planned). */
@@ -102,14 +138,14 @@ static void kp__release(kp_pipeline_t p) {
     }
     kp_event_destroy(p->handoff);
     p->handoff = NULL;
-    kp_stream_destroy(p->aux);
+    kp_stream_destroy(p->build_stream);
     kp_graph_exec_destroy(p->exec);
     kp_graph_destroy(p->graph);
     /* the arena first: its free waits for the device, so no upload still reads
      * the pinned slots when they go back */
     if (p->arena) (void)kp_allocator_free(p->arena_alloc, p->arena);
     if (p->pinned) (void)kp_allocator_free(p->pinned_alloc, p->pinned);
-    p->aux = NULL;
+    p->build_stream = NULL;
     p->exec = NULL;
     p->graph = NULL;
     p->arena = p->pinned = NULL;
@@ -120,14 +156,16 @@ static kp_status kp__setup_modules(kp_pipeline_t p) {
     for (size_t i = 0; i < p->n_modules; i++) {
         kp__module *m = &p->mods[i];
         kp_mem_slice s = {
-            .device = kp__at(p->arena, m->dev_off), .device_bytes = m->req.device_bytes,
-            .workspace = kp__at(p->arena, m->ws_off), .workspace_bytes = m->req.workspace_bytes,
-            .static_host = kp__at(p->pinned, m->sdesc_off),
-            .static_dev = kp__at(p->sdesc_dev, m->sdesc_off),
+            .device = kp__at(p->arena, m->tensor_off), .device_bytes = m->req.device_bytes,
+            .workspace = kp__at(p->arena, m->workspace_off),
+            .workspace_bytes = m->req.workspace_bytes,
+            .static_host = kp__at(p->pinned, m->static_desc_off),
+            .static_dev = kp__at(p->static_desc_dev, m->static_desc_off),
             .static_bytes = m->req.static_desc_bytes,
-            .dynamic_dev = kp__at(p->ddesc_dev, m->ddesc_off),
+            .dynamic_dev = kp__at(p->dynamic_desc_dev, m->dynamic_desc_off),
             .dynamic_bytes = m->req.dynamic_desc_bytes,
         };
+        if (!m->def.iface->setup_memory) continue;
         kp_status st = m->def.iface->setup_memory(m->def.self, &s);
         if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" setup_memory", m->id);
     }
@@ -135,7 +173,7 @@ static kp_status kp__setup_modules(kp_pipeline_t p) {
 }
 
 kp_status kp_pipeline_setup(kp_pipeline_t p) {
-    KP_CHECK(kp__need(p, KP__CREATED, __func__, ""));
+    KP_CHECK(kp__require_state(p, KP__CREATED, __func__, ""));
     if (p->state != KP__CREATED)
         return kp__error(KP_ERR_STATE, "kp_pipeline_setup: pipeline \"%s\" is already set up", p->name);
     kp_status st;
@@ -143,60 +181,58 @@ kp_status kp_pipeline_setup(kp_pipeline_t p) {
     for (unsigned g = 0; g < KP__DYN_GROUPS; g++)
         KP_CHECK_GOTO(kp_event_create(p->dev, &p->group_done[g]), st, fail);
     KP_CHECK_GOTO(kp_event_create(p->dev, &p->handoff), st, fail);
-    KP_CHECK_GOTO(kp_stream_create(p->dev, &p->aux), st, fail);
+    KP_CHECK_GOTO(kp_stream_create(p->dev, &p->build_stream), st, fail);
     KP_CHECK_GOTO(kp__setup_modules(p), st, fail);
     p->state = KP__SETUP;
     return KP_OK;
 fail:
     kp__release(p);
-    return st;
+    return kp__error_in(__func__, st);
 }
 
+/* --- a tick ------------------------------------------------------------------------- */
 /* Binds the caller's tensors to the external inputs, by name, checked. */
 static kp_status kp__bind_inputs(kp_pipeline_t p, const kp_port_info *in, size_t n) {
-    if (n && !in) return kp__error(KP_ERR_INVALID_ARG, "configure_io: inputs is NULL");
+    if (n && !in) return kp__error(KP_ERR_INVALID_ARG, "inputs is NULL");
     for (size_t i = 0; i < p->n_inputs; i++) p->inputs[i].cur.data = NULL;
     for (size_t j = 0; j < n; j++) {
         size_t i = j < p->n_inputs && in[j].name && strcmp(p->inputs[j].name, in[j].name) == 0 ? j : p->n_inputs;
         for (size_t k = 0; i == p->n_inputs && k < p->n_inputs; k++)
             if (in[j].name && strcmp(p->inputs[k].name, in[j].name) == 0) i = k;
         if (i == p->n_inputs)
-            return kp__error(KP_ERR_NOT_FOUND, "configure_io: pipeline \"%s\" has no input \"%s\"",
-                             p->name, in[j].name ? in[j].name : "(null)");
+            return kp__error(KP_ERR_NOT_FOUND, "pipeline \"%s\" has no input \"%s\"", p->name,
+                             in[j].name ? in[j].name : "(null)");
         const kp__external *e = &p->inputs[i];
         const kp_port_decl *d = &p->mods[e->module].def.inputs[e->port];
         char a[96], b[96];
         if (p->inputs[i].cur.data)
-            return kp__error(KP_ERR_INVALID_ARG, "configure_io: input \"%s\" is given twice",
-                             e->name);
+            return kp__error(KP_ERR_INVALID_ARG, "input \"%s\" is given twice", e->name);
         if (kp_desc_validate(&in[j].desc) != KP_OK)
-            return kp__error_prefix(KP_ERR_INVALID_ARG, "configure_io: input \"%s\"", e->name);
+            return kp__error_prefix(KP_ERR_INVALID_ARG, "input \"%s\"", e->name);
         if (!kp_desc_same_shape(&in[j].desc, &d->desc) || !kp_desc_is_contiguous(&in[j].desc))
-            return kp__error(KP_ERR_MISMATCH, "configure_io: input \"%s\" is %s%s, but %s.%s takes "
-                             "contiguous %s", e->name, kp_desc_str(&in[j].desc, a, sizeof a),
+            return kp__error(KP_ERR_MISMATCH, "input \"%s\" is %s%s, but %s.%s takes contiguous %s",
+                             e->name, kp_desc_str(&in[j].desc, a, sizeof a),
                              kp_desc_is_contiguous(&in[j].desc) ? "" : " (strided)",
                              p->mods[e->module].id, d->name, kp_desc_str(&d->desc, b, sizeof b));
-        if (!in[j].data)
-            return kp__error(KP_ERR_INVALID_ARG, "configure_io: input \"%s\" has no data", e->name);
+        if (!in[j].data) return kp__error(KP_ERR_INVALID_ARG, "input \"%s\" has no data", e->name);
         p->inputs[i].cur = in[j];
         p->inputs[i].cur.name = e->name;
     }
     for (size_t i = 0; i < p->n_inputs; i++)
         if (!p->inputs[i].cur.data)
-            return kp__error(KP_ERR_INVALID_ARG, "configure_io: input \"%s\" was not given",
-                             p->inputs[i].name);
+            return kp__error(KP_ERR_INVALID_ARG, "input \"%s\" was not given", p->inputs[i].name);
     return KP_OK;
 }
 
 static kp_status kp__fill_outputs(kp_pipeline_t p, kp_port_info *out, size_t n) {
-    if (n && !out) return kp__error(KP_ERR_INVALID_ARG, "configure_io: outputs is NULL");
+    if (n && !out) return kp__error(KP_ERR_INVALID_ARG, "outputs is NULL");
     for (size_t j = 0; j < n; j++) {
         size_t i = p->n_outputs;
         for (size_t k = 0; k < p->n_outputs && i == p->n_outputs; k++)
             if (out[j].name && strcmp(p->outputs[k].name, out[j].name) == 0) i = k;
         if (i == p->n_outputs)
-            return kp__error(KP_ERR_NOT_FOUND, "configure_io: pipeline \"%s\" has no output \"%s\"",
-                             p->name, out[j].name ? out[j].name : "(null)");
+            return kp__error(KP_ERR_NOT_FOUND, "pipeline \"%s\" has no output \"%s\"", p->name,
+                             out[j].name ? out[j].name : "(null)");
         const kp_port_info *src = &p->mods[p->outputs[i].module].out_info[p->outputs[i].port];
         out[j].data = src->data;
         out[j].desc = src->desc;
@@ -204,27 +240,44 @@ static kp_status kp__fill_outputs(kp_pipeline_t p, kp_port_info *out, size_t n) 
     return KP_OK;
 }
 
-/* One module's tick: bind its inputs, let it configure, read its outputs. */
+/* What feeds binding b of this tick: the upstream tensor as it is now. */
+static const kp_port_info *kp__source(kp_pipeline_t p, const kp__binding *b) {
+    return b->kind == KP__SRC_EXTERNAL ? &p->inputs[b->index].cur
+                                       : &p->mods[b->index].out_info[b->port];
+}
+
+/* One module's tick: its inputs (the pipeline's copy buffer where it copies,
+ * else the upstream tensor), its io call, then the graph's copy nodes
+ * re-pointed where a source address changed. */
 static kp_status kp__module_io(kp_pipeline_t p, kp__module *m, kp_stream_t s, void *slot) {
     for (size_t k = 0; k < m->def.n_inputs; k++) {
         const kp__binding *b = &m->in[k];
-        m->in_info[k] = b->kind == KP__SRC_EXTERNAL ? p->inputs[b->index].cur
-                                                    : p->mods[b->index].out_info[b->port];
+        if (b->copy) {
+            m->in_info[k].data = kp__at(p->arena, b->copy_off);
+            m->in_info[k].desc = m->def.inputs[k].desc;
+        } else {
+            m->in_info[k] = *kp__source(p, b);
+        }
         m->in_info[k].name = m->def.inputs[k].name;
     }
-    const kp_module_i *f = m->def.iface;
-    kp_status st = f->set_inputs(m->def.self, m->in_info, m->def.n_inputs);
-    if (st == KP_OK) st = f->configure_io(m->def.self, s, kp__at(slot, m->ddesc_off));
-    if (st == KP_OK) st = f->get_outputs(m->def.self, m->out_info, m->def.n_outputs);
-    if (st == KP_OK && p->exec && f->update_graph_node_params)
-        st = f->update_graph_node_params(m->def.self, p->exec);
-    return st == KP_OK ? KP_OK : kp__error_prefix(st, "module \"%s\" configure_io", m->id);
+    kp_module_io io = {s, m->in_info, m->def.n_inputs, m->out_info, m->def.n_outputs,
+                       m->req.dynamic_desc_bytes ? kp__at(slot, m->dynamic_desc_off) : NULL, p->exec};
+    kp_status st = m->def.iface->io(m->def.self, &io);
+    for (size_t k = 0; k < m->def.n_inputs && st == KP_OK && p->exec; k++) {
+        kp__binding *b = &m->in[k];
+        const void *src = b->copy ? kp__source(p, b)->data : NULL;
+        if (!b->copy || src == b->copy_src) continue;
+        st = kp_graph_exec_set_memcpy(p->exec, b->copy_node, kp__at(p->arena, b->copy_off), src,
+                                      b->copy_bytes);
+        b->copy_src = src;
+    }
+    return st == KP_OK ? KP_OK : kp__error_prefix(st, "module \"%s\" io", m->id);
 }
 
 /* A pipeline has one arena: its ticks must run on the device in call order.
  * When a call comes on another stream than the last, the new stream waits
  * (on the device; the host does not block) for the work enqueued so far. */
-static kp_status kp__follow(kp_pipeline_t p, kp_stream_t s) {
+static kp_status kp__order_after_last(kp_pipeline_t p, kp_stream_t s) {
     if (p->last_stream && p->last_stream != s) {
         KP_CHECK(kp_event_record(p->handoff, p->last_stream));
         KP_CHECK(kp_stream_wait_event(s, p->handoff));
@@ -235,10 +288,10 @@ static kp_status kp__follow(kp_pipeline_t p, kp_stream_t s) {
 
 /* Makes staging slot k writable: entering a group waits for the group's
  * previous uploads, done long ago in steady state, so this does not block.
- * Ticks are ordered on the device (kp__follow), so the event recorded after
- * a group's last upload covers all of the group's uploads. */
+ * Ticks are ordered on the device (kp__order_after_last), so the event
+ * recorded after a group's last upload covers all of the group's uploads. */
 static kp_status kp__slot_acquire(kp_pipeline_t p, unsigned k) {
-    if (!p->ddesc_bytes) return KP_OK;
+    if (!p->dynamic_desc_bytes) return KP_OK;
     if (k % KP__DYN_GROUP == 0 && p->acquired != (int)k)
         KP_CHECK(kp_event_sync(p->group_done[k / KP__DYN_GROUP]));
     p->acquired = (int)k;
@@ -249,27 +302,25 @@ static kp_status kp__slot_acquire(kp_pipeline_t p, unsigned k) {
  * device: the device region then already reads right for the work that
  * follows, and the tick costs no copy at all. */
 static kp_status kp__slot_upload(kp_pipeline_t p, unsigned k, kp_stream_t s) {
-    if (!p->ddesc_bytes) return KP_OK;
-    void *slot = kp__dslot(p, k), *shadow = kp__dslot(p, KP__DYN_SLOTS);
-    if (p->uploaded && memcmp(slot, shadow, p->ddesc_bytes) == 0) return KP_OK;
-    KP_CHECK(kp_memcpy_async(s, p->ddesc_dev, slot, p->ddesc_bytes));
+    if (!p->dynamic_desc_bytes) return KP_OK;
+    void *slot = kp__staging_slot(p, k), *shadow = kp__staging_slot(p, KP__DYN_SLOTS);
+    if (p->uploaded && memcmp(slot, shadow, p->dynamic_desc_bytes) == 0) return KP_OK;
+    KP_CHECK(kp_memcpy_async(s, p->dynamic_desc_dev, slot, p->dynamic_desc_bytes));
     if (k % KP__DYN_GROUP == KP__DYN_GROUP - 1)
         KP_CHECK(kp_event_record(p->group_done[k / KP__DYN_GROUP], s));
-    memcpy(shadow, slot, p->ddesc_bytes);
+    memcpy(shadow, slot, p->dynamic_desc_bytes);
     p->uploaded = true;
     p->acquired = -1;
     p->slot = (k + 1) % KP__DYN_SLOTS;
     return KP_OK;
 }
 
-kp_status kp_pipeline_configure_io(kp_pipeline_t p, const kp_port_info *inputs, size_t n_inputs,
-                                   kp_port_info *outputs, size_t n_outputs, kp_stream_t s) {
-    KP_CHECK(kp__need(p, KP__SETUP, __func__, "call kp_pipeline_setup"));
-    KP_CHECK(kp__check_stream(p, s, __func__));
+static kp_status kp__configure(kp_pipeline_t p, const kp_port_info *inputs, size_t n_inputs,
+                               kp_port_info *outputs, size_t n_outputs, kp_stream_t s) {
     KP_CHECK(kp__bind_inputs(p, inputs, n_inputs));
-    KP_CHECK(kp__follow(p, s));
+    KP_CHECK(kp__order_after_last(p, s));
     unsigned k = p->slot;
-    void *slot = kp__dslot(p, k);
+    void *slot = kp__staging_slot(p, k);
     KP_CHECK(kp__slot_acquire(p, k));
     for (size_t i = 0; i < p->n_modules; i++) KP_CHECK(kp__module_io(p, &p->mods[i], s, slot));
     KP_CHECK(kp__slot_upload(p, k, s));
@@ -278,14 +329,17 @@ kp_status kp_pipeline_configure_io(kp_pipeline_t p, const kp_port_info *inputs, 
     return KP_OK;
 }
 
-kp_status kp_pipeline_warmup(kp_pipeline_t p, kp_stream_t s) {
-    KP_CHECK(kp__need(p, KP__CONFIGURED, __func__, "call kp_pipeline_configure_io"));
-    if (p->state >= KP__WARM)
-        return kp__error(KP_ERR_STATE, "kp_pipeline_warmup: pipeline \"%s\" is already warmed up",
-                         p->name);
+kp_status kp_pipeline_configure_io(kp_pipeline_t p, const kp_port_info *inputs, size_t n_inputs,
+                                   kp_port_info *outputs, size_t n_outputs, kp_stream_t s) {
+    KP_CHECK(kp__require_state(p, KP__SETUP, __func__, "call kp_pipeline_setup"));
     KP_CHECK(kp__check_stream(p, s, __func__));
-    KP_CHECK(kp__follow(p, s));
-    if (p->sdesc_bytes) KP_CHECK(kp_memcpy_async(s, p->sdesc_dev, p->pinned, p->sdesc_bytes));
+    KP_API_RETURN(kp__configure(p, inputs, n_inputs, outputs, n_outputs, s));
+}
+
+static kp_status kp__warmup(kp_pipeline_t p, kp_stream_t s) {
+    KP_CHECK(kp__order_after_last(p, s));
+    if (p->static_desc_bytes)
+        KP_CHECK(kp_memcpy_async(s, p->static_desc_dev, p->pinned, p->static_desc_bytes));
     for (size_t i = 0; i < p->n_modules; i++) {
         kp__module *m = &p->mods[i];
         if (!m->def.iface->warmup) continue;
@@ -296,47 +350,81 @@ kp_status kp_pipeline_warmup(kp_pipeline_t p, kp_stream_t s) {
     return KP_OK;
 }
 
-static kp_status kp__add_nodes(kp_pipeline_t p) {
-    for (size_t i = 0; i < p->n_modules; i++) {
-        kp__module *m = &p->mods[i];
-        kp_graph_node_t deps[KP_MAX_PORTS];
-        for (size_t d = 0; d < m->n_deps; d++) deps[d] = p->mods[m->deps[d]].node;
-        kp_status st = m->def.iface->add_node_to_graph(m->def.self, p->graph, deps, m->n_deps, &m->node);
-        if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" add_node_to_graph", m->id);
+kp_status kp_pipeline_warmup(kp_pipeline_t p, kp_stream_t s) {
+    KP_CHECK(kp__require_state(p, KP__CONFIGURED, __func__, "call kp_pipeline_configure_io"));
+    if (p->state >= KP__WARM)
+        return kp__error(KP_ERR_STATE, "kp_pipeline_warmup: pipeline \"%s\" is already warmed up",
+                         p->name);
+    KP_CHECK(kp__check_stream(p, s, __func__));
+    KP_API_RETURN(kp__warmup(p, s));
+}
+
+/* --- the graph ---------------------------------------------------------------------- */
+/* The default node of a module without add_node_to_graph: its execute(),
+ * captured on the build stream into a child graph. */
+static kp_status kp__capture_node(kp_pipeline_t p, kp__module *m, const kp_graph_node_t *deps,
+                                  size_t n, kp_graph_node_t *out) {
+    kp_graph_t captured = NULL;
+    KP_CHECK(kp_stream_begin_capture(p->build_stream));
+    kp_status st = m->def.iface->execute(m->def.self, p->build_stream);
+    kp_status end = kp_stream_end_capture(p->build_stream, &captured);
+    if (st == KP_OK) st = end;
+    if (st == KP_OK) st = kp_graph_add_child(p->graph, deps, n, captured, out);
+    kp_graph_destroy(captured);
+    return st;
+}
+
+/* A module's node after its upstream modules' nodes, behind the memcpy
+ * nodes that fill the pipeline's copies of its inputs. */
+static kp_status kp__add_module_node(kp_pipeline_t p, kp__module *m) {
+    kp_graph_node_t up[KP_MAX_PORTS], all[2 * KP_MAX_PORTS];
+    size_t n_all = 0;
+    for (size_t d = 0; d < m->n_deps; d++) all[n_all++] = up[d] = p->mods[m->deps[d]].node;
+    for (size_t k = 0; k < m->def.n_inputs; k++) {
+        kp__binding *b = &m->in[k];
+        if (!b->copy) continue;
+        b->copy_src = kp__source(p, b)->data;
+        KP_CHECK(kp_graph_add_memcpy(p->graph, up, m->n_deps, kp__at(p->arena, b->copy_off),
+                                     b->copy_src, b->copy_bytes, &b->copy_node));
+        all[n_all++] = b->copy_node;
     }
-    return KP_OK;
+    if (!m->def.iface->add_node_to_graph) return kp__capture_node(p, m, all, n_all, &m->node);
+    return m->def.iface->add_node_to_graph(m->def.self, p->graph, all, n_all, &m->node);
+}
+
+static kp_status kp__build(kp_pipeline_t p) {
+    KP_CHECK(kp_graph_create(p->dev, &p->graph));
+    for (size_t i = 0; i < p->n_modules; i++) {
+        kp_status st = kp__add_module_node(p, &p->mods[i]);
+        if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" graph node", p->mods[i].id);
+    }
+    KP_CHECK(kp_graph_instantiate(p->graph, &p->exec));
+    KP_CHECK(kp_graph_exec_upload(p->exec, p->build_stream));
+    return kp_stream_sync(p->build_stream);
 }
 
 kp_status kp_pipeline_build_graph(kp_pipeline_t p) {
-    KP_CHECK(kp__need(p, KP__WARM, __func__, "call kp_pipeline_warmup"));
+    KP_CHECK(kp__require_state(p, KP__WARM, __func__, "call kp_pipeline_warmup"));
     if (p->mode != KP_EXEC_GRAPH)
         return kp__error(KP_ERR_STATE, "kp_pipeline_build_graph: pipeline \"%s\" runs in stream "
                          "mode", p->name);
     if (p->state == KP__BUILT)
         return kp__error(KP_ERR_STATE, "kp_pipeline_build_graph: the graph is already built");
-    kp_status st;
-    KP_CHECK_GOTO(kp_graph_create(p->dev, &p->graph), st, fail);
-    KP_CHECK_GOTO(kp__add_nodes(p), st, fail);
-    KP_CHECK_GOTO(kp_graph_instantiate(p->graph, &p->exec), st, fail);
-    KP_CHECK_GOTO(kp_graph_exec_upload(p->exec, p->aux), st, fail);
-    KP_CHECK_GOTO(kp_stream_sync(p->aux), st, fail);
-    p->state = KP__BUILT;
-    return KP_OK;
-fail:
+    kp_status st = kp__build(p);
+    if (st == KP_OK) {
+        p->state = KP__BUILT;
+        return KP_OK;
+    }
     kp_graph_exec_destroy(p->exec);
     kp_graph_destroy(p->graph);
     p->exec = NULL;
     p->graph = NULL;
-    return st;
+    return kp__error_in(__func__, st);
 }
 
-kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s) {
-    KP_CHECK(kp__need(p, KP__WARM, __func__, "call kp_pipeline_warmup"));
-    if (p->mode != KP_EXEC_STREAM)
-        return kp__error(KP_ERR_STATE, "kp_pipeline_execute_stream: pipeline \"%s\" runs in graph "
-                         "mode; use kp_pipeline_execute_graph", p->name);
-    KP_CHECK(kp__check_stream(p, s, __func__));
-    KP_CHECK(kp__follow(p, s));
+/* --- execution ------------------------------------------------------------------------ */
+static kp_status kp__execute_modules(kp_pipeline_t p, kp_stream_t s) {
+    KP_CHECK(kp__order_after_last(p, s));
     for (size_t i = 0; i < p->n_modules; i++) {
         kp__module *m = &p->mods[i];
         kp_status st = m->def.iface->execute(m->def.self, s);
@@ -345,14 +433,23 @@ kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s) {
     return KP_OK;
 }
 
+kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s) {
+    KP_CHECK(kp__require_state(p, KP__WARM, __func__, "call kp_pipeline_warmup"));
+    if (p->mode != KP_EXEC_STREAM)
+        return kp__error(KP_ERR_STATE, "kp_pipeline_execute_stream: pipeline \"%s\" runs in graph "
+                         "mode; use kp_pipeline_execute_graph", p->name);
+    KP_CHECK(kp__check_stream(p, s, __func__));
+    KP_API_RETURN(kp__execute_modules(p, s));
+}
+
 kp_status kp_pipeline_execute_graph(kp_pipeline_t p, kp_stream_t s) {
     if (p && p->mode != KP_EXEC_GRAPH)
         return kp__error(KP_ERR_STATE, "kp_pipeline_execute_graph: pipeline \"%s\" runs in stream "
                          "mode; use kp_pipeline_execute_stream", p->name);
-    KP_CHECK(kp__need(p, KP__BUILT, __func__, "call kp_pipeline_build_graph"));
+    KP_CHECK(kp__require_state(p, KP__BUILT, __func__, "call kp_pipeline_build_graph"));
     KP_CHECK(kp__check_stream(p, s, __func__));
-    KP_CHECK(kp__follow(p, s));
-    return kp_graph_exec_launch(p->exec, s);
+    KP_CHECK(kp__order_after_last(p, s));
+    KP_API_RETURN(kp_graph_exec_launch(p->exec, s));
 }
 
 void kp_pipeline_destroy(kp_pipeline_t p) {
