@@ -53,6 +53,14 @@ const char *kp_status_name(kp_status st);
 const char *kp_last_error(void);
 /* Forgets the last failure's detail on this thread. */
 void kp_clear_error(void);
+/* Records the detail of a failure (printf format) and returns `st`: for
+ * modules and backends written outside the library, whose errors then
+ * read like the library's own. */
+kp_status kp_set_error(kp_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* --- logging ------------------------------------------------------------- */
 typedef enum kp_log_level {

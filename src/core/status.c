@@ -42,6 +42,15 @@ kp_status kp__error(kp_status st, const char *fmt, ...) {
     return st;
 }
 
+kp_status kp_set_error(kp_status st, const char *fmt, ...) {
+    va_list ap;
+    if (!fmt) return kp__error(st, "(no detail given)");
+    va_start(ap, fmt);
+    vsnprintf(kp__err_buf, sizeof kp__err_buf, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
 kp_status kp__error_prefix(kp_status st, const char *fmt, ...) {
     char prefix[256];
     char old[KP__ERR_LEN];
