@@ -25,6 +25,10 @@ static void core_calls(void **state) {
     assert_string_equal(kp_status_name((kp_status)-1), "KP_UNKNOWN");
     kp_clear_error();
     assert_string_equal(kp_last_error(), "");
+    assert_int_equal(kp_set_error(KP_ERR_IO, "disk %d", 3), KP_ERR_IO);
+    assert_string_equal(kp_last_error(), "disk 3");
+    assert_int_equal(kp_set_error(KP_ERR_IO, NULL), KP_ERR_IO);
+    assert_true(kp_last_error()[0] != '\0');
     assert_string_equal(kp_log_level_str((kp_log_level)99), "?");
     kp_log_level lvl = kp_log_get_level();
     kp_log_set_callback(NULL, NULL, lvl);
