@@ -52,12 +52,8 @@ void *kp__ptrmap_get(const kp__ptrmap *m, const void *key);
 /* Removes and returns the value, or NULL. */
 void *kp__ptrmap_take(kp__ptrmap *m, const void *key);
 
-/* True when every stream in `uses` is idle (none capturing): a block used
- * only there can be reused at once, without an event. */
-bool kp__streams_idle(kp_stream_t const *uses, int n);
-
 /* --- idle events for reuse, so freeing blocks used on streams creates none
- * in steady state ---------------------------------------------------------------- */
+ * in steady state (stream_uses.c) ------------------------------------------------ */
 typedef struct kp__evpool {
     kp_device_t dev;
     kp_event_t *v;
@@ -68,5 +64,33 @@ kp_status kp__evpool_get(kp__evpool *p, kp_event_t *out);
 /* Keeps ev for reuse (destroys it if the pool cannot grow). */
 void kp__evpool_put(kp__evpool *p, kp_event_t ev);
 void kp__evpool_free(kp__evpool *p);
+
+/* --- the stream-use tracker of the caching allocators (stream_uses.c) -------------
+ * The streams a block was used on; at its free, an event on each, and the
+ * block is reused once all have completed. */
+#define KP__MAX_USES 4
+typedef struct kp__uses {
+    int n, n_events;
+    bool overflow;                /* more streams than tracked, or device-wide: wait for the device */
+    kp_stream_t s[KP__MAX_USES];
+    kp_event_t ev[KP__MAX_USES];
+} kp__uses;
+
+/* A block's uses start with `s` (NULL: device-wide, so overflow). */
+void kp__uses_init(kp__uses *u, kp_stream_t s);
+/* Adds a stream once; past KP__MAX_USES the block waits for the device instead. */
+void kp__uses_add(kp__uses *u, kp_stream_t s);
+/* Every stream idle (none capturing): the block can be reused at once. */
+bool kp__uses_idle(const kp__uses *u);
+/* Records an event on each stream not yet recorded: 1 done, 0 later (a
+ * stream is capturing, where nothing may be recorded), -1 no event could be
+ * had (those recorded stay, for a retry). */
+int kp__uses_record(kp__uses *u, kp__evpool *pool);
+/* All recorded events complete (queries; never blocks). */
+bool kp__uses_done(const kp__uses *u);
+/* The events go back to the pool; the uses are forgotten. */
+void kp__uses_release(kp__uses *u, kp__evpool *pool);
+/* At teardown: destroys the events outright. */
+void kp__uses_destroy(kp__uses *u);
 
 #endif

@@ -1,5 +1,5 @@
 /* A pointer-keyed hash map for live blocks (O(1) free and double-free
- * checks), and the pool of idle events the allocators reuse. */
+ * checks). */
 #include <string.h>
 
 #include "memory-impl.h"
@@ -81,45 +81,4 @@ void *kp__ptrmap_take(kp__ptrmap *m, const void *key) {
     m->used--;
     m->tomb++;
     return m->vals[j];
-}
-
-/* --- event pool ----------------------------------------------------------------------- */
-kp_status kp__evpool_get(kp__evpool *p, kp_event_t *out) {
-    if (p->n) {
-        *out = p->v[--p->n];
-        return KP_OK;
-    }
-    return kp_event_create(p->dev, out);
-}
-
-void kp__evpool_put(kp__evpool *p, kp_event_t ev) {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 16;
-        kp_event_t *v = kp__malloc(cap * sizeof *v);
-        if (!v) {
-            kp_event_destroy(ev);
-            return;
-        }
-        if (p->n) memcpy(v, p->v, p->n * sizeof *v);
-        kp__free(p->v);
-        p->v = v;
-        p->cap = cap;
-    }
-    p->v[p->n++] = ev;
-}
-
-void kp__evpool_free(kp__evpool *p) {
-    for (size_t i = 0; i < p->n; i++) kp_event_destroy(p->v[i]);
-    kp__free(p->v);
-    p->v = NULL;
-    p->n = p->cap = 0;
-}
-
-bool kp__streams_idle(kp_stream_t const *uses, int n) {
-    for (int i = 0; i < n; i++) {
-        bool idle = false;
-        if (kp_stream_is_capturing(uses[i]) || kp_stream_query(uses[i], &idle) != KP_OK || !idle)
-            return false;
-    }
-    return true;
 }

@@ -1,4 +1,4 @@
-/* The device caching allocator.
+/* The device caching allocator (the pinned one is pinned_cache.c).
  *
  * Segments come from the driver (kp_malloc); each belongs to one stream and
  * is carved into blocks, neighbours linked by address. Requests are rounded
@@ -29,7 +29,6 @@
 #define KP__SEG_ROUND ((size_t)2 << 20)
 #define KP__OVERSIZE_SLACK ((size_t)20 << 20)
 #define KP__NBINS 64
-#define KP__MAX_USES 4
 
 typedef struct kp__cblock kp__cblock;
 
@@ -48,10 +47,8 @@ struct kp__cblock {
     kp__cseg *seg;
     kp__cblock *prev, *next;   /* neighbours in the segment, by address */
     kp__cblock *lprev, *lnext; /* free bin or pending list */
-    bool allocated, pending, listed, need_record, sync_on_free;
-    int n_uses, n_events;
-    kp_stream_t uses[KP__MAX_USES];
-    kp_event_t events[KP__MAX_USES];
+    bool allocated, pending, listed, need_record;
+    kp__uses uses; /* streams other than its segment's (kp_allocator_record_stream) */
 };
 
 typedef struct kp__spool {
@@ -129,8 +126,8 @@ static void kp__block_recycle(kp__caching *c, kp__cblock *b) {
 
 /* Marks b free, merges it with free neighbours, and files it in its bin. */
 static void kp__make_free(kp__caching *c, kp__cblock *b) {
-    b->allocated = b->pending = b->need_record = b->sync_on_free = false;
-    b->n_uses = b->n_events = 0;
+    b->allocated = b->pending = b->need_record = false;
+    memset(&b->uses, 0, sizeof b->uses);
     kp__cblock *nb[2] = {b->prev, b->next};
     for (int side = 0; side < 2; side++) {
         kp__cblock *n = nb[side];
@@ -148,33 +145,16 @@ static void kp__make_free(kp__caching *c, kp__cblock *b) {
 }
 
 /* --- pending frees ------------------------------------------------------------------ */
-/* Records the block's events on the streams that used it, unless one of them
- * is capturing (then it stays pending without events, to be retried). */
-static kp_status kp__record_uses(kp__caching *c, kp__cblock *b) {
-    for (int i = 0; i < b->n_uses; i++)
-        if (kp_stream_is_capturing(b->uses[i])) return KP_OK;
-    for (int i = b->n_events; i < b->n_uses; i++) {
-        KP_CHECK(kp__evpool_get(&c->events, &b->events[i]));
-        b->n_events = i + 1;
-        KP_CHECK(kp_event_record(b->events[i], b->uses[i]));
-    }
-    b->need_record = false;
-    return KP_OK;
-}
-
-/* Moves pending blocks whose uses have completed back to the free bins.
+/* Moves pending blocks whose uses have completed back to the free bins;
+ * records the events of those whose streams were capturing at the free.
  * Queries nothing when `query` is false (the caller's stream is capturing). */
 static void kp__process_pending(kp__caching *c, bool query) {
     kp__cblock *b = c->pending, *next;
     for (; b; b = next) {
         next = b->lnext;
-        if (b->need_record && kp__record_uses(c, b) != KP_OK) continue;
-        if (b->need_record || !query) continue;
-        bool done = true;
-        for (int i = 0; i < b->n_events && done; i++)
-            if (kp_event_query(b->events[i], &done) != KP_OK) done = false;
-        if (!done) continue;
-        for (int i = 0; i < b->n_events; i++) kp__evpool_put(&c->events, b->events[i]);
+        if (b->need_record) b->need_record = kp__uses_record(&b->uses, &c->events) != 1;
+        if (b->need_record || !query || !kp__uses_done(&b->uses)) continue;
+        kp__uses_release(&b->uses, &c->events);
         kp__list_remove(&c->pending, b);
         kp__make_free(c, b);
     }
@@ -381,7 +361,7 @@ static kp_status kp__c_free(void *ctx, void *ptr) {
     kp__caching *c = ctx;
     pthread_mutex_lock(&c->mu);
     kp__cblock *b = kp__ptrmap_get(&c->live, ptr);
-    bool wait_device = b && (!b->seg->stream || b->sync_on_free);
+    bool wait_device = b && (!b->seg->stream || b->uses.overflow);
     pthread_mutex_unlock(&c->mu);
     /* A device-wide block (or one used on too many streams to track) is
      * reused only after all work on the device, as cudaFree would. */
@@ -395,12 +375,12 @@ static kp_status kp__c_free(void *ctx, void *ptr) {
         c->st.frees++;
         c->st.allocated -= b->size;
         c->st.requested -= b->requested;
-        if (b->n_uses && !wait_device && !kp__streams_idle(b->uses, b->n_uses)) {
+        if (b->uses.n && !wait_device && !kp__uses_idle(&b->uses)) {
             b->allocated = false;
-            b->pending = b->need_record = true;
+            b->pending = true;
             kp__list_push(&c->pending, b);
             c->st.deferred++;
-            if (kp__record_uses(c, b) != KP_OK) b->need_record = true;
+            b->need_record = kp__uses_record(&b->uses, &c->events) != 1;
         } else {
             kp__make_free(c, b);
         }
@@ -418,10 +398,7 @@ static kp_status kp__c_record_stream(void *ctx, void *ptr, kp_stream_t s) {
         st = kp__error(KP_ERR_INVALID_ARG, "record_stream: %p is not a live block of this "
                        "allocator", ptr);
     } else if (s != b->seg->stream) {
-        bool seen = false;
-        for (int i = 0; i < b->n_uses; i++) seen = seen || b->uses[i] == s;
-        if (!seen && b->n_uses < KP__MAX_USES) b->uses[b->n_uses++] = s;
-        else if (!seen) b->sync_on_free = true;
+        kp__uses_add(&b->uses, s);
     }
     pthread_mutex_unlock(&c->mu);
     return st;
@@ -464,7 +441,7 @@ static void kp__c_destroy(void *ctx) {
         kp__log(KP_LOG_WARN, "%s allocator destroyed with %zu live blocks; freeing them",
                 kp_device_name(c->dev), c->live.used);
     for (kp__cblock *b = c->pending; b; b = b->lnext)
-        for (int i = 0; i < b->n_events; i++) kp_event_destroy(b->events[i]);
+        kp__uses_destroy(&b->uses);
     while (c->segs) {
         kp__cseg *s = c->segs;
         c->segs = s->next;

@@ -14,16 +14,13 @@
 
 #define KP__PIN_MIN_CLASS 12 /* 4 KiB */
 #define KP__PIN_CLASSES 48
-#define KP__PIN_USES 4
 
 typedef struct kp__pblock {
     void *ptr;
     size_t requested;
     int cls;
-    bool allocated, device_wide, sync_on_free;
-    int n_uses, n_events;
-    kp_stream_t uses[KP__PIN_USES];
-    kp_event_t events[KP__PIN_USES];
+    bool allocated;
+    kp__uses uses; /* its allocation stream (none: device-wide) and recorded ones */
     struct kp__pblock *next;
 } kp__pblock;
 
@@ -52,28 +49,18 @@ static bool kp__is_owner(const kp__pinned *p) { return pthread_equal(p->owner, p
  * events recorded on the streams that used it, or, while one of those
  * streams is capturing, left for a later call (returns false). */
 static bool kp__p_retire(kp__pinned *p, kp__pblock *b) {
-    if (b->device_wide || b->sync_on_free) {
+    if (b->uses.overflow) {
         (void)kp_device_sync(p->dev);
-    } else if (b->n_uses && !kp__streams_idle(b->uses, b->n_uses)) {
-        for (int i = 0; i < b->n_uses; i++)
-            if (kp_stream_is_capturing(b->uses[i])) return false;
-        int i = 0;
-        for (; i < b->n_uses; i++) {
-            if (kp__evpool_get(&p->events, &b->events[i]) != KP_OK) break;
-            if (kp_event_record(b->events[i], b->uses[i]) != KP_OK) {
-                kp__evpool_put(&p->events, b->events[i]);
-                break;
-            }
-        }
-        b->n_events = i;
-        if (i == b->n_uses) {
+    } else if (b->uses.n && !kp__uses_idle(&b->uses)) {
+        int r = kp__uses_record(&b->uses, &p->events);
+        if (r == 0) return false;
+        if (r == 1) {
             b->next = p->pending;
             p->pending = b;
             p->st.deferred++;
             return true;
         }
-        for (int j = 0; j < i; j++) kp__evpool_put(&p->events, b->events[j]);
-        b->n_events = 0;
+        kp__uses_release(&b->uses, &p->events);
         (void)kp_device_sync(p->dev); /* no events to wait on: wait for the device */
     }
     b->next = p->cls[b->cls];
@@ -95,16 +82,12 @@ static void kp__p_drain(kp__pinned *p, bool query) {
     }
     for (kp__pblock **bp = &p->pending; query && *bp;) {
         kp__pblock *b = *bp;
-        bool done = true;
-        for (int i = 0; i < b->n_events && done; i++)
-            if (kp_event_query(b->events[i], &done) != KP_OK) done = false;
-        if (!done) {
+        if (!kp__uses_done(&b->uses)) {
             bp = &b->next;
             continue;
         }
         *bp = b->next;
-        for (int i = 0; i < b->n_events; i++) kp__evpool_put(&p->events, b->events[i]);
-        b->n_events = 0;
+        kp__uses_release(&b->uses, &p->events);
         b->next = p->cls[b->cls];
         p->cls[b->cls] = b;
     }
@@ -175,10 +158,7 @@ static kp_status kp__p_alloc(void *ctx, size_t bytes, kp_stream_t s, void **out)
     if (st == KP_OK) {
         b->allocated = true;
         b->requested = bytes;
-        b->device_wide = s == NULL;
-        b->sync_on_free = false;
-        b->n_uses = s ? 1 : 0;
-        b->uses[0] = s;
+        kp__uses_init(&b->uses, s);
         p->st.allocs++;
         p->st.allocated += (size_t)1 << cls;
         p->st.requested += bytes;
@@ -229,10 +209,7 @@ static kp_status kp__p_record_stream(void *ctx, void *ptr, kp_stream_t s) {
         st = kp__error(KP_ERR_INVALID_ARG, "record_stream: %p is not a live block of this "
                        "pinned allocator", ptr);
     } else {
-        bool seen = false;
-        for (int i = 0; i < b->n_uses; i++) seen = seen || b->uses[i] == s;
-        if (!seen && b->n_uses < KP__PIN_USES) b->uses[b->n_uses++] = s;
-        else if (!seen) b->sync_on_free = true;
+        kp__uses_add(&b->uses, s);
     }
     pthread_mutex_unlock(&p->mu);
     return st;
@@ -266,7 +243,7 @@ static void kp__p_destroy(void *ctx) {
     for (size_t i = 0; i < p->all.cap; i++) {
         if (p->all.keys[i] <= 1) continue;
         kp__pblock *b = p->all.vals[i];
-        for (int k = 0; k < b->n_events; k++) kp_event_destroy(b->events[k]);
+        kp__uses_destroy(&b->uses);
         kp_free_host(p->dev, b->ptr);
         kp__free(b);
     }
