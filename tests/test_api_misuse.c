@@ -16,6 +16,24 @@
 
 static kp_device_t g_dev;
 #define BAD KP_ERR_INVALID_ARG
+
+/* KPT_FAILS, and the detail must start with the called function's name.
+ * Every miss is printed and counted; main fails the run when any was. */
+static int g_misses;
+
+static void fails_named(kp_status got, kp_status want, const char *expr, int line) {
+    char fn[64];
+    size_t n = strcspn(expr, "(");
+    snprintf(fn, sizeof fn, "%.*s", (int)n, expr);
+    const char *e = kp_last_error();
+    if (got != want || strncmp(e, fn, n) != 0 || e[n] != ':') {
+        print_error("line %d: %s = %s (\"%s\"), expected %s with a detail starting \"%s:\"\n",
+                    line, expr, kp_status_name(got), e, kp_status_name(want), fn);
+        g_misses++;
+    }
+}
+#undef KPT_FAILS
+#define KPT_FAILS(expr, want) fails_named((expr), (want), #expr, __LINE__)
 #define HUGE_BYTES ((size_t)-1)
 
 static void hook_free_only(void *user, kp_mem_kind kind, void *ptr) { free(ptr); }
@@ -727,5 +745,6 @@ int main(int argc, char **argv) {
     };
     int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
     kp_device_close(g_dev);
-    return failed ? 1 : 0;
+    if (g_misses) printf("%d calls failed otherwise than expected (listed above)\n", g_misses);
+    return failed || g_misses ? 1 : 0;
 }

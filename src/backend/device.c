@@ -49,11 +49,12 @@ static kp__handle *kp__handle_done(kp__handle *h, kp_status st) {
         if (!h) return st_;                                                     \
         st_ = (make);                                                           \
         *(out) = (T)kp__handle_done(h, st_);                                    \
-        KP_API_RETURN(st_);                                                     \
+        return st_;                                                     \
     } while (0)
 
 /* --- devices ------------------------------------------------------------------- */
 kp_status kp_device_open(const char *name, kp_device_t *out) {
+    KP_API_ENTRY();
     KP__HANDLE(name, "device name");
     KP__HANDLE(out, "out");
     *out = NULL;
@@ -73,7 +74,7 @@ kp_status kp_device_open(const char *name, kp_device_t *out) {
     kp_status st = reg->open(reg, ord, &dev->iface, &dev->ctx);
     if (st != KP_OK) {
         kp__free(dev);
-        return kp__error_in(__func__, st);
+        return st;
     }
     pthread_mutex_init(&dev->mu, NULL);
     *out = dev;
@@ -94,19 +95,22 @@ const char *kp_device_kernel_form(kp_device_t dev) { return dev ? dev->reg->kern
 const char *kp_device_name(kp_device_t dev) { return dev ? dev->name : "(null)"; }
 
 kp_status kp_device_describe(kp_device_t dev, char *buf, size_t len) {
+    KP_API_ENTRY();
     KP__HANDLE(dev, "device");
     KP_ARG_CHECK(buf && len > 0);
-    KP_API_RETURN(dev->iface->describe(dev->ctx, buf, len));
+    return dev->iface->describe(dev->ctx, buf, len);
 }
 
 kp_status kp_device_versions(kp_device_t dev, int *driver, int *runtime) {
+    KP_API_ENTRY();
     KP__HANDLE(dev, "device");
     KP_ARG_CHECK(driver && runtime);
     *driver = *runtime = 0;
-    KP_API_RETURN(dev->iface->versions ? dev->iface->versions(dev->ctx, driver, runtime) : KP_OK);
+    return dev->iface->versions ? dev->iface->versions(dev->ctx, driver, runtime) : KP_OK;
 }
 
 kp_status kp_device_attach(kp_device_t dev, const void *key, void *obj, void (*close)(void *obj)) {
+    KP_API_ENTRY();
     KP__HANDLE(dev, "device");
     KP_ARG_CHECK(key && close);
     kp_status st = KP_OK;
@@ -151,11 +155,12 @@ static kp_status kp__check_size(size_t bytes, const char *fn) {
 }
 
 kp_status kp_malloc(kp_device_t dev, size_t bytes, void **out) {
+    KP_API_ENTRY();
     KP__HANDLE(dev, "device");
     KP__HANDLE(out, "out");
     *out = NULL;
     KP_CHECK(kp__check_size(bytes, __func__));
-    KP_API_RETURN(dev->iface->malloc(dev->ctx, bytes, out));
+    return dev->iface->malloc(dev->ctx, bytes, out);
 }
 
 void kp_free(kp_device_t dev, void *ptr) {
@@ -163,11 +168,12 @@ void kp_free(kp_device_t dev, void *ptr) {
 }
 
 kp_status kp_malloc_host(kp_device_t dev, size_t bytes, void **out) {
+    KP_API_ENTRY();
     KP__HANDLE(dev, "device");
     KP__HANDLE(out, "out");
     *out = NULL;
     KP_CHECK(kp__check_size(bytes, __func__));
-    KP_API_RETURN(dev->iface->malloc_host(dev->ctx, bytes, out));
+    return dev->iface->malloc_host(dev->ctx, bytes, out);
 }
 
 void kp_free_host(kp_device_t dev, void *ptr) {
@@ -180,26 +186,31 @@ static kp_status kp__memcpy(kp_device_t dev, void *dst, const void *src, size_t 
     if (bytes == 0) return KP_OK;
     if (!dst || !src)
         return kp__error(KP_ERR_INVALID_ARG, "%s: %s is NULL", fn, dst ? "src" : "dst");
-    return kp__error_in(fn, dev->iface->memcpy(dev->ctx, dst, src, bytes));
+    return dev->iface->memcpy(dev->ctx, dst, src, bytes);
 }
 
 kp_status kp_memcpy_htod(kp_device_t d, void *dst, const void *src, size_t n) {
+    KP_API_ENTRY();
     return kp__memcpy(d, dst, src, n, __func__);
 }
 kp_status kp_memcpy_dtoh(kp_device_t d, void *dst, const void *src, size_t n) {
+    KP_API_ENTRY();
     return kp__memcpy(d, dst, src, n, __func__);
 }
 kp_status kp_memcpy_dtod(kp_device_t d, void *dst, const void *src, size_t n) {
+    KP_API_ENTRY();
     return kp__memcpy(d, dst, src, n, __func__);
 }
 
 kp_status kp_device_sync(kp_device_t dev) {
+    KP_API_ENTRY();
     KP__HANDLE(dev, "device");
-    KP_API_RETURN(dev->iface->sync(dev->ctx));
+    return dev->iface->sync(dev->ctx);
 }
 
 /* --- streams -------------------------------------------------------------------- */
 kp_status kp_stream_create(kp_device_t dev, kp_stream_t *out) {
+    KP_API_ENTRY();
     KP__HANDLE(dev, "device");
     KP__HANDLE(out, "out");
     *out = NULL;
@@ -213,30 +224,34 @@ void kp_stream_destroy(kp_stream_t s) {
 }
 
 kp_status kp_stream_sync(kp_stream_t s) {
+    KP_API_ENTRY();
     KP__HANDLE(s, "stream");
-    KP_API_RETURN(KP__CALL(s, stream_sync, s->h.impl));
+    return KP__CALL(s, stream_sync, s->h.impl);
 }
 
 kp_status kp_stream_query(kp_stream_t s, bool *idle) {
+    KP_API_ENTRY();
     KP__HANDLE(s, "stream");
     KP__HANDLE(idle, "idle");
-    KP_API_RETURN(KP__CALL(s, stream_query, s->h.impl, idle));
+    return KP__CALL(s, stream_query, s->h.impl, idle);
 }
 
 kp_device_t kp_stream_device(kp_stream_t s) { return s ? s->h.dev : NULL; }
 
 kp_status kp_memcpy_async(kp_stream_t s, void *dst, const void *src, size_t bytes) {
+    KP_API_ENTRY();
     KP__HANDLE(s, "stream");
     if (bytes == 0) return KP_OK;
     KP_ARG_CHECK(dst && src);
-    KP_API_RETURN(KP__CALL(s, memcpy_async, s->h.impl, dst, src, bytes));
+    return KP__CALL(s, memcpy_async, s->h.impl, dst, src, bytes);
 }
 
 kp_status kp_memset_async(kp_stream_t s, void *dst, int value, size_t bytes) {
+    KP_API_ENTRY();
     KP__HANDLE(s, "stream");
     if (bytes == 0) return KP_OK;
     KP_ARG_CHECK(dst);
-    KP_API_RETURN(KP__CALL(s, memset_async, s->h.impl, dst, value, bytes));
+    return KP__CALL(s, memset_async, s->h.impl, dst, value, bytes);
 }
 
 const void *kp_kernel_find(const kp_kernel *k, const char *form) {
@@ -266,15 +281,17 @@ static kp_status kp__check_launch(kp_device_t dev, const kp_launch *l, const cha
 }
 
 kp_status kp_launch_kernel(kp_stream_t s, const kp_launch *l) {
+    KP_API_ENTRY();
     KP__HANDLE(s, "stream");
     KP_CHECK(kp__check_launch(s->h.dev, l, __func__));
-    KP_API_RETURN(KP__CALL(s, launch, s->h.impl, l));
+    return KP__CALL(s, launch, s->h.impl, l);
 }
 
 kp_status kp_launch_host_func(kp_stream_t s, void (*fn)(void *), void *user) {
+    KP_API_ENTRY();
     KP__HANDLE(s, "stream");
     KP_ARG_CHECK(fn);
-    KP_API_RETURN(KP__CALL(s, host_func, s->h.impl, fn, user));
+    return KP__CALL(s, host_func, s->h.impl, fn, user);
 }
 
 void *kp_stream_native(kp_stream_t s) {
@@ -284,6 +301,7 @@ void *kp_stream_native(kp_stream_t s) {
 
 /* --- events --------------------------------------------------------------------- */
 kp_status kp_event_create(kp_device_t dev, kp_event_t *out) {
+    KP_API_ENTRY();
     KP__HANDLE(dev, "device");
     KP__HANDLE(out, "out");
     *out = NULL;
@@ -297,40 +315,46 @@ void kp_event_destroy(kp_event_t ev) {
 }
 
 kp_status kp_event_record(kp_event_t ev, kp_stream_t s) {
+    KP_API_ENTRY();
     KP__HANDLE(ev, "event");
     KP__HANDLE(s, "stream");
     KP__SAME_DEV(ev, "event", s, "stream");
-    KP_API_RETURN(KP__CALL(ev, event_record, ev->h.impl, s->h.impl));
+    return KP__CALL(ev, event_record, ev->h.impl, s->h.impl);
 }
 
 kp_status kp_event_query(kp_event_t ev, bool *done) {
+    KP_API_ENTRY();
     KP__HANDLE(ev, "event");
     KP__HANDLE(done, "done");
-    KP_API_RETURN(KP__CALL(ev, event_query, ev->h.impl, done));
+    return KP__CALL(ev, event_query, ev->h.impl, done);
 }
 
 kp_status kp_event_sync(kp_event_t ev) {
+    KP_API_ENTRY();
     KP__HANDLE(ev, "event");
-    KP_API_RETURN(KP__CALL(ev, event_sync, ev->h.impl));
+    return KP__CALL(ev, event_sync, ev->h.impl);
 }
 
 kp_status kp_stream_wait_event(kp_stream_t s, kp_event_t ev) {
+    KP_API_ENTRY();
     KP__HANDLE(ev, "event");
     KP__HANDLE(s, "stream");
     KP__SAME_DEV(s, "stream", ev, "event");
-    KP_API_RETURN(KP__CALL(s, stream_wait_event, s->h.impl, ev->h.impl));
+    return KP__CALL(s, stream_wait_event, s->h.impl, ev->h.impl);
 }
 
 kp_status kp_event_elapsed_ms(kp_event_t a, kp_event_t b, float *ms) {
+    KP_API_ENTRY();
     KP__HANDLE(a, "start event");
     KP__HANDLE(b, "end event");
     KP__HANDLE(ms, "ms");
     KP__SAME_DEV(a, "start event", b, "end event");
-    KP_API_RETURN(KP__CALL(a, event_elapsed, a->h.impl, b->h.impl, ms));
+    return KP__CALL(a, event_elapsed, a->h.impl, b->h.impl, ms);
 }
 
 /* --- graphs ---------------------------------------------------------------------- */
 kp_status kp_graph_create(kp_device_t dev, kp_graph_t *out) {
+    KP_API_ENTRY();
     KP__HANDLE(dev, "device");
     KP__HANDLE(out, "out");
     *out = NULL;
@@ -357,36 +381,41 @@ void kp_graph_destroy(kp_graph_t g) {
 
 kp_status kp_graph_add_kernel(kp_graph_t g, const kp_graph_node_t *deps, size_t n,
                               const kp_launch *l, kp_graph_node_t *out) {
+    KP_API_ENTRY();
     KP__NODE_ARGS(g, deps, n, out);
     KP_CHECK(kp__check_launch(g->h.dev, l, __func__));
-    KP_API_RETURN(KP__CALL(g, graph_add_kernel, g->h.impl, deps, n, l, out));
+    return KP__CALL(g, graph_add_kernel, g->h.impl, deps, n, l, out);
 }
 
 kp_status kp_graph_add_memcpy(kp_graph_t g, const kp_graph_node_t *deps, size_t n, void *dst,
                               const void *src, size_t bytes, kp_graph_node_t *out) {
+    KP_API_ENTRY();
     KP__NODE_ARGS(g, deps, n, out);
     KP_ARG_CHECK(dst && src && bytes > 0);
-    KP_API_RETURN(KP__CALL(g, graph_add_memcpy, g->h.impl, deps, n, dst, src, bytes, out));
+    return KP__CALL(g, graph_add_memcpy, g->h.impl, deps, n, dst, src, bytes, out);
 }
 
 kp_status kp_graph_add_child(kp_graph_t g, const kp_graph_node_t *deps, size_t n,
                              kp_graph_t child, kp_graph_node_t *out) {
+    KP_API_ENTRY();
     KP__NODE_ARGS(g, deps, n, out);
     KP__HANDLE(child, "child graph");
     KP__SAME_DEV(g, "graph", child, "child graph");
     if (child == g) return kp__error(KP_ERR_INVALID_ARG, "kp_graph_add_child: graph is its own child");
-    KP_API_RETURN(KP__CALL(g, graph_add_child, g->h.impl, deps, n, child->h.impl, out));
+    return KP__CALL(g, graph_add_child, g->h.impl, deps, n, child->h.impl, out);
 }
 
 kp_status kp_graph_add_empty(kp_graph_t g, const kp_graph_node_t *deps, size_t n,
                              kp_graph_node_t *out) {
+    KP_API_ENTRY();
     KP__NODE_ARGS(g, deps, n, out);
-    KP_API_RETURN(KP__CALL(g, graph_add_empty, g->h.impl, deps, n, out));
+    return KP__CALL(g, graph_add_empty, g->h.impl, deps, n, out);
 }
 
 size_t kp_graph_node_count(kp_graph_t g) { return g ? KP__CALL(g, graph_node_count, g->h.impl) : 0; }
 
 kp_status kp_graph_instantiate(kp_graph_t g, kp_graph_exec_t *out) {
+    KP_API_ENTRY();
     KP__HANDLE(g, "graph");
     KP__HANDLE(out, "out");
     *out = NULL;
@@ -400,56 +429,64 @@ void kp_graph_exec_destroy(kp_graph_exec_t ge) {
 }
 
 kp_status kp_graph_exec_upload(kp_graph_exec_t ge, kp_stream_t s) {
+    KP_API_ENTRY();
     KP__HANDLE(ge, "graph exec");
     KP__HANDLE(s, "stream");
     KP__SAME_DEV(ge, "graph exec", s, "stream");
-    KP_API_RETURN(KP__CALL(ge, exec_upload, ge->h.impl, s->h.impl));
+    return KP__CALL(ge, exec_upload, ge->h.impl, s->h.impl);
 }
 
 kp_status kp_graph_exec_launch(kp_graph_exec_t ge, kp_stream_t s) {
+    KP_API_ENTRY();
     KP__HANDLE(ge, "graph exec");
     KP__HANDLE(s, "stream");
     KP__SAME_DEV(ge, "graph exec", s, "stream");
-    KP_API_RETURN(KP__CALL(ge, exec_launch, ge->h.impl, s->h.impl));
+    return KP__CALL(ge, exec_launch, ge->h.impl, s->h.impl);
 }
 
 kp_status kp_graph_exec_set_kernel(kp_graph_exec_t ge, kp_graph_node_t node, const kp_launch *l) {
+    KP_API_ENTRY();
     KP__HANDLE(ge, "graph exec");
     KP__HANDLE(node, "node");
     KP_CHECK(kp__check_launch(ge->h.dev, l, __func__));
-    KP_API_RETURN(KP__CALL(ge, exec_set_kernel, ge->h.impl, node, l));
+    return KP__CALL(ge, exec_set_kernel, ge->h.impl, node, l);
 }
 
 kp_status kp_graph_exec_set_memcpy(kp_graph_exec_t ge, kp_graph_node_t node, void *dst,
                                    const void *src, size_t bytes) {
+    KP_API_ENTRY();
     KP__HANDLE(ge, "graph exec");
     KP__HANDLE(node, "node");
     KP_ARG_CHECK(dst && src && bytes > 0);
-    KP_API_RETURN(KP__CALL(ge, exec_set_memcpy, ge->h.impl, node, dst, src, bytes));
+    return KP__CALL(ge, exec_set_memcpy, ge->h.impl, node, dst, src, bytes);
 }
 
 kp_status kp_graph_exec_set_child(kp_graph_exec_t ge, kp_graph_node_t node, kp_graph_t child) {
+    KP_API_ENTRY();
     KP__HANDLE(ge, "graph exec");
     KP__HANDLE(node, "node");
     KP__HANDLE(child, "child graph");
     KP__SAME_DEV(ge, "graph exec", child, "child graph");
-    KP_API_RETURN(KP__CALL(ge, exec_set_child, ge->h.impl, node, child->h.impl));
+    return KP__CALL(ge, exec_set_child, ge->h.impl, node, child->h.impl);
 }
 
 kp_status kp_graph_exec_update(kp_graph_exec_t ge, kp_graph_t g) {
+    KP_API_ENTRY();
     KP__HANDLE(ge, "graph exec");
     KP__HANDLE(g, "graph");
     KP__SAME_DEV(ge, "graph exec", g, "graph");
-    KP_API_RETURN(KP__CALL(ge, exec_update, ge->h.impl, g->h.impl));
+    return KP__CALL(ge, exec_update, ge->h.impl, g->h.impl);
 }
 
 /* --- capture ---------------------------------------------------------------------- */
 kp_status kp_stream_begin_capture(kp_stream_t s) {
+    KP_API_ENTRY();
     KP__HANDLE(s, "stream");
-    KP_API_RETURN(KP__CALL(s, begin_capture, s->h.impl));
+    return KP__CALL(s, begin_capture, s->h.impl);
 }
 
 kp_status kp_stream_end_capture(kp_stream_t s, kp_graph_t *out) {
+    KP_API_ENTRY();
     KP__HANDLE(s, "stream");
     KP__HANDLE(out, "out");
     *out = NULL;
@@ -463,7 +500,7 @@ kp_status kp_stream_end_capture(kp_stream_t s, kp_graph_t *out) {
     }
     st = KP__CALL(s, end_capture, s->h.impl, &h->impl);
     *out = (kp_graph_t)kp__handle_done(h, st);
-    KP_API_RETURN(st);
+    return st;
 }
 
 bool kp_stream_is_capturing(kp_stream_t s) {

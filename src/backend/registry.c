@@ -62,6 +62,7 @@ void kp__backend_list(char *buf, size_t len) {
 }
 
 kp_status kp_backend_register(const kp_backend_reg *reg) {
+    KP_API_ENTRY();
     if (!reg) return kp__error(KP_ERR_INVALID_ARG, "kp_backend_register: reg is NULL");
     if (reg->struct_size != sizeof *reg)
         return kp__error(KP_ERR_INVALID_ARG, "kp_backend_register: struct_size %zu, expected %zu "

@@ -17,6 +17,7 @@ static kp_alloc_hook kp__hook = {sizeof(kp_alloc_hook), kp__default_alloc, kp__d
                                  NULL, NULL};
 
 kp_status kp_set_alloc_hook(const kp_alloc_hook *hook) {
+    KP_API_ENTRY();
     if (!hook) {
         kp__hook = (kp_alloc_hook){sizeof(kp_alloc_hook), kp__default_alloc, kp__default_free,
                                    NULL, NULL};

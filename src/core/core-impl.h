@@ -29,14 +29,19 @@ kp_status kp__error_devices(const char *fn, const char *what, const void *what_d
  * do not return a status. */
 bool kp__desc_ok(const kp_tensor_desc *d);
 
-/* For a public function's failure: the detail starts with the function's
- * name ("kp_stream_sync: ..."), added unless it is there already. Returns st. */
-kp_status kp__error_in(const char *fn, kp_status st);
-#define KP_API_RETURN(expr)                                                     \
-    do {                                                                        \
-        kp_status kp__st = (expr);                                              \
-        return kp__st == KP_OK ? KP_OK : kp__error_in(__func__, kp__st);        \
-    } while (0)
+/* Every public function that can fail opens with KP_API_ENTRY(): a detail
+ * recorded while it runs, by it or by anything it calls, then starts with
+ * its name ("kp_stream_sync: ..."), added on the way out unless it is there
+ * already. Nested public calls read as a chain ("kp_tensor_empty:
+ * kp_allocator_alloc: ..."). */
+typedef struct kp__api_scope {
+    const char *fn;
+    unsigned gen; /* the thread's error generation at entry */
+} kp__api_scope;
+kp__api_scope kp__api_enter(const char *fn);
+void kp__api_leave(const kp__api_scope *s);
+#define KP_API_ENTRY()                                                          \
+    kp__api_scope kp__api __attribute__((cleanup(kp__api_leave))) = kp__api_enter(__func__)
 
 /* Logs at `level` if enabled; never called in a per-tick path. */
 void kp__log(kp_log_level level, const char *fmt, ...) KP__PRINTF(2, 3);

@@ -55,6 +55,7 @@ bool kp__desc_ok(const kp_tensor_desc *d) {
 }
 
 kp_status kp_desc_validate(const kp_tensor_desc *d) {
+    KP_API_ENTRY();
     char why[160];
     const char *p = kp__desc_problem(d, why, sizeof why);
     return p ? kp__error(KP_ERR_INVALID_ARG, "%s", p) : KP_OK;
@@ -62,6 +63,7 @@ kp_status kp_desc_validate(const kp_tensor_desc *d) {
 
 kp_status kp_desc_init(kp_tensor_desc *d, kp_dtype dt, int ndim, const int64_t *shape,
                        const int64_t *strides) {
+    KP_API_ENTRY();
     if (!d || (ndim > 0 && !shape))
         return kp__error(KP_ERR_INVALID_ARG, "kp_desc_init: NULL argument");
     if (ndim < 0 || ndim > KP_MAX_DIMS)

@@ -31,6 +31,7 @@ static const struct { const char *alias; kp_dtype dt; } kp__dtype_aliases[] = {
 };
 
 kp_status kp_dtype_parse(const char *text, kp_dtype *out) {
+    KP_API_ENTRY();
     if (!text || !out) return kp__error(KP_ERR_INVALID_ARG, "kp_dtype_parse: NULL argument");
     for (int i = 0; i < KP_DTYPE_COUNT; i++) {
         if (strcasecmp(text, kp_dtype_name((kp_dtype)i)) == 0) {

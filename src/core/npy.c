@@ -234,6 +234,7 @@ static kp_status kp__npy_header(const char *where, const char *text, size_t hlen
 }
 
 kp_status kp_npy_parse(const void *buf, size_t len, kp_tensor_desc *desc, size_t *data_offset) {
+    KP_API_ENTRY();
     if (!buf || !desc || !data_offset)
         return kp__error(KP_ERR_INVALID_ARG, "kp_npy_parse: buf, desc and data_offset are required");
     size_t hdr_off = 0, hlen = 0;
@@ -279,6 +280,7 @@ static kp_status kp__npy_load(FILE *f, const char *path, uint64_t size, kp_tenso
 }
 
 kp_status kp_npy_load(const char *path, kp_tensor_desc *desc, void **data, size_t *bytes) {
+    KP_API_ENTRY();
     if (!path || !desc || !data || !bytes)
         return kp__error(KP_ERR_INVALID_ARG, "kp_npy_load: path, desc, data and bytes are required");
     *data = NULL;
@@ -318,6 +320,7 @@ static size_t kp__npy_format_header(const kp_tensor_desc *d, const char *code, c
 }
 
 kp_status kp_npy_save(const char *path, const kp_tensor_desc *desc, const void *data) {
+    KP_API_ENTRY();
     if (!path || !desc || !data)
         return kp__error(KP_ERR_INVALID_ARG, "kp_npy_save: path, desc and data are required");
     KP_CHECK(kp_desc_validate(desc));

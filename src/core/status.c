@@ -10,6 +10,7 @@
 #define KP__ERR_LEN 1024
 
 static _Thread_local char kp__err_buf[KP__ERR_LEN];
+static _Thread_local unsigned kp__err_gen; /* counts details recorded on this thread */
 
 const char *kp_status_str(kp_status st) {
     switch (st) {
@@ -35,6 +36,7 @@ void kp_clear_error(void) { kp__err_buf[0] = '\0'; }
 
 kp_status kp__error(kp_status st, const char *fmt, ...) {
     va_list ap;
+    kp__err_gen++;
     va_start(ap, fmt);
     vsnprintf(kp__err_buf, sizeof kp__err_buf, fmt, ap);
     va_end(ap);
@@ -44,6 +46,7 @@ kp_status kp__error(kp_status st, const char *fmt, ...) {
 
 kp_status kp_set_error(kp_status st, const char *fmt, ...) {
     va_list ap;
+    kp__err_gen++;
     if (!fmt) return kp__error(st, "(no detail given)");
     va_start(ap, fmt);
     vsnprintf(kp__err_buf, sizeof kp__err_buf, fmt, ap);
@@ -55,6 +58,7 @@ kp_status kp__error_prefix(kp_status st, const char *fmt, ...) {
     char prefix[256];
     char old[KP__ERR_LEN];
     va_list ap;
+    kp__err_gen++;
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
@@ -63,10 +67,13 @@ kp_status kp__error_prefix(kp_status st, const char *fmt, ...) {
     return st;
 }
 
-kp_status kp__error_in(const char *fn, kp_status st) {
-    size_t n = strlen(fn);
-    if (st == KP_OK || (strncmp(kp__err_buf, fn, n) == 0 && kp__err_buf[n] == ':')) return st;
-    return kp__error_prefix(st, "%s", fn);
+kp__api_scope kp__api_enter(const char *fn) { return (kp__api_scope){fn, kp__err_gen}; }
+
+void kp__api_leave(const kp__api_scope *s) {
+    size_t n = strlen(s->fn);
+    if (kp__err_gen == s->gen || (strncmp(kp__err_buf, s->fn, n) == 0 && kp__err_buf[n] == ':'))
+        return;
+    kp__error_prefix(KP_OK, "%s", s->fn);
 }
 
 kp_status kp__error_devices(const char *fn, const char *what, const void *what_dev,
@@ -98,6 +105,7 @@ static size_t kp__n_libs;
 static pthread_mutex_t kp__libs_mu = PTHREAD_MUTEX_INITIALIZER;
 
 kp_status kp_library_register(const char *name, const char *version) {
+    KP_API_ENTRY();
     if (!name || !*name || !version)
         return kp__error(KP_ERR_INVALID_ARG, "kp_library_register: name and version are required");
     char text[64];

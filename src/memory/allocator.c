@@ -21,6 +21,7 @@ static const char *const kp__kind_names[] = {"host", "pinned", "device"};
 
 kp_status kp_allocator_create(kp_device_t dev, kp_allocator_kind kind,
                               const kp_allocator_config *cfg, kp_allocator_t *out) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(dev && out);
     *out = NULL;
     if ((unsigned)kind >= KP_ALLOCATOR_KINDS)
@@ -90,6 +91,7 @@ static kp_status kp__dev_allocs_of(kp_device_t dev, kp__dev_allocs **out) {
 }
 
 kp_status kp_device_allocator(kp_device_t dev, kp_allocator_kind kind, kp_allocator_t *out) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(dev && out && (unsigned)kind < KP_ALLOCATOR_KINDS);
     kp__dev_allocs *d;
     KP_CHECK(kp__dev_allocs_of(dev, &d));
@@ -102,6 +104,7 @@ kp_status kp_device_allocator(kp_device_t dev, kp_allocator_kind kind, kp_alloca
 }
 
 kp_status kp_device_set_allocator(kp_device_t dev, kp_allocator_kind kind, kp_allocator_t a) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(dev && (unsigned)kind < KP_ALLOCATOR_KINDS);
     if (a && (a->dev != dev || a->kind != kind))
         return kp__error(KP_ERR_INVALID_ARG, "kp_device_set_allocator: the allocator is a %s "
@@ -117,6 +120,7 @@ kp_status kp_device_set_allocator(kp_device_t dev, kp_allocator_kind kind, kp_al
 
 /* --- wrappers --------------------------------------------------------------------- */
 kp_status kp_allocator_alloc(kp_allocator_t a, size_t bytes, kp_stream_t s, void **out) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(a && out);
     *out = NULL;
     if (bytes > KP__MAX_ALLOC_BYTES)
@@ -130,11 +134,13 @@ kp_status kp_allocator_alloc(kp_allocator_t a, size_t bytes, kp_stream_t s, void
 }
 
 kp_status kp_allocator_free(kp_allocator_t a, void *ptr) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(a);
     return ptr ? a->iface->free(a->ctx, ptr) : KP_OK;
 }
 
 kp_status kp_allocator_record_stream(kp_allocator_t a, void *ptr, kp_stream_t s) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(a && ptr && s);
     if (kp_stream_device(s) != a->dev)
         return kp__error_devices(__func__, "stream", kp_stream_device(s), kp_device_name(kp_stream_device(s)),
@@ -143,11 +149,13 @@ kp_status kp_allocator_record_stream(kp_allocator_t a, void *ptr, kp_stream_t s)
 }
 
 kp_status kp_allocator_empty_cache(kp_allocator_t a) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(a);
     return a->iface->empty_cache ? a->iface->empty_cache(a->ctx) : KP_OK;
 }
 
 kp_status kp_allocator_stats(kp_allocator_t a, kp_alloc_stats *out) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(a && out);
     memset(out, 0, sizeof *out);
     a->iface->stats(a->ctx, out);
@@ -155,6 +163,7 @@ kp_status kp_allocator_stats(kp_allocator_t a, kp_alloc_stats *out) {
 }
 
 kp_status kp_allocator_snapshot(kp_allocator_t a, kp_block_info *rows, size_t cap, size_t *n) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(a && n && (rows || cap == 0));
     *n = 0;
     return a->iface->snapshot ? a->iface->snapshot(a->ctx, rows, cap, n) : KP_OK;

@@ -37,6 +37,7 @@ static int kp__ceil_log2(size_t x) {
 }
 
 kp_status kp_buffer_pool_create(kp_device_t dev, const kp_pool_config *cfg, kp_buffer_pool_t *out) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(dev && cfg && out);
     *out = NULL;
     if (cfg->struct_size != sizeof *cfg)
@@ -87,6 +88,7 @@ static void kp__buffer_recache(kp_buffer_pool_t p, kp_buffer_t b) {
 }
 
 kp_status kp_buffer_acquire(kp_buffer_pool_t p, size_t bytes, kp_stream_t s, kp_buffer_t *out) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(p && out);
     *out = NULL;
     int cls = kp__ceil_log2(bytes ? bytes : 1);
@@ -166,6 +168,7 @@ void *kp_buffer_data(kp_buffer_t b) { return b ? b->data : NULL; }
 size_t kp_buffer_size(kp_buffer_t b) { return b ? b->size : 0; }
 
 kp_status kp_buffer_pool_stats(kp_buffer_pool_t p, kp_pool_stats *out) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(p && out);
     pthread_mutex_lock(&p->mu);
     *out = p->st;

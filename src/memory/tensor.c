@@ -22,6 +22,7 @@ struct kp_tensor {
 
 kp_status kp_memory_alloc(kp_device_t dev, kp_allocator_kind kind, size_t bytes, kp_stream_t s,
                           kp_memory_t *out) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(dev && out);
     *out = NULL;
     kp_allocator_t a;
@@ -60,6 +61,7 @@ int kp_memory_refcount(kp_memory_t m) { return m ? atomic_load(&m->refs) : 0; }
 
 /* --- tensors ---------------------------------------------------------------------- */
 kp_status kp_tensor_from_memory(kp_memory_t m, const kp_tensor_desc *d, kp_tensor_t *out) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(m && d && out);
     *out = NULL;
     KP_CHECK(kp_desc_validate(d));
@@ -77,6 +79,7 @@ kp_status kp_tensor_from_memory(kp_memory_t m, const kp_tensor_desc *d, kp_tenso
 
 kp_status kp_tensor_empty(kp_device_t dev, kp_dtype dt, int ndim, const int64_t *shape,
                           kp_tensor_t *out) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(out);
     *out = NULL;
     kp_tensor_desc d;
@@ -118,7 +121,7 @@ static uint64_t kp__one_bits(kp_dtype dt) {
 
 static kp_status kp__tensor_filled(kp_device_t dev, kp_dtype dt, int ndim, const int64_t *shape,
                                    kp_stream_t s, bool ones, kp_tensor_t *out) {
-    KP_ARG_CHECK(s);
+    if (!s) return kp__error(KP_ERR_INVALID_ARG, "stream is NULL");
     KP_CHECK(kp_tensor_empty(dev, dt, ndim, shape, out));
     kp_tensor_t t = *out;
     int64_t n = kp_desc_numel(&t->desc);
@@ -141,11 +144,13 @@ static kp_status kp__tensor_filled(kp_device_t dev, kp_dtype dt, int ndim, const
 
 kp_status kp_tensor_zeros(kp_device_t dev, kp_dtype dt, int ndim, const int64_t *shape,
                           kp_stream_t s, kp_tensor_t *out) {
+    KP_API_ENTRY();
     return kp__tensor_filled(dev, dt, ndim, shape, s, false, out);
 }
 
 kp_status kp_tensor_ones(kp_device_t dev, kp_dtype dt, int ndim, const int64_t *shape,
                          kp_stream_t s, kp_tensor_t *out) {
+    KP_API_ENTRY();
     return kp__tensor_filled(dev, dt, ndim, shape, s, true, out);
 }
 
@@ -155,6 +160,7 @@ static kp_status kp__view(kp_tensor_t t, const kp_tensor_desc *d, kp_tensor_t *o
 
 kp_status kp_tensor_slice(kp_tensor_t t, int dim, int64_t start, int64_t stop, int64_t step,
                           kp_tensor_t *out) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(t && out);
     *out = NULL;
     const kp_tensor_desc *s = &t->desc;
@@ -178,6 +184,7 @@ kp_status kp_tensor_slice(kp_tensor_t t, int dim, int64_t start, int64_t stop, i
 }
 
 kp_status kp_tensor_reshape(kp_tensor_t t, int ndim, const int64_t *shape, kp_tensor_t *out) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(t && out);
     *out = NULL;
     if (!kp_desc_is_contiguous(&t->desc))
@@ -192,6 +199,7 @@ kp_status kp_tensor_reshape(kp_tensor_t t, int ndim, const int64_t *shape, kp_te
 }
 
 kp_status kp_tensor_transpose(kp_tensor_t t, int d0, int d1, kp_tensor_t *out) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(t && out);
     *out = NULL;
     if (d0 < 0 || d1 < 0 || d0 >= t->desc.ndim || d1 >= t->desc.ndim)

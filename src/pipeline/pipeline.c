@@ -309,12 +309,13 @@ static kp_status kp__check_spec(kp_device_t dev, const kp_pipeline_spec *spec) {
 }
 
 kp_status kp_pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_pipeline_t *out) {
+    KP_API_ENTRY();
     return kp__pipeline_create(dev, spec, out, "modules");
 }
 
 kp_status kp__pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_pipeline_t *out,
                               const char *modules_path) {
-    KP_ARG_CHECK(out);
+    if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
     KP_CHECK(kp__check_spec(dev, spec));
     kp_status st;
@@ -362,6 +363,7 @@ kp_exec_mode kp_pipeline_mode(kp_pipeline_t p) { return p ? p->mode : KP_EXEC_GR
 const char *kp_pipeline_name(kp_pipeline_t p) { return p ? p->name : "(null)"; }
 
 kp_status kp_pipeline_report_get(kp_pipeline_t p, kp_pipeline_report *r) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(p && r);
     memset(r, 0, sizeof *r);
     r->n_modules = p->n_modules;
@@ -379,6 +381,7 @@ kp_status kp_pipeline_report_get(kp_pipeline_t p, kp_pipeline_report *r) {
 }
 
 kp_status kp_pipeline_module_report(kp_pipeline_t p, size_t i, kp_module_report *r) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(p && r);
     if (i >= p->n_modules)
         return kp__error(KP_ERR_NOT_FOUND, "module report %zu: the pipeline has %zu modules", i,
@@ -404,6 +407,7 @@ kp_status kp_pipeline_module_report(kp_pipeline_t p, size_t i, kp_module_report 
 }
 
 kp_status kp_pipeline_connection_report(kp_pipeline_t p, size_t idx, kp_connection_report *r) {
+    KP_API_ENTRY();
     KP_ARG_CHECK(p && r);
     for (size_t i = 0; i < p->n_modules; i++) {
         const kp__module *m = &p->mods[i];
@@ -428,7 +432,7 @@ kp_status kp_pipeline_connection_report(kp_pipeline_t p, size_t idx, kp_connecti
 }
 
 static kp_status kp__external_info(kp_pipeline_t p, size_t i, bool output, kp_port_info *out) {
-    KP_ARG_CHECK(p && out);
+    if (!p || !out) return kp__error(KP_ERR_INVALID_ARG, "pipeline and out are required");
     size_t n = output ? p->n_outputs : p->n_inputs;
     if (i >= n)
         return kp__error(KP_ERR_NOT_FOUND, "pipeline \"%s\" has %zu external %s", p->name, n,
@@ -442,9 +446,11 @@ static kp_status kp__external_info(kp_pipeline_t p, size_t i, bool output, kp_po
 }
 
 kp_status kp_pipeline_input_info(kp_pipeline_t p, size_t i, kp_port_info *out) {
+    KP_API_ENTRY();
     return kp__external_info(p, i, false, out);
 }
 
 kp_status kp_pipeline_output_info(kp_pipeline_t p, size_t i, kp_port_info *out) {
+    KP_API_ENTRY();
     return kp__external_info(p, i, true, out);
 }

@@ -29,6 +29,7 @@ static kp_status kp__register_locked(const char *type, kp_module_create_fn fn) {
 }
 
 kp_status kp_module_register(const char *type, kp_module_create_fn create) {
+    KP_API_ENTRY();
     if (!type || !*type || !create)
         return kp__error(KP_ERR_INVALID_ARG, "kp_module_register: type and create are required");
     if (strlen(type) >= KP_NAME_MAX || strchr(type, '.'))
@@ -101,6 +102,7 @@ static bool kp__is_integer_text(const char *v) {
 
 kp_status kp_param_int(const kp_module_env *env, const char *key, bool def_ok, int64_t def,
                        int64_t *out) {
+    KP_API_ENTRY();
     if (!env || !key || !out)
         return kp__error(KP_ERR_INVALID_ARG, "kp_param_int: env, key and out are required");
     const char *v = kp__param_find(env, key);
@@ -122,6 +124,7 @@ kp_status kp_param_int(const kp_module_env *env, const char *key, bool def_ok, i
 
 kp_status kp_param_double(const kp_module_env *env, const char *key, bool def_ok, double def,
                           double *out) {
+    KP_API_ENTRY();
     if (!env || !key || !out)
         return kp__error(KP_ERR_INVALID_ARG, "kp_param_double: env, key and out are required");
     const char *v = kp__param_find(env, key);
@@ -143,6 +146,7 @@ kp_status kp_param_double(const kp_module_env *env, const char *key, bool def_ok
 
 kp_status kp_param_str(const kp_module_env *env, const char *key, const char *def,
                        const char **out) {
+    KP_API_ENTRY();
     if (!env || !key || !out)
         return kp__error(KP_ERR_INVALID_ARG, "kp_param_str: env, key and out are required");
     const char *v = kp__param_find(env, key);
@@ -151,6 +155,7 @@ kp_status kp_param_str(const kp_module_env *env, const char *key, const char *de
 }
 
 kp_status kp_port_decl_1d(kp_port_decl *p, const char *name, kp_dtype dt, int64_t n) {
+    KP_API_ENTRY();
     if (!p || !name) return kp__error(KP_ERR_INVALID_ARG, "kp_port_decl_1d: port and name are required");
     if (strlen(name) >= KP_NAME_MAX)
         return kp__error(KP_ERR_INVALID_ARG, "port name \"%s\" is too long", name);

@@ -173,6 +173,7 @@ static kp_status kp__setup_modules(kp_pipeline_t p) {
 }
 
 kp_status kp_pipeline_setup(kp_pipeline_t p) {
+    KP_API_ENTRY();
     KP_CHECK(kp__require_state(p, KP__CREATED, __func__, ""));
     if (p->state != KP__CREATED)
         return kp__error(KP_ERR_STATE, "kp_pipeline_setup: pipeline \"%s\" is already set up", p->name);
@@ -187,7 +188,7 @@ kp_status kp_pipeline_setup(kp_pipeline_t p) {
     return KP_OK;
 fail:
     kp__release(p);
-    return kp__error_in(__func__, st);
+    return st;
 }
 
 /* --- a tick ------------------------------------------------------------------------- */
@@ -331,9 +332,10 @@ static kp_status kp__configure(kp_pipeline_t p, const kp_port_info *inputs, size
 
 kp_status kp_pipeline_configure_io(kp_pipeline_t p, const kp_port_info *inputs, size_t n_inputs,
                                    kp_port_info *outputs, size_t n_outputs, kp_stream_t s) {
+    KP_API_ENTRY();
     KP_CHECK(kp__require_state(p, KP__SETUP, __func__, "call kp_pipeline_setup"));
     KP_CHECK(kp__check_stream(p, s, __func__));
-    KP_API_RETURN(kp__configure(p, inputs, n_inputs, outputs, n_outputs, s));
+    return kp__configure(p, inputs, n_inputs, outputs, n_outputs, s);
 }
 
 static kp_status kp__warmup(kp_pipeline_t p, kp_stream_t s) {
@@ -351,12 +353,13 @@ static kp_status kp__warmup(kp_pipeline_t p, kp_stream_t s) {
 }
 
 kp_status kp_pipeline_warmup(kp_pipeline_t p, kp_stream_t s) {
+    KP_API_ENTRY();
     KP_CHECK(kp__require_state(p, KP__CONFIGURED, __func__, "call kp_pipeline_configure_io"));
     if (p->state >= KP__WARM)
         return kp__error(KP_ERR_STATE, "kp_pipeline_warmup: pipeline \"%s\" is already warmed up",
                          p->name);
     KP_CHECK(kp__check_stream(p, s, __func__));
-    KP_API_RETURN(kp__warmup(p, s));
+    return kp__warmup(p, s);
 }
 
 /* --- the graph ---------------------------------------------------------------------- */
@@ -404,6 +407,7 @@ static kp_status kp__build(kp_pipeline_t p) {
 }
 
 kp_status kp_pipeline_build_graph(kp_pipeline_t p) {
+    KP_API_ENTRY();
     KP_CHECK(kp__require_state(p, KP__WARM, __func__, "call kp_pipeline_warmup"));
     if (p->mode != KP_EXEC_GRAPH)
         return kp__error(KP_ERR_STATE, "kp_pipeline_build_graph: pipeline \"%s\" runs in stream "
@@ -419,7 +423,7 @@ kp_status kp_pipeline_build_graph(kp_pipeline_t p) {
     kp_graph_destroy(p->graph);
     p->exec = NULL;
     p->graph = NULL;
-    return kp__error_in(__func__, st);
+    return st;
 }
 
 /* --- execution ------------------------------------------------------------------------ */
@@ -434,22 +438,24 @@ static kp_status kp__execute_modules(kp_pipeline_t p, kp_stream_t s) {
 }
 
 kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s) {
+    KP_API_ENTRY();
     KP_CHECK(kp__require_state(p, KP__WARM, __func__, "call kp_pipeline_warmup"));
     if (p->mode != KP_EXEC_STREAM)
         return kp__error(KP_ERR_STATE, "kp_pipeline_execute_stream: pipeline \"%s\" runs in graph "
                          "mode; use kp_pipeline_execute_graph", p->name);
     KP_CHECK(kp__check_stream(p, s, __func__));
-    KP_API_RETURN(kp__execute_modules(p, s));
+    return kp__execute_modules(p, s);
 }
 
 kp_status kp_pipeline_execute_graph(kp_pipeline_t p, kp_stream_t s) {
+    KP_API_ENTRY();
     if (p && p->mode != KP_EXEC_GRAPH)
         return kp__error(KP_ERR_STATE, "kp_pipeline_execute_graph: pipeline \"%s\" runs in stream "
                          "mode; use kp_pipeline_execute_stream", p->name);
     KP_CHECK(kp__require_state(p, KP__BUILT, __func__, "call kp_pipeline_build_graph"));
     KP_CHECK(kp__check_stream(p, s, __func__));
     KP_CHECK(kp__order_after_last(p, s));
-    KP_API_RETURN(kp_graph_exec_launch(p->exec, s));
+    return kp_graph_exec_launch(p->exec, s);
 }
 
 void kp_pipeline_destroy(kp_pipeline_t p) {

@@ -242,39 +242,26 @@ static kp_status kp__json_convert(json_t *root, kp__json_spec *s) {
     return KP_OK;
 }
 
-kp_status kp_pipeline_create_from_json_opts(kp_device_t dev, const char *text,
-                                            const kp_pipeline_options *opts, kp_pipeline_t *out) {
-    KP_ARG_CHECK(out);
+static kp_status kp__from_json(kp_device_t dev, const char *text, const kp_pipeline_options *opts,
+                               kp_pipeline_t *out) {
+    if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
-    if (!dev || !text) return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_create_from_json: device "
-                                        "and text are required");
+    if (!dev || !text) return kp__error(KP_ERR_INVALID_ARG, "device and text are required");
+    if (opts && opts->struct_size != sizeof *opts)
+        return kp__error(KP_ERR_INVALID_ARG, "options: struct_size %zu, expected %zu (use "
+                         "KP_PIPELINE_OPTIONS_INIT)", opts->struct_size, sizeof *opts);
     json_error_t jerr;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return KP__PERR("line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+    if (!root) return KP__PERR("line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
     kp__json_spec s;
     memset(&s, 0, sizeof s);
     s.spec = (kp_pipeline_spec)KP_PIPELINE_SPEC_INIT;
     kp_status st = kp__json_convert(root, &s);
-    if (st == KP_OK && opts) {
-        if (opts->struct_size != sizeof *opts)
-            st = kp__error(KP_ERR_INVALID_ARG, "pipeline options: struct_size %zu, expected %zu "
-                           "(use KP_PIPELINE_OPTIONS_INIT)", opts->struct_size, sizeof *opts);
-        else if (opts->mode != KP_EXEC_FROM_SPEC)
-            s.spec.mode = (kp_exec_mode)opts->mode;
-    }
+    if (st == KP_OK && opts && opts->mode != KP_EXEC_FROM_SPEC) s.spec.mode = (kp_exec_mode)opts->mode;
     if (st == KP_OK) st = kp__pipeline_create(dev, &s.spec, out, "$.modules");
     kp__json_spec_free(&s);
     json_decref(root);
     return st;
-}
-
-kp_status kp_pipeline_create_from_json(kp_device_t dev, const char *text, kp_pipeline_t *out) {
-    return kp_pipeline_create_from_json_opts(dev, text, NULL, out);
-}
-
-kp_status kp_pipeline_create_from_file(kp_device_t dev, const char *path, kp_pipeline_t *out) {
-    return kp_pipeline_create_from_file_opts(dev, path, NULL, out);
 }
 
 /* A NUL byte would end the text early and hide what follows it. */
@@ -290,9 +277,9 @@ static kp_status kp__check_no_nul(const char *text, size_t size) {
     return KP__PERR("line %d, column %d: a NUL byte (the text must not contain one)", line, col);
 }
 
-kp_status kp_pipeline_create_from_file_opts(kp_device_t dev, const char *path,
-                                            const kp_pipeline_options *opts, kp_pipeline_t *out) {
-    KP_ARG_CHECK(out && path);
+static kp_status kp__from_file(kp_device_t dev, const char *path, const kp_pipeline_options *opts,
+                               kp_pipeline_t *out) {
+    if (!out || !path) return kp__error(KP_ERR_INVALID_ARG, "path and out are required");
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return kp__error(KP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -308,9 +295,31 @@ kp_status kp_pipeline_create_from_file_opts(kp_device_t dev, const char *path,
     fclose(f);
     text[size] = '\0';
     kp_status st = kp__check_no_nul(text, (size_t)size);
-    if (st == KP_OK) st = kp_pipeline_create_from_json_opts(dev, text, opts, out);
+    if (st == KP_OK) st = kp__from_json(dev, text, opts, out);
     kp__free(text);
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
+}
+
+kp_status kp_pipeline_create_from_json(kp_device_t dev, const char *text, kp_pipeline_t *out) {
+    KP_API_ENTRY();
+    return kp__from_json(dev, text, NULL, out);
+}
+
+kp_status kp_pipeline_create_from_json_opts(kp_device_t dev, const char *text,
+                                            const kp_pipeline_options *opts, kp_pipeline_t *out) {
+    KP_API_ENTRY();
+    return kp__from_json(dev, text, opts, out);
+}
+
+kp_status kp_pipeline_create_from_file(kp_device_t dev, const char *path, kp_pipeline_t *out) {
+    KP_API_ENTRY();
+    return kp__from_file(dev, path, NULL, out);
+}
+
+kp_status kp_pipeline_create_from_file_opts(kp_device_t dev, const char *path,
+                                            const kp_pipeline_options *opts, kp_pipeline_t *out) {
+    KP_API_ENTRY();
+    return kp__from_file(dev, path, opts, out);
 }
 
 /* jansson (the spec reader's), each backend's, and what modules noted. */
