@@ -139,6 +139,7 @@ typedef struct kp_module_report {
     size_t dynamic_desc_offset; /* of its dynamic descriptor in the arena */
     kp_mem_req req;
     size_t copy_bytes;          /* the pipeline's copies of its inputs, after its tensors */
+    size_t copy_offset;         /* of the first copy in the arena (0 without copies) */
     size_t n_inputs, n_outputs;
     const kp_port_decl *inputs, *outputs;
     size_t n_graph_deps;        /* modules its graph node waits for */

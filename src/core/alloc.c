@@ -59,10 +59,3 @@ void *kp__calloc(size_t n, size_t size) {
 }
 
 void kp__free(void *ptr) { kp__aligned_free(KP_MEM_HOST, ptr); }
-
-char *kp__strdup(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *p = kp__malloc(n);
-    if (p) memcpy(p, s, n);
-    return p;
-}

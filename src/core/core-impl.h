@@ -77,7 +77,6 @@ void *kp__calloc(size_t n, size_t size);
 void *kp__aligned_alloc(kp_mem_kind kind, size_t bytes, size_t align);
 void kp__aligned_free(kp_mem_kind kind, void *ptr);
 void kp__free(void *ptr);
-char *kp__strdup(const char *s);
 bool kp__permit(kp_mem_kind kind, size_t bytes);
 
 /* Broken internal invariant: the only place the library aborts. */

@@ -397,6 +397,8 @@ kp_status kp_pipeline_module_report(kp_pipeline_t p, size_t i, kp_module_report 
     r->dynamic_desc_offset = p->dynamic_desc_at + m->dynamic_desc_off;
     r->req = m->req;
     r->copy_bytes = m->copy_bytes;
+    for (size_t k = m->def.n_inputs; k-- > 0;)
+        if (m->in[k].copy) r->copy_offset = m->in[k].copy_off;
     r->n_inputs = m->def.n_inputs;
     r->n_outputs = m->def.n_outputs;
     r->inputs = m->def.inputs;

@@ -55,6 +55,9 @@ static kp_status kpt_print_memory(kp_pipeline_t p, const kp_pipeline_report *r) 
         KPT_CHECK(kp_pipeline_module_report(p, i, &m));
         if (m.req.device_bytes)
             printf("  %-16s %12s %12zu %12zu\n", m.id, "tensors", m.device_offset, m.req.device_bytes);
+        if (m.copy_bytes)
+            printf("  %-16s %12s %12zu %12zu\n", m.id, "input copies",
+                   m.copy_offset, m.copy_bytes);
         if (m.req.workspace_bytes)
             printf("  %-16s %12s %12zu %12zu\n", m.id, "workspace", m.workspace_offset,
                    m.req.workspace_bytes);
