@@ -64,9 +64,10 @@ void kp__backend_list(char *buf, size_t len) {
 kp_status kp_backend_register(const kp_backend_reg *reg) {
     KP_API_ENTRY();
     if (!reg) return kp__error(KP_ERR_INVALID_ARG, "kp_backend_register: reg is NULL");
-    if (reg->struct_size != sizeof *reg)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_backend_register: struct_size %zu, expected %zu "
-                         "(use KP_BACKEND_REG_INIT)", reg->struct_size, sizeof *reg);
+    kp_backend_reg r = KP_BACKEND_REG_INIT;
+    KP_CHECK(kp__config_read(&r, sizeof r, reg, KP__SIZE_THROUGH(kp_backend_reg, options), "reg",
+                             "KP_BACKEND_REG_INIT"));
+    reg = &r;
     if (!reg->name || !*reg->name || strlen(reg->name) >= 32 || strchr(reg->name, ':'))
         return kp__error(KP_ERR_INVALID_ARG, "kp_backend_register: the name must have 1 to 31 "
                          "characters and no ':'");

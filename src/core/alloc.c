@@ -23,13 +23,12 @@ kp_status kp_set_alloc_hook(const kp_alloc_hook *hook) {
                                    NULL, NULL};
         return KP_OK;
     }
-    if (hook->struct_size != sizeof(kp_alloc_hook))
-        return kp__error(KP_ERR_INVALID_ARG, "kp_set_alloc_hook: struct_size %zu, expected %zu",
-                         hook->struct_size, sizeof(kp_alloc_hook));
-    if ((hook->alloc == NULL) != (hook->free == NULL))
-        return kp__error(KP_ERR_INVALID_ARG,
-                         "kp_set_alloc_hook: alloc and free must be given together");
-    kp__hook = *hook;
+    kp_alloc_hook h = KP_ALLOC_HOOK_INIT;
+    KP_CHECK(kp__config_read(&h, sizeof h, hook, KP__SIZE_THROUGH(kp_alloc_hook, user), "hook",
+                             "KP_ALLOC_HOOK_INIT"));
+    if ((h.alloc == NULL) != (h.free == NULL))
+        return kp__error(KP_ERR_INVALID_ARG, "alloc and free must be given together");
+    kp__hook = h;
     if (!kp__hook.alloc) {
         kp__hook.alloc = kp__default_alloc;
         kp__hook.free = kp__default_free;

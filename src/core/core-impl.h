@@ -25,6 +25,17 @@ kp_status kp__error_devices(const char *fn, const char *what, const void *what_d
                             const char *what_name, const char *owner, const void *owner_dev,
                             const char *owner_name);
 
+/* Versioned config structs (NCCL's habit): each starts with its
+ * struct_size, so a program built against an older, shorter version still
+ * works. kp__config_read copies what `src` has -- its struct_size bytes, at
+ * least `min_size` (the first version's) and at most `size` (this one's) --
+ * over the defaults already in `dst`, then sets dst's struct_size. A size
+ * outside that range gets KP_ERR_INVALID_ARG naming `what` and its init macro. */
+kp_status kp__config_read(void *dst, size_t size, const void *src, size_t min_size,
+                          const char *what, const char *init_macro);
+/* The size of `type` up to and including `field`: a version's min_size. */
+#define KP__SIZE_THROUGH(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+
 /* kp_desc_validate without recording an error: for checks in functions that
  * do not return a status. */
 bool kp__desc_ok(const kp_tensor_desc *d);

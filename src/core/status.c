@@ -67,6 +67,17 @@ kp_status kp__error_prefix(kp_status st, const char *fmt, ...) {
     return st;
 }
 
+kp_status kp__config_read(void *dst, size_t size, const void *src, size_t min_size,
+                          const char *what, const char *init_macro) {
+    size_t have = *(const size_t *)src;
+    if (have < min_size || have > size)
+        return kp__error(KP_ERR_INVALID_ARG, "%s: struct_size %zu; this kpipe reads %zu to %zu (use "
+                         "%s)", what, have, min_size, size, init_macro);
+    memcpy(dst, src, have);
+    *(size_t *)dst = size;
+    return KP_OK;
+}
+
 kp__api_scope kp__api_enter(const char *fn) { return (kp__api_scope){fn, kp__err_gen}; }
 
 void kp__api_leave(const kp__api_scope *s) {

@@ -26,11 +26,11 @@ kp_status kp_allocator_create(kp_device_t dev, kp_allocator_kind kind,
     *out = NULL;
     if ((unsigned)kind >= KP_ALLOCATOR_KINDS)
         return kp__error(KP_ERR_INVALID_ARG, "kp_allocator_create: unknown kind %d", (int)kind);
-    kp_allocator_config defaults = KP_ALLOCATOR_CONFIG_INIT;
-    if (!cfg) cfg = &defaults;
-    if (cfg->struct_size != sizeof *cfg)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_allocator_create: config struct_size %zu, expected "
-                         "%zu (use KP_ALLOCATOR_CONFIG_INIT)", cfg->struct_size, sizeof *cfg);
+    kp_allocator_config c = KP_ALLOCATOR_CONFIG_INIT;
+    if (cfg)
+        KP_CHECK(kp__config_read(&c, sizeof c, cfg, KP__SIZE_THROUGH(kp_allocator_config,
+                                 max_split_bytes), "config", "KP_ALLOCATOR_CONFIG_INIT"));
+    cfg = &c;
     kp_allocator_t a = kp__calloc(1, sizeof *a);
     if (!a) return kp__error(KP_ERR_OUT_OF_MEMORY, "kp_allocator_create: no memory");
     a->dev = dev;

@@ -40,9 +40,10 @@ kp_status kp_buffer_pool_create(kp_device_t dev, const kp_pool_config *cfg, kp_b
     KP_API_ENTRY();
     KP_ARG_CHECK(dev && cfg && out);
     *out = NULL;
-    if (cfg->struct_size != sizeof *cfg)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_buffer_pool_create: config struct_size %zu, "
-                         "expected %zu (use KP_POOL_CONFIG_INIT)", cfg->struct_size, sizeof *cfg);
+    kp_pool_config c = KP_POOL_CONFIG_INIT;
+    KP_CHECK(kp__config_read(&c, sizeof c, cfg, KP__SIZE_THROUGH(kp_pool_config, max_per_class),
+                             "config", "KP_POOL_CONFIG_INIT"));
+    cfg = &c;
     if (!cfg->min_bytes || cfg->max_bytes < cfg->min_bytes ||
         kp__ceil_log2(cfg->max_bytes) >= KP__POOL_CLASSES)
         return kp__error(KP_ERR_INVALID_ARG, "kp_buffer_pool_create: size classes %zu .. %zu bytes "

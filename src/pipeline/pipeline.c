@@ -289,11 +289,6 @@ static kp_status kp__check_module_spec(const kp_module_spec *ms, size_t i) {
 }
 
 static kp_status kp__check_spec(kp_device_t dev, const kp_pipeline_spec *spec) {
-    if (!dev || !spec)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_create: device and spec are required");
-    if (spec->struct_size != sizeof(kp_pipeline_spec))
-        return kp__error(KP_ERR_INVALID_ARG, "kp_pipeline_create: spec struct_size %zu, expected "
-                         "%zu (use KP_PIPELINE_SPEC_INIT)", spec->struct_size, sizeof *spec);
     if (spec->n_modules == 0 || !spec->modules)
         return kp__error(KP_ERR_INVALID_ARG, "pipeline spec has no modules");
     if (spec->n_modules > KP__MAX_MODULES)
@@ -317,6 +312,11 @@ kp_status kp__pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_
                               const char *modules_path) {
     if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
+    if (!dev || !spec) return kp__error(KP_ERR_INVALID_ARG, "device and spec are required");
+    kp_pipeline_spec sp = KP_PIPELINE_SPEC_INIT;
+    KP_CHECK(kp__config_read(&sp, sizeof sp, spec, KP__SIZE_THROUGH(kp_pipeline_spec, mode), "spec",
+                             "KP_PIPELINE_SPEC_INIT"));
+    spec = &sp;
     KP_CHECK(kp__check_spec(dev, spec));
     kp_status st;
     kp_pipeline_t p = kp__calloc(1, sizeof *p);

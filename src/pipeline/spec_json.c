@@ -247,9 +247,10 @@ static kp_status kp__from_json(kp_device_t dev, const char *text, const kp_pipel
     if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
     if (!dev || !text) return kp__error(KP_ERR_INVALID_ARG, "device and text are required");
-    if (opts && opts->struct_size != sizeof *opts)
-        return kp__error(KP_ERR_INVALID_ARG, "options: struct_size %zu, expected %zu (use "
-                         "KP_PIPELINE_OPTIONS_INIT)", opts->struct_size, sizeof *opts);
+    kp_pipeline_options o = KP_PIPELINE_OPTIONS_INIT;
+    if (opts)
+        KP_CHECK(kp__config_read(&o, sizeof o, opts, KP__SIZE_THROUGH(kp_pipeline_options, mode),
+                                 "options", "KP_PIPELINE_OPTIONS_INIT"));
     json_error_t jerr;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) return KP__PERR("line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
@@ -257,7 +258,7 @@ static kp_status kp__from_json(kp_device_t dev, const char *text, const kp_pipel
     memset(&s, 0, sizeof s);
     s.spec = (kp_pipeline_spec)KP_PIPELINE_SPEC_INIT;
     kp_status st = kp__json_convert(root, &s);
-    if (st == KP_OK && opts && opts->mode != KP_EXEC_FROM_SPEC) s.spec.mode = (kp_exec_mode)opts->mode;
+    if (st == KP_OK && o.mode != KP_EXEC_FROM_SPEC) s.spec.mode = (kp_exec_mode)o.mode;
     if (st == KP_OK) st = kp__pipeline_create(dev, &s.spec, out, "$.modules");
     kp__json_spec_free(&s);
     json_decref(root);

@@ -101,17 +101,14 @@ static const kp_device_i kp__cpu_iface = {
 
 static kp_status kp__cpu_open(const kp_backend_reg *reg, int ordinal, const kp_device_i **iface,
                               void **ctx) {
-    const kp_host_options *o = reg->options;
-    int workers = 1;
-    if (o) {
-        if (o->struct_size != sizeof *o)
-            return kp__error(KP_ERR_INVALID_ARG, "backend %s: kp_host_options struct_size %zu, "
-                             "expected %zu", reg->name, o->struct_size, sizeof *o);
-        if (o->workers < 1 || o->workers > KP__MAX_WORKERS)
-            return kp__error(KP_ERR_INVALID_ARG, "backend %s: %d workers (1 .. %d)", reg->name,
-                             o->workers, KP__MAX_WORKERS);
-        workers = o->workers;
-    }
+    kp_host_options o = KP_HOST_OPTIONS_INIT;
+    if (reg->options)
+        KP_CHECK(kp__config_read(&o, sizeof o, reg->options, KP__SIZE_THROUGH(kp_host_options,
+                                 workers), "kp_host_options", "KP_HOST_OPTIONS_INIT"));
+    if (o.workers < 1 || o.workers > KP__MAX_WORKERS)
+        return kp__error(KP_ERR_INVALID_ARG, "backend %s: %d workers (1 .. %d)", reg->name,
+                         o.workers, KP__MAX_WORKERS);
+    int workers = o.workers;
     kp__cpu_device *d = kp__calloc(1, sizeof *d);
     if (!d) return kp__error(KP_ERR_OUT_OF_MEMORY, "cpu device: no memory");
     d->workers = workers;
