@@ -9,22 +9,22 @@
 
 #include "kpipe/kpipe.h"
 
-#define CK(x)                                                                   \
-    do {                                                                        \
-        cudaError_t e_ = (x);                                                   \
-        if (e_ != cudaSuccess) {                                                \
-            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));            \
-            exit(1);                                                            \
-        }                                                                       \
+#define CK(x)                                                        \
+    do {                                                             \
+        cudaError_t e_ = (x);                                        \
+        if (e_ != cudaSuccess) {                                     \
+            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
+            exit(1);                                                 \
+        }                                                            \
     } while (0)
 
-#define KK(x)                                                                   \
-    do {                                                                        \
-        kp_status s_ = (x);                                                     \
-        if (s_ != KP_OK) {                                                      \
+#define KK(x)                                                                        \
+    do {                                                                             \
+        kp_status s_ = (x);                                                          \
+        if (s_ != KP_OK) {                                                           \
             fprintf(stderr, "%s: %s: %s\n", #x, kp_status_str(s_), kp_last_error()); \
-            exit(1);                                                            \
-        }                                                                       \
+            exit(1);                                                                 \
+        }                                                                            \
     } while (0)
 
 #endif

@@ -12,7 +12,6 @@
 #include "bench-util.h"
 #include "tool-impl.h"
 
-
 #define REPEATS 15
 
 typedef struct ctx {
@@ -78,9 +77,12 @@ static void fragmentation(ctx *c, json_t *out) {
             continue;
         }
         size_t r = (s >> 8) % 100, bytes;
-        if (r < 50) bytes = 256 + (s >> 16) % (64 << 10);            /* temporaries */
-        else if (r < 90) bytes = (1 << 20) + (s >> 16) % (8 << 20);  /* activations */
-        else bytes = (16 << 20) + (s >> 16) % (48 << 20);            /* large buffers */
+        if (r < 50)
+            bytes = 256 + (s >> 16) % (64 << 10); /* temporaries */
+        else if (r < 90)
+            bytes = (1 << 20) + (s >> 16) % (8 << 20); /* activations */
+        else
+            bytes = (16 << 20) + (s >> 16) % (48 << 20); /* large buffers */
         KK(kp_allocator_alloc(c->dev, bytes, c->ks, &live[k]));
     }
     kp_alloc_stats st;
@@ -90,13 +92,16 @@ static void fragmentation(ctx *c, json_t *out) {
     double ratio = (double)st.peak_reserved / (double)st.peak_allocated;
     printf("fragmentation replay (%d steps, 256 B .. 64 MiB): peak allocated %.1f MiB, peak "
            "reserved %.1f MiB, reserved / peak-allocated %.3f; %llu hits, %llu misses, %llu "
-           "splits, %llu merges, %llu OOM retries\n", STEPS, st.peak_allocated / 1048576.0,
-           st.peak_reserved / 1048576.0, ratio, (unsigned long long)st.cache_hits,
-           (unsigned long long)st.cache_misses, (unsigned long long)st.splits,
-           (unsigned long long)st.merges, (unsigned long long)st.oom_retries);
-    json_object_set_new(out, "fragmentation", json_pack("{s:f,s:f,s:f}", "peak_allocated_mib",
-        st.peak_allocated / 1048576.0, "peak_reserved_mib", st.peak_reserved / 1048576.0,
-        "reserved_over_peak_allocated", ratio));
+           "splits, %llu merges, %llu OOM retries\n",
+           STEPS, st.peak_allocated / 1048576.0, st.peak_reserved / 1048576.0, ratio,
+           (unsigned long long)st.cache_hits, (unsigned long long)st.cache_misses,
+           (unsigned long long)st.splits, (unsigned long long)st.merges,
+           (unsigned long long)st.oom_retries);
+    json_object_set_new(out, "fragmentation",
+                        json_pack("{s:f,s:f,s:f}", "peak_allocated_mib",
+                                  st.peak_allocated / 1048576.0, "peak_reserved_mib",
+                                  st.peak_reserved / 1048576.0, "reserved_over_peak_allocated",
+                                  ratio));
 }
 
 int main(int argc, char **argv) {
@@ -125,9 +130,10 @@ int main(int argc, char **argv) {
         double cm = time_pairs(cuda_pair, &c), ch = time_pairs(cuda_host_pair, &c);
         printf("%10zu %10.3f %12.2f %7.0fx %14.3f %7.2fx %12.3f %16.2f %7.0fx\n", bytes, kd, cm,
                cm / kd, ka, ka / kd, kp, ch, ch / kp);
-        json_array_append_new(rows, json_pack("{s:I,s:f,s:f,s:f,s:f,s:f}", "bytes", (json_int_t)bytes,
-            "kpipe_device_us", kd, "cudaMalloc_us", cm, "cudaMallocAsync_us", ka, "kpipe_pinned_us",
-            kp, "cudaMallocHost_us", ch));
+        json_array_append_new(rows, json_pack("{s:I,s:f,s:f,s:f,s:f,s:f}", "bytes",
+                                              (json_int_t)bytes, "kpipe_device_us", kd,
+                                              "cudaMalloc_us", cm, "cudaMallocAsync_us", ka,
+                                              "kpipe_pinned_us", kp, "cudaMallocHost_us", ch));
     }
     json_object_set_new(root, "pairs", rows);
     fragmentation(&c, root);

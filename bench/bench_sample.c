@@ -15,13 +15,13 @@
 #include "bench-util.h"
 #include "tool-impl.h"
 
-#define CB(x)                                                                   \
-    do {                                                                        \
-        cublasStatus_t s_ = (x);                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                      \
-            fprintf(stderr, "%s: %s\n", #x, cublasGetStatusString(s_));         \
-            exit(1);                                                            \
-        }                                                                       \
+#define CB(x)                                                           \
+    do {                                                                \
+        cublasStatus_t s_ = (x);                                        \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                              \
+            fprintf(stderr, "%s: %s\n", #x, cublasGetStatusString(s_)); \
+            exit(1);                                                    \
+        }                                                               \
     } while (0)
 
 /* --- the hand-written version ------------------------------------------------------ */
@@ -56,7 +56,10 @@ static void hand_shape(int64_t n, int *rows, int *cols) {
     while ((limit + 1) * (limit + 1) <= n) limit++;
     if (limit > n) limit = n;
     for (int64_t d = limit; d >= 1; d--)
-        if (n % d == 0) { r = d; break; }
+        if (n % d == 0) {
+            r = d;
+            break;
+        }
     if (r < 32) r = n;
     *rows = (int)r;
     *cols = (int)(n / r);
@@ -100,7 +103,8 @@ static void hand_setup(hand *H, int64_t n, const float *a, const float *b) {
     CK(cudaGraphAddMemcpyNode1D(&copies[1], g, NULL, 0, H->ib, H->b, bytes, cudaMemcpyDefault));
     CK(cudaGraphAddChildGraphNode(&cn, g, copies, 2, child));
     void *args[1] = {&H->rp};
-    struct cudaKernelNodeParams kp = {(void *)hand_relu_fn(), {H->grid, 1, 1}, {256, 1, 1}, 0, args, NULL};
+    struct cudaKernelNodeParams kp = {
+        (void *)hand_relu_fn(), {H->grid, 1, 1}, {256, 1, 1}, 0, args, NULL};
     CK(cudaGraphAddKernelNode(&kn, g, &cn, 1, &kp));
     CK(cudaGraphInstantiate(&H->ge, g, 0));
     CK(cudaGraphUpload(H->ge, H->s));
@@ -148,8 +152,8 @@ typedef struct variant {
 typedef struct result {
     char name[32];
     int64_t n;
-    kpt_stats lat;     /* us per tick, waiting for each */
-    double flight_us;  /* us per tick with ticks in flight */
+    kpt_stats lat;    /* us per tick, waiting for each */
+    double flight_us; /* us per tick with ticks in flight */
 } result;
 
 static void kp_tick(void *ctx, bool wait) { KK(kpt_runner_tick(ctx, wait)); }
@@ -213,7 +217,12 @@ static void exec_stream(void *ctx) {
     KK(kp_pipeline_execute_stream(r->p, r->s));
 }
 
-typedef struct copy_ctx { kp_stream_t s; void *dst; const void *src; size_t bytes; } copy_ctx;
+typedef struct copy_ctx {
+    kp_stream_t s;
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_ctx;
 static void d2d_copy(void *ctx) {
     copy_ctx *c = ctx;
     KK(kp_memcpy_async(c->s, c->dst, c->src, c->bytes));
@@ -236,15 +245,17 @@ static void bandwidth(const char *src, json_t *out) {
         if (m == 0) {
             copy_ctx c = {r.s, r.in[1].data, r.in[0].data, bytes};
             copy_gbs = 2.0 * (double)bytes / device_us(r.s, d2d_copy, &c, 50) / 1e3;
-            printf("device-to-device copy of %zu MiB: %.0f GB/s (read + write)\n", bytes >> 20, copy_gbs);
+            printf("device-to-device copy of %zu MiB: %.0f GB/s (read + write)\n", bytes >> 20,
+                   copy_gbs);
             json_object_set_new(out, "d2d_copy_gbs", json_real(copy_gbs));
         }
         double us = device_us(r.s, exec_stream, &r, 50);
         double gbs = moved[m] * (double)bytes / us / 1e3;
         printf("module %-6s %8.1f us per run, %6.0f GB/s = %5.1f%% of copy bandwidth\n", names[m],
                us, gbs, 100.0 * gbs / copy_gbs);
-        json_object_set_new(out, names[m], json_pack("{s:f,s:f,s:f}", "us", us, "gbs", gbs,
-                                                     "fraction_of_copy", gbs / copy_gbs));
+        json_object_set_new(
+            out, names[m],
+            json_pack("{s:f,s:f,s:f}", "us", us, "gbs", gbs, "fraction_of_copy", gbs / copy_gbs));
         kpt_runner_close(&r);
     }
 }
@@ -261,8 +272,8 @@ static size_t wrong(const float *dev_out, const float *a, const float *b, int64_
 }
 
 static void print_row(const result *r, const result *floor) {
-    printf("  %-14s %9lld %9.2f %9.2f %9.2f   %7.3fx %10.2f\n", r->name, (long long)r->n, r->lat.p50,
-           r->lat.p99, r->lat.max, r->lat.p50 / floor->lat.p50, r->flight_us);
+    printf("  %-14s %9lld %9.2f %9.2f %9.2f   %7.3fx %10.2f\n", r->name, (long long)r->n,
+           r->lat.p50, r->lat.p99, r->lat.max, r->lat.p50 / floor->lat.p50, r->flight_us);
 }
 
 static json_t *result_json(const result *r, const result *floor) {
@@ -274,7 +285,8 @@ static json_t *result_json(const result *r, const result *floor) {
 
 static void run_size(const char *src, int64_t n, long ticks, long warmup, json_t *rows) {
     char spec[1024];
-    snprintf(spec, sizeof spec, n == 16384 ? "%s/examples/sample.json" : "%s/bench/sample_16m.json", src);
+    snprintf(spec, sizeof spec, n == 16384 ? "%s/examples/sample.json" : "%s/bench/sample_16m.json",
+             src);
     kpt_runner kg, ks;
     hand H;
     KK(kpt_runner_open(&kg, "cuda", spec, KP_EXEC_GRAPH));
@@ -285,11 +297,14 @@ static void run_size(const char *src, int64_t n, long ticks, long warmup, json_t
     KK(kpt_runner_prepare(&ks));
     const float *a = kg.host_in[0], *b = kg.host_in[1];
     hand_setup(&H, n, a, b);
-    variant v[4] = {{"hand graph", hg_tick, h_sync, &H}, {"kpipe graph", kp_tick, kp_sync, &kg},
-                    {"hand stream", hs_tick, h_sync, &H}, {"kpipe stream", kp_tick, kp_sync, &ks}};
+    variant v[4] = {{"hand graph", hg_tick, h_sync, &H},
+                    {"kpipe graph", kp_tick, kp_sync, &kg},
+                    {"hand stream", hs_tick, h_sync, &H},
+                    {"kpipe stream", kp_tick, kp_sync, &ks}};
     result r[4];
     measure(v, 4, n, ticks, warmup, r);
-    size_t bad = wrong(kg.out[0].data, a, b, n) + wrong(ks.out[0].data, a, b, n) + wrong(H.out, a, b, n);
+    size_t bad =
+        wrong(kg.out[0].data, a, b, n) + wrong(ks.out[0].data, a, b, n) + wrong(H.out, a, b, n);
     printf("N = %lld (%ld ticks after %ld warm-up; %zu wrong output elements)\n", (long long)n,
            ticks, warmup, bad);
     printf("  %-14s %9s %9s %9s %9s   %8s %10s\n", "variant", "N", "p50 us", "p99 us", "max us",
@@ -299,8 +314,9 @@ static void run_size(const char *src, int64_t n, long ticks, long warmup, json_t
         print_row(&r[i], floor);
         json_array_append_new(rows, result_json(&r[i], floor));
     }
-    printf("  in flight: kpipe graph %.2f us/tick vs back-to-back hand graph %.2f: %.2fx throughput\n",
-           r[1].flight_us, r[0].flight_us, r[0].flight_us / r[1].flight_us);
+    printf(
+        "  in flight: kpipe graph %.2f us/tick vs back-to-back hand graph %.2f: %.2fx throughput\n",
+        r[1].flight_us, r[0].flight_us, r[0].flight_us / r[1].flight_us);
     hand_free(&H);
     kpt_runner_close(&kg);
     kpt_runner_close(&ks);
@@ -321,7 +337,8 @@ int main(int argc, char **argv) {
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("bench_sample on %s: ReLU(input0 + input1), float32; latency = one tick with a host "
-           "wait (us)\n", prop.name);
+           "wait (us)\n",
+           prop.name);
     json_t *root = json_object(), *rows = json_array(), *bw = json_object();
     run_size(src, 16384, ticks, ticks / 10, rows);
     run_size(src, 16777216, ticks / 10, ticks / 100, rows);

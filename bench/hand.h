@@ -4,8 +4,13 @@
 
 #include <stdint.h>
 
-typedef struct hand_relu_static { float *output; int64_t size; } hand_relu_static;
-typedef struct hand_relu_dynamic { const float *input; } hand_relu_dynamic;
+typedef struct hand_relu_static {
+    float *output;
+    int64_t size;
+} hand_relu_static;
+typedef struct hand_relu_dynamic {
+    const float *input;
+} hand_relu_dynamic;
 typedef struct hand_relu_params {
     const hand_relu_static *st;
     const hand_relu_dynamic *dyn;
@@ -14,6 +19,7 @@ typedef struct hand_relu_params {
 #ifdef __cplusplus
 extern "C"
 #endif
-const void *hand_relu_fn(void);
+    const void *
+    hand_relu_fn(void);
 
 #endif

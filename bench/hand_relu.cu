@@ -26,4 +26,6 @@ __global__ void hand_relu_kernel(hand_relu_params p) {
     for (int64_t j = done + i; j < n; j += stride) out[j] = fmaxf(in[j], 0.0f);
 }
 
-extern "C" const void *hand_relu_fn(void) { return reinterpret_cast<const void *>(hand_relu_kernel); }
+extern "C" const void *hand_relu_fn(void) {
+    return reinterpret_cast<const void *>(hand_relu_kernel);
+}

@@ -6,13 +6,13 @@
 
 #include "kpipe/kpipe.h"
 
-#define CHECK(x)                                                                \
-    do {                                                                        \
-        kp_status st_ = (x);                                                    \
-        if (st_ != KP_OK) {                                                     \
-            fprintf(stderr, "%s: %s\n", kp_status_str(st_), kp_last_error());   \
-            return 1;                                                           \
-        }                                                                       \
+#define CHECK(x)                                                              \
+    do {                                                                      \
+        kp_status st_ = (x);                                                  \
+        if (st_ != KP_OK) {                                                   \
+            fprintf(stderr, "%s: %s\n", kp_status_str(st_), kp_last_error()); \
+            return 1;                                                         \
+        }                                                                     \
     } while (0)
 
 int main(int argc, char **argv) {

@@ -42,9 +42,7 @@ static void hook_free(void *user, kp_mem_kind kind, void *p) {
     free(p);
 }
 
-static bool hook_permit(void *user, kp_mem_kind kind, size_t bytes) {
-    return !should_fail(user);
-}
+static bool hook_permit(void *user, kp_mem_kind kind, size_t bytes) { return !should_fail(user); }
 
 /* Everything a pipeline does with a device, with cleanup on every path. */
 static kp_status device_workload(const char *devname) {
@@ -238,7 +236,8 @@ static void fail_every_site(const char *devname, kp_status (*workload)(const cha
         }
     }
     print_message("%s: %ld allocation sites failed one by one (%ld recovered by a retry), no "
-                  "leaks\n", devname, sites, recovered);
+                  "leaks\n",
+                  devname, sites, recovered);
     /* Recoveries are by design (the allocators' driver retry, a block handed
      * out whole when the bookkeeping for a split cannot be had, an idle event
      * dropped when its pool cannot grow); most failures must surface. */

@@ -18,7 +18,11 @@
 #define MAX_LIVE 400
 #define CHECK_EVERY 997
 
-typedef struct live { char *p; size_t n; int stream; } live;
+typedef struct live {
+    char *p;
+    size_t n;
+    int stream;
+} live;
 
 /* Holds a cpu stream busy until opened, so that frees of blocks used there
  * stay pending for a while, as behind a long kernel. */
@@ -30,8 +34,9 @@ static void gate(void *user) {
 
 static size_t rand_size(uint64_t *s) {
     int r = (int)(kpt_rand(s) % 100);
-    int bits = r < 60 ? 4 + (int)(kpt_rand(s) % 16) /* up to 1 MiB: small pool */
-                      : r < 97 ? 20 + (int)(kpt_rand(s) % 4) : 24 + (int)(kpt_rand(s) % 2);
+    int bits = r < 60   ? 4 + (int)(kpt_rand(s) % 16) /* up to 1 MiB: small pool */
+               : r < 97 ? 20 + (int)(kpt_rand(s) % 4)
+                        : 24 + (int)(kpt_rand(s) % 2);
     return 1 + (size_t)(kpt_rand(s) % ((uint64_t)1 << bits));
 }
 
@@ -66,7 +71,8 @@ static void check_snapshot(kp_allocator_t a, const live *lv, size_t n_live) {
             for (size_t k = 0; k < n; k++)
                 if (rows[k].segment == seg)
                     print_error("  block %p +%zu %s%s\n", rows[k].ptr, rows[k].size,
-                                rows[k].allocated ? "allocated" : "free", rows[k].pending ? " pending" : "");
+                                rows[k].allocated ? "allocated" : "free",
+                                rows[k].pending ? " pending" : "");
             print_error("segment %p +%zu is tiled up to %p\n", (void *)seg, seg_size, (void *)at);
             fail();
         }
@@ -138,8 +144,8 @@ static void fuzz_against_shadow(void **state) {
     kp_alloc_stats st;
     KPT_OK(kp_allocator_stats(a, &st));
     print_message("%d ops: %llu hits, %llu misses, %llu splits, %llu merges, %llu deferred, "
-                  "%llu driver allocs, peak reserved %zu\n", FUZZ_OPS,
-                  (unsigned long long)st.cache_hits, (unsigned long long)st.cache_misses,
+                  "%llu driver allocs, peak reserved %zu\n",
+                  FUZZ_OPS, (unsigned long long)st.cache_hits, (unsigned long long)st.cache_misses,
                   (unsigned long long)st.splits, (unsigned long long)st.merges,
                   (unsigned long long)st.deferred, (unsigned long long)st.driver_allocs,
                   st.peak_reserved);

@@ -27,8 +27,8 @@ static void fails_named(kp_status got, kp_status want, const char *expr, int lin
     snprintf(fn, sizeof fn, "%.*s", (int)n, expr);
     const char *e = kp_last_error();
     if (got != want || strncmp(e, fn, n) != 0 || e[n] != ':') {
-        print_error("line %d: %s = %s (\"%s\"), expected %s with a detail starting \"%s:\"\n",
-                    line, expr, kp_status_name(got), e, kp_status_name(want), fn);
+        print_error("line %d: %s = %s (\"%s\"), expected %s with a detail starting \"%s:\"\n", line,
+                    expr, kp_status_name(got), e, kp_status_name(want), fn);
         g_misses++;
     }
 }
@@ -68,7 +68,8 @@ static void core_calls(void **state) {
     KPT_OK(kp_library_register("misuse_lib", "1.2"));
     KPT_OK(kp_library_register("misuse_lib", "9.9")); /* the first version stays */
     bool found = false;
-    for (size_t i = 0; kp_library_name(i); i++) found = found || strcmp(kp_library_name(i), "misuse_lib 1.2") == 0;
+    for (size_t i = 0; kp_library_name(i); i++)
+        found = found || strcmp(kp_library_name(i), "misuse_lib 1.2") == 0;
     assert_true(found);
     assert_null(kp_library_name(SIZE_MAX));
 }
@@ -459,7 +460,8 @@ static void memory_and_tensor_calls(void **state) {
     KPT_FAILS(kp_memory_alloc(NULL, KP_ALLOCATOR_DEVICE, 4, NULL, &m), BAD);
     KPT_FAILS(kp_memory_alloc(g_dev, KP_ALLOCATOR_KINDS, 4, NULL, &m), BAD);
     KPT_FAILS(kp_memory_alloc(g_dev, KP_ALLOCATOR_DEVICE, 4, NULL, NULL), BAD);
-    KPT_FAILS(kp_memory_alloc(g_dev, KP_ALLOCATOR_DEVICE, HUGE_BYTES, NULL, &m), KP_ERR_OUT_OF_MEMORY);
+    KPT_FAILS(kp_memory_alloc(g_dev, KP_ALLOCATOR_DEVICE, HUGE_BYTES, NULL, &m),
+              KP_ERR_OUT_OF_MEMORY);
     assert_null(kp_memory_retain(NULL));
     kp_memory_release(NULL);
     assert_null(kp_memory_data(NULL));
@@ -601,9 +603,9 @@ static void module_calls(void **state) {
     KPT_FAILS(kp_param_double(NULL, "k", true, 1, &x), BAD);
     KPT_FAILS(kp_param_double(&env, "k", true, 1, NULL), BAD);
     KPT_FAILS(kp_param_double(&env, "k", false, 1, &x), BAD); /* required */
-    static const kp_param nums[] = {{"a", "0.5"}, {"b", "-2"}, {"c", "1e-3"}, {"d", ".25"},
-                                    {"e", "nan"}, {"f", "inf"}, {"g", " 1"}, {"h", "+1"},
-                                    {"i", "1.5x"}, {"j", "1e999"}, {"k", ""}, {"l", "-"}};
+    static const kp_param nums[] = {{"a", "0.5"},  {"b", "-2"},    {"c", "1e-3"}, {"d", ".25"},
+                                    {"e", "nan"},  {"f", "inf"},   {"g", " 1"},   {"h", "+1"},
+                                    {"i", "1.5x"}, {"j", "1e999"}, {"k", ""},     {"l", "-"}};
     kp_module_env nenv = {g_dev, KP_EXEC_GRAPH, "m", nums, 12, NULL};
     static const double good[] = {0.5, -2, 1e-3, 0.25};
     for (int i = 0; i < 12; i++) {
@@ -621,9 +623,10 @@ static void module_calls(void **state) {
     assert_string_equal(str, "d");
 }
 
-static const char relu_spec[] =
-    "{\"kpipe_spec\": 1, \"execution\": \"stream\", \"modules\": [{\"type\": \"relu\", \"id\": \"r\", "
-    "\"params\": {\"size\": 4}}], \"inputs\": {\"x\": \"r.input\"}, \"outputs\": {\"y\": \"r.output\"}}";
+static const char relu_spec[] = "{\"kpipe_spec\": 1, \"execution\": \"stream\", \"modules\": "
+                                "[{\"type\": \"relu\", \"id\": \"r\", "
+                                "\"params\": {\"size\": 4}}], \"inputs\": {\"x\": \"r.input\"}, "
+                                "\"outputs\": {\"y\": \"r.output\"}}";
 
 static void pipeline_calls(void **state) {
     kp_pipeline_t p = NULL;
@@ -702,12 +705,14 @@ static void pipeline_calls(void **state) {
     float *x;
     int64_t n = 4;
     KPT_OK(kp_malloc(g_dev, 16, (void **)&x));
-    kp_port_info in[2] = {{"x", x, {0}}, {"z", x, {0}}}, out[2] = {{"y", NULL, {0}}, {NULL, NULL, {0}}};
+    kp_port_info in[2] = {{"x", x, {0}}, {"z", x, {0}}},
+                 out[2] = {{"y", NULL, {0}}, {NULL, NULL, {0}}};
     KPT_OK(kp_desc_init(&in[0].desc, KP_F32, 1, &n, NULL));
     in[1].desc = in[0].desc;
     KPT_FAILS(kp_pipeline_configure_io(p, NULL, 1, out, 1, s), BAD);
     KPT_FAILS(kp_pipeline_configure_io(p, in, 1, NULL, 1, s), BAD);
-    KPT_FAILS(kp_pipeline_configure_io(p, in, 2, out, 1, s), KP_ERR_NOT_FOUND); /* one input too many */
+    KPT_FAILS(kp_pipeline_configure_io(p, in, 2, out, 1, s),
+              KP_ERR_NOT_FOUND); /* one input too many */
     KPT_FAILS(kp_pipeline_configure_io(p, in, 1, out, 2, s), KP_ERR_NOT_FOUND); /* unnamed output */
     KPT_FAILS(kp_pipeline_configure_io(p, in, 1, out, 1, NULL), BAD);
     KPT_FAILS(kp_pipeline_warmup(p, NULL), KP_ERR_STATE); /* not configured yet */

@@ -203,8 +203,8 @@ static kp_graph_t make_child(kp_device_t dev, graph_fixture *f, int n, float ca,
 }
 
 /* g: copy x_src -> x; y += a * x; child; copy y -> out */
-static kp_graph_t make_graph(kp_device_t dev, graph_fixture *f, int n, float a, float ca,
-                             float cb, float *out) {
+static kp_graph_t make_graph(kp_device_t dev, graph_fixture *f, int n, float a, float ca, float cb,
+                             float *out) {
     kp_graph_t g, c = make_child(dev, f, n, ca, cb);
     KPT_OK(kp_graph_create(dev, &g));
     KPT_OK(kp_graph_add_memcpy(g, NULL, 0, f->x, f->x_src, FB(n), &f->copy_in));
@@ -482,14 +482,10 @@ int main(int argc, char **argv) {
     kp_device_describe(g_dev, desc, sizeof desc);
     printf("conformance on %s (%s), compared with cpu\n", name, desc);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(memory),
-        cmocka_unit_test(stream_order),
-        cmocka_unit_test(events),
-        cmocka_unit_test(host_func_order),
-        cmocka_unit_test(graphs),
-        cmocka_unit_test(graph_dag),
-        cmocka_unit_test(capture),
-        cmocka_unit_test(misuse),
+        cmocka_unit_test(memory),  cmocka_unit_test(stream_order),
+        cmocka_unit_test(events),  cmocka_unit_test(host_func_order),
+        cmocka_unit_test(graphs),  cmocka_unit_test(graph_dag),
+        cmocka_unit_test(capture), cmocka_unit_test(misuse),
     };
     int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
     kp_device_close(g_dev);

@@ -42,7 +42,8 @@ static const char *sample_json(const char *mode, int64_t n) {
              "{\"type\": \"relu\", \"id\": \"b\", \"params\": {\"size\": %lld}}],"
              "\"connections\": [\"a.result0 -> b.input\"],"
              "\"inputs\": {\"input0\": \"a.arg0\", \"input1\": \"a.arg1\"},"
-             "\"outputs\": {\"output\": \"b.output\"}}", mode, (long long)n, (long long)n);
+             "\"outputs\": {\"output\": \"b.output\"}}",
+             mode, (long long)n, (long long)n);
     return buf;
 }
 
@@ -63,8 +64,10 @@ static void sources_open(const copy_case *c, sources *s) {
     size_t bytes = (size_t)c->n * sizeof(float);
     memset(s, 0, sizeof *s);
     for (int k = 0; k < 2; k++) {
-        if (c->src == SRC_PINNED) KPT_OK(kp_malloc_host(g_dev, bytes, (void **)&s->host[k]));
-        else s->host[k] = malloc(bytes);
+        if (c->src == SRC_PINNED)
+            KPT_OK(kp_malloc_host(g_dev, bytes, (void **)&s->host[k]));
+        else
+            s->host[k] = malloc(bytes);
         assert_non_null(s->host[k]);
         if (c->src == SRC_DEVICE) KPT_OK(kp_malloc(g_dev, bytes, (void **)&s->staging[k]));
     }
@@ -72,8 +75,10 @@ static void sources_open(const copy_case *c, sources *s) {
 
 static void sources_close(const copy_case *c, sources *s) {
     for (int k = 0; k < 2; k++) {
-        if (c->src == SRC_PINNED) kp_free_host(g_dev, s->host[k]);
-        else free(s->host[k]);
+        if (c->src == SRC_PINNED)
+            kp_free_host(g_dev, s->host[k]);
+        else
+            free(s->host[k]);
         kp_free(g_dev, s->staging[k]);
     }
 }
@@ -130,9 +135,9 @@ static void run_case(const copy_case *c) {
         }
         if (wrong) {
             print_error("%lld elements, %s source, %s mode, %s buffers: tick %d has %zu wrong "
-                        "outputs, first at %zu: %g, want %g\n", (long long)n, src_names[c->src],
-                        c->graph ? "graph" : "stream", c->new_buffers ? "new" : "same", t, wrong,
-                        first, (double)out[first],
+                        "outputs, first at %zu: %g, want %g\n",
+                        (long long)n, src_names[c->src], c->graph ? "graph" : "stream",
+                        c->new_buffers ? "new" : "same", t, wrong, first, (double)out[first],
                         (double)fmaxf(s.host[0][first] + s.host[1][first], 0.0f));
             wrong_total += wrong;
         }
@@ -165,9 +170,8 @@ static void run_size(int64_t n) {
         for (int graph = 0; graph < 2; graph++)
             for (int fresh = 0; fresh < 2; fresh++) {
                 copy_case c = {n, (src_kind)src, graph, fresh, ticks_for(n)};
-                printf("  %lld elements, %s source, %s mode, %s buffers, %d ticks\n",
-                       (long long)n, src_names[src], graph ? "graph" : "stream",
-                       fresh ? "new" : "same", c.ticks);
+                printf("  %lld elements, %s source, %s mode, %s buffers, %d ticks\n", (long long)n,
+                       src_names[src], graph ? "graph" : "stream", fresh ? "new" : "same", c.ticks);
                 run_case(&c);
             }
 }

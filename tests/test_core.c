@@ -27,7 +27,11 @@ static void last_error_is_thread_local_detail(void **state) {
     assert_null(dev);
 }
 
-typedef struct { int calls; kp_log_level last; char msg[256]; } log_sink;
+typedef struct {
+    int calls;
+    kp_log_level last;
+    char msg[256];
+} log_sink;
 
 static void sink(kp_log_level lvl, const char *msg, void *user) {
     log_sink *s = user;
@@ -53,9 +57,11 @@ static void log_callback_and_level(void **state) {
 }
 
 static void dtypes(void **state) {
-    static const struct { const char *name; size_t bytes; } want[] = {
-        {"f32", 4}, {"f16", 2}, {"bf16", 2}, {"i32", 4}, {"i16", 2},
-        {"i8", 1}, {"u8", 1}, {"i64", 8}, {"u64", 8}};
+    static const struct {
+        const char *name;
+        size_t bytes;
+    } want[] = {{"f32", 4}, {"f16", 2}, {"bf16", 2}, {"i32", 4}, {"i16", 2},
+                {"i8", 1},  {"u8", 1},  {"i64", 8},  {"u64", 8}};
     assert_int_equal(KP_DTYPE_COUNT, 9);
     for (int i = 0; i < KP_DTYPE_COUNT; i++) {
         kp_dtype dt;
@@ -89,7 +95,10 @@ static void descriptors(void **state) {
 
     /* transpose by strides is not contiguous; size-1 dims are ignored */
     kp_tensor_desc t = d;
-    t.shape[1] = 4; t.shape[2] = 3; t.strides[1] = 1; t.strides[2] = 4;
+    t.shape[1] = 4;
+    t.shape[2] = 3;
+    t.strides[1] = 1;
+    t.strides[2] = 4;
     assert_false(kp_desc_is_contiguous(&t));
     int64_t s1[3] = {1, 5, 1}, st1[3] = {99, 1, 7};
     KPT_OK(kp_desc_init(&t, KP_I8, 3, s1, st1));

@@ -54,8 +54,7 @@ static void views_share_memory(void **state) {
     kp_tensor_release(base);
     assert_int_equal(kp_memory_refcount(kp_tensor_memory(flat)), 4);
     KPT_OK(kp_memcpy_dtoh(g_dev, h, kp_tensor_data(flat), sizeof h));
-    for (int i = 0; i < 24; i++)
-        assert_true(h[i] == (i >= 6 && i < 18 ? (float)(i - 5) : 0.0f));
+    for (int i = 0; i < 24; i++) assert_true(h[i] == (i >= 6 && i < 18 ? (float)(i - 5) : 0.0f));
     kp_allocator_t a;
     KPT_OK(kp_device_allocator(g_dev, KP_ALLOCATOR_DEVICE, &a));
     size_t before = stats_of(a).allocated;
@@ -64,14 +63,23 @@ static void views_share_memory(void **state) {
     kp_tensor_release(tr);
     assert_int_equal(stats_of(a).allocated, before); /* flat still holds it */
     kp_tensor_release(flat);
-    assert_true(stats_of(a).allocated < before);     /* the last reference freed it */
+    assert_true(stats_of(a).allocated < before); /* the last reference freed it */
     kp_stream_destroy(s);
 }
 
 static void zeros_and_ones(void **state) {
-    static const struct { kp_dtype dt; uint64_t one; } cases[] = {
-        {KP_F32, 0x3F800000u}, {KP_F16, 0x3C00u}, {KP_BF16, 0x3F80u}, {KP_I32, 1}, {KP_I16, 1},
-        {KP_I8, 1}, {KP_U8, 1}, {KP_I64, 1}, {KP_U64, 1}};
+    static const struct {
+        kp_dtype dt;
+        uint64_t one;
+    } cases[] = {{KP_F32, 0x3F800000u},
+                 {KP_F16, 0x3C00u},
+                 {KP_BF16, 0x3F80u},
+                 {KP_I32, 1},
+                 {KP_I16, 1},
+                 {KP_I8, 1},
+                 {KP_U8, 1},
+                 {KP_I64, 1},
+                 {KP_U64, 1}};
     kp_stream_t s;
     KPT_OK(kp_stream_create(g_dev, &s));
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -107,8 +115,8 @@ static void caching_rules(void **state) {
     assert_true(((uintptr_t)p & 255) == 0);
     kp_alloc_stats st = stats_of(a);
     assert_int_equal(st.cache_misses, 1);
-    assert_int_equal(st.reserved, 2 << 20); /* one small segment */
-    assert_int_equal(st.allocated, 1024);   /* rounded to 512 */
+    assert_int_equal(st.reserved, 2 << 20);     /* one small segment */
+    assert_int_equal(st.allocated, 1024);       /* rounded to 512 */
     KPT_OK(kp_allocator_alloc(a, 5000, s, &q)); /* split from the same segment */
     assert_int_equal(stats_of(a).cache_hits, 1);
     assert_true((char *)q == (char *)p + 1024);
@@ -193,7 +201,8 @@ static void cross_stream_reuse_waits(void **state) {
     size_t nrows;
     KPT_OK(kp_allocator_snapshot(a, rows, 16, &nrows));
     bool pending = false;
-    for (size_t i = 0; i < nrows && i < 16; i++) pending = pending || (rows[i].ptr == x && rows[i].pending);
+    for (size_t i = 0; i < nrows && i < 16; i++)
+        pending = pending || (rows[i].ptr == x && rows[i].pending);
     assert_true(pending);
     KPT_OK(kp_stream_sync(s2));
     /* now x is reusable: the next allocation of that size gets it */
@@ -247,7 +256,11 @@ static void allocation_during_capture(void **state) {
     kp_stream_destroy(other);
 }
 
-typedef struct free_job { kp_allocator_t a; void *p; kp_status st; } free_job;
+typedef struct free_job {
+    kp_allocator_t a;
+    void *p;
+    kp_status st;
+} free_job;
 static void *free_elsewhere(void *arg) {
     free_job *j = arg;
     j->st = kp_allocator_free(j->a, j->p);

@@ -27,7 +27,10 @@ typedef struct shared {
     int failures;
 } shared;
 
-typedef struct worker { shared *sh; int id; } worker;
+typedef struct worker {
+    shared *sh;
+    int id;
+} worker;
 
 static void fail_once(shared *sh, const char *what) {
     pthread_mutex_lock(&sh->mu);
@@ -38,7 +41,8 @@ static void fail_once(shared *sh, const char *what) {
 static void device_ops(shared *sh, int id, uint64_t *seed) {
     void *p;
     size_t n = 1 + (size_t)(kpt_rand(seed) % (3u << 20));
-    if (kp_allocator_alloc(sh->dev_alloc, n, sh->streams[id], &p) != KP_OK) return fail_once(sh, "alloc");
+    if (kp_allocator_alloc(sh->dev_alloc, n, sh->streams[id], &p) != KP_OK)
+        return fail_once(sh, "alloc");
     memset(p, id, n < 4096 ? n : 4096); /* cpu backend: the memory is ours to write */
     if (kpt_rand(seed) % 4 == 0 &&
         kp_allocator_record_stream(sh->dev_alloc, p, sh->streams[(id + 1) % THREADS]) != KP_OK)
@@ -58,20 +62,24 @@ static void pinned_ops(shared *sh, int id, uint64_t *seed) {
     if (sh->n_handoff > 1) theirs = sh->handoff[--sh->n_handoff];
     pthread_mutex_unlock(&sh->mu);
     if (p && kp_allocator_free(sh->pin_alloc, p) != KP_OK) fail_once(sh, "pinned free");
-    if (theirs && kp_allocator_free(sh->pin_alloc, theirs) != KP_OK) fail_once(sh, "pinned free (other)");
+    if (theirs && kp_allocator_free(sh->pin_alloc, theirs) != KP_OK)
+        fail_once(sh, "pinned free (other)");
 }
 
 static void pool_and_tensor_ops(shared *sh, int id, uint64_t *seed) {
     kp_buffer_t b;
-    if (kp_buffer_acquire(sh->pool, 1 + (size_t)(kpt_rand(seed) % 200000), sh->streams[id], &b) != KP_OK)
+    if (kp_buffer_acquire(sh->pool, 1 + (size_t)(kpt_rand(seed) % 200000), sh->streams[id], &b) !=
+        KP_OK)
         return fail_once(sh, "acquire");
     kp_buffer_t again = kp_buffer_retain(b);
     ((char *)kp_buffer_data(b))[0] = (char)id;
     kp_buffer_release(b);
     kp_buffer_release(again);
     kp_tensor_t t = kp_tensor_retain(sh->tensor), v;
-    if (kp_tensor_slice(t, 0, 1, 3, 1, &v) != KP_OK) fail_once(sh, "slice");
-    else kp_tensor_release(v);
+    if (kp_tensor_slice(t, 0, 1, 3, 1, &v) != KP_OK)
+        fail_once(sh, "slice");
+    else
+        kp_tensor_release(v);
     kp_tensor_release(t);
 }
 

@@ -94,8 +94,8 @@ static void round_trips(void **state) {
         }
     /* a NumPy-style header with spaces, double quotes and keys in another order */
     unsigned char buf[256];
-    size_t len = make_npy(buf, sizeof buf,
-                          "{\"shape\" : ( 2 , 3 ) , 'fortran_order':False,'descr':'<i2'}", 12, true);
+    size_t len = make_npy(
+        buf, sizeof buf, "{\"shape\" : ( 2 , 3 ) , 'fortran_order':False,'descr':'<i2'}", 12, true);
     kp_tensor_desc d;
     size_t off;
     KPT_OK(kp_npy_parse(buf, len, &d, &off));
@@ -150,8 +150,8 @@ static void sizes_checked_against_the_file(void **state) {
     refused_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4,)}", 17, "17 data bytes");
     /* prelude: magic, version, header length beyond the file */
     unsigned char buf[256];
-    size_t len = make_npy(buf, sizeof buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,)}",
-                          16, false);
+    size_t len = make_npy(buf, sizeof buf,
+                          "{'descr': '<f4', 'fortran_order': False, 'shape': (4,)}", 16, false);
     buf[6] = 4;
     refused(buf, len, "version 4.0");
     buf[6] = 1;

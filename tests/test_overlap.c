@@ -107,7 +107,8 @@ static void fuzz_against_brute_force(void **state) {
         assert_int_equal(kp_desc_overlap(&b, &a), got);
     }
     print_message("%d pairs: %ld overlapping, %ld disjoint answered wrongly, %ld overlap answered "
-                  "wrongly, %ld assumed\n", FUZZ_PAIRS, overlaps, disagree_none, disagree_yes, assumed);
+                  "wrongly, %ld assumed\n",
+                  FUZZ_PAIRS, overlaps, disagree_none, disagree_yes, assumed);
     assert_int_equal(disagree_none, 0);
     assert_int_equal(disagree_yes, 0);
     assert_int_equal(assumed, 0);

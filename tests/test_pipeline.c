@@ -18,7 +18,10 @@ static kp_device_t g_dev, g_cpu;
  * input's, so it changes whenever the input's does). It fills only the three
  * required slots; in graph mode its node is the pipeline's default capture
  * of execute(), which enqueues nothing. ------------------------------------ */
-typedef struct tap { int64_t n; kp_dtype dt; } tap;
+typedef struct tap {
+    int64_t n;
+    kp_dtype dt;
+} tap;
 
 static void tap_destroy(void *self) { free(self); }
 static kp_status tap_io(void *self, const kp_module_io *io) {
@@ -51,27 +54,31 @@ static kp_status tap_create(const kp_module_env *env, kp_module_def *def) {
 /* --- specs ------------------------------------------------------------------------ */
 static char *sample_json(const char *mode, int n) {
     static char buf[1024];
-    snprintf(buf, sizeof buf,
-             "{\"kpipe_spec\": 1, \"name\": \"sample\", \"execution\": \"%s\",\n"
-             " \"modules\": [{\"type\": \"engine\", \"id\": \"module_a\", \"params\": {\"size\": %d}},\n"
-             "             {\"type\": \"relu\", \"id\": \"module_b\", \"params\": {\"size\": %d}}],\n"
-             " \"connections\": [\"module_a.result0 -> module_b.input\"],\n"
-             " \"inputs\": {\"input0\": \"module_a.arg0\", \"input1\": \"module_a.arg1\"},\n"
-             " \"outputs\": {\"output\": \"module_b.output\"}}", mode, n, n);
+    snprintf(
+        buf, sizeof buf,
+        "{\"kpipe_spec\": 1, \"name\": \"sample\", \"execution\": \"%s\",\n"
+        " \"modules\": [{\"type\": \"engine\", \"id\": \"module_a\", \"params\": {\"size\": %d}},\n"
+        "             {\"type\": \"relu\", \"id\": \"module_b\", \"params\": {\"size\": %d}}],\n"
+        " \"connections\": [\"module_a.result0 -> module_b.input\"],\n"
+        " \"inputs\": {\"input0\": \"module_a.arg0\", \"input1\": \"module_a.arg1\"},\n"
+        " \"outputs\": {\"output\": \"module_b.output\"}}",
+        mode, n, n);
     return buf;
 }
 
 static char *dag_json(const char *mode, int n) {
     static char buf[1024];
-    snprintf(buf, sizeof buf,
-             "{\"kpipe_spec\": 1, \"name\": \"dag\", \"execution\": \"%s\",\n"
-             " \"modules\": [{\"type\": \"engine\", \"id\": \"join\", \"params\": {\"size\": %d}},\n"
-             "             {\"type\": \"relu\", \"id\": \"left\", \"params\": {\"size\": %d}},\n"
-             "             {\"type\": \"relu\", \"id\": \"right\", \"params\": {\"size\": %d}}],\n"
-             " \"connections\": [{\"from\": \"left.output\", \"to\": \"join.arg0\"},\n"
-             "                   \"right.output->join.arg1\"],\n"
-             " \"inputs\": {\"input0\": \"left.input\", \"input1\": \"right.input\"},\n"
-             " \"outputs\": {\"output\": \"join.result0\"}}", mode, n, n, n);
+    snprintf(
+        buf, sizeof buf,
+        "{\"kpipe_spec\": 1, \"name\": \"dag\", \"execution\": \"%s\",\n"
+        " \"modules\": [{\"type\": \"engine\", \"id\": \"join\", \"params\": {\"size\": %d}},\n"
+        "             {\"type\": \"relu\", \"id\": \"left\", \"params\": {\"size\": %d}},\n"
+        "             {\"type\": \"relu\", \"id\": \"right\", \"params\": {\"size\": %d}}],\n"
+        " \"connections\": [{\"from\": \"left.output\", \"to\": \"join.arg0\"},\n"
+        "                   \"right.output->join.arg1\"],\n"
+        " \"inputs\": {\"input0\": \"left.input\", \"input1\": \"right.input\"},\n"
+        " \"outputs\": {\"output\": \"join.result0\"}}",
+        mode, n, n, n);
     return buf;
 }
 
@@ -80,7 +87,8 @@ static char *relu_json(const char *mode, int n) {
     snprintf(buf, sizeof buf,
              "{\"kpipe_spec\": 1, \"execution\": \"%s\", \"modules\": [{\"type\": \"relu\", "
              "\"id\": \"r\", \"params\": {\"size\": %d}}], \"inputs\": {\"input0\": \"r.input\"}, "
-             "\"outputs\": {\"output\": \"r.output\"}}", mode, n);
+             "\"outputs\": {\"output\": \"r.output\"}}",
+             mode, n);
     return buf;
 }
 
@@ -88,12 +96,12 @@ static char *relu_json(const char *mode, int n) {
 typedef enum { WANT_SAMPLE, WANT_DAG, WANT_RELU, WANT_ADD } want_kind;
 
 typedef struct run_cfg {
-    const char *json;           /* or */
+    const char *json; /* or */
     const kp_pipeline_spec *spec;
     want_kind want;
     int n, ticks, n_inputs;
-    int range;                  /* 0: uniform [-1, 1); else integers in [-range, range) */
-    bool edit_ticks;            /* ticks 2+: first 256 elements -10 and +5 */
+    int range;       /* 0: uniform [-1, 1); else integers in [-range, range) */
+    bool edit_ticks; /* ticks 2+: first 256 elements -10 and +5 */
 } run_cfg;
 
 static float expect(want_kind w, float a, float b) {
@@ -118,8 +126,10 @@ static void run_pipeline(kp_device_t dev, const run_cfg *c, uint64_t seed, float
     kp_pipeline_t p;
     kp_stream_t s;
     size_t bytes = (size_t)c->n * sizeof(float);
-    if (c->json) KPT_OK(kp_pipeline_create_from_json(dev, c->json, &p));
-    else KPT_OK(kp_pipeline_create(dev, c->spec, &p));
+    if (c->json)
+        KPT_OK(kp_pipeline_create_from_json(dev, c->json, &p));
+    else
+        KPT_OK(kp_pipeline_create(dev, c->spec, &p));
     KPT_OK(kp_stream_create(dev, &s));
     KPT_OK(kp_pipeline_setup(p));
     /* Two sets of input buffers, alternated per tick: input addresses change
@@ -205,7 +215,10 @@ static void graph_mode_validates(void **state) {
 }
 
 static void graph_mode_many_ticks_new_data(void **state) {
-    run_cfg c = {.json = sample_json("graph", 16384), .n = 16384, .ticks = 6, .n_inputs = 2,
+    run_cfg c = {.json = sample_json("graph", 16384),
+                 .n = 16384,
+                 .ticks = 6,
+                 .n_inputs = 2,
                  .edit_ticks = true};
     run_both(&c);
     c.json = sample_json("stream", 16384);
@@ -214,8 +227,11 @@ static void graph_mode_many_ticks_new_data(void **state) {
 
 static void large_range(void **state) {
     for (int m = 0; m < 2; m++) {
-        run_cfg c = {.json = sample_json(m ? "graph" : "stream", 16384), .n = 16384, .ticks = 3,
-                     .n_inputs = 2, .range = 8192};
+        run_cfg c = {.json = sample_json(m ? "graph" : "stream", 16384),
+                     .n = 16384,
+                     .ticks = 3,
+                     .n_inputs = 2,
+                     .range = 8192};
         run_both(&c);
     }
 }
@@ -244,8 +260,11 @@ static void engine_only_no_descriptors(void **state) {
 
 static void relu_standalone(void **state) {
     for (int m = 0; m < 2; m++) {
-        run_cfg c = {.json = relu_json(m ? "graph" : "stream", 5000), .want = WANT_RELU,
-                     .n = 5000, .ticks = 3, .n_inputs = 1};
+        run_cfg c = {.json = relu_json(m ? "graph" : "stream", 5000),
+                     .want = WANT_RELU,
+                     .n = 5000,
+                     .ticks = 3,
+                     .n_inputs = 1};
         run_both(&c);
     }
 }
@@ -254,16 +273,21 @@ static void sizes_not_multiple_of_block(void **state) {
     static const int sizes[] = {1, 1000, 16384, 1 << 24};
     for (size_t i = 0; i < 4; i++)
         for (int m = 0; m < 2; m++) {
-            run_cfg c = {.json = sample_json(m ? "graph" : "stream", sizes[i]), .n = sizes[i],
-                         .ticks = 2, .n_inputs = 2};
+            run_cfg c = {.json = sample_json(m ? "graph" : "stream", sizes[i]),
+                         .n = sizes[i],
+                         .ticks = 2,
+                         .n_inputs = 2};
             run_both(&c);
         }
 }
 
 static void dag_parallel_branches(void **state) {
     for (int m = 0; m < 2; m++) {
-        run_cfg c = {.json = dag_json(m ? "graph" : "stream", 3000), .want = WANT_DAG, .n = 3000,
-                     .ticks = 2, .n_inputs = 2};
+        run_cfg c = {.json = dag_json(m ? "graph" : "stream", 3000),
+                     .want = WANT_DAG,
+                     .n = 3000,
+                     .ticks = 2,
+                     .n_inputs = 2};
         run_both(&c);
     }
     /* the branches have no edge between them; the join waits for both */
@@ -287,7 +311,8 @@ static const kp_param size_param[] = {{"size", "16384"}};
 static const kp_module_spec sample_modules[] = {{"engine", "module_a", size_param, 1},
                                                 {"relu", "module_b", size_param, 1}};
 static const kp_connection_spec sample_conns[] = {{"module_a.result0", "module_b.input"}};
-static const kp_external_spec sample_ins[] = {{"input0", "module_a.arg0"}, {"input1", "module_a.arg1"}};
+static const kp_external_spec sample_ins[] = {{"input0", "module_a.arg0"},
+                                              {"input1", "module_a.arg1"}};
 static const kp_external_spec sample_outs[] = {{"output", "module_b.output"}};
 
 static kp_pipeline_spec sample_spec(kp_exec_mode mode) {
@@ -308,7 +333,9 @@ static kp_pipeline_spec sample_spec(kp_exec_mode mode) {
 static void json_and_c_specs_agree(void **state) {
     for (int m = 0; m < 2; m++) {
         kp_pipeline_spec spec = sample_spec(m ? KP_EXEC_GRAPH : KP_EXEC_STREAM);
-        run_cfg cj = {.json = sample_json(m ? "graph" : "stream", 16384), .n = 16384, .ticks = 2,
+        run_cfg cj = {.json = sample_json(m ? "graph" : "stream", 16384),
+                      .n = 16384,
+                      .ticks = 2,
                       .n_inputs = 2};
         run_cfg cc = {.spec = &spec, .n = 16384, .ticks = 2, .n_inputs = 2};
         float *a = malloc(16384 * sizeof(float)), *b = malloc(16384 * sizeof(float));
@@ -339,7 +366,7 @@ static void memory_figures(void **state) {
         assert_int_equal(b.copy_bytes, 0);
         assert_true(r.static_desc_bytes > 0 && r.dynamic_desc_bytes > 0);
         assert_true(r.arena_bytes >= r.tensor_bytes + r.workspace_bytes + r.static_desc_bytes +
-                                     r.dynamic_desc_bytes);
+                                         r.dynamic_desc_bytes);
         kp_pipeline_destroy(p);
     }
 }
@@ -378,11 +405,11 @@ static void zero_copy_decisions(void **state) {
         "\"outputs\": {\"a\": \"e2.result0\", \"b\": \"r1.output\", \"c\": \"r2.output\"}}";
     kp_pipeline_t p;
     KPT_OK(kp_pipeline_create_from_json(g_dev, json, &p));
-    expect_copy(p, "e1.arg0", false);          /* external (dynamic) -> fixed: copy */
-    expect_copy(p, "e1.arg1", false);          /* dynamic module output -> fixed: copy */
-    expect_copy(p, "e2.arg0", true);           /* fixed upstream -> fixed: zero-copy */
-    expect_copy(p, "r1.input", true);          /* dynamic -> reads each tick: zero-copy */
-    expect_copy(p, "r2.input", true);          /* fixed -> reads each tick: zero-copy */
+    expect_copy(p, "e1.arg0", false); /* external (dynamic) -> fixed: copy */
+    expect_copy(p, "e1.arg1", false); /* dynamic module output -> fixed: copy */
+    expect_copy(p, "e2.arg0", true);  /* fixed upstream -> fixed: zero-copy */
+    expect_copy(p, "r1.input", true); /* dynamic -> reads each tick: zero-copy */
+    expect_copy(p, "r2.input", true); /* fixed -> reads each tick: zero-copy */
     kp_pipeline_destroy(p);
     /* in stream mode the engine takes its addresses each tick: all zero-copy */
     kp_pipeline_t q;
@@ -449,8 +476,8 @@ static void ticks_on_two_streams(void **state) {
 
 /* An unchanged descriptor is not uploaded again; a changed one is. */
 static void unchanged_descriptors_skip_the_upload(void **state) {
-    run_cfg c = {.json = relu_json("graph", 2048), .want = WANT_RELU, .n = 2048, .ticks = 5,
-                 .n_inputs = 1};
+    run_cfg c = {
+        .json = relu_json("graph", 2048), .want = WANT_RELU, .n = 2048, .ticks = 5, .n_inputs = 1};
     run_both(&c); /* the input address changes every tick: uploads happen */
     kp_pipeline_t p;
     kp_stream_t s;
@@ -534,7 +561,7 @@ static void lifecycle_out_of_order(void **state) {
     KPT_FAILS(kp_pipeline_build_graph(g), KP_ERR_STATE); /* before warmup */
     KPT_OK(kp_pipeline_warmup(g, st));
     KPT_FAILS(kp_pipeline_warmup(g, st), KP_ERR_STATE);
-    KPT_FAILS(kp_pipeline_execute_graph(g, st), KP_ERR_STATE); /* before build */
+    KPT_FAILS(kp_pipeline_execute_graph(g, st), KP_ERR_STATE);  /* before build */
     KPT_FAILS(kp_pipeline_execute_stream(g, st), KP_ERR_STATE); /* wrong mode */
     KPT_OK(kp_pipeline_build_graph(g));
     KPT_FAILS(kp_pipeline_build_graph(g), KP_ERR_STATE);
@@ -593,34 +620,43 @@ static void bad_specs(void **state) {
     bad_spec(HDR "\"modules\": [{\"type\": \"reluu\", \"id\": \"x\"}]}", KP_ERR_NOT_FOUND,
              "unknown type \"reluu\"");
     /* duplicate id */
-    bad_spec(HDR "\"modules\": [" M_R("a", 4) ", " M_R("a", 4) "], \"inputs\": {\"i\": \"a.input\"}}",
+    bad_spec(HDR
+             "\"modules\": [" M_R("a", 4) ", " M_R("a", 4) "], \"inputs\": {\"i\": \"a.input\"}}",
              KP_ERR_INVALID_ARG, "duplicate module id \"a\"");
     /* unknown port, unknown module */
     bad_spec(HDR "\"modules\": [" M_E("a", 4) ", " M_R("b", 4) "], \"connections\": "
-             "[\"a.result9 -> b.input\"]}", KP_ERR_NOT_FOUND, "no output port \"result9\"");
+                                                               "[\"a.result9 -> b.input\"]}",
+             KP_ERR_NOT_FOUND, "no output port \"result9\"");
     bad_spec(HDR "\"modules\": [" M_R("b", 4) "], \"inputs\": {\"x\": \"c.input\"}}",
              KP_ERR_NOT_FOUND, "no module with id \"c\"");
     /* cycle */
-    bad_spec(HDR "\"modules\": [" M_E("a", 4) ", " M_R("b", 4) "], \"connections\": "
-             "[\"a.result0 -> b.input\", \"b.output -> a.arg0\"], \"inputs\": {\"x\": \"a.arg1\"}}",
+    bad_spec(HDR "\"modules\": [" M_E("a", 4) ", " M_R(
+                 "b", 4) "], \"connections\": "
+                         "[\"a.result0 -> b.input\", \"b.output -> a.arg0\"], \"inputs\": {\"x\": "
+                         "\"a.arg1\"}}",
              KP_ERR_INVALID_ARG, "cycle");
     /* dtype and size mismatch */
     bad_spec(HDR "\"modules\": [{\"type\": \"tap\", \"id\": \"t\", \"params\": {\"size\": 4, "
-             "\"dtype\": \"i32\"}}, " M_R("r", 4) "], \"connections\": [\"t.out -> r.input\"], "
-             "\"inputs\": {\"x\": \"t.in\"}}", KP_ERR_MISMATCH, "dtype of out i32[4]");
-    bad_spec(HDR "\"modules\": [" M_E("a", 16384) ", " M_R("b", 1000) "], \"connections\": "
-             "[\"a.result0 -> b.input\"], \"inputs\": {\"x\": \"a.arg0\", \"y\": \"a.arg1\"}}",
-             KP_ERR_MISMATCH, "shape of result0 f32[16384] does not match f32[1000]");
+                 "\"dtype\": \"i32\"}}, " M_R("r", 4) "], \"connections\": [\"t.out -> r.input\"], "
+                                                      "\"inputs\": {\"x\": \"t.in\"}}",
+             KP_ERR_MISMATCH, "dtype of out i32[4]");
+    bad_spec(
+        HDR "\"modules\": [" M_E("a", 16384) ", " M_R(
+            "b",
+            1000) "], \"connections\": "
+                  "[\"a.result0 -> b.input\"], \"inputs\": {\"x\": \"a.arg0\", \"y\": \"a.arg1\"}}",
+        KP_ERR_MISMATCH, "shape of result0 f32[16384] does not match f32[1000]");
     /* negative and absurd sizes, missing size */
-    bad_spec(HDR "\"modules\": [" M_R("r", -5) "]}", KP_ERR_INVALID_ARG, "\"size\" = -5 is out of range");
-    bad_spec(HDR "\"modules\": [" M_R("r", 1000000000000) "]}", KP_ERR_INVALID_ARG,
-             "out of range");
+    bad_spec(HDR "\"modules\": [" M_R("r", -5) "]}", KP_ERR_INVALID_ARG,
+             "\"size\" = -5 is out of range");
+    bad_spec(HDR "\"modules\": [" M_R("r", 1000000000000) "]}", KP_ERR_INVALID_ARG, "out of range");
     bad_spec(HDR "\"modules\": [{\"type\": \"relu\", \"id\": \"r\"}]}", KP_ERR_INVALID_ARG,
              "parameter \"size\" is required");
     /* wiring */
     bad_spec(HDR "\"modules\": [" M_R("r", 4) "]}", KP_ERR_INVALID_ARG, "r.input is not connected");
-    bad_spec(HDR "\"modules\": [" M_R("r", 4) "], \"inputs\": {\"x\": \"r.input\", \"y\": \"r.input\"}}",
-             KP_ERR_INVALID_ARG, "fed twice");
+    bad_spec(
+        HDR "\"modules\": [" M_R("r", 4) "], \"inputs\": {\"x\": \"r.input\", \"y\": \"r.input\"}}",
+        KP_ERR_INVALID_ARG, "fed twice");
     bad_spec(HDR "\"modules\": [" M_R("r.1", 4) "]}", KP_ERR_INVALID_ARG, "may not contain '.'");
     /* duplicate keys are a JSON error */
     bad_spec(HDR "\"modules\": [" M_R("r", 4) "], \"modules\": []}", KP_ERR_PARSE, "duplicate");
@@ -699,19 +735,23 @@ static void boundary_checks(void **state) {
  * module, the parameter and the JSON path. */
 static void strict_parameters(void **state) {
     bad_spec(HDR "\"modules\": [{\"type\": \"relu\", \"id\": \"r\", \"params\": {\"size\": 4, "
-             "\"sise\": 4}}], \"inputs\": {\"x\": \"r.input\"}}", KP_ERR_INVALID_ARG,
+                 "\"sise\": 4}}], \"inputs\": {\"x\": \"r.input\"}}",
+             KP_ERR_INVALID_ARG,
              "$.modules[0]: module \"r\" (relu): unknown parameter \"sise\" (it takes: size)");
     bad_spec(HDR "\"modules\": [{\"type\": \"relu\", \"id\": \"\"}]}", KP_ERR_INVALID_ARG,
              "$.modules[0]: id: name is missing or empty");
     bad_spec(HDR "\"modules\": [" M_R("a", 4) ", {\"type\": \"relu\", \"id\": \"r\", \"params\": "
-             "{\"sise\": 16384}}]}", KP_ERR_INVALID_ARG, "$.modules[1]");
-    static const char *const not_ints[] = {"16384.0", "1.6384e4", "\" +16384\"", "\"+16384\"",
-                                           "\"16384 \"", "\"0x4000\"", "\"\"", "\"-\"", "true",
-                                           "\"99999999999999999999\""};
+                                              "{\"sise\": 16384}}]}",
+             KP_ERR_INVALID_ARG, "$.modules[1]");
+    static const char *const not_ints[] = {
+        "16384.0",    "1.6384e4", "\" +16384\"", "\"+16384\"", "\"16384 \"",
+        "\"0x4000\"", "\"\"",     "\"-\"",       "true",       "\"99999999999999999999\""};
     for (size_t i = 0; i < sizeof not_ints / sizeof not_ints[0]; i++) {
         char json[256];
-        snprintf(json, sizeof json, HDR "\"modules\": [{\"type\": \"relu\", \"id\": \"r\", "
-                 "\"params\": {\"size\": %s}}], \"inputs\": {\"x\": \"r.input\"}}", not_ints[i]);
+        snprintf(json, sizeof json,
+                 HDR "\"modules\": [{\"type\": \"relu\", \"id\": \"r\", "
+                     "\"params\": {\"size\": %s}}], \"inputs\": {\"x\": \"r.input\"}}",
+                 not_ints[i]);
         bad_spec(json, KP_ERR_INVALID_ARG, "parameter \"size\"");
     }
     /* a NUL byte in a spec file is an error at its line and column */

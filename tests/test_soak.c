@@ -44,16 +44,16 @@ typedef struct sample {
     kp_alloc_stats st[KP_ALLOCATOR_KINDS];
 } sample;
 
-#define FAIL(...)                                                               \
-    do {                                                                        \
-        fprintf(stderr, __VA_ARGS__);                                           \
-        fprintf(stderr, " (%s)\n", kp_last_error());                            \
-        return 1;                                                               \
+#define FAIL(...)                                    \
+    do {                                             \
+        fprintf(stderr, __VA_ARGS__);                \
+        fprintf(stderr, " (%s)\n", kp_last_error()); \
+        return 1;                                    \
     } while (0)
-#define TRY(expr)                                                               \
-    do {                                                                        \
-        kp_status st_ = (expr);                                                 \
-        if (st_ != KP_OK) FAIL("%s: %s", #expr, kp_status_name(st_));          \
+#define TRY(expr)                                                     \
+    do {                                                              \
+        kp_status st_ = (expr);                                       \
+        if (st_ != KP_OK) FAIL("%s: %s", #expr, kp_status_name(st_)); \
     } while (0)
 
 /* The statistics first: the first look-up creates the device's unused
@@ -79,9 +79,10 @@ static int flat(const sample *first, const sample *s) {
         const kp_alloc_stats *a = &first->st[k], *b = &s->st[k];
         if (a->allocated != b->allocated || a->reserved != b->reserved || a->allocs != b->allocs ||
             a->driver_allocs != b->driver_allocs) {
-            fprintf(stderr, "tick %ld: %s allocator moved: allocated %zu -> %zu, reserved %zu -> "
-                    "%zu, allocs %llu -> %llu, driver allocs %llu -> %llu\n", s->tick, kinds[k],
-                    a->allocated, b->allocated, a->reserved, b->reserved,
+            fprintf(stderr,
+                    "tick %ld: %s allocator moved: allocated %zu -> %zu, reserved %zu -> "
+                    "%zu, allocs %llu -> %llu, driver allocs %llu -> %llu\n",
+                    s->tick, kinds[k], a->allocated, b->allocated, a->reserved, b->reserved,
                     (unsigned long long)a->allocs, (unsigned long long)b->allocs,
                     (unsigned long long)a->driver_allocs, (unsigned long long)b->driver_allocs);
             bad = 1;
@@ -93,7 +94,8 @@ static int flat(const sample *first, const sample *s) {
         bad = 1;
     }
     if (s->rss - first->rss > RSS_SLACK) {
-        fprintf(stderr, "tick %ld: resident memory grew by %ld bytes\n", s->tick, s->rss - first->rss);
+        fprintf(stderr, "tick %ld: resident memory grew by %ld bytes\n", s->tick,
+                s->rss - first->rss);
         bad = 1;
     }
     return bad;
@@ -154,8 +156,10 @@ static int run_mode(soak *k, kp_exec_mode mode) {
         if ((t + 1) % k->check == 0 && check_output(k, &o, set, t)) bad = 1;
         if ((t + 1) % k->every == 0) {
             TRY(kp_stream_sync(k->s));
-            if (take(k->dev, t + 1, &samples[taken]) != 0) bad = 1;
-            else if (taken > 0 && flat(&samples[0], &samples[taken])) bad = 1;
+            if (take(k->dev, t + 1, &samples[taken]) != 0)
+                bad = 1;
+            else if (taken > 0 && flat(&samples[0], &samples[taken]))
+                bad = 1;
             taken++;
         }
     }
@@ -167,8 +171,8 @@ static int run_mode(soak *k, kp_exec_mode mode) {
     for (size_t i = 0; i < taken; i++)
         printf("  %10ld %12.2f %14zu %14zu %12zu %12ld\n", samples[i].tick,
                (double)samples[i].rss / (1 << 20), samples[i].st[KP_ALLOCATOR_DEVICE].allocated,
-               samples[i].st[KP_ALLOCATOR_DEVICE].reserved, samples[i].st[KP_ALLOCATOR_PINNED].reserved,
-               samples[i].host_allocs);
+               samples[i].st[KP_ALLOCATOR_DEVICE].reserved,
+               samples[i].st[KP_ALLOCATOR_PINNED].reserved, samples[i].host_allocs);
     printf("  %s\n", bad ? "FAIL" : "flat: ok");
     free(samples);
     kp_pipeline_destroy(p);

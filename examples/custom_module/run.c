@@ -8,13 +8,13 @@
 
 #include "scale_clamp.h"
 
-#define CHECK(expr)                                                             \
-    do {                                                                        \
-        kp_status st_ = (expr);                                                 \
-        if (st_ != KP_OK) {                                                     \
+#define CHECK(expr)                                                                      \
+    do {                                                                                 \
+        kp_status st_ = (expr);                                                          \
+        if (st_ != KP_OK) {                                                              \
             fprintf(stderr, "%s: %s: %s\n", #expr, kp_status_str(st_), kp_last_error()); \
-            return 1;                                                           \
-        }                                                                       \
+            return 1;                                                                    \
+        }                                                                                \
     } while (0)
 
 /* Ticks of one mode; returns the number of wrong elements, or -1. */
@@ -24,7 +24,8 @@ static long run(kp_device_t dev, kp_stream_t s, const char *spec, kp_exec_mode m
     kp_pipeline_t p;
     kp_port_info in[2], out = {"y", NULL, {0}};
     if (kp_pipeline_create_from_file_opts(dev, spec, &o, &p) != KP_OK ||
-        kp_pipeline_input_info(p, 0, &in[0]) != KP_OK || kp_pipeline_input_info(p, 1, &in[1]) != KP_OK) {
+        kp_pipeline_input_info(p, 0, &in[0]) != KP_OK ||
+        kp_pipeline_input_info(p, 1, &in[1]) != KP_OK) {
         fprintf(stderr, "%s: %s\n", spec, kp_last_error());
         return -1;
     }
@@ -38,12 +39,14 @@ static long run(kp_device_t dev, kp_stream_t s, const char *spec, kp_exec_mode m
             h[0][i] = (float)((int)((i * 7 + (size_t)t * 13) % 41) - 20) / 16.0f;
             h[1][i] = (float)((int)((i * 3 + (size_t)t * 5) % 17) - 8) / 32.0f;
         }
-        for (int k = 0; k < 2 && st == KP_OK; k++) st = kp_memcpy_htod(dev, in[k].data, h[k], bytes);
+        for (int k = 0; k < 2 && st == KP_OK; k++)
+            st = kp_memcpy_htod(dev, in[k].data, h[k], bytes);
         if (st == KP_OK) st = kp_pipeline_configure_io(p, in, 2, &out, 1, s);
         if (st == KP_OK && t == 0) st = kp_pipeline_warmup(p, s);
         if (st == KP_OK && t == 0 && mode == KP_EXEC_GRAPH) st = kp_pipeline_build_graph(p);
         if (st == KP_OK)
-            st = mode == KP_EXEC_GRAPH ? kp_pipeline_execute_graph(p, s) : kp_pipeline_execute_stream(p, s);
+            st = mode == KP_EXEC_GRAPH ? kp_pipeline_execute_graph(p, s)
+                                       : kp_pipeline_execute_stream(p, s);
         if (st == KP_OK) st = kp_stream_sync(s);
         if (st == KP_OK) st = kp_memcpy_dtoh(dev, y, out.data, bytes);
         for (size_t i = 0; i < n && st == KP_OK; i++)

@@ -32,7 +32,8 @@ extern const kp_device_kernel scale_clamp_cuda; /* scale_clamp.cu */
 #endif
 
 static const kp_kernel scale_clamp_kernel = {
-    "scale_clamp", sizeof(scale_clamp_params),
+    "scale_clamp",
+    sizeof(scale_clamp_params),
     {{"host", &(const kp_host_kernel){scale_clamp_host}}, SCALE_CLAMP_CUDA}};
 
 typedef struct scale_clamp {
@@ -47,7 +48,7 @@ static void sc_destroy(void *self) { free(self); }
 static kp_status sc_memory(void *self, kp_mem_req *r) {
     scale_clamp *m = self;
     memset(r, 0, sizeof *r);
-    r->device_bytes = (size_t)m->st.n * sizeof(float);   /* the output */
+    r->device_bytes = (size_t)m->st.n * sizeof(float); /* the output */
     r->static_desc_bytes = sizeof(scale_clamp_static);
     r->dynamic_desc_bytes = sizeof(scale_clamp_dynamic);
     return KP_OK;
@@ -56,7 +57,7 @@ static kp_status sc_memory(void *self, kp_mem_req *r) {
 static kp_status sc_setup(void *self, const kp_mem_slice *s) {
     scale_clamp *m = self;
     m->st.output = s->device;
-    *(scale_clamp_static *)s->static_host = m->st;   /* uploaded at warmup */
+    *(scale_clamp_static *)s->static_host = m->st; /* uploaded at warmup */
     m->params = (scale_clamp_params){s->static_dev, s->dynamic_dev};
     uint32_t blocks = (uint32_t)((m->st.n + 1023) / 1024);
     m->launch = (kp_launch){&scale_clamp_kernel, {blocks, 1, 1}, {256, 1, 1}, 0, &m->params};
@@ -93,8 +94,10 @@ static kp_status sc_create(const kp_module_env *env, kp_module_def *def) {
     if (st != KP_OK) return st;
     /* the pipeline puts the module's id and type in front of the detail */
     if (n < 1 || lo > hi)
-        return kp_set_error(KP_ERR_INVALID_ARG, "size %lld, lo %g, hi %g: need size >= 1 and "
-                            "lo <= hi", (long long)n, lo, hi);
+        return kp_set_error(KP_ERR_INVALID_ARG,
+                            "size %lld, lo %g, hi %g: need size >= 1 and "
+                            "lo <= hi",
+                            (long long)n, lo, hi);
     scale_clamp *m = calloc(1, sizeof *m);
     if (!m) return kp_set_error(KP_ERR_OUT_OF_MEMORY, "no memory");
     m->st = (scale_clamp_static){NULL, n, (float)scale, (float)lo, (float)hi};

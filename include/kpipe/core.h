@@ -24,19 +24,19 @@ extern "C" {
 #define KP_VERSION_PATCH 0
 
 /* The status table: name, value, text. One place defines codes and strings. */
-#define KP_STATUS_MAP(X)                                                        \
-    X(OK,                 0, "success")                                         \
-    X(ERR_INVALID_ARG,    1, "invalid argument")                                \
-    X(ERR_OUT_OF_MEMORY,  2, "out of memory")                                   \
-    X(ERR_NO_DEVICE,      3, "no such device")                                  \
-    X(ERR_UNSUPPORTED,    4, "not supported")                                   \
-    X(ERR_DEVICE,         5, "device error")                                    \
-    X(ERR_STATE,          6, "call out of order")                               \
-    X(ERR_PARSE,          7, "parse error")                                     \
-    X(ERR_NOT_FOUND,      8, "not found")                                       \
-    X(ERR_MISMATCH,       9, "mismatch")                                        \
-    X(ERR_IO,            10, "input/output error")                              \
-    X(ERR_INTERNAL,      11, "internal error")
+#define KP_STATUS_MAP(X)                      \
+    X(OK, 0, "success")                       \
+    X(ERR_INVALID_ARG, 1, "invalid argument") \
+    X(ERR_OUT_OF_MEMORY, 2, "out of memory")  \
+    X(ERR_NO_DEVICE, 3, "no such device")     \
+    X(ERR_UNSUPPORTED, 4, "not supported")    \
+    X(ERR_DEVICE, 5, "device error")          \
+    X(ERR_STATE, 6, "call out of order")      \
+    X(ERR_PARSE, 7, "parse error")            \
+    X(ERR_NOT_FOUND, 8, "not found")          \
+    X(ERR_MISMATCH, 9, "mismatch")            \
+    X(ERR_IO, 10, "input/output error")       \
+    X(ERR_INTERNAL, 11, "internal error")
 
 typedef enum kp_status {
 #define KP__STATUS_ENUM(name, value, text) KP_##name = value,
@@ -65,10 +65,10 @@ kp_status kp_set_error(kp_status st, const char *fmt, ...)
 /* --- logging ------------------------------------------------------------- */
 typedef enum kp_log_level {
     KP_LOG_DEBUG = 0,
-    KP_LOG_INFO  = 1,
-    KP_LOG_WARN  = 2,
+    KP_LOG_INFO = 1,
+    KP_LOG_WARN = 2,
     KP_LOG_ERROR = 3,
-    KP_LOG_OFF   = 4,
+    KP_LOG_OFF = 4,
 } kp_log_level;
 
 /* Receives one formatted message (no trailing newline). */
@@ -86,7 +86,7 @@ const char *kp_log_level_str(kp_log_level level);
 /* --- allocation hook --------------------------------------------------------- */
 /* Kinds of memory the library obtains. */
 typedef enum kp_mem_kind {
-    KP_MEM_HOST   = 0, /* plain host memory: bookkeeping and host buffers */
+    KP_MEM_HOST = 0,   /* plain host memory: bookkeeping and host buffers */
     KP_MEM_PINNED = 1, /* page-locked host memory */
     KP_MEM_DEVICE = 2, /* device memory */
 } kp_mem_kind;
@@ -106,7 +106,8 @@ typedef struct kp_alloc_hook {
     void *user;
 } kp_alloc_hook;
 
-#define KP_ALLOC_HOOK_INIT {sizeof(kp_alloc_hook), NULL, NULL, NULL, NULL}
+#define KP_ALLOC_HOOK_INIT \
+    { sizeof(kp_alloc_hook), NULL, NULL, NULL, NULL }
 
 /* Installs a hook (NULL restores the default). Not thread-safe: install it
  * before creating objects, and restore it only after every object created

@@ -25,10 +25,10 @@
 extern "C" {
 #endif
 
-typedef struct kp_device     *kp_device_t;
-typedef struct kp_stream     *kp_stream_t;
-typedef struct kp_event      *kp_event_t;
-typedef struct kp_graph      *kp_graph_t;
+typedef struct kp_device *kp_device_t;
+typedef struct kp_stream *kp_stream_t;
+typedef struct kp_event *kp_event_t;
+typedef struct kp_graph *kp_graph_t;
 typedef struct kp_graph_exec *kp_graph_exec_t;
 typedef struct kp_graph_node *kp_graph_node_t;
 
@@ -96,10 +96,10 @@ static inline void kp_host_block_span(uint64_t n_items, kp_dim3 grid, uint64_t f
  * at launch or node creation, so it may live on the caller's stack). */
 typedef struct kp_launch {
     const kp_kernel *kernel;
-    kp_dim3          grid;
-    kp_dim3          block;
-    size_t           shared_bytes;
-    const void      *params;
+    kp_dim3 grid;
+    kp_dim3 block;
+    size_t shared_bytes;
+    const void *params;
 } kp_launch;
 
 /* --- backends ------------------------------------------------------------------- */
@@ -122,7 +122,8 @@ typedef struct kp_backend_reg {
     const void *options;
 } kp_backend_reg;
 
-#define KP_BACKEND_REG_INIT {sizeof(kp_backend_reg), NULL, NULL, NULL, NULL, NULL, NULL}
+#define KP_BACKEND_REG_INIT \
+    { sizeof(kp_backend_reg), NULL, NULL, NULL, NULL, NULL, NULL }
 
 /* Options of the backends that run on the host (the cpu backend). */
 typedef struct kp_host_options {
@@ -130,7 +131,8 @@ typedef struct kp_host_options {
     int workers;        /* threads that share a kernel launch's blocks; 1: the stream's own */
 } kp_host_options;
 
-#define KP_HOST_OPTIONS_INIT {sizeof(kp_host_options), 1}
+#define KP_HOST_OPTIONS_INIT \
+    { sizeof(kp_host_options), 1 }
 
 /* Adds a backend (copied; its strings must outlive the program's use of
  * it). KP_ERR_INVALID_ARG for a taken name or a missing slot. Thread-safe. */
@@ -174,10 +176,10 @@ void *kp_device_attachment(kp_device_t dev, const void *key);
  * Freeing waits for the device's pending work on both backends (as cudaFree
  * does); never free in a per-tick path. */
 kp_status kp_malloc(kp_device_t dev, size_t bytes, void **out);
-void      kp_free(kp_device_t dev, void *ptr);
+void kp_free(kp_device_t dev, void *ptr);
 /* Page-locked host memory usable by async copies. */
 kp_status kp_malloc_host(kp_device_t dev, size_t bytes, void **out);
-void      kp_free_host(kp_device_t dev, void *ptr);
+void kp_free_host(kp_device_t dev, void *ptr);
 /* Synchronous copies between memory of this device and host memory
  * (pageable or pinned) in any direction. The copy has landed when the call
  * returns, so work enqueued afterwards on any stream of the device sees it.
@@ -194,7 +196,7 @@ kp_status kp_device_sync(kp_device_t dev);
  * except through events. */
 kp_status kp_stream_create(kp_device_t dev, kp_stream_t *out);
 /* Waits for the stream's work, then releases it. NULL is a no-op. */
-void      kp_stream_destroy(kp_stream_t s);
+void kp_stream_destroy(kp_stream_t s);
 /* Blocks until all work submitted to `s` has finished. */
 kp_status kp_stream_sync(kp_stream_t s);
 /* *idle = all work submitted to `s` has finished; does not block. */
@@ -213,7 +215,7 @@ kp_status kp_launch_host_func(kp_stream_t s, void (*fn)(void *user), void *user)
 
 /* --- events ----------------------------------------------------------------------- */
 kp_status kp_event_create(kp_device_t dev, kp_event_t *out);
-void      kp_event_destroy(kp_event_t ev);
+void kp_event_destroy(kp_event_t ev);
 /* Marks the point in `s` that the event completes at. */
 kp_status kp_event_record(kp_event_t ev, kp_stream_t s);
 /* KP_OK when complete; *done tells. A never-recorded event is complete. */
@@ -227,12 +229,12 @@ kp_status kp_event_elapsed_ms(kp_event_t start, kp_event_t end, float *ms);
 
 /* --- graphs ------------------------------------------------------------------------ */
 kp_status kp_graph_create(kp_device_t dev, kp_graph_t *out);
-void      kp_graph_destroy(kp_graph_t g);
+void kp_graph_destroy(kp_graph_t g);
 /* Node adders: `deps` lists n_deps nodes of the same graph that must finish first. */
 kp_status kp_graph_add_kernel(kp_graph_t g, const kp_graph_node_t *deps, size_t n_deps,
                               const kp_launch *launch, kp_graph_node_t *out);
-kp_status kp_graph_add_memcpy(kp_graph_t g, const kp_graph_node_t *deps, size_t n_deps,
-                              void *dst, const void *src, size_t bytes, kp_graph_node_t *out);
+kp_status kp_graph_add_memcpy(kp_graph_t g, const kp_graph_node_t *deps, size_t n_deps, void *dst,
+                              const void *src, size_t bytes, kp_graph_node_t *out);
 /* Embeds a copy of `child` (later changes to `child` do not affect `g`). */
 kp_status kp_graph_add_child(kp_graph_t g, const kp_graph_node_t *deps, size_t n_deps,
                              kp_graph_t child, kp_graph_node_t *out);
@@ -240,12 +242,12 @@ kp_status kp_graph_add_child(kp_graph_t g, const kp_graph_node_t *deps, size_t n
 kp_status kp_graph_add_empty(kp_graph_t g, const kp_graph_node_t *deps, size_t n_deps,
                              kp_graph_node_t *out);
 /* Number of nodes (top level). */
-size_t    kp_graph_node_count(kp_graph_t g);
+size_t kp_graph_node_count(kp_graph_t g);
 
 /* Builds the executable form. The graph may be destroyed afterwards; its
  * node handles stay valid for the set_* calls below only while it lives. */
 kp_status kp_graph_instantiate(kp_graph_t g, kp_graph_exec_t *out);
-void      kp_graph_exec_destroy(kp_graph_exec_t ge);
+void kp_graph_exec_destroy(kp_graph_exec_t ge);
 /* Moves the executable graph's resources to the device ahead of its first launch. */
 kp_status kp_graph_exec_upload(kp_graph_exec_t ge, kp_stream_t s);
 /* Launches the whole graph on `s`; it never instantiates. */
@@ -269,7 +271,7 @@ kp_status kp_graph_exec_update(kp_graph_exec_t ge, kp_graph_t g);
 kp_status kp_stream_begin_capture(kp_stream_t s);
 kp_status kp_stream_end_capture(kp_stream_t s, kp_graph_t *out);
 /* True while `s` is capturing. */
-bool      kp_stream_is_capturing(kp_stream_t s);
+bool kp_stream_is_capturing(kp_stream_t s);
 
 /* --- backend-native handles (for vendor libraries in kernel files) ----------------- */
 /* cudaStream_t of a cuda stream; NULL on the cpu backend. */

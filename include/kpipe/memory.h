@@ -29,35 +29,36 @@ extern "C" {
 typedef struct kp_allocator *kp_allocator_t;
 
 typedef enum kp_allocator_kind {
-    KP_ALLOCATOR_HOST   = 0, /* plain host memory */
+    KP_ALLOCATOR_HOST = 0,   /* plain host memory */
     KP_ALLOCATOR_PINNED = 1, /* page-locked host memory, cached */
     KP_ALLOCATOR_DEVICE = 2, /* device memory, cached per stream */
-    KP_ALLOCATOR_KINDS  = 3,
+    KP_ALLOCATOR_KINDS = 3,
 } kp_allocator_kind;
 
 typedef struct kp_alloc_stats {
-    size_t allocated;       /* bytes in live blocks (as rounded) */
-    size_t requested;       /* bytes asked for by live allocations */
-    size_t reserved;        /* bytes obtained from the driver and not returned */
+    size_t allocated; /* bytes in live blocks (as rounded) */
+    size_t requested; /* bytes asked for by live allocations */
+    size_t reserved;  /* bytes obtained from the driver and not returned */
     size_t peak_allocated, peak_reserved;
-    size_t largest_free;    /* largest cached block ready for reuse */
+    size_t largest_free; /* largest cached block ready for reuse */
     uint64_t allocs, frees;
-    uint64_t cache_hits;    /* served from cached memory */
-    uint64_t cache_misses;  /* needed a driver allocation */
+    uint64_t cache_hits;   /* served from cached memory */
+    uint64_t cache_misses; /* needed a driver allocation */
     uint64_t splits, merges;
     uint64_t driver_allocs, driver_frees;
-    uint64_t oom_retries;   /* driver failures retried after releasing the cache */
-    uint64_t oom_failures;  /* allocations that failed */
-    uint64_t deferred;      /* frees deferred (other stream still using, or another thread) */
+    uint64_t oom_retries;  /* driver failures retried after releasing the cache */
+    uint64_t oom_failures; /* allocations that failed */
+    uint64_t deferred;     /* frees deferred (other stream still using, or another thread) */
 } kp_alloc_stats;
 
 typedef struct kp_allocator_config {
-    size_t struct_size;       /* sizeof(kp_allocator_config) */
-    size_t budget_bytes;      /* cap on reserved bytes; 0: none */
-    size_t max_split_bytes;   /* cached blocks above this are not split; 0: no cap */
+    size_t struct_size;     /* sizeof(kp_allocator_config) */
+    size_t budget_bytes;    /* cap on reserved bytes; 0: none */
+    size_t max_split_bytes; /* cached blocks above this are not split; 0: no cap */
 } kp_allocator_config;
 
-#define KP_ALLOCATOR_CONFIG_INIT {sizeof(kp_allocator_config), 0, 0}
+#define KP_ALLOCATOR_CONFIG_INIT \
+    { sizeof(kp_allocator_config), 0, 0 }
 
 /* Creates an allocator of `kind` for `dev` (config NULL: defaults). */
 kp_status kp_allocator_create(kp_device_t dev, kp_allocator_kind kind,
@@ -92,12 +93,12 @@ kp_status kp_allocator_empty_cache(kp_allocator_t a);
 kp_status kp_allocator_stats(kp_allocator_t a, kp_alloc_stats *out);
 /* One row per block, for inspection and tests. */
 typedef struct kp_block_info {
-    void *segment;       /* base of the driver allocation holding it */
+    void *segment; /* base of the driver allocation holding it */
     size_t segment_size;
     void *ptr;
     size_t size;
     bool allocated;
-    bool pending;        /* freed, waiting for streams that used it */
+    bool pending; /* freed, waiting for streams that used it */
 } kp_block_info;
 /* Fills up to `cap` rows; *n gets the number of blocks. */
 kp_status kp_allocator_snapshot(kp_allocator_t a, kp_block_info *rows, size_t cap, size_t *n);
@@ -108,16 +109,16 @@ kp_allocator_kind kp_allocator_get_kind(kp_allocator_t a);
 typedef struct kp_memory *kp_memory_t;
 
 /* A reference-counted block from an allocator (NULL: the device's of `kind`). */
-kp_status kp_memory_alloc(kp_device_t dev, kp_allocator_kind kind, size_t bytes,
-                          kp_stream_t stream, kp_memory_t *out);
+kp_status kp_memory_alloc(kp_device_t dev, kp_allocator_kind kind, size_t bytes, kp_stream_t stream,
+                          kp_memory_t *out);
 kp_memory_t kp_memory_retain(kp_memory_t m);
 /* Drops a reference; the last one returns the block to its allocator. */
-void   kp_memory_release(kp_memory_t m);
-void  *kp_memory_data(kp_memory_t m);
+void kp_memory_release(kp_memory_t m);
+void *kp_memory_data(kp_memory_t m);
 size_t kp_memory_size(kp_memory_t m);
 kp_device_t kp_memory_device(kp_memory_t m);
-bool   kp_memory_is_pinned(kp_memory_t m);
-int    kp_memory_refcount(kp_memory_t m);
+bool kp_memory_is_pinned(kp_memory_t m);
+int kp_memory_refcount(kp_memory_t m);
 
 /* --- tensors ------------------------------------------------------------------------ */
 typedef struct kp_tensor *kp_tensor_t;
@@ -146,26 +147,26 @@ void *kp_tensor_data(kp_tensor_t t);
 const kp_tensor_desc *kp_tensor_get_desc(kp_tensor_t t);
 kp_memory_t kp_tensor_memory(kp_tensor_t t);
 
-
 /* --- bucketed buffer pool ----------------------------------------------------------- */
 typedef struct kp_buffer_pool *kp_buffer_pool_t;
 typedef struct kp_buffer *kp_buffer_t;
 
 typedef struct kp_pool_config {
-    size_t struct_size;        /* sizeof(kp_pool_config) */
-    kp_allocator_kind kind;    /* where buffers live */
-    size_t min_bytes;          /* smallest size class (a power of two) */
-    size_t max_bytes;          /* largest size class; larger requests overflow */
-    size_t max_per_class;      /* cached buffers kept per class; more overflow */
+    size_t struct_size;     /* sizeof(kp_pool_config) */
+    kp_allocator_kind kind; /* where buffers live */
+    size_t min_bytes;       /* smallest size class (a power of two) */
+    size_t max_bytes;       /* largest size class; larger requests overflow */
+    size_t max_per_class;   /* cached buffers kept per class; more overflow */
 } kp_pool_config;
 
-#define KP_POOL_CONFIG_INIT {sizeof(kp_pool_config), KP_ALLOCATOR_DEVICE, 4096, 64u << 20, 64}
+#define KP_POOL_CONFIG_INIT \
+    { sizeof(kp_pool_config), KP_ALLOCATOR_DEVICE, 4096, 64u << 20, 64 }
 
 typedef struct kp_pool_stats {
-    uint64_t hits;       /* served from a recycled buffer */
-    uint64_t misses;     /* a new buffer was allocated */
-    uint64_t recycles;   /* buffers returned to their class */
-    uint64_t overflows;  /* requests past max_bytes, or returns past max_per_class */
+    uint64_t hits;      /* served from a recycled buffer */
+    uint64_t misses;    /* a new buffer was allocated */
+    uint64_t recycles;  /* buffers returned to their class */
+    uint64_t overflows; /* requests past max_bytes, or returns past max_per_class */
     size_t cached_bytes, live_bytes;
 } kp_pool_stats;
 
@@ -175,7 +176,8 @@ void kp_buffer_pool_destroy(kp_buffer_pool_t pool);
 /* A buffer of at least `bytes` from its size class, reference count 1.
  * A released buffer is handed out again at once: release it when work on
  * it is done, or acquire it again on the same stream, whose order protects it. */
-kp_status kp_buffer_acquire(kp_buffer_pool_t pool, size_t bytes, kp_stream_t stream, kp_buffer_t *out);
+kp_status kp_buffer_acquire(kp_buffer_pool_t pool, size_t bytes, kp_stream_t stream,
+                            kp_buffer_t *out);
 kp_buffer_t kp_buffer_retain(kp_buffer_t b);
 /* The last release recycles it into its class. */
 void kp_buffer_release(kp_buffer_t b);

@@ -46,7 +46,7 @@ extern "C" {
 #define KP_NAME_MAX 64
 
 typedef enum kp_exec_mode {
-    KP_EXEC_GRAPH  = 0, /* one pre-built graph launched per tick (default) */
+    KP_EXEC_GRAPH = 0,  /* one pre-built graph launched per tick (default) */
     KP_EXEC_STREAM = 1, /* module by module on a stream */
 } kp_exec_mode;
 
@@ -82,18 +82,23 @@ typedef struct kp_mem_req {
  * the pipeline's life; static_host stays valid too. The host staging area for
  * dynamic descriptors changes per tick and comes with each io call. */
 typedef struct kp_mem_slice {
-    void *device;       size_t device_bytes;
-    void *workspace;    size_t workspace_bytes;
-    void *static_host;  void *static_dev;  size_t static_bytes;
-    void *dynamic_dev;  size_t dynamic_bytes;
+    void *device;
+    size_t device_bytes;
+    void *workspace;
+    size_t workspace_bytes;
+    void *static_host;
+    void *static_dev;
+    size_t static_bytes;
+    void *dynamic_dev;
+    size_t dynamic_bytes;
 } kp_mem_slice;
 
 /* One tick's binding of a module, as its io slot receives it. */
 typedef struct kp_module_io {
-    kp_stream_t stream;          /* the tick's stream, for stream-ordered prework */
-    const kp_port_info *inputs;  /* addresses and descriptors, in declaration order */
+    kp_stream_t stream;         /* the tick's stream, for stream-ordered prework */
+    const kp_port_info *inputs; /* addresses and descriptors, in declaration order */
     size_t n_inputs;
-    kp_port_info *outputs;       /* the module sets data and desc of each */
+    kp_port_info *outputs; /* the module sets data and desc of each */
     size_t n_outputs;
     /* Host staging for the module's whole dynamic descriptor (its
      * dynamic_desc_bytes; NULL without one). It holds an older tick's bytes:

@@ -60,7 +60,8 @@ typedef struct kp_pipeline_spec {
     kp_exec_mode mode;
 } kp_pipeline_spec;
 
-#define KP_PIPELINE_SPEC_INIT {sizeof(kp_pipeline_spec), "pipeline", NULL, 0, NULL, 0, NULL, 0, NULL, 0, KP_EXEC_GRAPH}
+#define KP_PIPELINE_SPEC_INIT \
+    { sizeof(kp_pipeline_spec), "pipeline", NULL, 0, NULL, 0, NULL, 0, NULL, 0, KP_EXEC_GRAPH }
 
 /* Creates modules through their factories, orders them topologically,
  * checks ports, dtypes and shapes, and decides zero-copy per connection.
@@ -79,7 +80,8 @@ typedef struct kp_pipeline_options {
     size_t struct_size; /* sizeof(kp_pipeline_options) */
     int mode;           /* KP_EXEC_FROM_SPEC, or a kp_exec_mode that overrides the spec */
 } kp_pipeline_options;
-#define KP_PIPELINE_OPTIONS_INIT {sizeof(kp_pipeline_options), KP_EXEC_FROM_SPEC}
+#define KP_PIPELINE_OPTIONS_INIT \
+    { sizeof(kp_pipeline_options), KP_EXEC_FROM_SPEC }
 
 /* The JSON and file forms with options (NULL: defaults). */
 kp_status kp_pipeline_create_from_json_opts(kp_device_t dev, const char *json_text,
@@ -113,21 +115,21 @@ void kp_pipeline_destroy(kp_pipeline_t p);
 /* The execution mode (KP_EXEC_GRAPH for NULL). */
 kp_exec_mode kp_pipeline_mode(kp_pipeline_t p);
 /* The spec's name ("(null)" for NULL). */
-const char  *kp_pipeline_name(kp_pipeline_t p);
+const char *kp_pipeline_name(kp_pipeline_t p);
 /* "graph" / "stream"; "invalid" for another value */
-const char  *kp_exec_mode_str(kp_exec_mode m);
+const char *kp_exec_mode_str(kp_exec_mode m);
 /* The libraries in use, gathered from what is registered: "jansson 2.14,
  * CUDA runtime 13.0, driver 13.0, cuBLAS 13.1.0" into buf. */
-const char  *kp_library_versions(char *buf, size_t len);
+const char *kp_library_versions(char *buf, size_t len);
 
 typedef struct kp_pipeline_report {
     size_t n_modules, n_connections, n_inputs, n_outputs;
-    size_t tensor_bytes;       /* module tensors and the pipeline's input copies, in the arena */
+    size_t tensor_bytes; /* module tensors and the pipeline's input copies, in the arena */
     size_t workspace_bytes;
     size_t static_desc_bytes, dynamic_desc_bytes;
-    size_t arena_bytes;        /* the one device allocation, alignment included */
-    size_t pinned_bytes;       /* host staging for descriptors */
-    size_t graph_nodes;        /* top-level nodes once built; 0 before */
+    size_t arena_bytes;  /* the one device allocation, alignment included */
+    size_t pinned_bytes; /* host staging for descriptors */
+    size_t graph_nodes;  /* top-level nodes once built; 0 before */
 } kp_pipeline_report;
 
 typedef struct kp_module_report {
@@ -138,18 +140,18 @@ typedef struct kp_module_report {
     size_t static_desc_offset;  /* of its static descriptor in the arena */
     size_t dynamic_desc_offset; /* of its dynamic descriptor in the arena */
     kp_mem_req req;
-    size_t copy_bytes;          /* the pipeline's copies of its inputs, after its tensors */
-    size_t copy_offset;         /* of the first copy in the arena (0 without copies) */
+    size_t copy_bytes;  /* the pipeline's copies of its inputs, after its tensors */
+    size_t copy_offset; /* of the first copy in the arena (0 without copies) */
     size_t n_inputs, n_outputs;
     const kp_port_decl *inputs, *outputs;
-    size_t n_graph_deps;        /* modules its graph node waits for */
+    size_t n_graph_deps; /* modules its graph node waits for */
     const char *graph_deps[KP_MAX_PORTS];
 } kp_module_report;
 
 typedef struct kp_connection_report {
     char from[2 * KP_NAME_MAX + 2]; /* "module.port", or the external input's name */
     char to[2 * KP_NAME_MAX + 2];
-    bool external;                  /* fed by an external input */
+    bool external; /* fed by an external input */
     bool zero_copy;
     const char *reason;
 } kp_connection_report;

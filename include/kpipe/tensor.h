@@ -17,22 +17,22 @@ extern "C" {
 #endif
 
 /* name, enum suffix, bytes */
-#define KP_DTYPE_MAP(X)                                                         \
-    X(f32,  F32,  4)                                                            \
-    X(f16,  F16,  2)                                                            \
-    X(bf16, BF16, 2)                                                            \
-    X(i32,  I32,  4)                                                            \
-    X(i16,  I16,  2)                                                            \
-    X(i8,   I8,   1)                                                            \
-    X(u8,   U8,   1)                                                            \
-    X(i64,  I64,  8)                                                            \
-    X(u64,  U64,  8)
+#define KP_DTYPE_MAP(X) \
+    X(f32, F32, 4)      \
+    X(f16, F16, 2)      \
+    X(bf16, BF16, 2)    \
+    X(i32, I32, 4)      \
+    X(i16, I16, 2)      \
+    X(i8, I8, 1)        \
+    X(u8, U8, 1)        \
+    X(i64, I64, 8)      \
+    X(u64, U64, 8)
 
 typedef enum kp_dtype {
 #define KP__DTYPE_ENUM(name, up, bytes) KP_##up,
     KP_DTYPE_MAP(KP__DTYPE_ENUM)
 #undef KP__DTYPE_ENUM
-    KP_DTYPE_COUNT
+        KP_DTYPE_COUNT
 } kp_dtype;
 
 /* Bytes of one element; 0 for an invalid dtype. */
@@ -49,10 +49,10 @@ kp_status kp_dtype_parse(const char *text, kp_dtype *out);
  * stride 0 broadcasts. */
 typedef struct kp_tensor_desc {
     kp_dtype dtype;
-    int      ndim;                  /* 0 .. KP_MAX_DIMS; 0 is a scalar */
-    int64_t  shape[KP_MAX_DIMS];
-    int64_t  strides[KP_MAX_DIMS];  /* in elements */
-    int64_t  offset;                /* in elements, from the allocation's start */
+    int ndim; /* 0 .. KP_MAX_DIMS; 0 is a scalar */
+    int64_t shape[KP_MAX_DIMS];
+    int64_t strides[KP_MAX_DIMS]; /* in elements */
+    int64_t offset;               /* in elements, from the allocation's start */
 } kp_tensor_desc;
 
 /* Fills a descriptor; strides == NULL means contiguous row-major. Checks
@@ -81,8 +81,8 @@ bool kp_desc_same_shape(const kp_tensor_desc *a, const kp_tensor_desc *b);
 const char *kp_desc_str(const kp_tensor_desc *d, char *buf, size_t len);
 
 typedef enum kp_overlap {
-    KP_OVERLAP_NONE    = 0, /* exact: no byte is touched by both */
-    KP_OVERLAP_YES     = 1, /* exact: at least one byte is touched by both */
+    KP_OVERLAP_NONE = 0,    /* exact: no byte is touched by both */
+    KP_OVERLAP_YES = 1,     /* exact: at least one byte is touched by both */
     KP_OVERLAP_ASSUMED = 2, /* the exact search passed its bound; treat as overlap */
 } kp_overlap;
 

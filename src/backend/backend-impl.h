@@ -105,10 +105,18 @@ typedef struct kp__handle {
     kp_device_t dev;
     void *impl;
 } kp__handle;
-struct kp_stream { kp__handle h; };
-struct kp_event { kp__handle h; };
-struct kp_graph { kp__handle h; };
-struct kp_graph_exec { kp__handle h; };
+struct kp_stream {
+    kp__handle h;
+};
+struct kp_event {
+    kp__handle h;
+};
+struct kp_graph {
+    kp__handle h;
+};
+struct kp_graph_exec {
+    kp__handle h;
+};
 
 /* Registry (registry.c): "cuda:1" to its backend and ordinal; the names of
  * the registered backends, space-separated. */

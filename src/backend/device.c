@@ -6,17 +6,17 @@
 
 #include "backend-impl.h"
 
-#define KP__HANDLE(h, what)                                                     \
-    do {                                                                        \
+#define KP__HANDLE(h, what)                                                               \
+    do {                                                                                  \
         if (!(h)) return kp__error(KP_ERR_INVALID_ARG, "%s: %s is NULL", __func__, what); \
     } while (0)
 
 /* `b` (called `what`) must be on the device of `a` (called `owner`). */
-#define KP__SAME_DEV(a, owner, b, what)                                         \
-    do {                                                                        \
-        if ((a)->h.dev != (b)->h.dev)                                           \
+#define KP__SAME_DEV(a, owner, b, what)                                                   \
+    do {                                                                                  \
+        if ((a)->h.dev != (b)->h.dev)                                                     \
             return kp__error_devices(__func__, what, (b)->h.dev, (b)->h.dev->name, owner, \
-                                     (a)->h.dev, (a)->h.dev->name);             \
+                                     (a)->h.dev, (a)->h.dev->name);                       \
     } while (0)
 
 /* The vtable call on a handle's device and object. */
@@ -27,8 +27,10 @@
  * kp__handle_done publishes it or, on failure, frees it. */
 static kp__handle *kp__handle_new(kp_device_t dev, const char *fn, kp_status *st) {
     kp__handle *h = kp__calloc(1, sizeof *h);
-    if (!h) *st = kp__error(KP_ERR_OUT_OF_MEMORY, "%s: no memory for a handle", fn);
-    else h->dev = dev;
+    if (!h)
+        *st = kp__error(KP_ERR_OUT_OF_MEMORY, "%s: no memory for a handle", fn);
+    else
+        h->dev = dev;
     return h;
 }
 
@@ -42,14 +44,14 @@ static kp__handle *kp__handle_done(kp__handle *h, kp_status st) {
  * the handle, as the public type `T`, in *out; on failure returns the
  * status with the function's name in its detail. struct kp_stream and the
  * other handle types begin with their kp__handle. */
-#define KP__MAKE_HANDLE(T, dev, out, make)                                      \
-    do {                                                                        \
-        kp_status st_ = KP_OK;                                                  \
-        kp__handle *h = kp__handle_new(dev, __func__, &st_);                    \
-        if (!h) return st_;                                                     \
-        st_ = (make);                                                           \
-        *(out) = (T)kp__handle_done(h, st_);                                    \
-        return st_;                                                     \
+#define KP__MAKE_HANDLE(T, dev, out, make)                   \
+    do {                                                     \
+        kp_status st_ = KP_OK;                               \
+        kp__handle *h = kp__handle_new(dev, __func__, &st_); \
+        if (!h) return st_;                                  \
+        st_ = (make);                                        \
+        *(out) = (T)kp__handle_done(h, st_);                 \
+        return st_;                                          \
     } while (0)
 
 /* --- devices ------------------------------------------------------------------- */
@@ -91,7 +93,9 @@ void kp_device_close(kp_device_t dev) {
 }
 
 const char *kp_device_backend(kp_device_t dev) { return dev ? dev->reg->name : "(null)"; }
-const char *kp_device_kernel_form(kp_device_t dev) { return dev ? dev->reg->kernel_form : "(null)"; }
+const char *kp_device_kernel_form(kp_device_t dev) {
+    return dev ? dev->reg->kernel_form : "(null)";
+}
 const char *kp_device_name(kp_device_t dev) { return dev ? dev->name : "(null)"; }
 
 kp_status kp_device_describe(kp_device_t dev, char *buf, size_t len) {
@@ -117,8 +121,10 @@ kp_status kp_device_attach(kp_device_t dev, const void *key, void *obj, void (*c
     pthread_mutex_lock(&dev->mu);
     for (size_t i = 0; i < dev->n_att && st == KP_OK; i++)
         if (dev->att[i].key == key)
-            st = kp__error(KP_ERR_STATE, "kp_device_attach: %s already holds an object under this "
-                           "key", dev->name);
+            st = kp__error(KP_ERR_STATE,
+                           "kp_device_attach: %s already holds an object under this "
+                           "key",
+                           dev->name);
     if (st == KP_OK && dev->n_att == dev->cap_att) {
         size_t cap = dev->cap_att ? dev->cap_att * 2 : 4;
         kp__attachment *a = kp__calloc(cap, sizeof *a);
@@ -150,8 +156,10 @@ void *kp_device_attachment(kp_device_t dev, const void *key) {
 /* Sizes past any device are refused before the backend sees them. */
 static kp_status kp__check_size(size_t bytes, const char *fn) {
     if (bytes <= KP__MAX_ALLOC_BYTES) return KP_OK;
-    return kp__error(KP_ERR_OUT_OF_MEMORY, "%s: %zu bytes is more than any device holds (at most "
-                     "%zu in one allocation)", fn, bytes, KP__MAX_ALLOC_BYTES);
+    return kp__error(KP_ERR_OUT_OF_MEMORY,
+                     "%s: %zu bytes is more than any device holds (at most "
+                     "%zu in one allocation)",
+                     fn, bytes, KP__MAX_ALLOC_BYTES);
 }
 
 kp_status kp_malloc(kp_device_t dev, size_t bytes, void **out) {
@@ -275,8 +283,10 @@ static kp_status kp__check_launch(kp_device_t dev, const kp_launch *l, const cha
     if (!l->grid.x || !l->grid.y || !l->grid.z || !l->block.x || !l->block.y || !l->block.z)
         return kp__error(KP_ERR_INVALID_ARG, "%s: kernel %s: empty grid or block", fn, name);
     if (!kp_kernel_find(k, dev->reg->kernel_form))
-        return kp__error(KP_ERR_UNSUPPORTED, "%s: kernel %s has no \"%s\" implementation, which "
-                         "%s runs", fn, name, dev->reg->kernel_form, dev->name);
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "%s: kernel %s has no \"%s\" implementation, which "
+                         "%s runs",
+                         fn, name, dev->reg->kernel_form, dev->name);
     return KP_OK;
 }
 
@@ -367,15 +377,15 @@ void kp_graph_destroy(kp_graph_t g) {
     kp__free(g);
 }
 
-#define KP__NODE_ARGS(g, deps, n, out)                                          \
-    do {                                                                        \
-        KP__HANDLE(g, "graph");                                                 \
-        KP__HANDLE(out, "out");                                                 \
-        if (n && !deps)                                                         \
-            return kp__error(KP_ERR_INVALID_ARG, "%s: %zu dependencies but deps is NULL", \
-                             __func__, (size_t)(n));                            \
-        for (size_t i_ = 0; i_ < (n); i_++)                                     \
-            if (!(deps)[i_])                                                    \
+#define KP__NODE_ARGS(g, deps, n, out)                                                            \
+    do {                                                                                          \
+        KP__HANDLE(g, "graph");                                                                   \
+        KP__HANDLE(out, "out");                                                                   \
+        if (n && !deps)                                                                           \
+            return kp__error(KP_ERR_INVALID_ARG, "%s: %zu dependencies but deps is NULL",         \
+                             __func__, (size_t)(n));                                              \
+        for (size_t i_ = 0; i_ < (n); i_++)                                                       \
+            if (!(deps)[i_])                                                                      \
                 return kp__error(KP_ERR_INVALID_ARG, "%s: dependency %zu is NULL", __func__, i_); \
     } while (0)
 
@@ -395,13 +405,14 @@ kp_status kp_graph_add_memcpy(kp_graph_t g, const kp_graph_node_t *deps, size_t 
     return KP__CALL(g, graph_add_memcpy, g->h.impl, deps, n, dst, src, bytes, out);
 }
 
-kp_status kp_graph_add_child(kp_graph_t g, const kp_graph_node_t *deps, size_t n,
-                             kp_graph_t child, kp_graph_node_t *out) {
+kp_status kp_graph_add_child(kp_graph_t g, const kp_graph_node_t *deps, size_t n, kp_graph_t child,
+                             kp_graph_node_t *out) {
     KP_API_ENTRY();
     KP__NODE_ARGS(g, deps, n, out);
     KP__HANDLE(child, "child graph");
     KP__SAME_DEV(g, "graph", child, "child graph");
-    if (child == g) return kp__error(KP_ERR_INVALID_ARG, "kp_graph_add_child: graph is its own child");
+    if (child == g)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_graph_add_child: graph is its own child");
     return KP__CALL(g, graph_add_child, g->h.impl, deps, n, child->h.impl, out);
 }
 
@@ -412,14 +423,17 @@ kp_status kp_graph_add_empty(kp_graph_t g, const kp_graph_node_t *deps, size_t n
     return KP__CALL(g, graph_add_empty, g->h.impl, deps, n, out);
 }
 
-size_t kp_graph_node_count(kp_graph_t g) { return g ? KP__CALL(g, graph_node_count, g->h.impl) : 0; }
+size_t kp_graph_node_count(kp_graph_t g) {
+    return g ? KP__CALL(g, graph_node_count, g->h.impl) : 0;
+}
 
 kp_status kp_graph_instantiate(kp_graph_t g, kp_graph_exec_t *out) {
     KP_API_ENTRY();
     KP__HANDLE(g, "graph");
     KP__HANDLE(out, "out");
     *out = NULL;
-    KP__MAKE_HANDLE(kp_graph_exec_t, g->h.dev, out, KP__CALL(g, graph_instantiate, g->h.impl, &h->impl));
+    KP__MAKE_HANDLE(kp_graph_exec_t, g->h.dev, out,
+                    KP__CALL(g, graph_instantiate, g->h.impl, &h->impl));
 }
 
 void kp_graph_exec_destroy(kp_graph_exec_t ge) {
@@ -503,6 +517,4 @@ kp_status kp_stream_end_capture(kp_stream_t s, kp_graph_t *out) {
     return st;
 }
 
-bool kp_stream_is_capturing(kp_stream_t s) {
-    return s && KP__CALL(s, is_capturing, s->h.impl);
-}
+bool kp_stream_is_capturing(kp_stream_t s) { return s && KP__CALL(s, is_capturing, s->h.impl); }

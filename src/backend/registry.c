@@ -70,18 +70,24 @@ kp_status kp_backend_register(const kp_backend_reg *reg) {
     reg = &r;
     if (!reg->name || !*reg->name || strlen(reg->name) >= 32 || strchr(reg->name, ':'))
         return kp__error(KP_ERR_INVALID_ARG, "kp_backend_register: the name must have 1 to 31 "
-                         "characters and no ':'");
+                                             "characters and no ':'");
     if (!reg->kernel_form || !*reg->kernel_form || !reg->device_count || !reg->open)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_backend_register: backend \"%s\" needs a kernel "
-                         "form, device_count and open", reg->name);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_backend_register: backend \"%s\" needs a kernel "
+                         "form, device_count and open",
+                         reg->name);
     kp_status st = KP_OK;
     pthread_mutex_lock(&kp__backends_mu);
     bool taken = false;
-    for (size_t i = 0; i < KP__N_BUILTIN; i++) taken = taken || strcmp(kp__builtin[i]->name, reg->name) == 0;
-    for (size_t i = 0; i < kp__n_added; i++) taken = taken || strcmp(kp__added[i].name, reg->name) == 0;
+    for (size_t i = 0; i < KP__N_BUILTIN; i++)
+        taken = taken || strcmp(kp__builtin[i]->name, reg->name) == 0;
+    for (size_t i = 0; i < kp__n_added; i++)
+        taken = taken || strcmp(kp__added[i].name, reg->name) == 0;
     if (taken)
-        st = kp__error(KP_ERR_INVALID_ARG, "kp_backend_register: a backend \"%s\" is registered "
-                       "already", reg->name);
+        st = kp__error(KP_ERR_INVALID_ARG,
+                       "kp_backend_register: a backend \"%s\" is registered "
+                       "already",
+                       reg->name);
     else if (kp__n_added == KP__MAX_BACKENDS)
         st = kp__error(KP_ERR_OUT_OF_MEMORY, "kp_backend_register: the table is full (%d)",
                        KP__MAX_BACKENDS);
@@ -97,8 +103,8 @@ int kp_device_count(const char *backend, char *why, size_t why_len) {
         char list[256];
         kp__backend_list(list, sizeof list);
         if (why && why_len)
-            snprintf(why, why_len, "no backend \"%s\" (registered: %s)", backend ? backend : "(null)",
-                     list);
+            snprintf(why, why_len, "no backend \"%s\" (registered: %s)",
+                     backend ? backend : "(null)", list);
         return 0;
     }
     char none[8];
@@ -113,8 +119,10 @@ kp_status kp__backend_resolve(const char *name, const kp_backend_reg **reg, int 
     if (!*reg) {
         char list[256];
         kp__backend_list(list, sizeof list);
-        return kp__error(KP_ERR_NO_DEVICE, "kp_device_open: unknown device \"%s\" (backends: %s; "
-                         "a device is \"backend\" or \"backend:N\")", name, list);
+        return kp__error(KP_ERR_NO_DEVICE,
+                         "kp_device_open: unknown device \"%s\" (backends: %s; "
+                         "a device is \"backend\" or \"backend:N\")",
+                         name, list);
     }
     *ordinal = 0;
     if (!colon) return KP_OK;
@@ -122,8 +130,10 @@ kp_status kp__backend_resolve(const char *name, const kp_backend_reg **reg, int 
     const char *d = colon + 1;
     for (; *d >= '0' && *d <= '9' && v <= 4096; d++) v = v * 10 + (*d - '0');
     if (d == colon + 1 || *d || v > 4096)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_device_open: device name \"%s\": expected \"%.*s\" "
-                         "or \"%.*s:N\"", name, (int)len, name, (int)len, name);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_device_open: device name \"%s\": expected \"%.*s\" "
+                         "or \"%.*s:N\"",
+                         name, (int)len, name, (int)len, name);
     *ordinal = (int)v;
     return KP_OK;
 }

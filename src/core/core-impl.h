@@ -51,7 +51,7 @@ typedef struct kp__api_scope {
 } kp__api_scope;
 kp__api_scope kp__api_enter(const char *fn);
 void kp__api_leave(const kp__api_scope *s);
-#define KP_API_ENTRY()                                                          \
+#define KP_API_ENTRY() \
     kp__api_scope kp__api __attribute__((cleanup(kp__api_leave))) = kp__api_enter(__func__)
 
 /* Logs at `level` if enabled; never called in a per-tick path. */
@@ -59,21 +59,21 @@ void kp__log(kp_log_level level, const char *fmt, ...) KP__PRINTF(2, 3);
 #define KP_LOG_ENABLED(lvl) ((lvl) >= kp_log_get_level())
 
 /* Evaluate a kp_status expression; on failure store it in `st` and jump. */
-#define KP_CHECK_GOTO(expr, st, label)                                          \
-    do {                                                                        \
-        (st) = (expr);                                                          \
-        if ((st) != KP_OK) goto label;                                          \
+#define KP_CHECK_GOTO(expr, st, label) \
+    do {                               \
+        (st) = (expr);                 \
+        if ((st) != KP_OK) goto label; \
     } while (0)
-#define KP_CHECK(expr)                                                          \
-    do {                                                                        \
-        kp_status kp__st = (expr);                                              \
-        if (kp__st != KP_OK) return kp__st;                                     \
+#define KP_CHECK(expr)                      \
+    do {                                    \
+        kp_status kp__st = (expr);          \
+        if (kp__st != KP_OK) return kp__st; \
     } while (0)
-#define KP_ARG_CHECK(cond)                                                      \
-    do {                                                                        \
-        if (!(cond))                                                            \
-            return kp__error(KP_ERR_INVALID_ARG, "%s: argument check failed: %s", \
-                             __func__, #cond);                                  \
+#define KP_ARG_CHECK(cond)                                                                  \
+    do {                                                                                    \
+        if (!(cond))                                                                        \
+            return kp__error(KP_ERR_INVALID_ARG, "%s: argument check failed: %s", __func__, \
+                             #cond);                                                        \
     } while (0)
 
 /* The largest single allocation the library asks for (256 TiB): sizes past
@@ -91,9 +91,9 @@ void kp__free(void *ptr);
 bool kp__permit(kp_mem_kind kind, size_t bytes);
 
 /* Broken internal invariant: the only place the library aborts. */
-#define KP_ASSERT(cond)                                                         \
-    do {                                                                        \
-        if (!(cond)) kp__assert_fail(#cond, __FILE__, __LINE__);                \
+#define KP_ASSERT(cond)                                          \
+    do {                                                         \
+        if (!(cond)) kp__assert_fail(#cond, __FILE__, __LINE__); \
     } while (0)
 _Noreturn void kp__assert_fail(const char *cond, const char *file, int line);
 

@@ -25,15 +25,16 @@ static const char *kp__desc_problem(const kp_tensor_desc *d, char *why, size_t l
     int64_t last = d->offset, numel = 1;
     for (int k = 0; k < d->ndim; k++) {
         if (d->shape[k] < 0 || d->strides[k] < 0) {
-            snprintf(why, len, "tensor dim %d has shape %lld stride %lld (negative values are not "
-                     "allowed)", k, (long long)d->shape[k], (long long)d->strides[k]);
+            snprintf(why, len,
+                     "tensor dim %d has shape %lld stride %lld (negative values are not "
+                     "allowed)",
+                     k, (long long)d->shape[k], (long long)d->strides[k]);
             return why;
         }
         if (d->shape[k] == 0) numel = 0;
         int64_t step;
-        if (d->shape[k] > 0 &&
-            (__builtin_mul_overflow(d->shape[k] - 1, d->strides[k], &step) ||
-             __builtin_add_overflow(last, step, &last))) {
+        if (d->shape[k] > 0 && (__builtin_mul_overflow(d->shape[k] - 1, d->strides[k], &step) ||
+                                __builtin_add_overflow(last, step, &last))) {
             snprintf(why, len, "tensor dim %d: extent overflows", k);
             return why;
         }

@@ -7,7 +7,8 @@
 
 size_t kp_dtype_size(kp_dtype dt) {
     switch (dt) {
-#define KP__DT_SIZE(name, up, bytes) case KP_##up: return bytes;
+#define KP__DT_SIZE(name, up, bytes) \
+    case KP_##up: return bytes;
         KP_DTYPE_MAP(KP__DT_SIZE)
 #undef KP__DT_SIZE
     default: return 0;
@@ -16,7 +17,8 @@ size_t kp_dtype_size(kp_dtype dt) {
 
 const char *kp_dtype_name(kp_dtype dt) {
     switch (dt) {
-#define KP__DT_NAME(name, up, bytes) case KP_##up: return #name;
+#define KP__DT_NAME(name, up, bytes) \
+    case KP_##up: return #name;
         KP_DTYPE_MAP(KP__DT_NAME)
 #undef KP__DT_NAME
     default: return "invalid";
@@ -24,10 +26,13 @@ const char *kp_dtype_name(kp_dtype dt) {
 }
 
 /* Long spellings users write in specs and NumPy headers. */
-static const struct { const char *alias; kp_dtype dt; } kp__dtype_aliases[] = {
-    {"float32", KP_F32}, {"float", KP_F32}, {"float16", KP_F16}, {"half", KP_F16},
-    {"bfloat16", KP_BF16}, {"int32", KP_I32}, {"int16", KP_I16}, {"int8", KP_I8},
-    {"uint8", KP_U8}, {"int64", KP_I64}, {"uint64", KP_U64},
+static const struct {
+    const char *alias;
+    kp_dtype dt;
+} kp__dtype_aliases[] = {
+    {"float32", KP_F32},   {"float", KP_F32}, {"float16", KP_F16}, {"half", KP_F16},
+    {"bfloat16", KP_BF16}, {"int32", KP_I32}, {"int16", KP_I16},   {"int8", KP_I8},
+    {"uint8", KP_U8},      {"int64", KP_I64}, {"uint64", KP_U64},
 };
 
 kp_status kp_dtype_parse(const char *text, kp_dtype *out) {

@@ -27,7 +27,7 @@ static const struct {
 typedef struct kp__npy_cur {
     const char *where; /* the file's name, or "buffer" */
     const char *text, *p, *end;
-    size_t base;       /* offset of the text in the file */
+    size_t base; /* offset of the text in the file */
 } kp__npy_cur;
 
 static kp_status kp__npy_fail(const kp__npy_cur *c, const char *fmt, ...) KP__PRINTF(2, 3);
@@ -97,8 +97,7 @@ static kp_status kp__npy_shape(kp__npy_cur *c, kp_tensor_desc *d) {
     bool comma = false;
     while (!kp__npy_eat(c, ')')) {
         if (d->ndim > 0 && !comma) return kp__npy_fail(c, "expected ',' or ')' in the shape");
-        if (d->ndim == KP_MAX_DIMS)
-            return kp__npy_fail(c, "more than %d dimensions", KP_MAX_DIMS);
+        if (d->ndim == KP_MAX_DIMS) return kp__npy_fail(c, "more than %d dimensions", KP_MAX_DIMS);
         kp__npy_space(c);
         if (c->p >= c->end || *c->p < '0' || *c->p > '9')
             return kp__npy_fail(c, "expected a non-negative integer in the shape");
@@ -123,14 +122,17 @@ static kp_status kp__npy_descr(kp__npy_cur *c, const char *descr, kp_dtype *dt) 
         if (descr[0] == '>' && !one_byte)
             return kp__npy_fail(c, "big-endian data ('%s') is not supported; save it as '<%s'",
                                 descr, descr + 1);
-        if (descr[0] == '<' || descr[0] == '=' || (one_byte && (descr[0] == '|' || descr[0] == '>'))) {
+        if (descr[0] == '<' || descr[0] == '=' ||
+            (one_byte && (descr[0] == '|' || descr[0] == '>'))) {
             *dt = kp__npy_types[i].dt;
             return KP_OK;
         }
         break;
     }
-    return kp__npy_fail(c, "dtype '%s' is not supported (little-endian f4 f2 i4 i2 i8 u8, or "
-                        "i1 u1)", descr);
+    return kp__npy_fail(c,
+                        "dtype '%s' is not supported (little-endian f4 f2 i4 i2 i8 u8, or "
+                        "i1 u1)",
+                        descr);
 }
 
 /* One "key: value" entry; `seen` holds a bit per key. */
@@ -176,8 +178,10 @@ static kp_status kp__npy_dict(kp__npy_cur *c, kp_tensor_desc *d) {
     kp__npy_space(c);
     if (c->p != c->end) return kp__npy_fail(c, "text after the closing '}'");
     if (seen != 7)
-        return kp__npy_fail(c, "missing key '%s'", !(seen & 1) ? "descr"
-                                                   : !(seen & 2) ? "fortran_order" : "shape");
+        return kp__npy_fail(c, "missing key '%s'",
+                            !(seen & 1)   ? "descr"
+                            : !(seen & 2) ? "fortran_order"
+                                          : "shape");
     int big = 0;
     for (int k = 0; k < d->ndim; k++) big += d->shape[k] > 1;
     if (fortran && big > 1)
@@ -191,12 +195,15 @@ static kp_status kp__npy_prelude(const char *where, const unsigned char *b, size
     if (avail < 10 || memcmp(b, "\x93NUMPY", 6) != 0)
         return kp__error(KP_ERR_PARSE, "%s: not a .npy file (no \\x93NUMPY magic)", where);
     if (b[6] < 1 || b[6] > 3 || b[7] != 0)
-        return kp__error(KP_ERR_PARSE, "%s: .npy format version %d.%d is not supported (1.0 to "
-                         "3.0)", where, b[6], b[7]);
+        return kp__error(KP_ERR_PARSE,
+                         "%s: .npy format version %d.%d is not supported (1.0 to "
+                         "3.0)",
+                         where, b[6], b[7]);
     *hlen = b[8] | (size_t)b[9] << 8;
     *hdr_off = 10;
     if (b[6] >= 2) {
-        if (avail < 12) return kp__error(KP_ERR_PARSE, "%s: .npy file cut short in its prelude", where);
+        if (avail < 12)
+            return kp__error(KP_ERR_PARSE, "%s: .npy file cut short in its prelude", where);
         *hlen |= (size_t)b[10] << 16 | (size_t)b[11] << 24;
         *hdr_off = 12;
     }
@@ -225,9 +232,10 @@ static kp_status kp__npy_header(const char *where, const char *text, size_t hlen
     uint64_t off = hdr_off + hlen;
     if (file_size < off || file_size - off != bytes) {
         char shape[128];
-        return kp__error(KP_ERR_PARSE, "%s: the header says %s (%llu data bytes), the file holds "
-                         "%llu data bytes", where, kp_desc_str(d, shape, sizeof shape),
-                         (unsigned long long)bytes,
+        return kp__error(KP_ERR_PARSE,
+                         "%s: the header says %s (%llu data bytes), the file holds "
+                         "%llu data bytes",
+                         where, kp_desc_str(d, shape, sizeof shape), (unsigned long long)bytes,
                          (unsigned long long)(file_size > off ? file_size - off : 0));
     }
     return KP_OK;
@@ -236,7 +244,8 @@ static kp_status kp__npy_header(const char *where, const char *text, size_t hlen
 kp_status kp_npy_parse(const void *buf, size_t len, kp_tensor_desc *desc, size_t *data_offset) {
     KP_API_ENTRY();
     if (!buf || !desc || !data_offset)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_npy_parse: buf, desc and data_offset are required");
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_npy_parse: buf, desc and data_offset are required");
     size_t hdr_off = 0, hlen = 0;
     KP_CHECK(kp__npy_prelude("buffer", buf, len, &hdr_off, &hlen));
     if (hlen > len - hdr_off)
@@ -262,12 +271,15 @@ static kp_status kp__npy_load(FILE *f, const char *path, uint64_t size, kp_tenso
     KP_CHECK(kp__npy_read(f, path, pre, avail, "prelude"));
     KP_CHECK(kp__npy_prelude(path, pre, avail, &hdr_off, &hlen));
     if (hlen > size - hdr_off)
-        return kp__error(KP_ERR_PARSE, "%s: the .npy header claims %zu bytes, the file has %llu "
-                         "after the prelude", path, hlen, (unsigned long long)(size - hdr_off));
+        return kp__error(KP_ERR_PARSE,
+                         "%s: the .npy header claims %zu bytes, the file has %llu "
+                         "after the prelude",
+                         path, hlen, (unsigned long long)(size - hdr_off));
     if (fseek(f, (long)hdr_off, SEEK_SET) != 0)
         return kp__error(KP_ERR_IO, "%s: cannot seek: %s", path, strerror(errno));
     char *text = kp__malloc(hlen + 1);
-    if (!text) return kp__error(KP_ERR_OUT_OF_MEMORY, "%s: no memory for a %zu-byte header", path, hlen);
+    if (!text)
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "%s: no memory for a %zu-byte header", path, hlen);
     kp_status st = kp__npy_read(f, path, text, hlen, "header");
     if (st == KP_OK) st = kp__npy_header(path, text, hlen, hdr_off, size, desc);
     kp__free(text);
@@ -282,7 +294,8 @@ static kp_status kp__npy_load(FILE *f, const char *path, uint64_t size, kp_tenso
 kp_status kp_npy_load(const char *path, kp_tensor_desc *desc, void **data, size_t *bytes) {
     KP_API_ENTRY();
     if (!path || !desc || !data || !bytes)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_npy_load: path, desc, data and bytes are required");
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_npy_load: path, desc, data and bytes are required");
     *data = NULL;
     *bytes = 0;
     FILE *f = fopen(path, "rb");
@@ -306,7 +319,8 @@ kp_status kp_npy_load(const char *path, kp_tensor_desc *desc, void **data, size_
 void kp_npy_free(void *data) { kp__aligned_free(KP_MEM_HOST, data); }
 
 /* The header text, padded so that the data starts 64-byte aligned. */
-static size_t kp__npy_format_header(const kp_tensor_desc *d, const char *code, char *hdr, size_t cap) {
+static size_t kp__npy_format_header(const kp_tensor_desc *d, const char *code, char *hdr,
+                                    size_t cap) {
     int len = snprintf(hdr, cap, "{'descr': '%c%s', 'fortran_order': False, 'shape': (",
                        kp_dtype_size(d->dtype) == 1 ? '|' : '<', code);
     for (int k = 0; k < d->ndim; k++)
@@ -334,11 +348,20 @@ kp_status kp_npy_save(const char *path, const kp_tensor_desc *desc, const void *
                          path, kp_dtype_name(desc->dtype));
     char hdr[512];
     size_t len = kp__npy_format_header(desc, code, hdr, sizeof hdr);
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(len & 0xff),
+    unsigned char pre[10] = {0x93,
+                             'N',
+                             'U',
+                             'M',
+                             'P',
+                             'Y',
+                             1,
+                             0,
+                             (unsigned char)(len & 0xff),
                              (unsigned char)(len >> 8)};
     size_t bytes = (size_t)kp_desc_numel(desc) * kp_dtype_size(desc->dtype);
     FILE *f = fopen(path, "wb");
-    if (!f) return kp__error(KP_ERR_IO, "kp_npy_save: %s: cannot create: %s", path, strerror(errno));
+    if (!f)
+        return kp__error(KP_ERR_IO, "kp_npy_save: %s: cannot create: %s", path, strerror(errno));
     bool ok = fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, len, f) == len &&
               fwrite(data, 1, bytes, f) == bytes;
     int err = errno;

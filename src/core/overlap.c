@@ -26,9 +26,9 @@ typedef struct kp__dim {
 
 typedef struct kp__layout {
     int64_t base;
-    int     n;                      /* dims, ascending stride */
+    int n; /* dims, ascending stride */
     kp__dim d[KP_MAX_DIMS];
-    int64_t span[KP_MAX_DIMS + 1];  /* span[k]: bytes covered by dims [0, k) plus ext */
+    int64_t span[KP_MAX_DIMS + 1]; /* span[k]: bytes covered by dims [0, k) plus ext */
 } kp__layout;
 
 /* Returns false for an empty tensor. */
@@ -133,8 +133,7 @@ kp_overlap kp_desc_overlap_bounded(const kp_tensor_desc *a, const kp_tensor_desc
      * that is not valid the only safe answer is "assume they overlap". */
     if (!kp__desc_ok(a) || !kp__desc_ok(b)) return KP_OVERLAP_ASSUMED;
     if (!kp__normalize(a, &A) || !kp__normalize(b, &B)) return KP_OVERLAP_NONE;
-    if (A.base + A.span[A.n] <= B.base || B.base + B.span[B.n] <= A.base)
-        return KP_OVERLAP_NONE;
+    if (A.base + A.span[A.n] <= B.base || B.base + B.span[B.n] <= A.base) return KP_OVERLAP_NONE;
 
     int64_t g = 0;
     for (int k = 0; k < A.n; k++) g = kp__gcd(g, A.d[k].stride);

@@ -14,7 +14,8 @@ static _Thread_local unsigned kp__err_gen; /* counts details recorded on this th
 
 const char *kp_status_str(kp_status st) {
     switch (st) {
-#define KP__STATUS_STR(name, value, text) case KP_##name: return text;
+#define KP__STATUS_STR(name, value, text) \
+    case KP_##name: return text;
         KP_STATUS_MAP(KP__STATUS_STR)
 #undef KP__STATUS_STR
     }
@@ -23,7 +24,8 @@ const char *kp_status_str(kp_status st) {
 
 const char *kp_status_name(kp_status st) {
     switch (st) {
-#define KP__STATUS_NAME(name, value, text) case KP_##name: return "KP_" #name;
+#define KP__STATUS_NAME(name, value, text) \
+    case KP_##name: return "KP_" #name;
         KP_STATUS_MAP(KP__STATUS_NAME)
 #undef KP__STATUS_NAME
     }
@@ -71,8 +73,10 @@ kp_status kp__config_read(void *dst, size_t size, const void *src, size_t min_si
                           const char *what, const char *init_macro) {
     size_t have = *(const size_t *)src;
     if (have < min_size || have > size)
-        return kp__error(KP_ERR_INVALID_ARG, "%s: struct_size %zu; this kpipe reads %zu to %zu (use "
-                         "%s)", what, have, min_size, size, init_macro);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "%s: struct_size %zu; this kpipe reads %zu to %zu (use "
+                         "%s)",
+                         what, have, min_size, size, init_macro);
     memcpy(dst, src, have);
     *(size_t *)dst = size;
     return KP_OK;
@@ -93,9 +97,11 @@ kp_status kp__error_devices(const char *fn, const char *what, const void *what_d
     if (strcmp(what_name, owner_name) != 0)
         return kp__error(KP_ERR_INVALID_ARG, "%s: the %s belongs to %s, the %s to %s", fn, what,
                          what_name, owner, owner_name);
-    return kp__error(KP_ERR_INVALID_ARG, "%s: the %s and the %s belong to two different handles "
+    return kp__error(KP_ERR_INVALID_ARG,
+                     "%s: the %s and the %s belong to two different handles "
                      "of device %s (%p and %p): open a device once and use that handle for all "
-                     "its objects", fn, what, owner, what_name, what_dev, owner_dev);
+                     "its objects",
+                     fn, what, owner, what_name, what_dev, owner_dev);
 }
 
 _Noreturn void kp__assert_fail(const char *cond, const char *file, int line) {
@@ -121,8 +127,10 @@ kp_status kp_library_register(const char *name, const char *version) {
         return kp__error(KP_ERR_INVALID_ARG, "kp_library_register: name and version are required");
     char text[64];
     if ((size_t)snprintf(text, sizeof text, "%s %s", name, version) >= sizeof text)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_library_register: \"%s %s\" is longer than %zu "
-                         "characters", name, version, sizeof text - 1);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_library_register: \"%s %s\" is longer than %zu "
+                         "characters",
+                         name, version, sizeof text - 1);
     kp_status st = KP_OK;
     size_t n = strlen(name);
     pthread_mutex_lock(&kp__libs_mu);

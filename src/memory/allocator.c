@@ -28,8 +28,9 @@ kp_status kp_allocator_create(kp_device_t dev, kp_allocator_kind kind,
         return kp__error(KP_ERR_INVALID_ARG, "kp_allocator_create: unknown kind %d", (int)kind);
     kp_allocator_config c = KP_ALLOCATOR_CONFIG_INIT;
     if (cfg)
-        KP_CHECK(kp__config_read(&c, sizeof c, cfg, KP__SIZE_THROUGH(kp_allocator_config,
-                                 max_split_bytes), "config", "KP_ALLOCATOR_CONFIG_INIT"));
+        KP_CHECK(kp__config_read(&c, sizeof c, cfg,
+                                 KP__SIZE_THROUGH(kp_allocator_config, max_split_bytes), "config",
+                                 "KP_ALLOCATOR_CONFIG_INIT"));
     cfg = &c;
     kp_allocator_t a = kp__calloc(1, sizeof *a);
     if (!a) return kp__error(KP_ERR_OUT_OF_MEMORY, "kp_allocator_create: no memory");
@@ -52,7 +53,9 @@ void kp_allocator_destroy(kp_allocator_t a) {
     kp__free(a);
 }
 
-kp_allocator_kind kp_allocator_get_kind(kp_allocator_t a) { return a ? a->kind : KP_ALLOCATOR_KINDS; }
+kp_allocator_kind kp_allocator_get_kind(kp_allocator_t a) {
+    return a ? a->kind : KP_ALLOCATOR_KINDS;
+}
 
 /* --- the device's own allocators, attached to the device ------------------------------ */
 typedef struct kp__dev_allocs {
@@ -107,9 +110,11 @@ kp_status kp_device_set_allocator(kp_device_t dev, kp_allocator_kind kind, kp_al
     KP_API_ENTRY();
     KP_ARG_CHECK(dev && (unsigned)kind < KP_ALLOCATOR_KINDS);
     if (a && (a->dev != dev || a->kind != kind))
-        return kp__error(KP_ERR_INVALID_ARG, "kp_device_set_allocator: the allocator is a %s "
-                         "allocator of %s, not a %s allocator of %s", kp__kind_names[a->kind],
-                         kp_device_name(a->dev), kp__kind_names[kind], kp_device_name(dev));
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_device_set_allocator: the allocator is a %s "
+                         "allocator of %s, not a %s allocator of %s",
+                         kp__kind_names[a->kind], kp_device_name(a->dev), kp__kind_names[kind],
+                         kp_device_name(dev));
     kp__dev_allocs *d;
     KP_CHECK(kp__dev_allocs_of(dev, &d));
     pthread_mutex_lock(&d->mu);
@@ -124,12 +129,14 @@ kp_status kp_allocator_alloc(kp_allocator_t a, size_t bytes, kp_stream_t s, void
     KP_ARG_CHECK(a && out);
     *out = NULL;
     if (bytes > KP__MAX_ALLOC_BYTES)
-        return kp__error(KP_ERR_OUT_OF_MEMORY, "kp_allocator_alloc: %zu bytes is more than any "
-                         "%s allocator serves (at most %zu)", bytes, kp__kind_names[a->kind],
-                         KP__MAX_ALLOC_BYTES);
+        return kp__error(KP_ERR_OUT_OF_MEMORY,
+                         "kp_allocator_alloc: %zu bytes is more than any "
+                         "%s allocator serves (at most %zu)",
+                         bytes, kp__kind_names[a->kind], KP__MAX_ALLOC_BYTES);
     if (s && kp_stream_device(s) != a->dev)
-        return kp__error_devices(__func__, "stream", kp_stream_device(s), kp_device_name(kp_stream_device(s)),
-                                 "allocator", a->dev, kp_device_name(a->dev));
+        return kp__error_devices(__func__, "stream", kp_stream_device(s),
+                                 kp_device_name(kp_stream_device(s)), "allocator", a->dev,
+                                 kp_device_name(a->dev));
     return a->iface->alloc(a->ctx, bytes ? bytes : 1, s, out);
 }
 
@@ -143,8 +150,9 @@ kp_status kp_allocator_record_stream(kp_allocator_t a, void *ptr, kp_stream_t s)
     KP_API_ENTRY();
     KP_ARG_CHECK(a && ptr && s);
     if (kp_stream_device(s) != a->dev)
-        return kp__error_devices(__func__, "stream", kp_stream_device(s), kp_device_name(kp_stream_device(s)),
-                                 "allocator", a->dev, kp_device_name(a->dev));
+        return kp__error_devices(__func__, "stream", kp_stream_device(s),
+                                 kp_device_name(kp_stream_device(s)), "allocator", a->dev,
+                                 kp_device_name(a->dev));
     return a->iface->record_stream ? a->iface->record_stream(a->ctx, ptr, s) : KP_OK;
 }
 
@@ -184,8 +192,9 @@ static kp_status kp__host_alloc_fn(void *ctx, size_t bytes, kp_stream_t s, void 
     kp_status st = KP_OK;
     if (h->budget && h->st.allocated + bytes > h->budget) {
         h->st.oom_failures++;
-        st = kp__error(KP_ERR_OUT_OF_MEMORY, "host allocator: %s more would pass the budget of %s",
-                       kp__bytes_str(bytes, b1, sizeof b1), kp__bytes_str(h->budget, b2, sizeof b2));
+        st =
+            kp__error(KP_ERR_OUT_OF_MEMORY, "host allocator: %s more would pass the budget of %s",
+                      kp__bytes_str(bytes, b1, sizeof b1), kp__bytes_str(h->budget, b2, sizeof b2));
     }
     void *p = st == KP_OK ? kp__aligned_alloc(KP_MEM_HOST, bytes, 256) : NULL;
     if (st == KP_OK && !p) {
@@ -223,8 +232,10 @@ static kp_status kp__host_free_fn(void *ctx, void *ptr) {
     }
     pthread_mutex_unlock(&h->mu);
     if (!bytes)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_allocator_free: %p was not allocated by this "
-                         "host allocator or was freed already", ptr);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_allocator_free: %p was not allocated by this "
+                         "host allocator or was freed already",
+                         ptr);
     kp__aligned_free(KP_MEM_HOST, ptr);
     return KP_OK;
 }
@@ -236,8 +247,10 @@ static kp_status kp__host_record_fn(void *ctx, void *ptr, kp_stream_t s) {
     bool live = kp__ptrmap_get(&h->live, ptr) != NULL;
     pthread_mutex_unlock(&h->mu);
     return live ? KP_OK
-                : kp__error(KP_ERR_INVALID_ARG, "kp_allocator_record_stream: %p is not a live "
-                            "block of this host allocator", ptr);
+                : kp__error(KP_ERR_INVALID_ARG,
+                            "kp_allocator_record_stream: %p is not a live "
+                            "block of this host allocator",
+                            ptr);
 }
 
 static void kp__host_stats_fn(void *ctx, kp_alloc_stats *out) {
@@ -250,7 +263,8 @@ static void kp__host_stats_fn(void *ctx, kp_alloc_stats *out) {
 static void kp__host_destroy_fn(void *ctx) {
     kp__host_alloc *h = ctx;
     if (h->live.used)
-        kp__log(KP_LOG_WARN, "host allocator destroyed with %zu live blocks; freeing them", h->live.used);
+        kp__log(KP_LOG_WARN, "host allocator destroyed with %zu live blocks; freeing them",
+                h->live.used);
     for (size_t i = 0; i < h->live.cap; i++)
         if (h->live.keys[i] > 1) kp__aligned_free(KP_MEM_HOST, (void *)h->live.keys[i]);
     kp__ptrmap_free(&h->live);

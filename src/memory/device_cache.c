@@ -64,7 +64,7 @@ typedef struct kp__caching {
     kp__cseg *segs;
     kp__spool *spools;
     kp__cblock *pending;
-    kp__cblock *spare;     /* recycled block structs */
+    kp__cblock *spare; /* recycled block structs */
     kp__evpool events;
     kp__ptrmap live;
     kp_alloc_stats st;
@@ -86,8 +86,10 @@ static void kp__list_push(kp__cblock **head, kp__cblock *b) {
 }
 
 static void kp__list_remove(kp__cblock **head, kp__cblock *b) {
-    if (b->lprev) b->lprev->lnext = b->lnext;
-    else *head = b->lnext;
+    if (b->lprev)
+        b->lprev->lnext = b->lnext;
+    else
+        *head = b->lnext;
     if (b->lnext) b->lnext->lprev = b->lprev;
     b->lprev = b->lnext = NULL;
     b->listed = false;
@@ -113,8 +115,10 @@ static kp__cblock **kp__bin_of(kp__caching *c, kp__cblock *b) {
 
 static kp__cblock *kp__block_new(kp__caching *c) {
     kp__cblock *b = c->spare;
-    if (b) c->spare = b->lnext;
-    else b = kp__malloc(sizeof *b);
+    if (b)
+        c->spare = b->lnext;
+    else
+        b = kp__malloc(sizeof *b);
     if (b) memset(b, 0, sizeof *b);
     return b;
 }
@@ -231,7 +235,8 @@ static kp_status kp__driver_alloc(kp__caching *c, size_t seg_size, void **out) {
     char b1[32], b2[32];
     if (c->budget && c->st.reserved + seg_size > c->budget)
         return kp__error(KP_ERR_OUT_OF_MEMORY, "a new %s segment would pass the budget of %s",
-                         kp__bytes_str(seg_size, b1, sizeof b1), kp__bytes_str(c->budget, b2, sizeof b2));
+                         kp__bytes_str(seg_size, b1, sizeof b1),
+                         kp__bytes_str(c->budget, b2, sizeof b2));
     return kp_malloc(c->dev, seg_size, out);
 }
 
@@ -256,8 +261,8 @@ static kp_status kp__new_segment(kp__caching *c, kp_stream_t s, bool small, size
         kp_free(c->dev, base);
         return kp__error(KP_ERR_OUT_OF_MEMORY, "allocator: no memory for bookkeeping");
     }
-    *seg = (kp__cseg){.base = base, .size = seg_size, .small = small, .stream = s, .first = b,
-                      .next = c->segs};
+    *seg = (kp__cseg){
+        .base = base, .size = seg_size, .small = small, .stream = s, .first = b, .next = c->segs};
     c->segs = seg;
     b->ptr = base;
     b->size = seg_size;
@@ -284,9 +289,10 @@ static kp_status kp__oom(kp__caching *c, size_t bytes, kp_stream_t s) {
     char r[32], a[32], v[32], l[32], why[512];
     snprintf(why, sizeof why, "%s", kp_last_error());
     c->st.oom_failures++;
-    return kp__error(KP_ERR_OUT_OF_MEMORY, "%s: out of memory allocating %s for stream %p: "
-                     "allocated %s, reserved %s, largest free block %s (%s)", kp_device_name(c->dev),
-                     kp__bytes_str(bytes, r, sizeof r), (void *)s,
+    return kp__error(KP_ERR_OUT_OF_MEMORY,
+                     "%s: out of memory allocating %s for stream %p: "
+                     "allocated %s, reserved %s, largest free block %s (%s)",
+                     kp_device_name(c->dev), kp__bytes_str(bytes, r, sizeof r), (void *)s,
                      kp__bytes_str(c->st.allocated, a, sizeof a),
                      kp__bytes_str(c->st.reserved, v, sizeof v),
                      kp__bytes_str(kp__largest_free(c), l, sizeof l), why);
@@ -304,9 +310,10 @@ static kp_status kp__take(kp__caching *c, size_t bytes, kp_stream_t s, kp__cbloc
         c->st.cache_hits++;
     } else {
         if (capturing)
-            return kp__error(KP_ERR_STATE, "%s: no cached block of %zu bytes for a capturing "
-                             "stream, and the driver may not allocate during capture", kp_device_name(c->dev),
-                             size);
+            return kp__error(KP_ERR_STATE,
+                             "%s: no cached block of %zu bytes for a capturing "
+                             "stream, and the driver may not allocate during capture",
+                             kp_device_name(c->dev), size);
         kp_status st = kp__new_segment(c, s, small, size, &b);
         if (st == KP_ERR_OUT_OF_MEMORY) return kp__oom(c, bytes, s);
         if (st != KP_OK) return st;
@@ -346,11 +353,14 @@ static kp_status kp__bad_free(kp__caching *c, const void *ptr) {
         for (kp__cblock *b = s->first; b; b = b->next) {
             if (q < b->ptr || q >= b->ptr + b->size) continue;
             if (!b->allocated)
-                return kp__error(KP_ERR_INVALID_ARG, "%s allocator: double free of %p (it lies in "
-                                 "freed memory)", kp_device_name(c->dev), ptr);
-            return kp__error(KP_ERR_INVALID_ARG, "%s allocator: %p points %zu bytes into a block "
-                             "at %p; free the block's start", kp_device_name(c->dev), ptr,
-                             (size_t)(q - b->ptr), (void *)b->ptr);
+                return kp__error(KP_ERR_INVALID_ARG,
+                                 "%s allocator: double free of %p (it lies in "
+                                 "freed memory)",
+                                 kp_device_name(c->dev), ptr);
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "%s allocator: %p points %zu bytes into a block "
+                             "at %p; free the block's start",
+                             kp_device_name(c->dev), ptr, (size_t)(q - b->ptr), (void *)b->ptr);
         }
     }
     return kp__error(KP_ERR_INVALID_ARG, "%s allocator: %p was not allocated by this allocator",
@@ -395,8 +405,10 @@ static kp_status kp__c_record_stream(void *ctx, void *ptr, kp_stream_t s) {
     kp__cblock *b = kp__ptrmap_get(&c->live, ptr);
     kp_status st = KP_OK;
     if (!b) {
-        st = kp__error(KP_ERR_INVALID_ARG, "record_stream: %p is not a live block of this "
-                       "allocator", ptr);
+        st = kp__error(KP_ERR_INVALID_ARG,
+                       "record_stream: %p is not a live block of this "
+                       "allocator",
+                       ptr);
     } else if (s != b->seg->stream) {
         kp__uses_add(&b->uses, s);
     }
@@ -428,7 +440,8 @@ static kp_status kp__c_snapshot(void *ctx, kp_block_info *rows, size_t cap, size
     for (kp__cseg *s = c->segs; s; s = s->next)
         for (kp__cblock *b = s->first; b; b = b->next, k++)
             if (k < cap)
-                rows[k] = (kp_block_info){s->base, s->size, b->ptr, b->size, b->allocated, b->pending};
+                rows[k] =
+                    (kp_block_info){s->base, s->size, b->ptr, b->size, b->allocated, b->pending};
     *n = k;
     pthread_mutex_unlock(&c->mu);
     return KP_OK;
@@ -440,8 +453,7 @@ static void kp__c_destroy(void *ctx) {
     if (c->live.used)
         kp__log(KP_LOG_WARN, "%s allocator destroyed with %zu live blocks; freeing them",
                 kp_device_name(c->dev), c->live.used);
-    for (kp__cblock *b = c->pending; b; b = b->lnext)
-        kp__uses_destroy(&b->uses);
+    for (kp__cblock *b = c->pending; b; b = b->lnext) kp__uses_destroy(&b->uses);
     while (c->segs) {
         kp__cseg *s = c->segs;
         c->segs = s->next;
@@ -478,8 +490,10 @@ static const kp_allocator_i kp__caching_iface = {
 
 kp_status kp__caching_allocator_init(kp_allocator_t a, const kp_allocator_config *cfg) {
     if (cfg->max_split_bytes && cfg->max_split_bytes < KP__MID_SEG)
-        return kp__error(KP_ERR_INVALID_ARG, "caching allocator: max_split_bytes %zu is below the "
-                         "%zu-byte segment size (use 0 for no cap)", cfg->max_split_bytes, KP__MID_SEG);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "caching allocator: max_split_bytes %zu is below the "
+                         "%zu-byte segment size (use 0 for no cap)",
+                         cfg->max_split_bytes, KP__MID_SEG);
     kp__caching *c = kp__calloc(1, sizeof *c);
     if (!c) return kp__error(KP_ERR_OUT_OF_MEMORY, "caching allocator: no memory");
     pthread_mutex_init(&c->mu, NULL);

@@ -8,7 +8,7 @@ typedef struct kp__fill_params {
     void *dst;
     uint64_t pattern; /* the element's bits, in its low bytes */
     int64_t n;
-    int esize;        /* 1, 2, 4 or 8 */
+    int esize; /* 1, 2, 4 or 8 */
 } kp__fill_params;
 
 #endif

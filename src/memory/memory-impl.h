@@ -71,7 +71,7 @@ void kp__evpool_free(kp__evpool *p);
 #define KP__MAX_USES 4
 typedef struct kp__uses {
     int n, n_events;
-    bool overflow;                /* more streams than tracked, or device-wide: wait for the device */
+    bool overflow; /* more streams than tracked, or device-wide: wait for the device */
     kp_stream_t s[KP__MAX_USES];
     kp_event_t ev[KP__MAX_USES];
 } kp__uses;

@@ -110,8 +110,9 @@ static kp_status kp__p_new(kp__pinned *p, int cls, kp__pblock **out) {
     size_t size = (size_t)1 << cls;
     char b1[32], b2[32];
     if (p->budget && p->st.reserved + size > p->budget)
-        return kp__error(KP_ERR_OUT_OF_MEMORY, "pinned allocator: %s more would pass the budget of %s",
-                         kp__bytes_str(size, b1, sizeof b1), kp__bytes_str(p->budget, b2, sizeof b2));
+        return kp__error(
+            KP_ERR_OUT_OF_MEMORY, "pinned allocator: %s more would pass the budget of %s",
+            kp__bytes_str(size, b1, sizeof b1), kp__bytes_str(p->budget, b2, sizeof b2));
     kp__pblock *b = kp__calloc(1, sizeof *b);
     if (!b) return kp__error(KP_ERR_OUT_OF_MEMORY, "pinned allocator: no memory for bookkeeping");
     kp_status st = kp_malloc_host(p->dev, size, &b->ptr);
@@ -120,7 +121,8 @@ static kp_status kp__p_new(kp__pinned *p, int cls, kp__pblock **out) {
         kp__p_release_cached(p);
         st = kp_malloc_host(p->dev, size, &b->ptr);
     }
-    if (st == KP_OK && (st = kp__ptrmap_put(&p->all, b->ptr, b)) != KP_OK) kp_free_host(p->dev, b->ptr);
+    if (st == KP_OK && (st = kp__ptrmap_put(&p->all, b->ptr, b)) != KP_OK)
+        kp_free_host(p->dev, b->ptr);
     if (st != KP_OK) {
         kp__free(b);
         return st;
@@ -177,8 +179,10 @@ static kp_status kp__p_free(void *ctx, void *ptr) {
     if (!b) {
         st = kp__ptrmap_get(&p->all, ptr)
                  ? kp__error(KP_ERR_INVALID_ARG, "pinned allocator: double free of %p", ptr)
-                 : kp__error(KP_ERR_INVALID_ARG, "pinned allocator: %p was not allocated by this "
-                             "allocator", ptr);
+                 : kp__error(KP_ERR_INVALID_ARG,
+                             "pinned allocator: %p was not allocated by this "
+                             "allocator",
+                             ptr);
     } else {
         b->allocated = false;
         p->st.frees++;
@@ -206,8 +210,10 @@ static kp_status kp__p_record_stream(void *ctx, void *ptr, kp_stream_t s) {
     kp__pblock *b = kp__ptrmap_get(&p->live, ptr);
     kp_status st = KP_OK;
     if (!b) {
-        st = kp__error(KP_ERR_INVALID_ARG, "record_stream: %p is not a live block of this "
-                       "pinned allocator", ptr);
+        st = kp__error(KP_ERR_INVALID_ARG,
+                       "record_stream: %p is not a live block of this "
+                       "pinned allocator",
+                       ptr);
     } else {
         kp__uses_add(&b->uses, s);
     }

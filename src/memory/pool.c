@@ -13,8 +13,8 @@ struct kp_buffer {
     kp_buffer_pool_t pool;
     void *data;
     size_t size;
-    int cls;             /* -1: overflow, freed on release */
-    kp_stream_t stream;  /* the stream it was allocated for */
+    int cls;            /* -1: overflow, freed on release */
+    kp_stream_t stream; /* the stream it was allocated for */
     atomic_int refs;
     struct kp_buffer *next;
 };
@@ -27,7 +27,7 @@ struct kp_buffer_pool {
     kp_buffer_t cached[KP__POOL_CLASSES];
     size_t n_cached[KP__POOL_CLASSES];
     kp_pool_stats st;
-    atomic_int refs;     /* 1 for the owner + 1 per live buffer */
+    atomic_int refs; /* 1 for the owner + 1 per live buffer */
 };
 
 static int kp__ceil_log2(size_t x) {
@@ -46,8 +46,10 @@ kp_status kp_buffer_pool_create(kp_device_t dev, const kp_pool_config *cfg, kp_b
     cfg = &c;
     if (!cfg->min_bytes || cfg->max_bytes < cfg->min_bytes ||
         kp__ceil_log2(cfg->max_bytes) >= KP__POOL_CLASSES)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_buffer_pool_create: size classes %zu .. %zu bytes "
-                         "are not a valid range", cfg->min_bytes, cfg->max_bytes);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_buffer_pool_create: size classes %zu .. %zu bytes "
+                         "are not a valid range",
+                         cfg->min_bytes, cfg->max_bytes);
     kp_allocator_t a;
     KP_CHECK(kp_device_allocator(dev, cfg->kind, &a));
     kp_buffer_pool_t p = kp__calloc(1, sizeof *p);
@@ -103,8 +105,10 @@ kp_status kp_buffer_acquire(kp_buffer_pool_t p, size_t bytes, kp_stream_t s, kp_
         p->st.hits++;
         p->st.cached_bytes -= b->size;
     } else {
-        if (overflow) p->st.overflows++;
-        else p->st.misses++;
+        if (overflow)
+            p->st.overflows++;
+        else
+            p->st.misses++;
     }
     pthread_mutex_unlock(&p->mu);
     if (!b) {

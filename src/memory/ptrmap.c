@@ -28,7 +28,8 @@ static kp_status kp__ptrmap_grow(kp__ptrmap *m) {
     if (!keys || !vals) {
         kp__free(keys);
         kp__free(vals);
-        return kp__error(KP_ERR_OUT_OF_MEMORY, "allocator: no memory to track %zu blocks", m->used + 1);
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "allocator: no memory to track %zu blocks",
+                         m->used + 1);
     }
     for (size_t i = 0; i < m->cap; i++) {
         if (m->keys[i] <= KP__TOMB) continue;

@@ -40,15 +40,19 @@ void kp__evpool_free(kp__evpool *p) {
 /* --- stream uses ---------------------------------------------------------------------- */
 void kp__uses_init(kp__uses *u, kp_stream_t s) {
     memset(u, 0, sizeof *u);
-    if (s) u->s[u->n++] = s;
-    else u->overflow = true;
+    if (s)
+        u->s[u->n++] = s;
+    else
+        u->overflow = true;
 }
 
 void kp__uses_add(kp__uses *u, kp_stream_t s) {
     for (int i = 0; i < u->n; i++)
         if (u->s[i] == s) return;
-    if (u->n < KP__MAX_USES) u->s[u->n++] = s;
-    else u->overflow = true;
+    if (u->n < KP__MAX_USES)
+        u->s[u->n++] = s;
+    else
+        u->overflow = true;
 }
 
 bool kp__uses_idle(const kp__uses *u) {

@@ -102,12 +102,14 @@ static void kp__fill_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t 
     const kp__fill_params *p = pp;
     uint64_t lo, hi;
     kp_host_block_span((uint64_t)p->n, grid, first, n, &lo, &hi);
-    for (uint64_t i = lo; i < hi; i++) memcpy((char *)p->dst + i * p->esize, &p->pattern, (size_t)p->esize);
+    for (uint64_t i = lo; i < hi; i++)
+        memcpy((char *)p->dst + i * p->esize, &p->pattern, (size_t)p->esize);
 }
 
-static const kp_kernel kp__fill_kernel = {"fill", sizeof(kp__fill_params),
-                                          {{"host", &(const kp_host_kernel){kp__fill_host}},
-                                           KP__FILL_CUDA}};
+static const kp_kernel kp__fill_kernel = {
+    "fill",
+    sizeof(kp__fill_params),
+    {{"host", &(const kp_host_kernel){kp__fill_host}}, KP__FILL_CUDA}};
 
 /* The bits of 1 in each dtype. */
 static uint64_t kp__one_bits(kp_dtype dt) {
@@ -131,8 +133,11 @@ static kp_status kp__tensor_filled(kp_device_t dev, kp_dtype dt, int ndim, const
     } else if (n > 0) {
         kp__fill_params p = {t->mem->data, kp__one_bits(dt), n, (int)kp_dtype_size(dt)};
         int64_t blocks = (n + 255) / 256;
-        kp_launch l = {&kp__fill_kernel, {(uint32_t)(blocks < 65535 ? blocks : 65535), 1, 1},
-                       {256, 1, 1}, 0, &p};
+        kp_launch l = {&kp__fill_kernel,
+                       {(uint32_t)(blocks < 65535 ? blocks : 65535), 1, 1},
+                       {256, 1, 1},
+                       0,
+                       &p};
         st = kp_launch_kernel(s, &l);
     }
     if (st != KP_OK) {
@@ -165,16 +170,19 @@ kp_status kp_tensor_slice(kp_tensor_t t, int dim, int64_t start, int64_t stop, i
     *out = NULL;
     const kp_tensor_desc *s = &t->desc;
     if (dim < 0 || dim >= s->ndim || step < 1 || start < 0 || stop > s->shape[dim] || start > stop)
-        return kp__error(KP_ERR_INVALID_ARG, "kp_tensor_slice: dim %d [%lld:%lld:%lld] does not "
-                         "fit a tensor of %d dims with %lld elements there", dim, (long long)start,
-                         (long long)stop, (long long)step, s->ndim,
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_tensor_slice: dim %d [%lld:%lld:%lld] does not "
+                         "fit a tensor of %d dims with %lld elements there",
+                         dim, (long long)start, (long long)stop, (long long)step, s->ndim,
                          dim >= 0 && dim < s->ndim ? (long long)s->shape[dim] : 0LL);
     kp_tensor_desc d = *s;
     int64_t count = stop == start ? 0 : (stop - start - 1) / step + 1, skip;
     /* The view's stride matters only when it has two elements or more. */
     if (count > 1 && __builtin_mul_overflow(s->strides[dim], step, &d.strides[dim]))
-        return kp__error(KP_ERR_INVALID_ARG, "kp_tensor_slice: step %lld times stride %lld "
-                         "overflows", (long long)step, (long long)s->strides[dim]);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_tensor_slice: step %lld times stride %lld "
+                         "overflows",
+                         (long long)step, (long long)s->strides[dim]);
     if (__builtin_mul_overflow(start, s->strides[dim], &skip) ||
         __builtin_add_overflow(d.offset, skip, &d.offset))
         return kp__error(KP_ERR_INVALID_ARG, "kp_tensor_slice: start %lld overflows the offset",

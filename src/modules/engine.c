@@ -85,8 +85,10 @@ static kp_status kp__engine_create(const kp_module_env *env, kp_module_def *def)
     KP_CHECK(kp__param_size(env, &n));
     const kp__engine_backend_i *be = kp__engine_backend_for(kp_device_kernel_form(env->dev));
     if (!be)
-        return kp__error(KP_ERR_UNSUPPORTED, "no engine implementation runs on %s (kernel form "
-                         "\"%s\")", kp_device_name(env->dev), kp_device_kernel_form(env->dev));
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "no engine implementation runs on %s (kernel form "
+                         "\"%s\")",
+                         kp_device_name(env->dev), kp_device_kernel_form(env->dev));
     kp__engine *e = kp__calloc(1, sizeof *e);
     if (!e) return kp__error(KP_ERR_OUT_OF_MEMORY, "engine: no memory");
     e->n = n;

@@ -15,8 +15,8 @@ static void kp__add_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t f
     for (uint64_t i = lo; i < hi; i++) p->c[i] = p->a[i] + p->b[i];
 }
 
-static const kp_kernel kp__add_kernel = {"engine_add", sizeof(kp__add_params),
-                                         {{"host", &(const kp_host_kernel){kp__add_host}}}};
+static const kp_kernel kp__add_kernel = {
+    "engine_add", sizeof(kp__add_params), {{"host", &(const kp_host_kernel){kp__add_host}}}};
 
 static kp_status kp__ecpu_create(kp_device_t dev, int64_t n, void **ctx, size_t *ws) {
     int64_t *state = kp__malloc(sizeof *state);
@@ -29,7 +29,8 @@ static kp_status kp__ecpu_create(kp_device_t dev, int64_t n, void **ctx, size_t 
 
 static kp_status kp__ecpu_set_workspace(void *ctx, void *ws, size_t bytes) { return KP_OK; }
 
-static kp_status kp__ecpu_enqueue(void *ctx, kp_stream_t s, const float *a, const float *b, float *c) {
+static kp_status kp__ecpu_enqueue(void *ctx, kp_stream_t s, const float *a, const float *b,
+                                  float *c) {
     kp__add_params p = {a, b, c, *(int64_t *)ctx};
     /* blocks of 64 Ki elements: several workers of a cpu device share them */
     uint32_t blocks = (uint32_t)((p.n + 65535) / 65536);

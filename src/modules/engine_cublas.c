@@ -26,9 +26,9 @@ static kp_status kp__cublas_fail(cublasStatus_t s, const char *call) {
                      "%s failed: %s (%s)", call, cublasGetStatusName(s), cublasGetStatusString(s));
 }
 
-#define KP_CUBLAS_CHECK(call)                                                   \
-    do {                                                                        \
-        cublasStatus_t kp__s = (call);                                          \
+#define KP_CUBLAS_CHECK(call)                                                     \
+    do {                                                                          \
+        cublasStatus_t kp__s = (call);                                            \
         if (kp__s != CUBLAS_STATUS_SUCCESS) return kp__cublas_fail(kp__s, #call); \
     } while (0)
 

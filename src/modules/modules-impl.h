@@ -17,12 +17,12 @@ kp_status kp__param_size(const kp_module_env *env, int64_t *n);
  * note libraries. CMake's kp_builtin_module() keeps the defining object in
  * static links (where nothing else refers to it) by asking the linker for
  * the symbol kp__module_<type>. */
-#define KP__BUILTIN_MODULE(type, create, on_load)                               \
-    const char kp__module_##type = 0;                                           \
-    __attribute__((constructor)) static void kp__register_##type(void) {        \
-        void (*load_)(void) = on_load;                                          \
-        if (load_) load_();                                                     \
-        if (kp_module_register(#type, create) != KP_OK)                         \
+#define KP__BUILTIN_MODULE(type, create, on_load)                                    \
+    const char kp__module_##type = 0;                                                \
+    __attribute__((constructor)) static void kp__register_##type(void) {             \
+        void (*load_)(void) = on_load;                                               \
+        if (load_) load_();                                                          \
+        if (kp_module_register(#type, create) != KP_OK)                              \
             kp__log(KP_LOG_ERROR, "built-in module %s: %s", #type, kp_last_error()); \
     }
 

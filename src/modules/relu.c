@@ -19,8 +19,7 @@ extern const kp_device_kernel kp__relu_cuda; /* relu.cu */
 #define KP__RELU_BLOCK 256
 #define KP__RELU_PER_THREAD 4
 
-static void kp__relu_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first,
-                          uint64_t n) {
+static void kp__relu_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t n) {
     const kp__relu_params *p = pp;
     const float *in = p->dyn->input;
     float *out = p->st->output;
@@ -29,9 +28,10 @@ static void kp__relu_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t 
     for (uint64_t i = lo; i < hi; i++) out[i] = fmaxf(in[i], 0.0f);
 }
 
-static const kp_kernel kp__relu_kernel = {"relu", sizeof(kp__relu_params),
-                                          {{"host", &(const kp_host_kernel){kp__relu_host}},
-                                           KP__RELU_CUDA}};
+static const kp_kernel kp__relu_kernel = {
+    "relu",
+    sizeof(kp__relu_params),
+    {{"host", &(const kp_host_kernel){kp__relu_host}}, KP__RELU_CUDA}};
 
 typedef struct kp__relu {
     int64_t n;
@@ -62,8 +62,8 @@ static kp_status kp__relu_setup(void *self, const kp_mem_slice *s) {
     m->params.dyn = s->dynamic_dev;
     int64_t per_block = KP__RELU_BLOCK * KP__RELU_PER_THREAD;
     int64_t blocks = (m->n + per_block - 1) / per_block;
-    m->launch = (kp_launch){&kp__relu_kernel, {(uint32_t)blocks, 1, 1}, {KP__RELU_BLOCK, 1, 1}, 0,
-                            &m->params};
+    m->launch = (kp_launch){
+        &kp__relu_kernel, {(uint32_t)blocks, 1, 1}, {KP__RELU_BLOCK, 1, 1}, 0, &m->params};
     return KP_OK;
 }
 
@@ -81,8 +81,8 @@ static kp_status kp__relu_execute(void *self, kp_stream_t s) {
 }
 
 /* One kernel node: the same launch as stream mode, no child graph. */
-static kp_status kp__relu_add_node(void *self, kp_graph_t g, const kp_graph_node_t *deps,
-                                   size_t n, kp_graph_node_t *out) {
+static kp_status kp__relu_add_node(void *self, kp_graph_t g, const kp_graph_node_t *deps, size_t n,
+                                   kp_graph_node_t *out) {
     return kp_graph_add_kernel(g, deps, n, &((kp__relu *)self)->launch, out);
 }
 

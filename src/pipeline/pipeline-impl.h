@@ -19,11 +19,11 @@ typedef enum kp__src_kind { KP__SRC_NONE, KP__SRC_EXTERNAL, KP__SRC_MODULE } kp_
 /* Where one input port's tensor comes from. */
 typedef struct kp__binding {
     kp__src_kind kind;
-    size_t index;  /* external input index, or upstream module index (execution order) */
-    size_t port;   /* upstream output port */
-    bool copy;     /* the zero-copy decision: true means the pipeline copies into a buffer */
+    size_t index; /* external input index, or upstream module index (execution order) */
+    size_t port;  /* upstream output port */
+    bool copy;    /* the zero-copy decision: true means the pipeline copies into a buffer */
     const char *reason;
-    size_t copy_off;          /* the copy's buffer in the arena */
+    size_t copy_off; /* the copy's buffer in the arena */
     size_t copy_bytes;
     kp_graph_node_t copy_node; /* graph mode: the memcpy node feeding the buffer */
     const void *copy_src;      /* its source as last set */
@@ -34,15 +34,15 @@ typedef struct kp__module {
     char type[KP_NAME_MAX];
     kp_module_def def;
     kp__binding in[KP_MAX_PORTS];
-    kp_port_info in_info[KP_MAX_PORTS];   /* per-tick bindings, preallocated */
-    kp_port_info out_info[KP_MAX_PORTS];  /* outputs as of the last configure_io */
+    kp_port_info in_info[KP_MAX_PORTS];  /* per-tick bindings, preallocated */
+    kp_port_info out_info[KP_MAX_PORTS]; /* outputs as of the last configure_io */
     kp_mem_req req;
-    size_t copy_bytes;                    /* the pipeline's copies of its inputs */
+    size_t copy_bytes; /* the pipeline's copies of its inputs */
     /* arena offsets of its tensors and workspace; its descriptors' offsets
      * within the static and dynamic descriptor regions */
     size_t tensor_off, workspace_off, static_desc_off, dynamic_desc_off;
     size_t n_deps;
-    size_t deps[KP_MAX_PORTS];            /* upstream modules, unique */
+    size_t deps[KP_MAX_PORTS]; /* upstream modules, unique */
     kp_graph_node_t node;
 } kp__module;
 
@@ -53,7 +53,11 @@ typedef struct kp__external {
 } kp__external;
 
 typedef enum kp__state {
-    KP__CREATED, KP__SETUP, KP__CONFIGURED, KP__WARM, KP__BUILT,
+    KP__CREATED,
+    KP__SETUP,
+    KP__CONFIGURED,
+    KP__WARM,
+    KP__BUILT,
 } kp__state;
 
 struct kp_pipeline {
@@ -62,27 +66,27 @@ struct kp_pipeline {
     kp_exec_mode mode;
     kp__state state;
     size_t n_modules;
-    kp__module *mods;             /* execution order */
+    kp__module *mods; /* execution order */
     size_t n_inputs, n_outputs;
     kp__external *inputs, *outputs;
 
     /* memory, from the device's allocators */
     kp_allocator_t arena_alloc, pinned_alloc;
-    void *arena;                  /* the one device allocation */
-    void *pinned;                 /* static descriptors, then the dynamic staging slots */
+    void *arena;  /* the one device allocation */
+    void *pinned; /* static descriptors, then the dynamic staging slots */
     size_t arena_bytes, pinned_bytes;
-    size_t tensor_bytes;          /* module tensors and the pipeline's input copies */
+    size_t tensor_bytes; /* module tensors and the pipeline's input copies */
     size_t workspace_bytes, static_desc_bytes, dynamic_desc_bytes;
-    size_t staging_stride;        /* bytes from one dynamic staging slot to the next */
+    size_t staging_stride;                  /* bytes from one dynamic staging slot to the next */
     size_t static_desc_at, dynamic_desc_at; /* the descriptor regions' offsets in the arena */
     void *static_desc_dev, *dynamic_desc_dev;
     unsigned slot;
     kp_event_t group_done[KP__DYN_GROUPS];
-    kp_event_t handoff;           /* orders a new stream after the last one */
-    kp_stream_t last_stream;      /* stream of the last call that enqueued work */
-    int acquired;                 /* slot made writable and not yet uploaded, or -1 */
-    bool uploaded;                /* the shadow holds what the device region holds */
-    kp_stream_t build_stream;     /* graph capture and upload at build time */
+    kp_event_t handoff;       /* orders a new stream after the last one */
+    kp_stream_t last_stream;  /* stream of the last call that enqueued work */
+    int acquired;             /* slot made writable and not yet uploaded, or -1 */
+    bool uploaded;            /* the shadow holds what the device region holds */
+    kp_stream_t build_stream; /* graph capture and upload at build time */
 
     /* graph */
     kp_graph_t graph;
@@ -111,6 +115,5 @@ kp_status kp__plan(kp_pipeline_t p);
 kp_module_create_fn kp__module_lookup(const char *type);
 /* "engine relu" into buf. */
 void kp__module_type_list(char *buf, size_t len);
-
 
 #endif

@@ -34,10 +34,13 @@ static kp_status kp__check_name(const char *what, const char *name) {
 static kp_status kp__check_def(const kp__module *m) {
     const kp_module_i *f = m->def.iface;
     if (!f || !f->destroy || !f->io || !f->execute)
-        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\" (%s): its factory left a required "
-                         "interface slot (destroy, io, execute) empty", m->id, m->type);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "module \"%s\" (%s): its factory left a required "
+                         "interface slot (destroy, io, execute) empty",
+                         m->id, m->type);
     if (m->def.n_inputs > KP_MAX_PORTS || m->def.n_outputs > KP_MAX_PORTS)
-        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": more than %d ports", m->id, KP_MAX_PORTS);
+        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": more than %d ports", m->id,
+                         KP_MAX_PORTS);
     return KP_OK;
 }
 
@@ -46,15 +49,17 @@ static kp_status kp__create_module(kp_pipeline_t p, const kp_module_spec *ms, si
     KP_CHECK(kp__check_name("id", ms->id));
     for (size_t j = 0; j < i; j++)
         if (strcmp(p->mods[j].id, ms->id) == 0)
-            return kp__error(KP_ERR_INVALID_ARG, "duplicate module id \"%s\" (modules[%zu] and "
-                             "modules[%zu])", ms->id, j, i);
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "duplicate module id \"%s\" (modules[%zu] and "
+                             "modules[%zu])",
+                             ms->id, j, i);
     KP_CHECK(kp__check_name("type", ms->type));
     kp_module_create_fn fn = kp__module_lookup(ms->type);
     if (!fn) {
         char list[256];
         kp__module_type_list(list, sizeof list);
-        return kp__error(KP_ERR_NOT_FOUND, "module \"%s\": unknown type \"%s\" (known: %s)",
-                         ms->id, ms->type, list);
+        return kp__error(KP_ERR_NOT_FOUND, "module \"%s\": unknown type \"%s\" (known: %s)", ms->id,
+                         ms->type, list);
     }
     snprintf(m->id, KP_NAME_MAX, "%s", ms->id);
     snprintf(m->type, KP_NAME_MAX, "%s", ms->type);
@@ -115,13 +120,14 @@ static kp_status kp__find_port(kp_pipeline_t p, const char *ref, bool output, co
     return kp__error(KP_ERR_NOT_FOUND, "%s: no module with id \"%.*s\"", what, (int)idlen, ref);
 }
 
-static kp_status kp__check_same(const kp_port_decl *up, const kp_port_decl *down, const char *what) {
+static kp_status kp__check_same(const kp_port_decl *up, const kp_port_decl *down,
+                                const char *what) {
     char a[96], b[96];
     if (!kp_desc_same_shape(&up->desc, &down->desc))
-        return kp__error(KP_ERR_MISMATCH, "%s: %s of %s %s does not match %s expected by %s",
-                         what, up->desc.dtype != down->desc.dtype ? "dtype" : "shape",
-                         up->name, kp_desc_str(&up->desc, a, sizeof a),
-                         kp_desc_str(&down->desc, b, sizeof b), down->name);
+        return kp__error(KP_ERR_MISMATCH, "%s: %s of %s %s does not match %s expected by %s", what,
+                         up->desc.dtype != down->desc.dtype ? "dtype" : "shape", up->name,
+                         kp_desc_str(&up->desc, a, sizeof a), kp_desc_str(&down->desc, b, sizeof b),
+                         down->name);
     return KP_OK;
 }
 
@@ -147,7 +153,8 @@ static kp_status kp__wire_connections(kp_pipeline_t p, const kp_pipeline_spec *s
         if (fm == tm)
             return kp__error(KP_ERR_INVALID_ARG, "%s: a module cannot feed itself (cycle)", what);
         KP_CHECK(kp__check_same(&p->mods[fm].def.outputs[fp], &p->mods[tm].def.inputs[tp], what));
-        KP_CHECK(kp__bind(p, tm, tp, (kp__binding){.kind = KP__SRC_MODULE, .index = fm, .port = fp}, what));
+        KP_CHECK(kp__bind(p, tm, tp, (kp__binding){.kind = KP__SRC_MODULE, .index = fm, .port = fp},
+                          what));
     }
     return KP_OK;
 }
@@ -219,7 +226,8 @@ static kp_status kp__order(kp_pipeline_t p) {
     }
     for (size_t k = 0; k < n; k++)
         for (size_t j = 0; j < sorted[k].def.n_inputs; j++)
-            if (sorted[k].in[j].kind == KP__SRC_MODULE) sorted[k].in[j].index = pos[sorted[k].in[j].index];
+            if (sorted[k].in[j].kind == KP__SRC_MODULE)
+                sorted[k].in[j].index = pos[sorted[k].in[j].index];
     for (size_t i = 0; i < p->n_inputs; i++) p->inputs[i].module = pos[p->inputs[i].module];
     for (size_t i = 0; i < p->n_outputs; i++) p->outputs[i].module = pos[p->outputs[i].module];
     memcpy(p->mods, sorted, n * sizeof *sorted);
@@ -256,8 +264,8 @@ static void kp__decide_copies(kp_pipeline_t p) {
                            (p->mods[b->index].def.dynamic_outputs >> b->port & 1u);
             bool live = m->def.live_inputs >> k & 1u;
             b->copy = p->mode == KP_EXEC_GRAPH && dynamic && !live;
-            b->reason = b->copy ? kp__reason_copy
-                        : !dynamic ? kp__reason_fixed_up
+            b->reason = b->copy                     ? kp__reason_copy
+                        : !dynamic                  ? kp__reason_fixed_up
                         : p->mode == KP_EXEC_STREAM ? kp__reason_stream
                                                     : kp__reason_reads_each_tick;
             kp__log(KP_LOG_INFO, "pipeline %s: %s.%s: %s", p->name, m->id, m->def.inputs[k].name,
@@ -278,12 +286,16 @@ static kp_status kp__check_module_spec(const kp_module_spec *ms, size_t i) {
     for (size_t k = 0; k < ms->n_params; k++) {
         const kp_param *pk = &ms->params[k];
         if (!pk->key || !pk->value)
-            return kp__error(KP_ERR_INVALID_ARG, "modules[%zu].params[%zu]: key and value are "
-                             "required", i, k);
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "modules[%zu].params[%zu]: key and value are "
+                             "required",
+                             i, k);
         for (size_t j = 0; j < k; j++)
             if (strcmp(ms->params[j].key, pk->key) == 0)
-                return kp__error(KP_ERR_INVALID_ARG, "modules[%zu]: parameter \"%s\" is given "
-                                 "twice", i, pk->key);
+                return kp__error(KP_ERR_INVALID_ARG,
+                                 "modules[%zu]: parameter \"%s\" is given "
+                                 "twice",
+                                 i, pk->key);
     }
     return KP_OK;
 }
@@ -298,8 +310,10 @@ static kp_status kp__check_spec(kp_device_t dev, const kp_pipeline_spec *spec) {
         (spec->n_outputs && !spec->outputs))
         return kp__error(KP_ERR_INVALID_ARG, "pipeline spec: a count is set but its array is NULL");
     if (spec->mode != KP_EXEC_GRAPH && spec->mode != KP_EXEC_STREAM)
-        return kp__error(KP_ERR_INVALID_ARG, "pipeline spec: unknown execution mode %d", (int)spec->mode);
-    for (size_t i = 0; i < spec->n_modules; i++) KP_CHECK(kp__check_module_spec(&spec->modules[i], i));
+        return kp__error(KP_ERR_INVALID_ARG, "pipeline spec: unknown execution mode %d",
+                         (int)spec->mode);
+    for (size_t i = 0; i < spec->n_modules; i++)
+        KP_CHECK(kp__check_module_spec(&spec->modules[i], i));
     return KP_OK;
 }
 

@@ -107,8 +107,7 @@ kp_status kp_param_int(const kp_module_env *env, const char *key, bool def_ok, i
         return kp__error(KP_ERR_INVALID_ARG, "kp_param_int: env, key and out are required");
     const char *v = kp__param_find(env, key);
     if (!v) {
-        if (!def_ok)
-            return kp__error(KP_ERR_INVALID_ARG, "parameter \"%s\" is required", key);
+        if (!def_ok) return kp__error(KP_ERR_INVALID_ARG, "parameter \"%s\" is required", key);
         *out = def;
         return KP_OK;
     }
@@ -116,8 +115,10 @@ kp_status kp_param_int(const kp_module_env *env, const char *key, bool def_ok, i
     errno = 0;
     long long x = strtoll(v, &end, 10);
     if (!kp__is_integer_text(v) || errno || *end)
-        return kp__error(KP_ERR_INVALID_ARG, "parameter \"%s\" = \"%s\" is not an integer (decimal "
-                         "digits, optionally after '-')", key, v);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "parameter \"%s\" = \"%s\" is not an integer (decimal "
+                         "digits, optionally after '-')",
+                         key, v);
     *out = x;
     return KP_OK;
 }
@@ -138,8 +139,10 @@ kp_status kp_param_double(const kp_module_env *env, const char *key, bool def_ok
     errno = 0;
     double x = strtod(v, &end);
     if (!((*p >= '0' && *p <= '9') || *p == '.') || *end || errno || !isfinite(x))
-        return kp__error(KP_ERR_INVALID_ARG, "parameter \"%s\" = \"%s\" is not a finite decimal "
-                         "number", key, v);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "parameter \"%s\" = \"%s\" is not a finite decimal "
+                         "number",
+                         key, v);
     *out = x;
     return KP_OK;
 }
@@ -156,7 +159,8 @@ kp_status kp_param_str(const kp_module_env *env, const char *key, const char *de
 
 kp_status kp_port_decl_1d(kp_port_decl *p, const char *name, kp_dtype dt, int64_t n) {
     KP_API_ENTRY();
-    if (!p || !name) return kp__error(KP_ERR_INVALID_ARG, "kp_port_decl_1d: port and name are required");
+    if (!p || !name)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_port_decl_1d: port and name are required");
     if (strlen(name) >= KP_NAME_MAX)
         return kp__error(KP_ERR_INVALID_ARG, "port name \"%s\" is too long", name);
     snprintf(p->name, KP_NAME_MAX, "%s", name);

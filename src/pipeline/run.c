@@ -74,7 +74,8 @@ kp_status kp__plan(kp_pipeline_t p) {
         memset(&m->req, 0, sizeof m->req);
         if (m->def.iface->memory_requirements) {
             kp_status st = m->def.iface->memory_requirements(m->def.self, &m->req);
-            if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" memory_requirements", m->id);
+            if (st != KP_OK)
+                return kp__error_prefix(st, "module \"%s\" memory_requirements", m->id);
         }
         if (!kp__plan_tensors(p, m, &off)) goto too_big;
     }
@@ -97,8 +98,10 @@ kp_status kp__plan(kp_pipeline_t p) {
     if (p->arena_bytes > KP__MAX_ALLOC_BYTES || p->pinned_bytes > KP__MAX_ALLOC_BYTES) goto too_big;
     return KP_OK;
 too_big:
-    return kp__error(KP_ERR_OUT_OF_MEMORY, "pipeline \"%s\": its modules ask for more memory than "
-                     "one allocation holds (%zu bytes)", p->name, KP__MAX_ALLOC_BYTES);
+    return kp__error(KP_ERR_OUT_OF_MEMORY,
+                     "pipeline \"%s\": its modules ask for more memory than "
+                     "one allocation holds (%zu bytes)",
+                     p->name, KP__MAX_ALLOC_BYTES);
 }
 
 /* --- setup ------------------------------------------------------------------------- */
@@ -108,7 +111,8 @@ too_big:
 static kp_status kp__allocate(kp_pipeline_t p) {
     KP_CHECK(kp_device_allocator(p->dev, KP_ALLOCATOR_DEVICE, &p->arena_alloc));
     KP_CHECK(kp_device_allocator(p->dev, KP_ALLOCATOR_PINNED, &p->pinned_alloc));
-    if (p->arena_bytes) KP_CHECK(kp_allocator_alloc(p->arena_alloc, p->arena_bytes, NULL, &p->arena));
+    if (p->arena_bytes)
+        KP_CHECK(kp_allocator_alloc(p->arena_alloc, p->arena_bytes, NULL, &p->arena));
     if (p->pinned_bytes) {
         KP_CHECK(kp_allocator_alloc(p->pinned_alloc, p->pinned_bytes, NULL, &p->pinned));
         memset(p->pinned, 0, p->pinned_bytes);
@@ -120,7 +124,8 @@ static kp_status kp__allocate(kp_pipeline_t p) {
 
 /* Dynamic staging slot k (KP__DYN_SLOTS: the shadow of the last upload). */
 static void *kp__staging_slot(kp_pipeline_t p, unsigned k) {
-    return kp__at(p->pinned, kp__align(p->static_desc_bytes, KP__DESC_ALIGN) + k * p->staging_stride);
+    return kp__at(p->pinned,
+                  kp__align(p->static_desc_bytes, KP__DESC_ALIGN) + k * p->staging_stride);
 }
 
 /* Frees what setup made; the pipeline goes back to "created" (still planned). */
@@ -156,7 +161,8 @@ static kp_status kp__setup_modules(kp_pipeline_t p) {
     for (size_t i = 0; i < p->n_modules; i++) {
         kp__module *m = &p->mods[i];
         kp_mem_slice s = {
-            .device = kp__at(p->arena, m->tensor_off), .device_bytes = m->req.device_bytes,
+            .device = kp__at(p->arena, m->tensor_off),
+            .device_bytes = m->req.device_bytes,
             .workspace = kp__at(p->arena, m->workspace_off),
             .workspace_bytes = m->req.workspace_bytes,
             .static_host = kp__at(p->pinned, m->static_desc_off),
@@ -176,7 +182,8 @@ kp_status kp_pipeline_setup(kp_pipeline_t p) {
     KP_API_ENTRY();
     KP_CHECK(kp__require_state(p, KP__CREATED, __func__, ""));
     if (p->state != KP__CREATED)
-        return kp__error(KP_ERR_STATE, "kp_pipeline_setup: pipeline \"%s\" is already set up", p->name);
+        return kp__error(KP_ERR_STATE, "kp_pipeline_setup: pipeline \"%s\" is already set up",
+                         p->name);
     kp_status st;
     KP_CHECK_GOTO(kp__allocate(p), st, fail);
     for (unsigned g = 0; g < KP__DYN_GROUPS; g++)
@@ -197,7 +204,9 @@ static kp_status kp__bind_inputs(kp_pipeline_t p, const kp_port_info *in, size_t
     if (n && !in) return kp__error(KP_ERR_INVALID_ARG, "inputs is NULL");
     for (size_t i = 0; i < p->n_inputs; i++) p->inputs[i].cur.data = NULL;
     for (size_t j = 0; j < n; j++) {
-        size_t i = j < p->n_inputs && in[j].name && strcmp(p->inputs[j].name, in[j].name) == 0 ? j : p->n_inputs;
+        size_t i = j < p->n_inputs && in[j].name && strcmp(p->inputs[j].name, in[j].name) == 0
+                       ? j
+                       : p->n_inputs;
         for (size_t k = 0; i == p->n_inputs && k < p->n_inputs; k++)
             if (in[j].name && strcmp(p->inputs[k].name, in[j].name) == 0) i = k;
         if (i == p->n_inputs)
@@ -261,8 +270,13 @@ static kp_status kp__module_io(kp_pipeline_t p, kp__module *m, kp_stream_t s, vo
         }
         m->in_info[k].name = m->def.inputs[k].name;
     }
-    kp_module_io io = {s, m->in_info, m->def.n_inputs, m->out_info, m->def.n_outputs,
-                       m->req.dynamic_desc_bytes ? kp__at(slot, m->dynamic_desc_off) : NULL, p->exec};
+    kp_module_io io = {s,
+                       m->in_info,
+                       m->def.n_inputs,
+                       m->out_info,
+                       m->def.n_outputs,
+                       m->req.dynamic_desc_bytes ? kp__at(slot, m->dynamic_desc_off) : NULL,
+                       p->exec};
     kp_status st = m->def.iface->io(m->def.self, &io);
     for (size_t k = 0; k < m->def.n_inputs && st == KP_OK && p->exec; k++) {
         kp__binding *b = &m->in[k];
@@ -410,8 +424,10 @@ kp_status kp_pipeline_build_graph(kp_pipeline_t p) {
     KP_API_ENTRY();
     KP_CHECK(kp__require_state(p, KP__WARM, __func__, "call kp_pipeline_warmup"));
     if (p->mode != KP_EXEC_GRAPH)
-        return kp__error(KP_ERR_STATE, "kp_pipeline_build_graph: pipeline \"%s\" runs in stream "
-                         "mode", p->name);
+        return kp__error(KP_ERR_STATE,
+                         "kp_pipeline_build_graph: pipeline \"%s\" runs in stream "
+                         "mode",
+                         p->name);
     if (p->state == KP__BUILT)
         return kp__error(KP_ERR_STATE, "kp_pipeline_build_graph: the graph is already built");
     kp_status st = kp__build(p);
@@ -441,8 +457,10 @@ kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s) {
     KP_API_ENTRY();
     KP_CHECK(kp__require_state(p, KP__WARM, __func__, "call kp_pipeline_warmup"));
     if (p->mode != KP_EXEC_STREAM)
-        return kp__error(KP_ERR_STATE, "kp_pipeline_execute_stream: pipeline \"%s\" runs in graph "
-                         "mode; use kp_pipeline_execute_graph", p->name);
+        return kp__error(KP_ERR_STATE,
+                         "kp_pipeline_execute_stream: pipeline \"%s\" runs in graph "
+                         "mode; use kp_pipeline_execute_graph",
+                         p->name);
     KP_CHECK(kp__check_stream(p, s, __func__));
     return kp__execute_modules(p, s);
 }
@@ -450,8 +468,10 @@ kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s) {
 kp_status kp_pipeline_execute_graph(kp_pipeline_t p, kp_stream_t s) {
     KP_API_ENTRY();
     if (p && p->mode != KP_EXEC_GRAPH)
-        return kp__error(KP_ERR_STATE, "kp_pipeline_execute_graph: pipeline \"%s\" runs in stream "
-                         "mode; use kp_pipeline_execute_stream", p->name);
+        return kp__error(KP_ERR_STATE,
+                         "kp_pipeline_execute_graph: pipeline \"%s\" runs in stream "
+                         "mode; use kp_pipeline_execute_stream",
+                         p->name);
     KP_CHECK(kp__require_state(p, KP__BUILT, __func__, "call kp_pipeline_build_graph"));
     KP_CHECK(kp__check_stream(p, s, __func__));
     KP_CHECK(kp__order_after_last(p, s));

@@ -141,7 +141,8 @@ static kp_status kp__json_modules(json_t *arr, kp__json_spec *s) {
 static kp_status kp__split_arrow(const char *text, const char *path, char from[], char to[],
                                  size_t cap) {
     const char *arrow = strstr(text, "->");
-    if (!arrow) return KP__PERR("%s: \"%s\" is not of the form \"module.port -> module.port\"", path, text);
+    if (!arrow)
+        return KP__PERR("%s: \"%s\" is not of the form \"module.port -> module.port\"", path, text);
     const char *a = text, *ae = arrow, *b = arrow + 2, *be = text + strlen(text);
     while (a < ae && (*a == ' ' || *a == '\t')) a++;
     while (ae > a && (ae[-1] == ' ' || ae[-1] == '\t')) ae--;
@@ -187,7 +188,8 @@ static kp_status kp__json_connections(json_t *arr, kp__json_spec *s) {
 /* {"name": "module.port", ...} */
 static kp_status kp__json_externals(json_t *obj, const char *path, kp_external_spec **out,
                                     size_t *n_out) {
-    if (!json_is_object(obj)) return KP__PERR("%s: expected an object of name: \"module.port\"", path);
+    if (!json_is_object(obj))
+        return KP__PERR("%s: expected an object of name: \"module.port\"", path);
     size_t n = json_object_size(obj), k = 0;
     kp_external_spec *e = kp__calloc(n + 1, sizeof *e);
     if (!e) return kp__error(KP_ERR_OUT_OF_MEMORY, "spec: no memory");
@@ -206,25 +208,30 @@ static kp_status kp__json_externals(json_t *obj, const char *path, kp_external_s
 }
 
 static kp_status kp__json_header(json_t *root, kp__json_spec *s) {
-    static const char *const keys[] = {"kpipe_spec", "name", "execution", "modules", "connections",
-                                       "inputs", "outputs", NULL};
-    if (!json_is_object(root)) return KP__PERR("$: expected an object, got %s", kp__json_type(root));
+    static const char *const keys[] = {"kpipe_spec",  "name",   "execution", "modules",
+                                       "connections", "inputs", "outputs",   NULL};
+    if (!json_is_object(root))
+        return KP__PERR("$: expected an object, got %s", kp__json_type(root));
     json_t *ver = json_object_get(root, "kpipe_spec");
     if (!ver) return KP__PERR("$.kpipe_spec: missing (this kpipe reads version 1)");
     if (!json_is_integer(ver))
         return KP__PERR("$.kpipe_spec: expected the integer 1, got %s", kp__json_type(ver));
     if (json_integer_value(ver) != 1)
         return KP__PERR("$.kpipe_spec: unsupported version %" JSON_INTEGER_FORMAT
-                        " (this kpipe reads version 1)", json_integer_value(ver));
+                        " (this kpipe reads version 1)",
+                        json_integer_value(ver));
     KP_CHECK(kp__json_only_keys(root, "$", keys));
     json_t *name = json_object_get(root, "name"), *mode = json_object_get(root, "execution");
     if (name) KP_CHECK(kp__json_string(name, "$.name", &s->spec.name));
     if (mode) {
         const char *m = NULL;
         KP_CHECK(kp__json_string(mode, "$.execution", &m));
-        if (strcmp(m, "graph") == 0) s->spec.mode = KP_EXEC_GRAPH;
-        else if (strcmp(m, "stream") == 0) s->spec.mode = KP_EXEC_STREAM;
-        else return KP__PERR("$.execution: \"%s\" is not \"graph\" or \"stream\"", m);
+        if (strcmp(m, "graph") == 0)
+            s->spec.mode = KP_EXEC_GRAPH;
+        else if (strcmp(m, "stream") == 0)
+            s->spec.mode = KP_EXEC_STREAM;
+        else
+            return KP__PERR("$.execution: \"%s\" is not \"graph\" or \"stream\"", m);
     }
     return KP_OK;
 }
@@ -287,7 +294,8 @@ static kp_status kp__from_file(kp_device_t dev, const char *path, const kp_pipel
     char *text = NULL;
     long size = -1;
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size >= 0 && size < (64L << 20) && fseek(f, 0, SEEK_SET) == 0) text = kp__malloc((size_t)size + 1);
+    if (size >= 0 && size < (64L << 20) && fseek(f, 0, SEEK_SET) == 0)
+        text = kp__malloc((size_t)size + 1);
     if (!text || fread(text, 1, (size_t)size, f) != (size_t)size) {
         fclose(f);
         kp__free(text);

@@ -32,7 +32,8 @@ static void kpt_progress(long done, long total, const char *what) {
     if (pct == last && done != total) return;
     last = pct;
     int bar = pct / 4;
-    fprintf(stderr, "\r%-7s [%.*s%*s] %3d%%", what, bar, "#########################", 25 - bar, "", pct);
+    fprintf(stderr, "\r%-7s [%.*s%*s] %3d%%", what, bar, "#########################", 25 - bar, "",
+            pct);
     if (done == total) {
         fprintf(stderr, "\r%*s\r", 48, "");
         last = -1;
@@ -46,7 +47,8 @@ static kp_status kpt_bench_mode(const char *device, const char *spec, int mode, 
     double *lat = malloc((size_t)ticks * sizeof *lat);
     bool tty = isatty(STDERR_FILENO);
     const char *name = kp_exec_mode_str((kp_exec_mode)mode);
-    if (!lat && st == KP_OK) st = kpt_error(KP_ERR_OUT_OF_MEMORY, "no memory for %ld samples", ticks);
+    if (!lat && st == KP_OK)
+        st = kpt_error(KP_ERR_OUT_OF_MEMORY, "no memory for %ld samples", ticks);
     if (st == KP_OK) st = kpt_runner_inputs(&r, NULL, 0, 1);
     if (st == KP_OK) st = kpt_runner_prepare(&r);
     for (long t = 0; st == KP_OK && t < warmup; t++) st = kpt_runner_tick(&r, true);
@@ -95,10 +97,11 @@ static kp_status kpt_bench_json(FILE *f, const char *path, const char *spec, con
     for (size_t i = 0; i < n; i++) {
         const kpt_stats *s = &res[i].lat_us;
         json_object_set_new(modes, kp_exec_mode_str((kp_exec_mode)res[i].mode),
-            json_pack("{s:{s:f,s:f,s:f,s:f,s:f,s:f},s:f,s:f}", "latency_us", "min", s->min, "p50",
-                      s->p50, "p90", s->p90, "p99", s->p99, "max", s->max, "mean", s->mean,
-                      "flight_us_per_tick", res[i].flight_us_per_tick, "throughput_ticks_per_s",
-                      1e6 / res[i].flight_us_per_tick));
+                            json_pack("{s:{s:f,s:f,s:f,s:f,s:f,s:f},s:f,s:f}", "latency_us", "min",
+                                      s->min, "p50", s->p50, "p90", s->p90, "p99", s->p99, "max",
+                                      s->max, "mean", s->mean, "flight_us_per_tick",
+                                      res[i].flight_us_per_tick, "throughput_ticks_per_s",
+                                      1e6 / res[i].flight_us_per_tick));
     }
     json_t *root = json_pack("{s:o,s:o,s:I,s:I,s:o}", "spec", kpt_json_text(spec), "device",
                              kpt_json_text(device), "ticks", (json_int_t)ticks, "warmup",
@@ -110,8 +113,8 @@ static kp_status kpt_bench_json(FILE *f, const char *path, const char *spec, con
     return rc == 0 ? KP_OK : kpt_error(KP_ERR_IO, "--json %s: writing the results failed", path);
 }
 
-static int kpt_bench_parse(int argc, char **argv, const char **spec, const char **device,
-                           int *mode, long *ticks, long *warmup, const char **json) {
+static int kpt_bench_parse(int argc, char **argv, const char **spec, const char **device, int *mode,
+                           long *ticks, long *warmup, const char **json) {
     const char *v;
     int r;
     for (int i = 1; i < argc; i++) {
@@ -132,7 +135,8 @@ static int kpt_bench_parse(int argc, char **argv, const char **spec, const char 
             if (r < 0) return 2;
             *json = v;
         } else if (argv[i][0] == '-' || *spec) {
-            fprintf(stderr, "kpipe bench: unexpected argument \"%s\"\n\n%s", argv[i], kpt_bench_usage);
+            fprintf(stderr, "kpipe bench: unexpected argument \"%s\"\n\n%s", argv[i],
+                    kpt_bench_usage);
             return 2;
         } else {
             *spec = argv[i];
@@ -154,13 +158,14 @@ int kpt_cmd_bench(int argc, char **argv) {
     if (!device) device = kpt_default_device();
     FILE *out = json ? fopen(json, "w") : NULL;
     if (json && !out)
-        return kpt_fail("bench", kpt_error(KP_ERR_IO, "--json %s: cannot write: %s", json,
-                                           strerror(errno)));
+        return kpt_fail("bench",
+                        kpt_error(KP_ERR_IO, "--json %s: cannot write: %s", json, strerror(errno)));
     int modes[2] = {KP_EXEC_GRAPH, KP_EXEC_STREAM};
     size_t n_modes = mode == KP_EXEC_FROM_SPEC ? 2 : 1;
     if (n_modes == 1) modes[0] = mode;
     kpt_bench_result res[2];
-    printf("kpipe bench %s on %s: %ld ticks after %ld warm-up ticks\n", spec, device, ticks, warmup);
+    printf("kpipe bench %s on %s: %ld ticks after %ld warm-up ticks\n", spec, device, ticks,
+           warmup);
     printf("%-7s %10s %10s %10s %10s %10s   %s\n", "mode", "min", "p50", "p90", "p99", "max",
            "in flight");
     for (size_t i = 0; i < n_modes; i++) {

@@ -77,7 +77,10 @@ static int kpt_run_parse(int argc, char **argv, kpt_run_args *a) {
             fputs(kpt_run_usage, stdout);
             return -1;
         }
-        if (strcmp(argv[i], "--check") == 0) { a->check = true; continue; }
+        if (strcmp(argv[i], "--check") == 0) {
+            a->check = true;
+            continue;
+        }
         if ((r = kpt_opt_value(argc, argv, &i, "--device", &v)) != 0) {
             if (r < 0) return 2;
             a->device = v;
@@ -164,8 +167,8 @@ static kp_status kpt_run_ticks(kpt_runner *r, long ticks) {
 static kp_status kpt_fetch_all(kpt_runner *r, void **host) {
     for (size_t i = 0; i < r->n_out; i++) {
         host[i] = malloc(kpt_tensor_bytes(&r->out[i].desc) + 1);
-        if (!host[i]) return kpt_error(KP_ERR_OUT_OF_MEMORY, "no host memory for output %s",
-                                       r->out[i].name);
+        if (!host[i])
+            return kpt_error(KP_ERR_OUT_OF_MEMORY, "no host memory for output %s", r->out[i].name);
         KPT_CHECK(kpt_runner_fetch(r, i, host[i]));
     }
     return KP_OK;
@@ -177,8 +180,10 @@ static kp_status kpt_find_outputs(const kpt_run_args *a, const kpt_runner *r, si
         size_t i = 0;
         while (i < r->n_out && strcmp(r->out[i].name, a->out[f].name) != 0) i++;
         if (i == r->n_out)
-            return kpt_error(KP_ERR_NOT_FOUND, "--output %s: the pipeline has no output of that "
-                             "name", a->out[f].name);
+            return kpt_error(KP_ERR_NOT_FOUND,
+                             "--output %s: the pipeline has no output of that "
+                             "name",
+                             a->out[f].name);
         which[f] = i;
     }
     return KP_OK;
@@ -220,8 +225,10 @@ int kpt_cmd_run(int argc, char **argv) {
     size_t which[KPT_MAX_FILES];
     kp_status st = kpt_runner_open(&r, a.device, a.spec, a.mode);
     if (st == KP_OK && r.n_out > KPT_MAX_OUTPUTS)
-        st = kpt_error(KP_ERR_UNSUPPORTED, "the spec has %zu outputs; this command handles up to "
-                       "%d", r.n_out, KPT_MAX_OUTPUTS);
+        st = kpt_error(KP_ERR_UNSUPPORTED,
+                       "the spec has %zu outputs; this command handles up to "
+                       "%d",
+                       r.n_out, KPT_MAX_OUTPUTS);
     if (st == KP_OK) st = kpt_find_outputs(&a, &r, which);
     if (st == KP_OK) st = kpt_runner_inputs(&r, a.in, a.n_in, (uint64_t)a.seed);
     double t0 = kpt_now_us();
@@ -229,9 +236,10 @@ int kpt_cmd_run(int argc, char **argv) {
     double t1 = kpt_now_us();
     if (st == KP_OK) st = kpt_fetch_all(&r, host);
     if (st == KP_OK) {
-        printf("%s: %s on %s, %s mode, %ld tick%s in %.3f ms (setup included)\n", a.spec, kp_pipeline_name(r.p),
-               kp_device_name(r.dev), kp_exec_mode_str(kp_pipeline_mode(r.p)), a.ticks,
-               a.ticks == 1 ? "" : "s", (t1 - t0) / 1000.0);
+        printf("%s: %s on %s, %s mode, %ld tick%s in %.3f ms (setup included)\n", a.spec,
+               kp_pipeline_name(r.p), kp_device_name(r.dev),
+               kp_exec_mode_str(kp_pipeline_mode(r.p)), a.ticks, a.ticks == 1 ? "" : "s",
+               (t1 - t0) / 1000.0);
         for (size_t i = 0; i < r.n_out; i++) kpt_summary(&r.out[i], host[i]);
         st = kpt_write_outputs(&a, &r, which, host);
     }

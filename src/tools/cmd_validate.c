@@ -17,7 +17,8 @@ static const char kpt_validate_usage[] =
 static void kpt_ports(const char *what, const kp_port_decl *p, size_t n) {
     char d[96];
     printf("      %s:", what);
-    for (size_t k = 0; k < n; k++) printf(" %s %s", p[k].name, kp_desc_str(&p[k].desc, d, sizeof d));
+    for (size_t k = 0; k < n; k++)
+        printf(" %s %s", p[k].name, kp_desc_str(&p[k].desc, d, sizeof d));
     printf("%s\n", n ? "" : " none");
 }
 
@@ -54,10 +55,10 @@ static kp_status kpt_print_memory(kp_pipeline_t p, const kp_pipeline_report *r) 
         kp_module_report m;
         KPT_CHECK(kp_pipeline_module_report(p, i, &m));
         if (m.req.device_bytes)
-            printf("  %-16s %12s %12zu %12zu\n", m.id, "tensors", m.device_offset, m.req.device_bytes);
+            printf("  %-16s %12s %12zu %12zu\n", m.id, "tensors", m.device_offset,
+                   m.req.device_bytes);
         if (m.copy_bytes)
-            printf("  %-16s %12s %12zu %12zu\n", m.id, "input copies",
-                   m.copy_offset, m.copy_bytes);
+            printf("  %-16s %12s %12zu %12zu\n", m.id, "input copies", m.copy_offset, m.copy_bytes);
         if (m.req.workspace_bytes)
             printf("  %-16s %12s %12zu %12zu\n", m.id, "workspace", m.workspace_offset,
                    m.req.workspace_bytes);
@@ -69,8 +70,8 @@ static kp_status kpt_print_memory(kp_pipeline_t p, const kp_pipeline_report *r) 
                    m.req.dynamic_desc_bytes);
     }
     printf("  totals: tensors %zu, workspace %zu, static descriptors %zu (uploaded once), dynamic "
-           "descriptors %zu (one upload per tick)\n", r->tensor_bytes, r->workspace_bytes,
-           r->static_desc_bytes, r->dynamic_desc_bytes);
+           "descriptors %zu (one upload per tick)\n",
+           r->tensor_bytes, r->workspace_bytes, r->static_desc_bytes, r->dynamic_desc_bytes);
     printf("  pinned host staging: %zu bytes\n", r->pinned_bytes);
     return KP_OK;
 }
@@ -83,8 +84,8 @@ static kp_status kpt_print_graph(kp_pipeline_t p, const kp_pipeline_report *r) {
         edges += m.n_graph_deps;
     }
     printf("graph (%s mode): %zu module node%s, %zu edge%s\n",
-           kp_exec_mode_str(kp_pipeline_mode(p)), r->n_modules, r->n_modules == 1 ? "" : "s",
-           edges, edges == 1 ? "" : "s");
+           kp_exec_mode_str(kp_pipeline_mode(p)), r->n_modules, r->n_modules == 1 ? "" : "s", edges,
+           edges == 1 ? "" : "s");
     for (size_t i = 0; i < r->n_modules; i++) {
         kp_module_report m;
         KPT_CHECK(kp_pipeline_module_report(p, i, &m));

@@ -37,7 +37,8 @@ static void kpt_info_backend(const char *backend) {
             printf("    %-10s unavailable: %s\n", name, kp_last_error());
             continue;
         }
-        if (kp_device_describe(dev, desc, sizeof desc) == KP_OK) printf("    %-10s %s\n", name, desc);
+        if (kp_device_describe(dev, desc, sizeof desc) == KP_OK)
+            printf("    %-10s %s\n", name, desc);
         kp_device_close(dev);
     }
 }
@@ -45,12 +46,14 @@ static void kpt_info_backend(const char *backend) {
 int kpt_cmd_info(int argc, char **argv) {
     if (argc > 1) {
         bool help = kpt_is_help(argv[1]);
-        fprintf(help ? stdout : stderr, "usage: kpipe info\n\nLists the registered backends and "
+        fprintf(help ? stdout : stderr,
+                "usage: kpipe info\n\nLists the registered backends and "
                 "their devices, the module types, and the versions of the libraries in use.\n");
         return help ? 0 : 2;
     }
     char versions[512];
-    printf("kpipe %s (%s)\nbackends:", kp_version_str(), kp_library_versions(versions, sizeof versions));
+    printf("kpipe %s (%s)\nbackends:", kp_version_str(),
+           kp_library_versions(versions, sizeof versions));
     for (size_t i = 0; kp_backend_name(i); i++) printf(" %s", kp_backend_name(i));
     printf("\nmodule types:");
     for (size_t i = 0; i < kp_module_type_count(); i++) printf(" %s", kp_module_type_name(i));

@@ -55,8 +55,10 @@ bool kpt_parse_count(const char *opt, const char *text, long min, long max, long
 }
 
 bool kpt_parse_mode(const char *text, int *mode) {
-    if (strcmp(text, "graph") == 0) *mode = KP_EXEC_GRAPH;
-    else if (strcmp(text, "stream") == 0) *mode = KP_EXEC_STREAM;
+    if (strcmp(text, "graph") == 0)
+        *mode = KP_EXEC_GRAPH;
+    else if (strcmp(text, "stream") == 0)
+        *mode = KP_EXEC_STREAM;
     else {
         fprintf(stderr, "--mode: \"%s\" is not graph or stream\n", text);
         return false;
@@ -69,7 +71,8 @@ bool kpt_parse_mode(const char *text, int *mode) {
 const char *kpt_default_device(void) {
     const char *name;
     for (size_t i = 0; (name = kp_backend_name(i)) != NULL; i++)
-        if (strcmp(kp_backend_find(name)->kernel_form, "host") != 0 && kp_device_count(name, NULL, 0) > 0)
+        if (strcmp(kp_backend_find(name)->kernel_form, "host") != 0 &&
+            kp_device_count(name, NULL, 0) > 0)
             return name;
     return "cpu";
 }

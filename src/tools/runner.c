@@ -23,7 +23,7 @@ kpt_stats kpt_stats_of(double *v, size_t n) {
     qsort(v, n, sizeof *v, kpt_cmp_double);
     double sum = 0;
     for (size_t i = 0; i < n; i++) sum += v[i];
-    /* nearest-rank percentiles */
+        /* nearest-rank percentiles */
 #define KPT_PCT(p) v[(size_t)((p) / 100.0 * (double)(n - 1) + 0.5)]
     s.min = v[0];
     s.p50 = KPT_PCT(50);
@@ -61,7 +61,8 @@ kp_status kpt_runner_open(kpt_runner *r, const char *devname, const char *spec, 
         r->in_bytes[i] = kpt_tensor_bytes(&r->in[i].desc);
         r->host_in[i] = malloc(r->in_bytes[i] ? r->in_bytes[i] : 1);
         if (!r->host_in[i])
-            return kpt_error(KP_ERR_OUT_OF_MEMORY, "out of host memory for input %s", r->in[i].name);
+            return kpt_error(KP_ERR_OUT_OF_MEMORY, "out of host memory for input %s",
+                             r->in[i].name);
         KPT_CHECK(kp_malloc(r->dev, r->in_bytes[i], &r->in[i].data));
     }
     for (size_t i = 0; i < r->n_out; i++) KPT_CHECK(kp_pipeline_output_info(r->p, i, &r->out[i]));
@@ -90,9 +91,10 @@ static kp_status kpt_fill_random(const kp_port_info *port, void *p, uint64_t *s)
         case KP_I64: ((int64_t *)p)[i] = v; break;
         case KP_U64: ((uint64_t *)p)[i] = (uint64_t)(v + 100); break;
         default:
-            return kpt_error(KP_ERR_UNSUPPORTED, "input %s: no random data for dtype %s; give it "
-                             "with --input %s=FILE.npy", port->name,
-                             kp_dtype_name(port->desc.dtype), port->name);
+            return kpt_error(KP_ERR_UNSUPPORTED,
+                             "input %s: no random data for dtype %s; give it "
+                             "with --input %s=FILE.npy",
+                             port->name, kp_dtype_name(port->desc.dtype), port->name);
         }
     }
     return KP_OK;
@@ -124,8 +126,10 @@ kp_status kpt_runner_inputs(kpt_runner *r, const kpt_named_file *files, size_t n
             char names[512] = "";
             for (size_t k = 0, used = 0; k < r->n_in && used < sizeof names; k++)
                 used += (size_t)snprintf(names + used, sizeof names - used, " %s", r->in[k].name);
-            return kpt_error(KP_ERR_NOT_FOUND, "--input %s: the pipeline has no input of that "
-                             "name (inputs:%s)", files[f].name, names);
+            return kpt_error(KP_ERR_NOT_FOUND,
+                             "--input %s: the pipeline has no input of that "
+                             "name (inputs:%s)",
+                             files[f].name, names);
         }
     }
     uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
@@ -133,7 +137,8 @@ kp_status kpt_runner_inputs(kpt_runner *r, const kpt_named_file *files, size_t n
         const char *path = NULL;
         for (size_t f = 0; f < n_files; f++)
             if (strcmp(r->in[i].name, files[f].name) == 0) path = files[f].path;
-        KPT_CHECK(path ? kpt_load_input(r, i, path) : kpt_fill_random(&r->in[i], r->host_in[i], &s));
+        KPT_CHECK(path ? kpt_load_input(r, i, path)
+                       : kpt_fill_random(&r->in[i], r->host_in[i], &s));
         KPT_CHECK(kp_memcpy_htod(r->dev, r->in[i].data, r->host_in[i], r->in_bytes[i]));
     }
     return KP_OK;

@@ -7,10 +7,10 @@
 #include "kpipe/kpipe.h"
 
 /* Returns a failing status from the enclosing function. */
-#define KPT_CHECK(expr)                                                         \
-    do {                                                                        \
-        kp_status kpt_st_ = (expr);                                             \
-        if (kpt_st_ != KP_OK) return kpt_st_;                                   \
+#define KPT_CHECK(expr)                       \
+    do {                                      \
+        kp_status kpt_st_ = (expr);           \
+        if (kpt_st_ != KP_OK) return kpt_st_; \
     } while (0)
 
 /* --- running a spec -------------------------------------------------------------- */

@@ -34,10 +34,14 @@ static void inspect(kp_pipeline_t p, kp_pipeline_report *r) {
     kp_connection_report c;
     kp_port_info pi;
     check(kp_pipeline_report_get(p, r), "report");
-    for (size_t i = 0; i <= r->n_modules; i++) check(kp_pipeline_module_report(p, i, &m), "module report");
-    for (size_t i = 0; i <= r->n_connections; i++) check(kp_pipeline_connection_report(p, i, &c), "connection report");
-    for (size_t i = 0; i <= r->n_inputs; i++) check(kp_pipeline_input_info(p, i, &pi), "input info");
-    for (size_t i = 0; i <= r->n_outputs; i++) check(kp_pipeline_output_info(p, i, &pi), "output info");
+    for (size_t i = 0; i <= r->n_modules; i++)
+        check(kp_pipeline_module_report(p, i, &m), "module report");
+    for (size_t i = 0; i <= r->n_connections; i++)
+        check(kp_pipeline_connection_report(p, i, &c), "connection report");
+    for (size_t i = 0; i <= r->n_inputs; i++)
+        check(kp_pipeline_input_info(p, i, &pi), "input info");
+    for (size_t i = 0; i <= r->n_outputs; i++)
+        check(kp_pipeline_output_info(p, i, &pi), "output info");
 }
 
 /* Setup, two ticks on zeroed inputs, teardown. */

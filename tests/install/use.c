@@ -3,9 +3,10 @@
 #include <stdio.h>
 #include <kpipe/kpipe.h>
 
-static const char spec[] =
-    "{\"kpipe_spec\": 1, \"execution\": \"stream\", \"modules\": [{\"type\": \"relu\", \"id\": \"r\", "
-    "\"params\": {\"size\": 4}}], \"inputs\": {\"x\": \"r.input\"}, \"outputs\": {\"y\": \"r.output\"}}";
+static const char spec[] = "{\"kpipe_spec\": 1, \"execution\": \"stream\", \"modules\": "
+                           "[{\"type\": \"relu\", \"id\": \"r\", "
+                           "\"params\": {\"size\": 4}}], \"inputs\": {\"x\": \"r.input\"}, "
+                           "\"outputs\": {\"y\": \"r.output\"}}";
 
 static int run(kp_device_t d, kp_stream_t s, kp_pipeline_t p, float *x) {
     const float h[4] = {-1.5f, 2.0f, -0.0f, 3.25f};

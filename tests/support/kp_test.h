@@ -9,32 +9,32 @@
 #include "kpipe/kpipe.h"
 
 /* Fails the test with the status name and the library's detail. */
-#define KPT_OK(expr)                                                            \
-    do {                                                                        \
-        kp_status kpt_st_ = (expr);                                             \
-        if (kpt_st_ != KP_OK) {                                                 \
+#define KPT_OK(expr)                                                                       \
+    do {                                                                                   \
+        kp_status kpt_st_ = (expr);                                                        \
+        if (kpt_st_ != KP_OK) {                                                            \
             print_error("%s = %s: %s\n", #expr, kp_status_name(kpt_st_), kp_last_error()); \
-            fail();                                                             \
-        }                                                                       \
+            fail();                                                                        \
+        }                                                                                  \
     } while (0)
 
 /* Expects a given failure status and a non-empty detail. */
-#define KPT_FAILS(expr, want)                                                   \
-    do {                                                                        \
-        kp_status kpt_st_ = (expr);                                             \
-        if (kpt_st_ != (want)) {                                                \
+#define KPT_FAILS(expr, want)                                                          \
+    do {                                                                               \
+        kp_status kpt_st_ = (expr);                                                    \
+        if (kpt_st_ != (want)) {                                                       \
             print_error("%s = %s, expected %s (%s)\n", #expr, kp_status_name(kpt_st_), \
-                        kp_status_name(want), kp_last_error());                 \
-            fail();                                                             \
-        }                                                                       \
-        assert_true(kp_last_error()[0] != '\0');                                \
+                        kp_status_name(want), kp_last_error());                        \
+            fail();                                                                    \
+        }                                                                              \
+        assert_true(kp_last_error()[0] != '\0');                                       \
     } while (0)
 
 /* Stores a failing status in `st` and jumps to `label`. */
-#define KPT_TRY(expr, st, label)                                                \
-    do {                                                                        \
-        (st) = (expr);                                                          \
-        if ((st) != KP_OK) goto label;                                          \
+#define KPT_TRY(expr, st, label)       \
+    do {                               \
+        (st) = (expr);                 \
+        if ((st) != KP_OK) goto label; \
     } while (0)
 
 static inline uint64_t kpt_rand(uint64_t *s) {

@@ -36,15 +36,20 @@ static void spin_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t firs
     for (int i = 0; i < p->n; i++) p->out[i] = p->value + (float)i;
 }
 
-const kp_kernel kpt_axpy = {"test_axpy", sizeof(kpt_axpy_params),
-                            {{"host", &(const kp_host_kernel){axpy_host}}, KPT_CUDA(kpt_axpy_cuda)}};
-const kp_kernel kpt_affine = {"test_affine", sizeof(kpt_affine_params),
-                              {{"host", &(const kp_host_kernel){affine_host}},
-                               KPT_CUDA(kpt_affine_cuda)}};
-const kp_kernel kpt_spin = {"test_spin", sizeof(kpt_spin_params),
-                            {{"host", &(const kp_host_kernel){spin_host}}, KPT_CUDA(kpt_spin_cuda)}};
-const kp_kernel kpt_cpu_only = {"test_cpu_only", sizeof(kpt_affine_params),
-                                {{"host", &(const kp_host_kernel){affine_host}}}};
+const kp_kernel kpt_axpy = {
+    "test_axpy",
+    sizeof(kpt_axpy_params),
+    {{"host", &(const kp_host_kernel){axpy_host}}, KPT_CUDA(kpt_axpy_cuda)}};
+const kp_kernel kpt_affine = {
+    "test_affine",
+    sizeof(kpt_affine_params),
+    {{"host", &(const kp_host_kernel){affine_host}}, KPT_CUDA(kpt_affine_cuda)}};
+const kp_kernel kpt_spin = {
+    "test_spin",
+    sizeof(kpt_spin_params),
+    {{"host", &(const kp_host_kernel){spin_host}}, KPT_CUDA(kpt_spin_cuda)}};
+const kp_kernel kpt_cpu_only = {
+    "test_cpu_only", sizeof(kpt_affine_params), {{"host", &(const kp_host_kernel){affine_host}}}};
 
 kp_launch kpt_launch_1d(const kp_kernel *k, const void *params, int n) {
     kp_launch l = {k, {(uint32_t)((n + 255) / 256), 1, 1}, {256, 1, 1}, 0, params};

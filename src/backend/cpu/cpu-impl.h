@@ -34,9 +34,20 @@ typedef struct kp__cpu_work {
     kp__cpu_work_kind kind;
     union {
         kp__cpu_kcall kernel;
-        struct { void *dst; const void *src; size_t bytes; } copy;
-        struct { void *dst; int value; size_t bytes; } set;
-        struct { void (*fn)(void *); void *user; } host;
+        struct {
+            void *dst;
+            const void *src;
+            size_t bytes;
+        } copy;
+        struct {
+            void *dst;
+            int value;
+            size_t bytes;
+        } set;
+        struct {
+            void (*fn)(void *);
+            void *user;
+        } host;
         struct kp__cpu_graph *child; /* owned copy */
     } u;
 } kp__cpu_work;
@@ -45,15 +56,15 @@ typedef struct kp__cpu_work {
  * insertion order is a topological order and graphs are acyclic by
  * construction. */
 typedef struct kp__cpu_node {
-    uint32_t index;     /* position in its graph */
-    uint64_t graph_id;  /* id of the graph it was added to */
+    uint32_t index;    /* position in its graph */
+    uint64_t graph_id; /* id of the graph it was added to */
     uint32_t n_deps;
-    uint32_t *deps;     /* indices of earlier nodes */
+    uint32_t *deps; /* indices of earlier nodes */
     kp__cpu_work w;
 } kp__cpu_node;
 
 typedef struct kp__cpu_graph {
-    uint64_t id;      /* unique; a clone keeps the id of its source */
+    uint64_t id; /* unique; a clone keeps the id of its source */
     size_t n, cap;
     kp__cpu_node **nodes;
 } kp__cpu_graph;

@@ -103,8 +103,9 @@ static kp_status kp__cpu_open(const kp_backend_reg *reg, int ordinal, const kp_d
                               void **ctx) {
     kp_host_options o = KP_HOST_OPTIONS_INIT;
     if (reg->options)
-        KP_CHECK(kp__config_read(&o, sizeof o, reg->options, KP__SIZE_THROUGH(kp_host_options,
-                                 workers), "kp_host_options", "KP_HOST_OPTIONS_INIT"));
+        KP_CHECK(kp__config_read(&o, sizeof o, reg->options,
+                                 KP__SIZE_THROUGH(kp_host_options, workers), "kp_host_options",
+                                 "KP_HOST_OPTIONS_INIT"));
     if (o.workers < 1 || o.workers > KP__MAX_WORKERS)
         return kp__error(KP_ERR_INVALID_ARG, "backend %s: %d workers (1 .. %d)", reg->name,
                          o.workers, KP__MAX_WORKERS);

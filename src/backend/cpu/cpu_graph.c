@@ -14,7 +14,6 @@ void kp__cpu_kcall_set(kp__cpu_kcall *c, const kp_launch *l) {
     if (l->kernel->params_size) memcpy(c->params, l->params, l->kernel->params_size);
 }
 
-
 kp_status kp__cpu_graph_new(kp__cpu_graph **out) {
     kp__cpu_graph *g = kp__calloc(1, sizeof *g);
     if (!g) return kp__error(KP_ERR_OUT_OF_MEMORY, "cpu graph: no memory");
@@ -54,8 +53,10 @@ kp_status kp__cpu_graph_append(kp__cpu_graph *g, kp__cpu_work_kind kind,
     for (size_t i = 0; i < n; i++) {
         const kp__cpu_node *d = (const kp__cpu_node *)deps[i];
         if (d->graph_id != g->id || d->index >= g->n || g->nodes[d->index] != d)
-            return kp__error(KP_ERR_INVALID_ARG, "graph node: dependency %zu is not a node of "
-                             "this graph", i);
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "graph node: dependency %zu is not a node of "
+                             "this graph",
+                             i);
     }
     KP_CHECK(kp__cpu_graph_reserve(g));
     kp__cpu_node *node = kp__calloc(1, sizeof *node);
@@ -122,13 +123,14 @@ fail:
 static kp_status kp__cpu_same_topology(const kp__cpu_graph *a, const kp__cpu_graph *b,
                                        const char *where) {
     if (a->n != b->n)
-        return kp__error(KP_ERR_MISMATCH, "%s: graph has %zu nodes, expected %zu", where, b->n, a->n);
+        return kp__error(KP_ERR_MISMATCH, "%s: graph has %zu nodes, expected %zu", where, b->n,
+                         a->n);
     for (size_t i = 0; i < a->n; i++) {
         const kp__cpu_node *x = a->nodes[i], *y = b->nodes[i];
         if (x->w.kind != y->w.kind || x->n_deps != y->n_deps ||
             (x->n_deps && memcmp(x->deps, y->deps, x->n_deps * sizeof *x->deps) != 0))
-            return kp__error(KP_ERR_MISMATCH, "%s: node %zu differs in kind or dependencies",
-                             where, i);
+            return kp__error(KP_ERR_MISMATCH, "%s: node %zu differs in kind or dependencies", where,
+                             i);
         if (x->w.kind == KP__WORK_CHILD)
             KP_CHECK(kp__cpu_same_topology(x->w.u.child, y->w.u.child, where));
     }
@@ -260,12 +262,14 @@ void kp__cpu_exec_run(kp__cpu_device *dev, kp__cpu_exec *e) {
 }
 
 /* The exec's node for a handle of its source graph, checked. */
-static kp_status kp__cpu_exec_node(kp__cpu_exec *e, kp_graph_node_t handle,
-                                   kp__cpu_work_kind kind, const char *what, kp__cpu_node **out) {
+static kp_status kp__cpu_exec_node(kp__cpu_exec *e, kp_graph_node_t handle, kp__cpu_work_kind kind,
+                                   const char *what, kp__cpu_node **out) {
     const kp__cpu_node *src = (const kp__cpu_node *)handle;
     if (src->graph_id != e->g->id || src->index >= e->g->n)
-        return kp__error(KP_ERR_INVALID_ARG, "%s: node is not a top-level node of the graph this "
-                         "exec was instantiated from", what);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "%s: node is not a top-level node of the graph this "
+                         "exec was instantiated from",
+                         what);
     kp__cpu_node *n = e->g->nodes[src->index];
     if (n->w.kind != kind)
         return kp__error(KP_ERR_INVALID_ARG, "%s: node %u is of another kind", what, src->index);

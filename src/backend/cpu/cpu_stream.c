@@ -9,7 +9,12 @@
 
 #define KP__CPU_RING 256 /* ops in flight per stream; submitters wait past this */
 
-typedef enum kp__cpu_op_kind { KP__OP_WORK, KP__OP_RECORD, KP__OP_WAIT, KP__OP_GRAPH } kp__cpu_op_kind;
+typedef enum kp__cpu_op_kind {
+    KP__OP_WORK,
+    KP__OP_RECORD,
+    KP__OP_WAIT,
+    KP__OP_GRAPH
+} kp__cpu_op_kind;
 
 typedef struct kp__cpu_event {
     pthread_mutex_t mu;
@@ -17,7 +22,7 @@ typedef struct kp__cpu_event {
     uint64_t recorded; /* records issued */
     uint64_t done;     /* highest record completed */
     struct timespec t_done;
-    atomic_int refs;   /* the handle plus queued ops that name it */
+    atomic_int refs; /* the handle plus queued ops that name it */
 } kp__cpu_event;
 
 /* A stream operation: work (as a graph node holds it), or an event or
@@ -26,7 +31,10 @@ typedef struct kp__cpu_op {
     kp__cpu_op_kind kind;
     union {
         kp__cpu_work work;
-        struct { kp__cpu_event *ev; uint64_t seq; } ev;
+        struct {
+            kp__cpu_event *ev;
+            uint64_t seq;
+        } ev;
         kp__cpu_exec *exec;
     } u;
 } kp__cpu_op;
@@ -150,7 +158,8 @@ static kp_status kp__cpu_submit(kp__cpu_stream *s, const kp__cpu_work *w) {
 static kp_status kp__cpu_no_capture(kp__cpu_stream *s, const char *what) {
     if (!s->cap) return KP_OK;
     s->cap_error = KP_ERR_UNSUPPORTED;
-    return kp__error(KP_ERR_UNSUPPORTED, "%s is not supported while a cpu stream is capturing", what);
+    return kp__error(KP_ERR_UNSUPPORTED, "%s is not supported while a cpu stream is capturing",
+                     what);
 }
 
 /* Streams this thread is capturing, and the latest of them. */
@@ -161,8 +170,10 @@ static _Thread_local kp__cpu_stream *kp__capturing;
 kp_status kp__cpu_capture_forbids(const char *what) {
     if (kp__captures_here == 0) return KP_OK;
     if (kp__capturing) kp__capturing->cap_error = KP_ERR_STATE;
-    return kp__error(KP_ERR_STATE, "%s is not permitted while this thread is capturing a stream "
-                     "(as with CUDA's thread-local capture mode)", what);
+    return kp__error(KP_ERR_STATE,
+                     "%s is not permitted while this thread is capturing a stream "
+                     "(as with CUDA's thread-local capture mode)",
+                     what);
 }
 
 static void kp__capture_ended(kp__cpu_stream *s) {
@@ -402,8 +413,10 @@ kp_status kp__cpu_end_capture(void *ctx, void *sp, void **out) {
     kp__capture_ended(s);
     if (err != KP_OK) {
         kp__cpu_graph_free(g);
-        return kp__error(err, "end capture: the capture was invalidated by an operation that "
-                         "failed or is not capturable (%s)", kp_status_str(err));
+        return kp__error(err,
+                         "end capture: the capture was invalidated by an operation that "
+                         "failed or is not capturable (%s)",
+                         kp_status_str(err));
     }
     *out = g;
     return KP_OK;

@@ -11,7 +11,7 @@
 
 typedef struct kp__cpu_job {
     const kp__cpu_kcall *c;
-    uint64_t blocks;             /* in the grid */
+    uint64_t blocks;                  /* in the grid */
     uint64_t n_chunks, claimed, done; /* under the pool's lock */
     struct kp__cpu_job *next;
 } kp__cpu_job;
@@ -69,7 +69,8 @@ void kp__cpu_kcall_run(kp__cpu_pool *p, const kp__cpu_kcall *c) {
         c->k->run(c->params, c->grid, c->block, 0, blocks);
         return;
     }
-    kp__cpu_job j = {c, blocks, blocks < (uint64_t)p->n + 1 ? blocks : (uint64_t)p->n + 1, 0, 0, NULL};
+    kp__cpu_job j = {c, blocks, blocks < (uint64_t)p->n + 1 ? blocks : (uint64_t)p->n + 1,
+                     0, 0,      NULL};
     pthread_mutex_lock(&p->mu);
     kp__cpu_job **tail = &p->jobs;
     while (*tail) tail = &(*tail)->next;

@@ -20,26 +20,26 @@ typedef struct kp__cuda_device {
  * sticky last error so the next call starts clean. */
 kp_status kp__cuda_fail(cudaError_t err, const char *call, const char *file, int line);
 
-#define KP_CUDA_CHECK(call)                                                     \
-    do {                                                                        \
-        cudaError_t kp__e = (call);                                             \
+#define KP_CUDA_CHECK(call)                                                               \
+    do {                                                                                  \
+        cudaError_t kp__e = (call);                                                       \
         if (kp__e != cudaSuccess) return kp__cuda_fail(kp__e, #call, __FILE__, __LINE__); \
     } while (0)
 
-#define KP_CUDA_CHECK_GOTO(call, st, label)                                     \
-    do {                                                                        \
-        cudaError_t kp__e = (call);                                             \
-        if (kp__e != cudaSuccess) {                                             \
-            (st) = kp__cuda_fail(kp__e, #call, __FILE__, __LINE__);             \
-            goto label;                                                         \
-        }                                                                       \
+#define KP_CUDA_CHECK_GOTO(call, st, label)                         \
+    do {                                                            \
+        cudaError_t kp__e = (call);                                 \
+        if (kp__e != cudaSuccess) {                                 \
+            (st) = kp__cuda_fail(kp__e, #call, __FILE__, __LINE__); \
+            goto label;                                             \
+        }                                                           \
     } while (0)
 
 /* Calls that may fail harmlessly (teardown, queries): the error is dropped
  * and CUDA's sticky last error cleared. */
-#define KP_CUDA_IGNORE(call)                                                    \
-    do {                                                                        \
-        if ((call) != cudaSuccess) (void)cudaGetLastError();                    \
+#define KP_CUDA_IGNORE(call)                                 \
+    do {                                                     \
+        if ((call) != cudaSuccess) (void)cudaGetLastError(); \
     } while (0)
 
 /* Makes the context's device current on this thread (cheap when it is). */

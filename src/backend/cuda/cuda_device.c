@@ -62,8 +62,10 @@ static int kp__cuda_count(const kp_backend_reg *reg, char *why, size_t len) {
 /* --- memory ------------------------------------------------------------------- */
 static kp_status kp__cuda_malloc(void *ctx, size_t bytes, void **out) {
     if (!kp__permit(KP_MEM_DEVICE, bytes))
-        return kp__error(KP_ERR_OUT_OF_MEMORY, "cuda: allocation of %zu device bytes refused "
-                         "by the allocation hook", bytes);
+        return kp__error(KP_ERR_OUT_OF_MEMORY,
+                         "cuda: allocation of %zu device bytes refused "
+                         "by the allocation hook",
+                         bytes);
     KP_CHECK(kp__cuda_enter(ctx));
     KP_CUDA_CHECK(cudaMalloc(out, bytes ? bytes : 1));
     return KP_OK;
@@ -80,8 +82,10 @@ static void kp__cuda_free(void *ctx, void *p) {
 
 static kp_status kp__cuda_malloc_host(void *ctx, size_t bytes, void **out) {
     if (!kp__permit(KP_MEM_PINNED, bytes))
-        return kp__error(KP_ERR_OUT_OF_MEMORY, "cuda: allocation of %zu pinned bytes refused "
-                         "by the allocation hook", bytes);
+        return kp__error(KP_ERR_OUT_OF_MEMORY,
+                         "cuda: allocation of %zu pinned bytes refused "
+                         "by the allocation hook",
+                         bytes);
     KP_CHECK(kp__cuda_enter(ctx));
     KP_CUDA_CHECK(cudaMallocHost(out, bytes ? bytes : 1));
     return KP_OK;
@@ -187,9 +191,7 @@ static kp_status kp__cuda_event_create(void *ctx, void **out) {
     return KP_OK;
 }
 
-static void kp__cuda_event_destroy(void *ctx, void *ev) {
-    KP_CUDA_IGNORE(cudaEventDestroy(ev));
-}
+static void kp__cuda_event_destroy(void *ctx, void *ev) { KP_CUDA_IGNORE(cudaEventDestroy(ev)); }
 
 static kp_status kp__cuda_event_record(void *ctx, void *ev, void *s) {
     KP_CUDA_CHECK(cudaEventRecord(ev, s));
@@ -287,7 +289,8 @@ static kp_status kp__cuda_open(const kp_backend_reg *reg, int ordinal, const kp_
     }
     if (st == KP_OK) {
         cudaError_t e = cudaStreamCreateWithFlags(&d->copy, cudaStreamNonBlocking);
-        if (e != cudaSuccess) st = kp__cuda_fail(e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
+        if (e != cudaSuccess)
+            st = kp__cuda_fail(e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
     }
     if (st != KP_OK) {
         kp__cuda_close(d);

@@ -20,9 +20,7 @@ kp_status kp__cuda_graph_create(void *ctx, void **out) {
     return KP_OK;
 }
 
-void kp__cuda_graph_destroy(void *ctx, void *g) {
-    KP_CUDA_IGNORE(cudaGraphDestroy(g));
-}
+void kp__cuda_graph_destroy(void *ctx, void *g) { KP_CUDA_IGNORE(cudaGraphDestroy(g)); }
 
 kp_status kp__cuda_graph_add_kernel(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                     const kp_launch *l, kp_graph_node_t *out) {
@@ -31,13 +29,14 @@ kp_status kp__cuda_graph_add_kernel(void *ctx, void *g, const kp_graph_node_t *d
     struct cudaKernelNodeParams p;
     KP_CHECK(kp__cuda_func(l, &fn));
     kp__kparams(l, fn, args, &p);
-    KP_CUDA_CHECK(cudaGraphAddKernelNode((cudaGraphNode_t *)out, g, (const cudaGraphNode_t *)deps,
-                                         n, &p));
+    KP_CUDA_CHECK(
+        cudaGraphAddKernelNode((cudaGraphNode_t *)out, g, (const cudaGraphNode_t *)deps, n, &p));
     return KP_OK;
 }
 
 kp_status kp__cuda_graph_add_memcpy(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
-                                    void *dst, const void *src, size_t bytes, kp_graph_node_t *out) {
+                                    void *dst, const void *src, size_t bytes,
+                                    kp_graph_node_t *out) {
     KP_CUDA_CHECK(cudaGraphAddMemcpyNode1D((cudaGraphNode_t *)out, g, (const cudaGraphNode_t *)deps,
                                            n, dst, src, bytes, cudaMemcpyDefault));
     return KP_OK;
@@ -52,7 +51,8 @@ kp_status kp__cuda_graph_add_child(void *ctx, void *g, const kp_graph_node_t *de
 
 kp_status kp__cuda_graph_add_empty(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                    kp_graph_node_t *out) {
-    KP_CUDA_CHECK(cudaGraphAddEmptyNode((cudaGraphNode_t *)out, g, (const cudaGraphNode_t *)deps, n));
+    KP_CUDA_CHECK(
+        cudaGraphAddEmptyNode((cudaGraphNode_t *)out, g, (const cudaGraphNode_t *)deps, n));
     return KP_OK;
 }
 
@@ -68,9 +68,7 @@ kp_status kp__cuda_graph_instantiate(void *ctx, void *g, void **out) {
     return KP_OK;
 }
 
-void kp__cuda_exec_destroy(void *ctx, void *ge) {
-    KP_CUDA_IGNORE(cudaGraphExecDestroy(ge));
-}
+void kp__cuda_exec_destroy(void *ctx, void *ge) { KP_CUDA_IGNORE(cudaGraphExecDestroy(ge)); }
 
 kp_status kp__cuda_exec_upload(void *ctx, void *ge, void *s) {
     KP_CUDA_CHECK(cudaGraphUpload(ge, s));
