@@ -220,8 +220,6 @@ kp_status kp_device_sync(kp_device_t dev) {
 kp_status kp_stream_create(kp_device_t dev, kp_stream_t *out) {
     KP_API_ENTRY();
     KP__HANDLE(dev, "device");
-    KP__HANDLE(out, "out");
-    *out = NULL;
     KP__MAKE_HANDLE(kp_stream_t, dev, out, dev->iface->stream_create(dev->ctx, &h->impl));
 }
 
@@ -313,8 +311,6 @@ void *kp_stream_native(kp_stream_t s) {
 kp_status kp_event_create(kp_device_t dev, kp_event_t *out) {
     KP_API_ENTRY();
     KP__HANDLE(dev, "device");
-    KP__HANDLE(out, "out");
-    *out = NULL;
     KP__MAKE_HANDLE(kp_event_t, dev, out, dev->iface->event_create(dev->ctx, &h->impl));
 }
 
@@ -366,8 +362,6 @@ kp_status kp_event_elapsed_ms(kp_event_t a, kp_event_t b, float *ms) {
 kp_status kp_graph_create(kp_device_t dev, kp_graph_t *out) {
     KP_API_ENTRY();
     KP__HANDLE(dev, "device");
-    KP__HANDLE(out, "out");
-    *out = NULL;
     KP__MAKE_HANDLE(kp_graph_t, dev, out, dev->iface->graph_create(dev->ctx, &h->impl));
 }
 
@@ -430,8 +424,6 @@ size_t kp_graph_node_count(kp_graph_t g) {
 kp_status kp_graph_instantiate(kp_graph_t g, kp_graph_exec_t *out) {
     KP_API_ENTRY();
     KP__HANDLE(g, "graph");
-    KP__HANDLE(out, "out");
-    *out = NULL;
     KP__MAKE_HANDLE(kp_graph_exec_t, g->h.dev, out,
                     KP__CALL(g, graph_instantiate, g->h.impl, &h->impl));
 }

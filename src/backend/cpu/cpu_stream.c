@@ -313,6 +313,16 @@ kp_status kp__cpu_event_create(void *ctx, void **out) {
 
 void kp__cpu_event_destroy(void *ctx, void *ev) { kp__cpu_event_unref(ev); }
 
+/* Queues a record or a wait of `e` at `seq`; the op holds a reference. */
+static void kp__cpu_enqueue_event(kp__cpu_stream *s, kp__cpu_op_kind kind, kp__cpu_event *e,
+                                  uint64_t seq) {
+    atomic_fetch_add(&e->refs, 1);
+    kp__cpu_op *op = kp__cpu_reserve(s, kind);
+    op->u.ev.ev = e;
+    op->u.ev.seq = seq;
+    kp__cpu_commit(s);
+}
+
 kp_status kp__cpu_event_record(void *ctx, void *evp, void *sp) {
     kp__cpu_event *e = evp;
     kp__cpu_stream *s = sp;
@@ -320,11 +330,7 @@ kp_status kp__cpu_event_record(void *ctx, void *evp, void *sp) {
     pthread_mutex_lock(&e->mu);
     uint64_t seq = ++e->recorded;
     pthread_mutex_unlock(&e->mu);
-    atomic_fetch_add(&e->refs, 1);
-    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_RECORD);
-    op->u.ev.ev = e;
-    op->u.ev.seq = seq;
-    kp__cpu_commit(s);
+    kp__cpu_enqueue_event(s, KP__OP_RECORD, e, seq);
     return KP_OK;
 }
 
@@ -353,11 +359,7 @@ kp_status kp__cpu_stream_wait_event(void *ctx, void *sp, void *evp) {
     uint64_t seq = e->recorded;
     pthread_mutex_unlock(&e->mu);
     if (seq == 0) return KP_OK; /* never recorded: nothing to wait for */
-    atomic_fetch_add(&e->refs, 1);
-    kp__cpu_op *op = kp__cpu_reserve(s, KP__OP_WAIT);
-    op->u.ev.ev = e;
-    op->u.ev.seq = seq;
-    kp__cpu_commit(s);
+    kp__cpu_enqueue_event(s, KP__OP_WAIT, e, seq);
     return KP_OK;
 }
 
