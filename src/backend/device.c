@@ -46,6 +46,8 @@ static kp__handle *kp__handle_done(kp__handle *h, kp_status st) {
  * other handle types begin with their kp__handle. */
 #define KP__MAKE_HANDLE(T, dev, out, make)                   \
     do {                                                     \
+        KP__HANDLE(out, "out");                              \
+        *(out) = NULL;                                       \
         kp_status st_ = KP_OK;                               \
         kp__handle *h = kp__handle_new(dev, __func__, &st_); \
         if (!h) return st_;                                  \
