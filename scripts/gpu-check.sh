@@ -60,8 +60,9 @@ stage_test() {
 
 # GPU test programs and their arguments, for compute-sanitizer (the copy
 # test at one million elements, three ticks per case: memcheck is slow).
-gpu_tests=("test_conformance cuda" "test_alloc_fail cuda" "test_pipeline cuda" "test_memory cuda"
-           "test_copies cuda 3 1048576" "test_api_misuse cuda")
+gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/test_pipeline cuda"
+           "tests/test_memory cuda" "tests/test_copies cuda 3 1048576" "tests/test_api_misuse cuda"
+           "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
 
 stage_sanitize() {
   # The tests provoke CUDA API errors on purpose (misuse cases) and check
@@ -73,7 +74,7 @@ stage_sanitize() {
     for t in "${gpu_tests[@]}"; do
       set -- $t
       log="$out/tmp-cs.log"
-      compute-sanitizer "${opts[@]}" "build-gpu/tests/$1" "${@:2}" >"$log" 2>&1
+      compute-sanitizer "${opts[@]}" "build-gpu/$1" "${@:2}" >"$log" 2>&1
       rc=$?
       { echo "==== compute-sanitizer $tool $t (rc=$rc)"; cat "$log"; } >>"$out/sanitizers.log"
       sum=$(grep -oE "(ERROR SUMMARY: [0-9]+ errors?|RACECHECK SUMMARY: [0-9]+ hazards?)" "$log" | tail -1)
