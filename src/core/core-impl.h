@@ -52,7 +52,7 @@ typedef struct kp__api_scope {
 kp__api_scope kp__api_enter(const char *fn);
 void kp__api_leave(const kp__api_scope *s);
 #define KP_API_ENTRY() \
-    kp__api_scope kp__api __attribute__((cleanup(kp__api_leave))) = kp__api_enter(__func__)
+    kp__api_scope kp__api __attribute__((cleanup(kp__api_leave), unused)) = kp__api_enter(__func__)
 
 /* Logs at `level` if enabled; never called in a per-tick path. */
 void kp__log(kp_log_level level, const char *fmt, ...) KP__PRINTF(2, 3);
