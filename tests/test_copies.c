@@ -36,15 +36,7 @@ static float *pattern(int64_t len, uint64_t seed) {
 
 static const char *sample_json(const char *mode, int64_t n) {
     static char buf[1024];
-    snprintf(buf, sizeof buf,
-             "{\"kpipe_spec\": 1, \"execution\": \"%s\", \"modules\": ["
-             "{\"type\": \"engine\", \"id\": \"a\", \"params\": {\"size\": %lld}},"
-             "{\"type\": \"relu\", \"id\": \"b\", \"params\": {\"size\": %lld}}],"
-             "\"connections\": [\"a.result0 -> b.input\"],"
-             "\"inputs\": {\"input0\": \"a.arg0\", \"input1\": \"a.arg1\"},"
-             "\"outputs\": {\"output\": \"b.output\"}}",
-             mode, (long long)n, (long long)n);
-    return buf;
+    return kpt_sample_json(buf, sizeof buf, mode, n);
 }
 
 typedef struct copy_case {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kpipe/kpipe.h"
+#include "support/kp_test.h"
 
 #define RSS_SLACK ((long)4 << 20) /* drivers touch a few pages late; growth past this fails */
 
@@ -124,14 +125,7 @@ static int check_output(soak *k, const kp_port_info *o, int set, long tick) {
 
 static int run_mode(soak *k, kp_exec_mode mode) {
     char json[1024];
-    snprintf(json, sizeof json,
-             "{\"kpipe_spec\": 1, \"execution\": \"%s\", \"modules\": ["
-             "{\"type\": \"engine\", \"id\": \"a\", \"params\": {\"size\": %lld}},"
-             "{\"type\": \"relu\", \"id\": \"b\", \"params\": {\"size\": %lld}}],"
-             "\"connections\": [\"a.result0 -> b.input\"],"
-             "\"inputs\": {\"input0\": \"a.arg0\", \"input1\": \"a.arg1\"},"
-             "\"outputs\": {\"output\": \"b.output\"}}",
-             kp_exec_mode_str(mode), (long long)k->n, (long long)k->n);
+    kpt_sample_json(json, sizeof json, kp_exec_mode_str(mode), k->n);
     kp_pipeline_t p;
     kp_port_info in[2] = {{"input0", NULL, {0}}, {"input1", NULL, {0}}}, o = {"output", NULL, {0}};
     TRY(kp_desc_init(&in[0].desc, KP_F32, 1, &k->n, NULL));

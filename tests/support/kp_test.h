@@ -37,6 +37,20 @@
         if ((st) != KP_OK) goto label; \
     } while (0)
 
+/* The sample pipeline, ReLU(input0 + input1) over n floats, in `mode`:
+ * inputs input0 and input1, output "output". */
+static inline const char *kpt_sample_json(char *buf, size_t len, const char *mode, int64_t n) {
+    snprintf(buf, len,
+             "{\"kpipe_spec\": 1, \"execution\": \"%s\", \"modules\": ["
+             "{\"type\": \"engine\", \"id\": \"a\", \"params\": {\"size\": %lld}},"
+             "{\"type\": \"relu\", \"id\": \"b\", \"params\": {\"size\": %lld}}],"
+             "\"connections\": [\"a.result0 -> b.input\"],"
+             "\"inputs\": {\"input0\": \"a.arg0\", \"input1\": \"a.arg1\"},"
+             "\"outputs\": {\"output\": \"b.output\"}}",
+             mode, (long long)n, (long long)n);
+    return buf;
+}
+
 static inline uint64_t kpt_rand(uint64_t *s) {
     *s ^= *s << 13;
     *s ^= *s >> 7;
