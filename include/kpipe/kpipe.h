@@ -8,6 +8,7 @@
 #include "kpipe/device.h"
 #include "kpipe/memory.h"
 #include "kpipe/module.h"
+#include "kpipe/graph_cache.h"
 #include "kpipe/pipeline.h"
 
 #endif

@@ -1,0 +1,531 @@
+/* The graph cache on its own: hits and misses, keys that differ in one
+ * field, growth and invalidation, updates, eviction under both bounds,
+ * padding and sliced outputs, the strict and fallback policies, prepare, and
+ * in-place calls with rotating and new input buffers. Every output element
+ * is checked against host arithmetic.
+ *   test_graph_cache DEVICE   (cpu or cuda; exit 77 without the device) */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include "support/kp_test.h"
+#include "support/test_kernels.h"
+
+static kp_device_t g_dev;
+static kp_stream_t g_s;
+
+/* The work: out = a * in0 + in1 over the padded elements, a = literals[0]
+ * (1 without literals): a copy node and a kernel node. */
+static kp_status axpy_work(void *user, kp_stream_t s, const kp_graph_args *a) {
+    (void)user;
+    int64_t n = kp_desc_numel(&a->outputs[0].desc);
+    kp_status st =
+        kp_memcpy_async(s, a->outputs[0].data, a->inputs[1].data, (size_t)n * sizeof(float));
+    if (st != KP_OK) return st;
+    kpt_axpy_params p = {a->outputs[0].data, a->inputs[0].data,
+                         a->n_literals ? (float)a->literals[0] : 1.0f, (int)n};
+    kp_launch l = kpt_launch_1d(&kpt_axpy, &p, (int)n);
+    return kp_launch_kernel(s, &l);
+}
+
+/* The work for any dtype: out = in0, byte for byte. */
+static kp_status copy_work(void *user, kp_stream_t s, const kp_graph_args *a) {
+    (void)user;
+    int64_t bytes = kp_desc_bytes_needed(&a->inputs[0].desc);
+    return kp_memcpy_async(s, a->outputs[0].data, a->inputs[0].data, (size_t)bytes);
+}
+
+typedef struct bufs {
+    float *x, *y;     /* device inputs */
+    float *hx, *hy;   /* their host values */
+    float *out;       /* host copy of the output view's buffer */
+    int64_t n, bytes; /* elements */
+} bufs;
+
+static void bufs_open(bufs *b, int64_t n, uint64_t seed) {
+    b->n = n;
+    b->out = NULL;
+    b->bytes = n * (int64_t)sizeof(float);
+    b->hx = malloc((size_t)b->bytes);
+    b->hy = malloc((size_t)b->bytes);
+    assert_non_null(b->hx);
+    assert_non_null(b->hy);
+    for (int64_t i = 0; i < n; i++) {
+        b->hx[i] = (float)((int64_t)(kpt_rand(&seed) % 2001) - 1000);
+        b->hy[i] = (float)((int64_t)(kpt_rand(&seed) % 2001) - 1000);
+    }
+    KPT_OK(kp_malloc(g_dev, (size_t)b->bytes, (void **)&b->x));
+    KPT_OK(kp_malloc(g_dev, (size_t)b->bytes, (void **)&b->y));
+    KPT_OK(kp_memcpy_htod(g_dev, b->x, b->hx, (size_t)b->bytes));
+    KPT_OK(kp_memcpy_htod(g_dev, b->y, b->hy, (size_t)b->bytes));
+}
+
+static void bufs_close(bufs *b) {
+    kp_free(g_dev, b->x);
+    kp_free(g_dev, b->y);
+    free(b->hx);
+    free(b->hy);
+    free(b->out);
+}
+
+/* Runs out = a * x + y through the cache with x, y of `shape` and checks
+ * every element of the output view (whatever its strides). */
+static kp_status run_axpy(kp_graph_cache_t c, bufs *b, int ndim, const int64_t *shape, uint32_t dyn,
+                          int64_t a, unsigned flags) {
+    kp_port_info in[2] = {{"x", b->x, {0}}, {"y", b->y, {0}}};
+    kp_port_info out[1] = {{"out", NULL, {0}}};
+    KPT_OK(kp_desc_init(&in[0].desc, KP_F32, ndim, shape, NULL));
+    in[1].desc = in[0].desc;
+    out[0].desc = in[0].desc;
+    uint32_t masks[3] = {dyn, dyn, dyn};
+    kp_graph_call call = KP_GRAPH_CALL_INIT;
+    call.enqueue = axpy_work;
+    call.inputs = in;
+    call.n_inputs = 2;
+    call.outputs = out;
+    call.n_outputs = 1;
+    call.dynamic = masks;
+    call.literals = &a;
+    call.n_literals = 1;
+    call.flags = flags;
+    kp_status st = kp_graph_cache_run(c, &call, g_s);
+    if (st != KP_OK) return st;
+    KPT_OK(kp_stream_sync(g_s));
+    const kp_tensor_desc *v = &out[0].desc;
+    assert_int_equal(v->ndim, ndim);
+    for (int k = 0; k < ndim; k++) assert_int_equal(v->shape[k], shape[k]);
+    int64_t need = kp_desc_bytes_needed(v);
+    free(b->out);
+    b->out = malloc((size_t)need);
+    assert_non_null(b->out);
+    KPT_OK(kp_memcpy_dtoh(g_dev, b->out, out[0].data, (size_t)need));
+    int64_t n = kp_desc_numel(v), bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t rem = i, at = v->offset;
+        for (int k = ndim - 1; k >= 0; k--) {
+            at += (rem % v->shape[k]) * v->strides[k];
+            rem /= v->shape[k];
+        }
+        float want = (float)a * b->hx[i] + b->hy[i];
+        if (b->out[at] != want && bad++ < 3)
+            fprintf(stderr, "element %lld: %g, want %g\n", (long long)i, (double)b->out[at],
+                    (double)want);
+    }
+    assert_int_equal(bad, 0);
+    return KP_OK;
+}
+
+static kp_graph_stats stats(kp_graph_cache_t c) {
+    kp_graph_stats s;
+    KPT_OK(kp_graph_cache_stats(c, &s));
+    return s;
+}
+
+static kp_graph_cache_t cache(const kp_graph_cache_config *cfg) {
+    kp_graph_cache_t c;
+    KPT_OK(kp_graph_cache_create(g_dev, cfg, &c));
+    return c;
+}
+
+static void hit_and_miss(void **state) {
+    (void)state;
+    kp_graph_cache_t c = cache(NULL);
+    bufs b;
+    bufs_open(&b, 1000, 1);
+    int64_t n = 1000;
+    KPT_OK(run_axpy(c, &b, 1, &n, 0, 3, 0));
+    for (int i = 0; i < 5; i++) KPT_OK(run_axpy(c, &b, 1, &n, 0, 3, 0));
+    kp_graph_stats s = stats(c);
+    assert_int_equal(s.calls, 6);
+    assert_int_equal(s.misses, 1);
+    assert_int_equal(s.hits, 5);
+    assert_int_equal(s.captures, 1);
+    assert_int_equal(s.instantiations, 1);
+    assert_int_equal(s.graphs, 1);
+    assert_true(s.buffer_bytes >= 3 * 1000 * sizeof(float));
+    /* new input data each call, same buffers: the copies bring it in */
+    for (int64_t i = 0; i < n; i++) b.hx[i] = (float)i;
+    KPT_OK(kp_memcpy_htod(g_dev, b.x, b.hx, (size_t)b.bytes));
+    KPT_OK(run_axpy(c, &b, 1, &n, 0, 3, 0));
+    char rep[2048];
+    kp_graph_cache_report(c, rep, sizeof rep);
+    assert_non_null(strstr(rep, "live"));
+    assert_non_null(strstr(rep, "id=0 in0=f32[1000] in1=f32[1000] out0=f32[1000] lit=[3]"));
+    bufs_close(&b);
+    kp_graph_cache_destroy(c);
+}
+
+/* Calls that differ in one field of the key never share a graph. */
+static void keys_differ_in_one_field(void **state) {
+    (void)state;
+    kp_graph_cache_t c = cache(NULL);
+    bufs b;
+    bufs_open(&b, 64, 2);
+    int64_t s8[1] = {8}, s9[1] = {9}, s24[2] = {2, 4}, s42[2] = {4, 2};
+    KPT_OK(run_axpy(c, &b, 1, s9, 0, 2, 0));  /* the largest first: no growth later */
+    KPT_OK(run_axpy(c, &b, 1, s8, 0, 2, 0));  /* one dimension */
+    KPT_OK(run_axpy(c, &b, 1, s8, 0, 5, 0));  /* one literal */
+    KPT_OK(run_axpy(c, &b, 1, s8, 1, 2, 0));  /* the dynamic mask */
+    KPT_OK(run_axpy(c, &b, 2, s24, 0, 2, 0)); /* same count, other shape */
+    KPT_OK(run_axpy(c, &b, 2, s42, 0, 2, 0));
+    char rep[4096];
+    if (stats(c).graphs != 6) fprintf(stderr, "%s", kp_graph_cache_report(c, rep, sizeof rep));
+    assert_int_equal(stats(c).graphs, 6);
+    assert_int_equal(stats(c).misses, 6);
+    /* each again: six hits, each with its own right answer */
+    KPT_OK(run_axpy(c, &b, 1, s8, 0, 2, 0));
+    KPT_OK(run_axpy(c, &b, 1, s9, 0, 2, 0));
+    KPT_OK(run_axpy(c, &b, 1, s8, 0, 5, 0));
+    KPT_OK(run_axpy(c, &b, 1, s8, 1, 2, 0));
+    KPT_OK(run_axpy(c, &b, 2, s24, 0, 2, 0));
+    KPT_OK(run_axpy(c, &b, 2, s42, 0, 2, 0));
+    assert_int_equal(stats(c).hits, 6);
+
+    /* one dtype, one id: a byte copy of 8 elements of f32 vs i32 vs u8 */
+    uint8_t host[32], back[32];
+    for (int i = 0; i < 32; i++) host[i] = (uint8_t)(i * 7 + 1);
+    KPT_OK(kp_memcpy_htod(g_dev, b.x, host, sizeof host));
+    kp_dtype dts[3] = {KP_F32, KP_I32, KP_U8};
+    for (int round = 0; round < 2; round++)
+        for (int d = 0; d < 3; d++)
+            for (uint64_t id = 7; id <= 8; id++) {
+                kp_port_info in = {"x", b.x, {0}}, out = {"y", NULL, {0}};
+                KPT_OK(kp_desc_init(&in.desc, dts[d], 1, s8, NULL));
+                out.desc = in.desc;
+                kp_graph_call call = KP_GRAPH_CALL_INIT;
+                call.id = id;
+                call.enqueue = copy_work;
+                call.inputs = &in;
+                call.n_inputs = 1;
+                call.outputs = &out;
+                call.n_outputs = 1;
+                KPT_OK(kp_graph_cache_run(c, &call, g_s));
+                KPT_OK(kp_stream_sync(g_s));
+                size_t bytes = 8 * kp_dtype_size(dts[d]);
+                memset(back, 0, sizeof back);
+                KPT_OK(kp_memcpy_dtoh(g_dev, back, out.data, bytes));
+                assert_memory_equal(back, host, bytes);
+                assert_int_equal(out.desc.dtype, dts[d]);
+            }
+    kp_graph_stats s = stats(c);
+    assert_int_equal(s.graphs, 12);
+    assert_int_equal(s.hits, 12);
+    bufs_close(&b);
+    kp_graph_cache_destroy(c);
+}
+
+/* A larger shape grows the buffers and makes the old graphs stale; going
+ * back updates a stale graph instead of instantiating. */
+static void growth_invalidates_then_updates(void **state) {
+    (void)state;
+    kp_graph_cache_t c = cache(NULL);
+    bufs b;
+    bufs_open(&b, 4096, 3);
+    int64_t small = 100, big = 4000;
+    KPT_OK(run_axpy(c, &b, 1, &small, 0, 1, 0));
+    KPT_OK(run_axpy(c, &b, 1, &big, 0, 1, 0));
+    kp_graph_stats s = stats(c);
+    assert_int_equal(s.invalidations, 1);
+    assert_int_equal(s.grows, 6); /* three ports, twice */
+    assert_int_equal(s.stale, 0); /* the stale graph was updated into the new key */
+    assert_int_equal(s.updates, 1);
+    assert_int_equal(s.instantiations, 1);
+    KPT_OK(run_axpy(c, &b, 1, &small, 0, 1, 0)); /* small again: a new graph */
+    KPT_OK(run_axpy(c, &b, 1, &small, 0, 1, 0));
+    KPT_OK(run_axpy(c, &b, 1, &big, 0, 1, 0));
+    s = stats(c);
+    assert_int_equal(s.hits, 2);
+    assert_int_equal(s.grows, 6);
+    bufs_close(&b);
+    kp_graph_cache_destroy(c);
+}
+
+static void eviction_by_count(void **state) {
+    (void)state;
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    cfg.max_graphs = 2;
+    kp_graph_cache_t c = cache(&cfg);
+    bufs b;
+    bufs_open(&b, 64, 4);
+    int64_t sizes[3] = {64, 33, 17};
+    KPT_OK(run_axpy(c, &b, 1, &sizes[0], 0, 1, 0));
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < 3; i++) {
+            KPT_OK(run_axpy(c, &b, 1, &sizes[i], 0, 1, 0));
+            assert_true(stats(c).graphs <= 2);
+        }
+    kp_graph_stats s = stats(c);
+    /* at the bound every miss re-points the least recent graph by update */
+    assert_true(s.updates >= 10);
+    assert_true(s.evictions >= 10);
+    assert_int_equal(s.instantiations, 2);
+    bufs_close(&b);
+    kp_graph_cache_destroy(c);
+}
+
+static void eviction_by_bytes(void **state) {
+    (void)state;
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    /* the buffers (3 x 4 KiB) and two graphs' charge (2 nodes of 1 KiB each) */
+    cfg.max_bytes = 16 * 1024;
+    kp_graph_cache_t c = cache(&cfg);
+    bufs b;
+    bufs_open(&b, 1024, 5);
+    for (int64_t n = 1024; n > 1000; n--) {
+        KPT_OK(run_axpy(c, &b, 1, &n, 0, 1, 0));
+        kp_graph_stats s = stats(c);
+        assert_true(s.bytes <= cfg.max_bytes);
+    }
+    kp_graph_stats s = stats(c);
+    assert_true(s.evictions > 0);
+    assert_true(s.graphs >= 1);
+    /* buffers alone past the budget: refused, named */
+    int64_t huge = 1 << 20;
+    bufs big;
+    bufs_open(&big, huge, 6);
+    KPT_FAILS(run_axpy(c, &big, 1, &huge, 0, 1, 0), KP_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(kp_last_error(), "byte budget"));
+    bufs_close(&big);
+    bufs_close(&b);
+    kp_graph_cache_destroy(c);
+}
+
+static void padding_and_slicing(void **state) {
+    (void)state;
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    int64_t caps[3] = {4, 8, 16};
+    memcpy(cfg.capture_sizes, caps, sizeof caps);
+    cfg.n_capture_sizes = 3;
+    kp_graph_cache_t c = cache(&cfg);
+    bufs b;
+    bufs_open(&b, 64 * 5, 7);
+    /* dimension 0 dynamic: batches 1..4 share the graph of 4, 5..8 of 8 */
+    for (int64_t batch = 0; batch <= 8; batch++) { /* 8 first: the buffers grow once */
+        int64_t shape[2] = {batch ? batch : 8, 5};
+        KPT_OK(run_axpy(c, &b, 2, shape, 1, 2, 0));
+    }
+    kp_graph_stats s = stats(c);
+    assert_int_equal(s.graphs, 2);
+    assert_int_equal(s.misses, 2);
+    assert_int_equal(s.hits, 7);
+    /* past the largest capture size: exact */
+    int64_t shape[2] = {17, 5};
+    KPT_OK(run_axpy(c, &b, 2, shape, 1, 2, 0));
+    s = stats(c);
+    assert_int_equal(s.invalidations, 2); /* the buffers grew under both graphs */
+    assert_int_equal(s.graphs, 2);        /* one was updated into the new key */
+    assert_int_equal(s.stale, 1);
+    /* an inner dimension padded: rows copied one by one, the output a strided view */
+    for (int64_t w = 1; w <= 4; w++) {
+        int64_t sh[2] = {3, w};
+        KPT_OK(run_axpy(c, &b, 2, sh, 2, 1, 0));
+    }
+    bufs_close(&b);
+    kp_graph_cache_destroy(c);
+}
+
+static void strict_and_prepare(void **state) {
+    (void)state;
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    cfg.miss = KP_GRAPH_MISS_STRICT;
+    kp_graph_cache_t c = cache(&cfg);
+    bufs b;
+    bufs_open(&b, 512, 8);
+    int64_t n = 300;
+    KPT_FAILS(run_axpy(c, &b, 1, &n, 0, 1, 0), KP_ERR_NOT_FOUND);
+    assert_non_null(strstr(kp_last_error(), "in0=f32[300]"));
+    /* prepare three sizes ahead, then only hits */
+    int64_t sizes[3] = {100, 300, 512};
+    kp_port_info in[3][2], out[3][1];
+    kp_graph_call calls[3];
+    int64_t lit = 1;
+    for (int i = 0; i < 3; i++) {
+        in[i][0] = (kp_port_info){"x", NULL, {0}};
+        in[i][1] = (kp_port_info){"y", NULL, {0}};
+        KPT_OK(kp_desc_init(&in[i][0].desc, KP_F32, 1, &sizes[i], NULL));
+        in[i][1].desc = in[i][0].desc;
+        out[i][0] = (kp_port_info){"out", NULL, in[i][0].desc};
+        calls[i] = (kp_graph_call)KP_GRAPH_CALL_INIT;
+        calls[i].enqueue = axpy_work;
+        calls[i].inputs = in[i];
+        calls[i].n_inputs = 2;
+        calls[i].outputs = out[i];
+        calls[i].n_outputs = 1;
+        calls[i].literals = &lit;
+        calls[i].n_literals = 1;
+    }
+    KPT_OK(kp_graph_cache_prepare(c, calls, 3, g_s));
+    kp_graph_stats s = stats(c);
+    assert_int_equal(s.graphs, 3);
+    assert_int_equal(s.grows, 3); /* once, to the largest */
+    assert_int_equal(s.invalidations, 0);
+    for (int i = 0; i < 3; i++) KPT_OK(run_axpy(c, &b, 1, &sizes[i], 0, 1, 0));
+    assert_int_equal(stats(c).hits, 3);
+    bufs_close(&b);
+    kp_graph_cache_destroy(c);
+}
+
+static void fallback_runs_without_graph(void **state) {
+    (void)state;
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    cfg.miss = KP_GRAPH_MISS_FALLBACK;
+    kp_graph_cache_t c = cache(&cfg);
+    bufs b;
+    bufs_open(&b, 777, 9);
+    int64_t n = 777;
+    for (int i = 0; i < 3; i++) KPT_OK(run_axpy(c, &b, 1, &n, 0, 4, 0));
+    kp_graph_stats s = stats(c);
+    assert_int_equal(s.fallbacks, 3);
+    assert_int_equal(s.graphs, 0);
+    assert_int_equal(s.captures, 0);
+    bufs_close(&b);
+    kp_graph_cache_destroy(c);
+}
+
+/* In place: a graph per input address set; rotating buffers hit; new
+ * buffers past max_variants re-point the least recent variant. */
+static void in_place_variants(void **state) {
+    (void)state;
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    cfg.max_variants = 3;
+    kp_graph_cache_t c = cache(&cfg);
+    enum { N = 10 };
+    bufs b[N];
+    int64_t n = 1 << 12;
+    for (int i = 0; i < N; i++) bufs_open(&b[i], n, 20 + (uint64_t)i);
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < 3; i++) KPT_OK(run_axpy(c, &b[i], 1, &n, 0, 1, KP_GRAPH_IN_PLACE));
+    kp_graph_stats s = stats(c);
+    assert_int_equal(s.graphs, 3);
+    assert_int_equal(s.hits, 9);
+    for (int i = 3; i < N; i++) KPT_OK(run_axpy(c, &b[i], 1, &n, 0, 1, KP_GRAPH_IN_PLACE));
+    s = stats(c);
+    assert_int_equal(s.graphs, 3);
+    assert_int_equal(s.updates, 7);
+    assert_int_equal(s.instantiations, 3);
+    assert_int_equal(s.buffer_bytes >= (size_t)n * 4, 1); /* the output only */
+    for (int i = 0; i < N; i++) bufs_close(&b[i]);
+    kp_graph_cache_destroy(c);
+}
+
+/* Users' sizes: 1, odd, 1 M and 16 M elements, new and reused buffers. */
+static void large_sizes(void **state) {
+    (void)state;
+    kp_graph_cache_t c = cache(NULL);
+    int64_t sizes[4] = {1, 12345, 1 << 20, (1 << 24) + 3};
+    for (int i = 0; i < 4; i++) {
+        bufs b;
+        bufs_open(&b, sizes[i], 30 + (uint64_t)i);
+        KPT_OK(run_axpy(c, &b, 1, &sizes[i], 0, 2, 0));
+        KPT_OK(run_axpy(c, &b, 1, &sizes[i], 0, 2, 0));
+        KPT_OK(run_axpy(c, &b, 1, &sizes[i], 0, 2, KP_GRAPH_IN_PLACE));
+        bufs_close(&b);
+    }
+    kp_graph_cache_destroy(c);
+}
+
+static void misuse(void **state) {
+    (void)state;
+    kp_graph_cache_t c = cache(NULL);
+    bufs b;
+    bufs_open(&b, 16, 40);
+    int64_t n = 16;
+    kp_port_info in[2] = {{"x", b.x, {0}}, {"y", b.y, {0}}}, out[1] = {{"o", NULL, {0}}};
+    KPT_OK(kp_desc_init(&in[0].desc, KP_F32, 1, &n, NULL));
+    in[1].desc = out[0].desc = in[0].desc;
+    kp_graph_call call = KP_GRAPH_CALL_INIT;
+    call.inputs = in;
+    call.n_inputs = 2;
+    call.outputs = out;
+    call.n_outputs = 1;
+    KPT_FAILS(kp_graph_cache_run(c, &call, g_s), KP_ERR_INVALID_ARG); /* no work */
+    assert_non_null(strstr(kp_last_error(), "neither enqueue nor build"));
+    call.enqueue = axpy_work;
+    KPT_FAILS(kp_graph_cache_run(c, NULL, g_s), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_graph_cache_run(c, &call, NULL), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_graph_cache_run(NULL, &call, g_s), KP_ERR_INVALID_ARG);
+    call.flags = 8;
+    KPT_FAILS(kp_graph_cache_run(c, &call, g_s), KP_ERR_INVALID_ARG);
+    call.flags = 0;
+    uint32_t masks[3] = {2, 0, 0};
+    call.dynamic = masks;
+    KPT_FAILS(kp_graph_cache_run(c, &call, g_s), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "dynamic mask"));
+    call.dynamic = NULL;
+    call.n_inputs = 17;
+    KPT_FAILS(kp_graph_cache_run(c, &call, g_s), KP_ERR_INVALID_ARG);
+    call.n_inputs = 2;
+    kp_tensor_desc good = in[0].desc;
+    in[0].desc.strides[0] = 2; /* strided: the cache cannot copy it */
+    in[0].desc.shape[0] = 8;
+    KPT_FAILS(kp_graph_cache_run(c, &call, g_s), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "contiguous"));
+    in[0].desc = good;
+    in[0].desc.ndim = 99;
+    KPT_FAILS(kp_graph_cache_run(c, &call, g_s), KP_ERR_INVALID_ARG);
+    in[0].desc = good;
+    in[0].data = NULL;
+    KPT_FAILS(kp_graph_cache_run(c, &call, g_s), KP_ERR_INVALID_ARG);
+    in[0].data = b.x;
+    call.struct_size = 3;
+    KPT_FAILS(kp_graph_cache_run(c, &call, g_s), KP_ERR_INVALID_ARG);
+    call.struct_size = sizeof call;
+    KPT_OK(kp_graph_cache_run(c, &call, g_s));
+    KPT_OK(kp_stream_sync(g_s));
+
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    kp_graph_cache_t bad = NULL;
+    cfg.miss = (kp_graph_miss)7;
+    KPT_FAILS(kp_graph_cache_create(g_dev, &cfg, &bad), KP_ERR_INVALID_ARG);
+    cfg.miss = KP_GRAPH_MISS_CAPTURE;
+    cfg.capture_sizes[0] = 8;
+    cfg.capture_sizes[1] = 8;
+    cfg.n_capture_sizes = 2;
+    KPT_FAILS(kp_graph_cache_create(g_dev, &cfg, &bad), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "capture_sizes[1]"));
+    cfg.n_capture_sizes = 1000;
+    KPT_FAILS(kp_graph_cache_create(g_dev, &cfg, &bad), KP_ERR_INVALID_ARG);
+    assert_null(bad);
+    KPT_FAILS(kp_graph_cache_create(NULL, NULL, &bad), KP_ERR_INVALID_ARG);
+    kp_graph_miss m;
+    KPT_FAILS(kp_graph_miss_parse("lazy", &m), KP_ERR_PARSE);
+    KPT_OK(kp_graph_miss_parse("fallback", &m));
+    assert_int_equal(m, KP_GRAPH_MISS_FALLBACK);
+    assert_string_equal(kp_graph_miss_str((kp_graph_miss)9), "invalid");
+    char rep[8];
+    assert_string_equal(kp_graph_cache_report(NULL, rep, sizeof rep), "");
+    kp_graph_cache_report(c, rep, sizeof rep); /* truncated, terminated */
+    assert_true(strlen(rep) < sizeof rep);
+    bufs_close(&b);
+    kp_graph_cache_destroy(c);
+    kp_graph_cache_destroy(NULL);
+}
+
+int main(int argc, char **argv) {
+    const char *name = argc > 1 ? argv[1] : "cpu";
+    kp_status st = kp_device_open(name, &g_dev);
+    if (st == KP_ERR_NO_DEVICE) {
+        printf("SKIP: graph cache tests on %s: %s\n", name, kp_last_error());
+        return 77;
+    }
+    if (st != KP_OK || kp_stream_create(g_dev, &g_s) != KP_OK) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(hit_and_miss),
+        cmocka_unit_test(keys_differ_in_one_field),
+        cmocka_unit_test(growth_invalidates_then_updates),
+        cmocka_unit_test(eviction_by_count),
+        cmocka_unit_test(eviction_by_bytes),
+        cmocka_unit_test(padding_and_slicing),
+        cmocka_unit_test(strict_and_prepare),
+        cmocka_unit_test(fallback_runs_without_graph),
+        cmocka_unit_test(in_place_variants),
+        cmocka_unit_test(large_sizes),
+        cmocka_unit_test(misuse),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    kp_stream_destroy(g_s);
+    kp_device_close(g_dev);
+    return failed ? 1 : 0;
+}
