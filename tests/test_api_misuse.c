@@ -618,6 +618,25 @@ static void module_calls(void **state) {
         }
     }
     KPT_FAILS(kp_param_str(NULL, "k", "d", &str), BAD);
+    bool dyn;
+    KPT_FAILS(kp_param_dim(NULL, "size", 1, 10, &v, &dyn), BAD);
+    KPT_FAILS(kp_param_dim(&env, "size", 1, 10, NULL, &dyn), BAD);
+    KPT_FAILS(kp_param_dim(&env, "size", 1, 10, &v, &dyn), BAD); /* required */
+    static const kp_param dims[] = {{"a", "8"},      {"b", "max:8"}, {"c", "max:"}, {"d", "max:-1"},
+                                    {"e", "max: 8"}, {"f", "8.0"},   {"g", "11"},   {"h", "min:8"},
+                                    {"i", "max:8x"}, {"j", "0"}};
+    kp_module_env denv = {g_dev, KP_EXEC_GRAPH, "m", dims, 10, NULL};
+    for (int i = 0; i < 10; i++) {
+        kp_status st = kp_param_dim(&denv, dims[i].key, 1, 10, &v, &dyn);
+        if (i < 2) {
+            KPT_OK(st);
+            assert_int_equal(v, 8);
+            assert_int_equal(dyn, i == 1);
+        } else {
+            assert_int_equal(st, BAD);
+            assert_non_null(strstr(kp_last_error(), "kp_param_dim"));
+        }
+    }
     KPT_FAILS(kp_param_str(&env, "k", "d", NULL), BAD);
     KPT_OK(kp_param_str(&env, "k", "d", &str));
     assert_string_equal(str, "d");
@@ -627,6 +646,64 @@ static const char relu_spec[] = "{\"kpipe_spec\": 1, \"execution\": \"stream\", 
                                 "[{\"type\": \"relu\", \"id\": \"r\", "
                                 "\"params\": {\"size\": 4}}], \"inputs\": {\"x\": \"r.input\"}, "
                                 "\"outputs\": {\"y\": \"r.output\"}}";
+
+static kp_status gc_noop(void *user, kp_stream_t s, const kp_graph_args *a) { return KP_OK; }
+
+static void graph_cache_calls(void **state) {
+    (void)state;
+    kp_stream_t s;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    kp_graph_cache_t c = NULL;
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    KPT_FAILS(kp_graph_cache_create(NULL, NULL, &c), BAD);
+    KPT_FAILS(kp_graph_cache_create(g_dev, NULL, NULL), BAD);
+    cfg.struct_size = 1;
+    KPT_FAILS(kp_graph_cache_create(g_dev, &cfg, &c), BAD);
+    cfg.struct_size = sizeof cfg;
+    cfg.max_variants = SIZE_MAX;
+    KPT_FAILS(kp_graph_cache_create(g_dev, &cfg, &c), BAD);
+    assert_null(c);
+    KPT_OK(kp_graph_cache_create(g_dev, NULL, &c));
+    kp_graph_call call = KP_GRAPH_CALL_INIT;
+    KPT_FAILS(kp_graph_cache_run(NULL, &call, s), BAD);
+    KPT_FAILS(kp_graph_cache_run(c, NULL, s), BAD);
+    KPT_FAILS(kp_graph_cache_run(c, &call, s), BAD); /* no work */
+    call.enqueue = gc_noop;
+    KPT_FAILS(kp_graph_cache_run(c, &call, NULL), BAD);
+    call.n_literals = 3; /* without literals */
+    KPT_FAILS(kp_graph_cache_run(c, &call, s), BAD);
+    call.n_literals = 100000;
+    KPT_FAILS(kp_graph_cache_run(c, &call, s), BAD);
+    call.n_literals = 0;
+    call.n_outputs = 1; /* without outputs */
+    KPT_FAILS(kp_graph_cache_run(c, &call, s), BAD);
+    call.n_outputs = 0;
+    call.state_bytes = SIZE_MAX;
+    KPT_FAILS(kp_graph_cache_run(c, &call, s), BAD);
+    call.state_bytes = 0;
+    KPT_OK(kp_graph_cache_run(c, &call, s)); /* an empty graph is a graph */
+    KPT_FAILS(kp_graph_cache_prepare(NULL, &call, 1, s), BAD);
+    KPT_FAILS(kp_graph_cache_prepare(c, NULL, 1, s), BAD);
+    KPT_FAILS(kp_graph_cache_prepare(c, &call, 1, NULL), BAD);
+    KPT_OK(kp_graph_cache_prepare(c, NULL, 0, s));
+    kp_graph_stats st;
+    KPT_FAILS(kp_graph_cache_stats(NULL, &st), BAD);
+    KPT_FAILS(kp_graph_cache_stats(c, NULL), BAD);
+    KPT_FAILS(kp_graph_cache_config_get(NULL, &cfg), BAD);
+    KPT_FAILS(kp_graph_cache_config_get(c, NULL), BAD);
+    KPT_OK(kp_graph_cache_config_get(c, &cfg));
+    assert_int_equal(cfg.miss, KP_GRAPH_MISS_CAPTURE);
+    kp_graph_miss m;
+    KPT_FAILS(kp_graph_miss_parse(NULL, &m), KP_ERR_PARSE);
+    KPT_FAILS(kp_graph_miss_parse("strict", NULL), BAD);
+    assert_string_equal(kp_graph_miss_str(KP_GRAPH_MISS_STRICT), "strict");
+    char buf[64];
+    assert_string_equal(kp_graph_cache_report(c, NULL, 0), "");
+    assert_true(kp_graph_cache_report(c, buf, sizeof buf) == buf);
+    kp_graph_cache_destroy(c);
+    kp_graph_cache_destroy(NULL);
+    kp_stream_destroy(s);
+}
 
 static void pipeline_calls(void **state) {
     kp_pipeline_t p = NULL;
@@ -690,6 +767,12 @@ static void pipeline_calls(void **state) {
     KPT_FAILS(kp_pipeline_connection_report(NULL, 0, &cr), BAD);
     KPT_FAILS(kp_pipeline_input_info(NULL, 0, &pi), BAD);
     KPT_FAILS(kp_pipeline_output_info(NULL, 0, &pi), BAD);
+    uint32_t dmask;
+    KPT_FAILS(kp_pipeline_input_dynamic(NULL, 0, &dmask), BAD);
+    KPT_FAILS(kp_pipeline_output_dynamic(NULL, 0, &dmask), BAD);
+    assert_null(kp_pipeline_graph_cache(NULL));
+    assert_string_equal(kp_input_binding_str((kp_input_binding)5), "invalid");
+    assert_string_equal(kp_input_binding_str(KP_INPUTS_REBIND), "rebind");
 
     KPT_OK(kp_pipeline_create_from_json(g_dev, relu_spec, &p));
     KPT_FAILS(kp_pipeline_report_get(p, NULL), BAD);
@@ -701,6 +784,11 @@ static void pipeline_calls(void **state) {
     KPT_FAILS(kp_pipeline_input_info(p, 1, &pi), KP_ERR_NOT_FOUND);
     KPT_FAILS(kp_pipeline_output_info(p, SIZE_MAX, &pi), KP_ERR_NOT_FOUND);
     KPT_FAILS(kp_pipeline_output_info(p, 0, NULL), BAD);
+    KPT_FAILS(kp_pipeline_input_dynamic(p, 0, NULL), BAD);
+    KPT_FAILS(kp_pipeline_output_dynamic(p, 3, &dmask), KP_ERR_NOT_FOUND);
+    KPT_OK(kp_pipeline_input_dynamic(p, 0, &dmask));
+    assert_int_equal(dmask, 0);
+    assert_null(kp_pipeline_graph_cache(p)); /* not set up */
     KPT_OK(kp_pipeline_setup(p));
     float *x;
     int64_t n = 4;
@@ -747,6 +835,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(pool_calls),
         cmocka_unit_test(module_calls),
         cmocka_unit_test(pipeline_calls),
+        cmocka_unit_test(graph_cache_calls),
     };
     int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
     kp_device_close(g_dev);

@@ -564,8 +564,12 @@ static void lifecycle_out_of_order(void **state) {
     KPT_FAILS(kp_pipeline_execute_graph(g, st), KP_ERR_STATE);  /* before build */
     KPT_FAILS(kp_pipeline_execute_stream(g, st), KP_ERR_STATE); /* wrong mode */
     KPT_OK(kp_pipeline_build_graph(g));
-    KPT_FAILS(kp_pipeline_build_graph(g), KP_ERR_STATE);
+    KPT_OK(kp_pipeline_build_graph(g)); /* the same key again: already there */
     KPT_OK(kp_pipeline_execute_graph(g, st));
+    kp_graph_stats gs;
+    KPT_OK(kp_graph_cache_stats(kp_pipeline_graph_cache(g), &gs));
+    assert_int_equal(gs.graphs, 1);
+    assert_int_equal(gs.hits, 1);
 
     KPT_OK(kp_pipeline_setup(s));
     KPT_OK(kp_pipeline_configure_io(s, in, 2, out, 1, st));

@@ -22,13 +22,15 @@
  *       kp_port_decl_1d(&def->inputs[def->n_inputs++], "input", KP_F32, n);
  *       kp_port_decl_1d(&def->outputs[def->n_outputs++], "output", KP_F32, n);
  *       def->live_inputs = 1;   // its work reads the input's address anew each tick
+ *       def->live_shapes = 1;   // ... and its shape (declared dynamic: .dynamic = 1)
  *       return KP_OK;
  *   }
  *   kp_module_register("my_module", my_create);
  *
  * Lifecycle as the pipeline drives it: create -> memory_requirements ->
  * setup_memory -> per tick io (then execute in stream mode) -> warmup
- * (once, after the first io) -> add_node_to_graph (graph mode, once).
+ * (once, after the first io) -> add_node_to_graph (graph mode: once per
+ * graph the pipeline builds, for the shapes of the io just before).
  * examples/custom_module/ is a complete module written outside the library.
  */
 #ifndef KPIPE_MODULE_H
@@ -61,13 +63,16 @@ typedef struct kp_port_info {
  * its shape and strides with offset 0. */
 void kp_port_from_tensor(kp_port_info *out, const char *name, kp_tensor_t t);
 
-/* A port as a module declares it. */
+/* A port as a module declares it. A dynamic dimension (bit d of `dynamic`)
+ * takes any size from 1 to desc.shape[d] per tick; the arena is planned for
+ * that maximum, and the tick's actual shapes flow through the io calls. */
 typedef struct kp_port_decl {
     char name[KP_NAME_MAX];
-    kp_tensor_desc desc; /* dtype and shape; contiguous, offset 0 */
+    kp_tensor_desc desc; /* dtype and shape (maxima where dynamic); contiguous, offset 0 */
+    uint32_t dynamic;    /* bit d: dimension d is dynamic */
 } kp_port_decl;
 
-/* Fills a 1-D contiguous port declaration. */
+/* Fills a 1-D contiguous port declaration (fixed size). */
 kp_status kp_port_decl_1d(kp_port_decl *p, const char *name, kp_dtype dt, int64_t n);
 
 /* What a module needs from the pipeline's memory. */
@@ -105,7 +110,9 @@ typedef struct kp_module_io {
      * write all of it. The pipeline uploads every module's in one copy, and
      * none at all when nothing changed. */
     void *dynamic_desc;
-    /* Graph mode once the graph is built: for the module's own node updates. */
+    /* Reserved, NULL: graph mode keeps one executable graph per shape
+     * signature, so a module's node takes per-tick changes through its
+     * dynamic descriptor, never through node updates. */
     kp_graph_exec_t graph;
 } kp_module_io;
 
@@ -169,6 +176,11 @@ typedef struct kp_module_def {
     uint32_t live_inputs;
     /* Outputs (bit i) whose address may change per tick (a pass-through). */
     uint32_t dynamic_outputs;
+    /* Inputs (bit i) whose shape the module's work reads anew every tick in
+     * graph mode too (from its dynamic descriptor; its grid is sized for the
+     * maximum): a shape change there needs no new graph. Any other input's
+     * shape is part of the key of the pipeline's graphs. */
+    uint32_t live_shapes;
 } kp_module_def;
 
 typedef kp_status (*kp_module_create_fn)(const kp_module_env *env, kp_module_def *def);
@@ -192,6 +204,10 @@ kp_status kp_param_double(const kp_module_env *env, const char *key, bool def_ok
                           double *out);
 kp_status kp_param_str(const kp_module_env *env, const char *key, const char *def,
                        const char **out);
+/* A size: "16384" is fixed; "max:16384" (the JSON form {"max": 16384}) is
+ * dynamic up to 16384. Sizes outside lo .. hi are refused, named. */
+kp_status kp_param_dim(const kp_module_env *env, const char *key, int64_t lo, int64_t hi,
+                       int64_t *size, bool *dynamic);
 
 #ifdef __cplusplus
 }

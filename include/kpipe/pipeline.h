@@ -18,6 +18,7 @@
 #ifndef KPIPE_PIPELINE_H
 #define KPIPE_PIPELINE_H
 
+#include "kpipe/graph_cache.h"
 #include "kpipe/module.h"
 
 #ifdef __cplusplus
@@ -46,6 +47,23 @@ typedef struct kp_external_spec {
     const char *port;
 } kp_external_spec;
 
+/* How graph mode treats an input whose address may change per tick (an
+ * external input, or a pass-through module's output) when the module it
+ * feeds bakes its input addresses into the graph. */
+typedef enum kp_input_binding {
+    /* Copy it into a buffer of the pipeline's own, inside the graph: one
+     * graph serves every address (the default). */
+    KP_INPUTS_COPY = 0,
+    /* Zero-copy: read external inputs in place, with one graph per input
+     * address set (the graph cache's in-place calls); double or triple
+     * buffering then replays without any copy, and a new address re-points
+     * the least recently used variant past graph_cache.max_variants. */
+    KP_INPUTS_REBIND = 1,
+} kp_input_binding;
+
+/* "copy", "rebind"; "invalid" otherwise. */
+const char *kp_input_binding_str(kp_input_binding b);
+
 typedef struct kp_pipeline_spec {
     size_t struct_size; /* sizeof(kp_pipeline_spec) */
     const char *name;
@@ -58,10 +76,16 @@ typedef struct kp_pipeline_spec {
     const kp_external_spec *outputs;
     size_t n_outputs;
     kp_exec_mode mode;
+    kp_input_binding binding;
+    /* Graph mode's graph cache: miss policy, bounds, variants. Pipelines key
+     * graphs by exact shapes (capture_sizes must be empty: padding would
+     * read past the caller's inputs). */
+    kp_graph_cache_config graph_cache;
 } kp_pipeline_spec;
 
-#define KP_PIPELINE_SPEC_INIT \
-    { sizeof(kp_pipeline_spec), "pipeline", NULL, 0, NULL, 0, NULL, 0, NULL, 0, KP_EXEC_GRAPH }
+#define KP_PIPELINE_SPEC_INIT                                                      \
+    { sizeof(kp_pipeline_spec), "pipeline", NULL, 0, NULL, 0, NULL, 0, NULL, 0,    \
+      KP_EXEC_GRAPH, KP_INPUTS_COPY, KP_GRAPH_CACHE_CONFIG_INIT }
 
 /* Creates modules through their factories, orders them topologically,
  * checks ports, dtypes and shapes, and decides zero-copy per connection.
@@ -76,12 +100,15 @@ kp_status kp_pipeline_create_from_file(kp_device_t dev, const char *path, kp_pip
 
 /* Choices made when a spec is turned into a pipeline. */
 #define KP_EXEC_FROM_SPEC (-1)
+#define KP_INPUTS_FROM_SPEC (-1)
 typedef struct kp_pipeline_options {
     size_t struct_size; /* sizeof(kp_pipeline_options) */
     int mode;           /* KP_EXEC_FROM_SPEC, or a kp_exec_mode that overrides the spec */
+    int binding;        /* KP_INPUTS_FROM_SPEC, or a kp_input_binding */
+    const kp_graph_cache_config *graph_cache; /* NULL: the spec's */
 } kp_pipeline_options;
 #define KP_PIPELINE_OPTIONS_INIT \
-    { sizeof(kp_pipeline_options), KP_EXEC_FROM_SPEC }
+    { sizeof(kp_pipeline_options), KP_EXEC_FROM_SPEC, KP_INPUTS_FROM_SPEC, NULL }
 
 /* The JSON and file forms with options (NULL: defaults). */
 kp_status kp_pipeline_create_from_json_opts(kp_device_t dev, const char *json_text,
@@ -101,12 +128,20 @@ kp_status kp_pipeline_configure_io(kp_pipeline_t p, const kp_port_info *inputs, 
 /* Once, after the first configure_io: uploads static descriptors, lets
  * modules prepare (engine captures its work in graph mode). */
 kp_status kp_pipeline_warmup(kp_pipeline_t p, kp_stream_t s);
-/* Graph mode, once after warmup: builds, instantiates and uploads the graph. */
+/* Graph mode, after warmup: builds, instantiates and uploads the graph for
+ * the shapes (and, rebinding, the input addresses) of the last configure_io.
+ * Called again after a configure_io with other shapes, it prepares their
+ * graph ahead of time too (what a strict miss policy needs). */
 kp_status kp_pipeline_build_graph(kp_pipeline_t p);
 /* Stream mode: enqueues every module in order on `s`. */
 kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s);
-/* Graph mode: one graph launch on `s`. */
+/* Graph mode: one graph launch on `s`: the graph of the last configure_io's
+ * shapes from the pipeline's graph cache; on a miss, the cache's policy
+ * (capture, fallback to running module by module, or strict). */
 kp_status kp_pipeline_execute_graph(kp_pipeline_t p, kp_stream_t s);
+/* The graph cache of a graph-mode pipeline once set up (for its stats and
+ * report); NULL otherwise. It belongs to the pipeline. */
+kp_graph_cache_t kp_pipeline_graph_cache(kp_pipeline_t p);
 /* Frees everything; freeing the arena waits for the device's pending work
  * (as cudaFree does), so uploads in flight finish first. NULL is a no-op. */
 void kp_pipeline_destroy(kp_pipeline_t p);
@@ -129,7 +164,9 @@ typedef struct kp_pipeline_report {
     size_t static_desc_bytes, dynamic_desc_bytes;
     size_t arena_bytes;  /* the one device allocation, alignment included */
     size_t pinned_bytes; /* host staging for descriptors */
-    size_t graph_nodes;  /* top-level nodes once built; 0 before */
+    size_t graph_nodes;  /* top-level nodes of the last graph built; 0 before */
+    kp_input_binding binding;
+    size_t n_dynamic_dims; /* dynamic dimensions of external inputs */
 } kp_pipeline_report;
 
 typedef struct kp_module_report {
@@ -162,9 +199,12 @@ kp_status kp_pipeline_report_get(kp_pipeline_t p, kp_pipeline_report *out);
 /* i-th module in execution order. */
 kp_status kp_pipeline_module_report(kp_pipeline_t p, size_t i, kp_module_report *out);
 /* i-th external input or output: its name, and the port's dtype and shape
- * (data is NULL). */
+ * (maxima where dynamic; data is NULL). */
 kp_status kp_pipeline_input_info(kp_pipeline_t p, size_t i, kp_port_info *out);
 kp_status kp_pipeline_output_info(kp_pipeline_t p, size_t i, kp_port_info *out);
+/* The dynamic dimensions (bit d) of the i-th external input or output. */
+kp_status kp_pipeline_input_dynamic(kp_pipeline_t p, size_t i, uint32_t *out);
+kp_status kp_pipeline_output_dynamic(kp_pipeline_t p, size_t i, uint32_t *out);
 /* i-th input binding (connections and external inputs). */
 kp_status kp_pipeline_connection_report(kp_pipeline_t p, size_t i, kp_connection_report *out);
 

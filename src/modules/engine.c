@@ -5,7 +5,8 @@
  * addresses, so the pipeline copies inputs from dynamic upstreams into
  * buffers of its own (memcpy nodes in front of the child graph, re-pointed
  * only when a source address changes). In stream mode execute() calls the
- * vendor library each tick with the current addresses. */
+ * vendor library each tick with the current addresses. A dynamic size
+ * ("size": {"max": N}) is captured anew per size in graph mode. */
 #include <string.h>
 
 #include "modules-impl.h"
@@ -16,6 +17,7 @@ typedef struct kp__engine {
     void *be_ctx;
     size_t ws_bytes;
     const float *in[2]; /* as bound by the last io */
+    int64_t cur;        /* elements of the last io (<= n) */
     float *out;
     kp_tensor_desc out_desc;
 } kp__engine;
@@ -41,18 +43,26 @@ static kp_status kp__engine_setup(void *self, const kp_mem_slice *s) {
     return e->ws_bytes ? e->be->set_workspace(e->be_ctx, s->workspace, s->workspace_bytes) : KP_OK;
 }
 
+/* The pipeline has checked each input against its declaration; a dynamic
+ * size must also be the same for both. */
 static kp_status kp__engine_io(void *self, const kp_module_io *io) {
     kp__engine *e = self;
+    int64_t n = io->inputs[0].desc.shape[0];
+    if (io->inputs[1].desc.shape[0] != n)
+        return kp__error(KP_ERR_MISMATCH, "arg0 has %lld elements but arg1 %lld", (long long)n,
+                         (long long)io->inputs[1].desc.shape[0]);
     e->in[0] = io->inputs[0].data;
     e->in[1] = io->inputs[1].data;
+    e->cur = n;
     io->outputs[0].data = e->out;
-    io->outputs[0].desc = e->out_desc; /* fixed at creation: nothing to rebuild per tick */
+    io->outputs[0].desc = e->out_desc;
+    io->outputs[0].desc.shape[0] = n;
     return KP_OK;
 }
 
 static kp_status kp__engine_execute(void *self, kp_stream_t s) {
     kp__engine *e = self;
-    return e->be->enqueue(e->be_ctx, s, e->in[0], e->in[1], e->out);
+    return e->be->enqueue(e->be_ctx, s, e->in[0], e->in[1], e->out, e->cur);
 }
 
 static const kp_module_i kp__engine_iface = {
@@ -82,7 +92,8 @@ static const kp__engine_backend_i *kp__engine_backend_for(const char *form) {
 
 static kp_status kp__engine_create(const kp_module_env *env, kp_module_def *def) {
     int64_t n;
-    KP_CHECK(kp__param_size(env, &n));
+    bool dynamic;
+    KP_CHECK(kp__param_size(env, &n, &dynamic));
     const kp__engine_backend_i *be = kp__engine_backend_for(kp_device_kernel_form(env->dev));
     if (!be)
         return kp__error(KP_ERR_UNSUPPORTED,
@@ -102,11 +113,15 @@ static kp_status kp__engine_create(const kp_module_env *env, kp_module_def *def)
         return st;
     }
     e->out_desc = def->outputs[0].desc;
+    e->cur = n;
+    def->inputs[0].dynamic = def->inputs[1].dynamic = def->outputs[0].dynamic = dynamic;
     def->iface = &kp__engine_iface;
     def->self = e;
     def->n_inputs = 2;
     def->n_outputs = 1;
-    return KP_OK; /* live_inputs 0: the vendor call bakes its addresses into a graph */
+    /* live_inputs and live_shapes 0: the vendor call bakes its addresses and
+     * its size into a graph, so a new size is a new graph */
+    return KP_OK;
 }
 
 #ifdef KP_HAVE_CUDA

@@ -30,8 +30,8 @@ static kp_status kp__ecpu_create(kp_device_t dev, int64_t n, void **ctx, size_t 
 static kp_status kp__ecpu_set_workspace(void *ctx, void *ws, size_t bytes) { return KP_OK; }
 
 static kp_status kp__ecpu_enqueue(void *ctx, kp_stream_t s, const float *a, const float *b,
-                                  float *c) {
-    kp__add_params p = {a, b, c, *(int64_t *)ctx};
+                                  float *c, int64_t n) {
+    kp__add_params p = {a, b, c, n};
     /* blocks of 64 Ki elements: several workers of a cpu device share them */
     uint32_t blocks = (uint32_t)((p.n + 65535) / 65536);
     kp_launch l = {&kp__add_kernel, {blocks, 1, 1}, {1, 1, 1}, 0, &p};

@@ -13,6 +13,7 @@
 typedef struct kp__cublas_engine {
     cublasHandle_t h;
     int rows, cols;
+    int64_t n;           /* the size rows x cols were chosen for */
     cudaStream_t stream; /* the handle's stream as last set */
     void *ws;
     size_t ws_bytes;
@@ -58,6 +59,7 @@ static kp_status kp__cublas_create(kp_device_t dev, int64_t n, void **ctx, size_
         return kp__cublas_fail(s, "cublasCreate");
     }
     kp__shape(n, &e->rows, &e->cols);
+    e->n = n;
     *ctx = e;
     *ws = KP__WORKSPACE_BYTES;
     return KP_OK;
@@ -83,9 +85,13 @@ static kp_status kp__cublas_use_stream(kp__cublas_engine *e, cudaStream_t s) {
 }
 
 static kp_status kp__cublas_enqueue(void *ctx, kp_stream_t s, const float *a, const float *b,
-                                    float *c) {
+                                    float *c, int64_t n) {
     kp__cublas_engine *e = ctx;
     const float one = 1.0f;
+    if (n != e->n) { /* a dynamic size: the view is chosen once per new size */
+        kp__shape(n, &e->rows, &e->cols);
+        e->n = n;
+    }
     KP_CHECK(kp__cublas_use_stream(e, (cudaStream_t)kp_stream_native(s)));
     KP_CUBLAS_CHECK(cublasSgeam(e->h, CUBLAS_OP_N, CUBLAS_OP_N, e->rows, e->cols, &one, a, e->rows,
                                 &one, b, e->rows, c, e->rows));

@@ -9,8 +9,9 @@
 /* Elements a 1-D module accepts: 1 .. 2^31. */
 #define KP__MAX_ELEMENTS ((int64_t)1 << 31)
 
-/* Reads the "size" parameter and checks its range. */
-kp_status kp__param_size(const kp_module_env *env, int64_t *n);
+/* Reads the "size" parameter ("N", or "max:N" for a dynamic size) and
+ * checks its range. */
+kp_status kp__param_size(const kp_module_env *env, int64_t *n, bool *dynamic);
 
 /* Registers a built-in module type when the library loads, through
  * kp_module_register as a program would; `on_load` (or NULL) runs first, to
@@ -36,8 +37,9 @@ typedef struct kp__engine_backend_i {
     kp_status (*create)(kp_device_t dev, int64_t n, void **ctx, size_t *workspace_bytes);
     /* Hands over the workspace (inside the pipeline arena). */
     kp_status (*set_workspace)(void *ctx, void *ws, size_t bytes);
-    /* Enqueues c = a + b on `s`. */
-    kp_status (*enqueue)(void *ctx, kp_stream_t s, const float *a, const float *b, float *c);
+    /* Enqueues c = a + b over n (<= the created size) elements on `s`. */
+    kp_status (*enqueue)(void *ctx, kp_stream_t s, const float *a, const float *b, float *c,
+                         int64_t n);
     void (*destroy)(void *ctx);
     /* Optional: notes the vendor library's version with kp_library_register. */
     void (*note_library)(void);

@@ -1,8 +1,10 @@
 /* The `relu` module: out[i] = max(0, in[i]). Its kernel takes the addresses
- * of its static descriptor {output, size} and dynamic descriptor {input};
- * each tick only the dynamic descriptor changes, through the pipeline's bulk
- * upload, so the same launch serves a stream launch and a graph kernel node,
- * and the graph never needs a parameter update. */
+ * of its static descriptor {output, max_size} and dynamic descriptor
+ * {input, size}; each tick only the dynamic descriptor changes, through the
+ * pipeline's bulk upload, so the same launch serves a stream launch and a
+ * graph kernel node, and the graph never needs a parameter update: neither
+ * for a new input address nor for a new size ("size": {"max": N}), as the
+ * grid covers the maximum and the kernel reads the tick's size. */
 #include <math.h>
 #include <string.h>
 
@@ -24,7 +26,7 @@ static void kp__relu_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t 
     const float *in = p->dyn->input;
     float *out = p->st->output;
     uint64_t lo, hi;
-    kp_host_block_span((uint64_t)p->st->size, grid, first, n, &lo, &hi);
+    kp_host_block_span((uint64_t)p->dyn->size, grid, first, n, &lo, &hi);
     for (uint64_t i = lo; i < hi; i++) out[i] = fmaxf(in[i], 0.0f);
 }
 
@@ -57,7 +59,7 @@ static kp_status kp__relu_setup(void *self, const kp_mem_slice *s) {
     m->out = s->device;
     kp__relu_static *st = s->static_host;
     st->output = m->out;
-    st->size = m->n;
+    st->max_size = m->n;
     m->params.st = s->static_dev;
     m->params.dyn = s->dynamic_dev;
     int64_t per_block = KP__RELU_BLOCK * KP__RELU_PER_THREAD;
@@ -67,12 +69,16 @@ static kp_status kp__relu_setup(void *self, const kp_mem_slice *s) {
     return KP_OK;
 }
 
-/* The input's address goes to the device through the dynamic descriptor. */
+/* The input's address and size go to the device through the dynamic
+ * descriptor; the output has the input's shape. */
 static kp_status kp__relu_io(void *self, const kp_module_io *io) {
     kp__relu *m = self;
-    ((kp__relu_dynamic *)io->dynamic_desc)->input = io->inputs[0].data;
+    kp__relu_dynamic *d = io->dynamic_desc;
+    d->input = io->inputs[0].data;
+    d->size = io->inputs[0].desc.shape[0];
     io->outputs[0].data = m->out;
-    io->outputs[0].desc = m->out_desc; /* fixed at creation: nothing to rebuild per tick */
+    io->outputs[0].desc = m->out_desc;
+    io->outputs[0].desc.shape[0] = d->size;
     return KP_OK;
 }
 
@@ -97,7 +103,8 @@ static const kp_module_i kp__relu_iface = {
 
 static kp_status kp__relu_create(const kp_module_env *env, kp_module_def *def) {
     int64_t n;
-    KP_CHECK(kp__param_size(env, &n));
+    bool dynamic;
+    KP_CHECK(kp__param_size(env, &n, &dynamic));
     kp__relu *m = kp__calloc(1, sizeof *m);
     if (!m) return kp__error(KP_ERR_OUT_OF_MEMORY, "relu: no memory");
     m->n = n;
@@ -108,11 +115,13 @@ static kp_status kp__relu_create(const kp_module_env *env, kp_module_def *def) {
         return st;
     }
     m->out_desc = def->outputs[0].desc;
+    def->inputs[0].dynamic = def->outputs[0].dynamic = dynamic;
     def->iface = &kp__relu_iface;
     def->self = m;
     def->n_inputs = 1;
     def->n_outputs = 1;
     def->live_inputs = 1; /* the kernel reads its input's address from the descriptor */
+    def->live_shapes = 1; /* ... and its size */
     return KP_OK;
 }
 

@@ -1,5 +1,5 @@
-// The relu kernel: out[i] = max(0, in[i]), addresses and size read from the
-// module's descriptors. 16-byte accesses when both pointers allow them.
+// The relu kernel: out[i] = max(0, in[i]), addresses and this tick's size
+// read from the module's descriptors (the grid covers the maximum size). 16-byte accesses when both pointers allow them.
 #include <stdint.h>
 
 #include "kpipe/device.h"
@@ -8,7 +8,7 @@
 __global__ void kp_relu_kernel(kp__relu_params p) {
     const float *in = p.dyn->input;
     float *out = p.st->output;
-    const int64_t n = p.st->size;
+    const int64_t n = p.dyn->size;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t done = 0;

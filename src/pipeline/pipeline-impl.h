@@ -25,9 +25,16 @@ typedef struct kp__binding {
     const char *reason;
     size_t copy_off; /* the copy's buffer in the arena */
     size_t copy_bytes;
-    kp_graph_node_t copy_node; /* graph mode: the memcpy node feeding the buffer */
-    const void *copy_src;      /* its source as last set */
+    size_t copy_index; /* its slot in a graph's copy state */
+    bool rebind;       /* graph mode, KP_INPUTS_REBIND: read in place, its address keyed */
 } kp__binding;
+
+/* Per graph in the cache: the memcpy node of each copy and its source as
+ * last set. */
+typedef struct kp__copy_state {
+    kp_graph_node_t node;
+    const void *src;
+} kp__copy_state;
 
 typedef struct kp__module {
     char id[KP_NAME_MAX];
@@ -88,9 +95,18 @@ struct kp_pipeline {
     bool uploaded;            /* the shadow holds what the device region holds */
     kp_stream_t build_stream; /* graph capture and upload at build time */
 
-    /* graph */
-    kp_graph_t graph;
-    kp_graph_exec_t exec;
+    /* graph mode: one graph per shape signature (and input address set) */
+    kp_input_binding binding;
+    kp_graph_cache_config cache_cfg;
+    kp_graph_cache_t cache;
+    kp_graph_call call;
+    size_t n_copies;  /* copy bindings */
+    size_t n_rebind;  /* external inputs read in place and keyed by address */
+    size_t n_sig;     /* words of the shape signature */
+    int64_t *sig;     /* dynamic sizes that graph nodes bake in, this tick */
+    kp_port_info rebind_in[KP_GRAPH_MAX_PORTS];
+    size_t rebind_ext[KP_GRAPH_MAX_PORTS]; /* their external input indices */
+    size_t graph_nodes;                    /* of the last graph built */
 };
 
 /* Parameters a module spec may have. */

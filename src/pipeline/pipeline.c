@@ -13,9 +13,15 @@ static const char *const kp__reason_reads_each_tick =
     "zero-copy: the downstream module takes the address anew each tick";
 static const char *const kp__reason_stream =
     "zero-copy: stream mode enqueues work with the current addresses each tick";
+static const char *const kp__reason_rebind =
+    "zero-copy (rebind): read in place; graphs are kept per input address set";
 static const char *const kp__reason_copy =
     "copy: the upstream address may change per tick and the downstream module's graph node "
     "bakes in its input addresses";
+
+const char *kp_input_binding_str(kp_input_binding b) {
+    return b == KP_INPUTS_COPY ? "copy" : b == KP_INPUTS_REBIND ? "rebind" : "invalid";
+}
 
 const char *kp_exec_mode_str(kp_exec_mode m) {
     return m == KP_EXEC_STREAM ? "stream" : m == KP_EXEC_GRAPH ? "graph" : "invalid";
@@ -128,6 +134,12 @@ static kp_status kp__check_same(const kp_port_decl *up, const kp_port_decl *down
                          up->desc.dtype != down->desc.dtype ? "dtype" : "shape", up->name,
                          kp_desc_str(&up->desc, a, sizeof a), kp_desc_str(&down->desc, b, sizeof b),
                          down->name);
+    uint32_t fixed_down = up->dynamic & ~down->dynamic;
+    for (int d = 0; fixed_down && d < up->desc.ndim; d++)
+        if (fixed_down >> d & 1u)
+            return kp__error(KP_ERR_MISMATCH,
+                             "%s: dimension %d of %s is dynamic (up to %lld) but %s takes it fixed",
+                             what, d, up->name, (long long)up->desc.shape[d], down->name);
     return KP_OK;
 }
 
@@ -263,8 +275,11 @@ static void kp__decide_copies(kp_pipeline_t p) {
             bool dynamic = b->kind == KP__SRC_EXTERNAL ||
                            (p->mods[b->index].def.dynamic_outputs >> b->port & 1u);
             bool live = m->def.live_inputs >> k & 1u;
-            b->copy = p->mode == KP_EXEC_GRAPH && dynamic && !live;
+            bool baked = p->mode == KP_EXEC_GRAPH && dynamic && !live;
+            b->rebind = baked && b->kind == KP__SRC_EXTERNAL && p->binding == KP_INPUTS_REBIND;
+            b->copy = baked && !b->rebind;
             b->reason = b->copy                     ? kp__reason_copy
+                        : b->rebind                 ? kp__reason_rebind
                         : !dynamic                  ? kp__reason_fixed_up
                         : p->mode == KP_EXEC_STREAM ? kp__reason_stream
                                                     : kp__reason_reads_each_tick;
@@ -272,6 +287,42 @@ static void kp__decide_copies(kp_pipeline_t p) {
                     b->reason);
         }
     }
+}
+
+/* What graph mode's keys hold: the copies' slots in a graph's state, the
+ * external inputs read in place (each once), and the dynamic dimensions
+ * that graph nodes bake in (inputs whose shape the module does not read
+ * per tick, and the copies' sizes). */
+static kp_status kp__graph_keys(kp_pipeline_t p) {
+    if (p->mode != KP_EXEC_GRAPH) return KP_OK;
+    for (size_t i = 0; i < p->n_modules; i++) {
+        kp__module *m = &p->mods[i];
+        for (size_t k = 0; k < m->def.n_inputs; k++) {
+            kp__binding *b = &m->in[k];
+            const kp_port_decl *d = &m->def.inputs[k];
+            if (b->copy) b->copy_index = p->n_copies++;
+            bool seen = false;
+            for (size_t r = 0; b->rebind && r < p->n_rebind; r++)
+                seen = seen || p->rebind_ext[r] == b->index;
+            if (b->rebind && !seen) {
+                if (p->n_rebind == KP_GRAPH_MAX_PORTS)
+                    return kp__error(KP_ERR_UNSUPPORTED,
+                                     "binding rebind: more than %d external inputs feed modules "
+                                     "that bake addresses in",
+                                     KP_GRAPH_MAX_PORTS);
+                p->rebind_ext[p->n_rebind++] = b->index;
+            }
+            if (!(m->def.live_shapes >> k & 1u) || b->copy)
+                for (int j = 0; j < d->desc.ndim; j++) p->n_sig += d->dynamic >> j & 1u;
+        }
+    }
+    if (p->n_sig > KP_GRAPH_MAX_LITERALS)
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "%zu dynamic dimensions feed graph nodes that bake shapes in (at most %d)",
+                         p->n_sig, KP_GRAPH_MAX_LITERALS);
+    if (p->n_sig && !(p->sig = kp__calloc(p->n_sig, sizeof *p->sig)))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "pipeline: no memory");
+    return KP_OK;
 }
 
 /* A module spec's own fields: counts match arrays, parameters are distinct
@@ -312,6 +363,14 @@ static kp_status kp__check_spec(kp_device_t dev, const kp_pipeline_spec *spec) {
     if (spec->mode != KP_EXEC_GRAPH && spec->mode != KP_EXEC_STREAM)
         return kp__error(KP_ERR_INVALID_ARG, "pipeline spec: unknown execution mode %d",
                          (int)spec->mode);
+    if (spec->binding != KP_INPUTS_COPY && spec->binding != KP_INPUTS_REBIND)
+        return kp__error(KP_ERR_INVALID_ARG, "pipeline spec: unknown input binding %d",
+                         (int)spec->binding);
+    if (spec->graph_cache.n_capture_sizes)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "pipeline spec: graph_cache.capture_sizes must be empty: a pipeline "
+                         "keys its graphs by exact shapes (padding would read past the "
+                         "caller's inputs)");
     for (size_t i = 0; i < spec->n_modules; i++)
         KP_CHECK(kp__check_module_spec(&spec->modules[i], i));
     return KP_OK;
@@ -337,6 +396,8 @@ kp_status kp__pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_
     if (!p) return kp__error(KP_ERR_OUT_OF_MEMORY, "pipeline: no memory");
     p->dev = dev;
     p->mode = spec->mode;
+    p->binding = spec->binding;
+    p->cache_cfg = spec->graph_cache;
     p->acquired = -1;
     snprintf(p->name, KP_NAME_MAX, "%s", spec->name ? spec->name : "pipeline");
     p->mods = kp__calloc(spec->n_modules, sizeof *p->mods);
@@ -363,6 +424,7 @@ kp_status kp__pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_
     KP_CHECK_GOTO(kp__order(p), st, fail);
     kp__find_deps(p);
     kp__decide_copies(p);
+    KP_CHECK_GOTO(kp__graph_keys(p), st, fail);
     KP_CHECK_GOTO(kp__plan(p), st, fail);
     p->state = KP__CREATED;
     *out = p;
@@ -390,7 +452,12 @@ kp_status kp_pipeline_report_get(kp_pipeline_t p, kp_pipeline_report *r) {
     r->dynamic_desc_bytes = p->dynamic_desc_bytes;
     r->arena_bytes = p->arena_bytes;
     r->pinned_bytes = p->pinned_bytes;
-    r->graph_nodes = p->graph ? kp_graph_node_count(p->graph) : 0;
+    r->graph_nodes = p->graph_nodes;
+    r->binding = p->binding;
+    for (size_t i = 0; i < p->n_inputs; i++) {
+        uint32_t dyn = p->mods[p->inputs[i].module].def.inputs[p->inputs[i].port].dynamic;
+        for (; dyn; dyn &= dyn - 1) r->n_dynamic_dims++;
+    }
     return KP_OK;
 }
 
@@ -459,6 +526,25 @@ static kp_status kp__external_info(kp_pipeline_t p, size_t i, bool output, kp_po
     out->data = NULL;
     out->desc = output ? m->def.outputs[e->port].desc : m->def.inputs[e->port].desc;
     return KP_OK;
+}
+
+static kp_status kp__external_dynamic(kp_pipeline_t p, size_t i, bool output, uint32_t *out) {
+    kp_port_info info;
+    KP_CHECK(kp__external_info(p, i, output, out ? &info : NULL));
+    const kp__external *e = output ? &p->outputs[i] : &p->inputs[i];
+    const kp__module *m = &p->mods[e->module];
+    *out = output ? m->def.outputs[e->port].dynamic : m->def.inputs[e->port].dynamic;
+    return KP_OK;
+}
+
+kp_status kp_pipeline_input_dynamic(kp_pipeline_t p, size_t i, uint32_t *out) {
+    KP_API_ENTRY();
+    return kp__external_dynamic(p, i, false, out);
+}
+
+kp_status kp_pipeline_output_dynamic(kp_pipeline_t p, size_t i, uint32_t *out) {
+    KP_API_ENTRY();
+    return kp__external_dynamic(p, i, true, out);
 }
 
 kp_status kp_pipeline_input_info(kp_pipeline_t p, size_t i, kp_port_info *out) {

@@ -157,6 +157,31 @@ kp_status kp_param_str(const kp_module_env *env, const char *key, const char *de
     return KP_OK;
 }
 
+kp_status kp_param_dim(const kp_module_env *env, const char *key, int64_t lo, int64_t hi,
+                       int64_t *size, bool *dynamic) {
+    KP_API_ENTRY();
+    if (!env || !key || !size || !dynamic)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_param_dim: env, key, size and dynamic are required");
+    const char *v = kp__param_find(env, key);
+    if (!v) return kp__error(KP_ERR_INVALID_ARG, "parameter \"%s\" is required", key);
+    *dynamic = strncmp(v, "max:", 4) == 0;
+    const char *num = *dynamic ? v + 4 : v;
+    char *end;
+    errno = 0;
+    long long x = strtoll(num, &end, 10);
+    if (!kp__is_integer_text(num) || errno || *end)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "parameter \"%s\" = \"%s\" is not a size (N, or max:N for a dynamic "
+                         "one; {\"max\": N} in JSON)",
+                         key, v);
+    if (x < lo || x > hi)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "parameter \"%s\" = %s%lld is out of range (%lld .. %lld)", key,
+                         *dynamic ? "max " : "", x, (long long)lo, (long long)hi);
+    *size = x;
+    return KP_OK;
+}
+
 kp_status kp_port_decl_1d(kp_port_decl *p, const char *name, kp_dtype dt, int64_t n) {
     KP_API_ENTRY();
     if (!p || !name)
@@ -164,6 +189,7 @@ kp_status kp_port_decl_1d(kp_port_decl *p, const char *name, kp_dtype dt, int64_
     if (strlen(name) >= KP_NAME_MAX)
         return kp__error(KP_ERR_INVALID_ARG, "port name \"%s\" is too long", name);
     snprintf(p->name, KP_NAME_MAX, "%s", name);
+    p->dynamic = 0;
     return kp_desc_init(&p->desc, dt, 1, &n, NULL);
 }
 

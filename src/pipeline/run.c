@@ -143,16 +143,15 @@ static void kp__release(kp_pipeline_t p) {
     }
     kp_event_destroy(p->handoff);
     p->handoff = NULL;
+    kp_graph_cache_destroy(p->cache);
     kp_stream_destroy(p->build_stream);
-    kp_graph_exec_destroy(p->exec);
-    kp_graph_destroy(p->graph);
     /* the arena first: its free waits for the device, so no upload still reads
      * the pinned slots when they go back */
     if (p->arena) (void)kp_allocator_free(p->arena_alloc, p->arena);
     if (p->pinned) (void)kp_allocator_free(p->pinned_alloc, p->pinned);
     p->build_stream = NULL;
-    p->exec = NULL;
-    p->graph = NULL;
+    p->cache = NULL;
+    p->graph_nodes = 0;
     p->arena = p->pinned = NULL;
     p->state = KP__CREATED;
 }
@@ -190,6 +189,8 @@ kp_status kp_pipeline_setup(kp_pipeline_t p) {
         KP_CHECK_GOTO(kp_event_create(p->dev, &p->group_done[g]), st, fail);
     KP_CHECK_GOTO(kp_event_create(p->dev, &p->handoff), st, fail);
     KP_CHECK_GOTO(kp_stream_create(p->dev, &p->build_stream), st, fail);
+    if (p->mode == KP_EXEC_GRAPH)
+        KP_CHECK_GOTO(kp_graph_cache_create(p->dev, &p->cache_cfg, &p->cache), st, fail);
     KP_CHECK_GOTO(kp__setup_modules(p), st, fail);
     p->state = KP__SETUP;
     return KP_OK;
@@ -199,6 +200,32 @@ fail:
 }
 
 /* --- a tick ------------------------------------------------------------------------- */
+/* Does a tick's tensor fit a port's declaration: its dtype and rank, fixed
+ * dimensions exactly, dynamic ones from 1 to the maximum? */
+static kp_status kp__check_fits(const kp_tensor_desc *t, const kp_port_decl *d, const char *what,
+                                const char *whose) {
+    char a[96], b[96];
+    if (t->dtype != d->desc.dtype || t->ndim != d->desc.ndim)
+        return kp__error(KP_ERR_MISMATCH, "%s is %s, but %s takes %s", what,
+                         kp_desc_str(t, a, sizeof a), whose, kp_desc_str(&d->desc, b, sizeof b));
+    for (int k = 0; k < t->ndim; k++) {
+        bool dyn = d->dynamic >> k & 1u;
+        if (dyn && t->shape[k] > d->desc.shape[k])
+            return kp__error(KP_ERR_MISMATCH,
+                             "%s is %s: dimension %d is over its maximum %lld (%s)", what,
+                             kp_desc_str(t, a, sizeof a), k, (long long)d->desc.shape[k], whose);
+        if (dyn && t->shape[k] < 1)
+            return kp__error(KP_ERR_MISMATCH,
+                             "%s is %s: dynamic dimension %d takes 1 .. %lld (%s)", what,
+                             kp_desc_str(t, a, sizeof a), k, (long long)d->desc.shape[k], whose);
+        if (!dyn && t->shape[k] != d->desc.shape[k])
+            return kp__error(KP_ERR_MISMATCH, "%s is %s, but %s takes %s", what,
+                             kp_desc_str(t, a, sizeof a), whose,
+                             kp_desc_str(&d->desc, b, sizeof b));
+    }
+    return KP_OK;
+}
+
 /* Binds the caller's tensors to the external inputs, by name, checked. */
 static kp_status kp__bind_inputs(kp_pipeline_t p, const kp_port_info *in, size_t n) {
     if (n && !in) return kp__error(KP_ERR_INVALID_ARG, "inputs is NULL");
@@ -214,16 +241,17 @@ static kp_status kp__bind_inputs(kp_pipeline_t p, const kp_port_info *in, size_t
                              in[j].name ? in[j].name : "(null)");
         const kp__external *e = &p->inputs[i];
         const kp_port_decl *d = &p->mods[e->module].def.inputs[e->port];
-        char a[96], b[96];
+        char what[96], whose[2 * KP_NAME_MAX + 2], a[96];
         if (p->inputs[i].cur.data)
             return kp__error(KP_ERR_INVALID_ARG, "input \"%s\" is given twice", e->name);
         if (kp_desc_validate(&in[j].desc) != KP_OK)
             return kp__error_prefix(KP_ERR_INVALID_ARG, "input \"%s\"", e->name);
-        if (!kp_desc_same_shape(&in[j].desc, &d->desc) || !kp_desc_is_contiguous(&in[j].desc))
-            return kp__error(KP_ERR_MISMATCH, "input \"%s\" is %s%s, but %s.%s takes contiguous %s",
-                             e->name, kp_desc_str(&in[j].desc, a, sizeof a),
-                             kp_desc_is_contiguous(&in[j].desc) ? "" : " (strided)",
-                             p->mods[e->module].id, d->name, kp_desc_str(&d->desc, b, sizeof b));
+        snprintf(what, sizeof what, "input \"%s\"", e->name);
+        snprintf(whose, sizeof whose, "%s.%s", p->mods[e->module].id, d->name);
+        KP_CHECK(kp__check_fits(&in[j].desc, d, what, whose));
+        if (!kp_desc_is_contiguous(&in[j].desc))
+            return kp__error(KP_ERR_MISMATCH, "input \"%s\" is %s (strided), but %s takes it contiguous",
+                             e->name, kp_desc_str(&in[j].desc, a, sizeof a), whose);
         if (!in[j].data) return kp__error(KP_ERR_INVALID_ARG, "input \"%s\" has no data", e->name);
         p->inputs[i].cur = in[j];
         p->inputs[i].cur.name = e->name;
@@ -256,17 +284,29 @@ static const kp_port_info *kp__source(kp_pipeline_t p, const kp__binding *b) {
                                        : &p->mods[b->index].out_info[b->port];
 }
 
+/* Bytes a copy binding moves this tick: its source's, contiguous. */
+static size_t kp__copy_bytes(const kp__module *m, size_t k) {
+    return (size_t)kp_desc_numel(&m->in_info[k].desc) * kp_dtype_size(m->in_info[k].desc.dtype);
+}
+
 /* One module's tick: its inputs (the pipeline's copy buffer where it copies,
- * else the upstream tensor), its io call, then the graph's copy nodes
- * re-pointed where a source address changed. */
+ * else the upstream tensor), its io call, then its outputs checked against
+ * their declarations. */
 static kp_status kp__module_io(kp_pipeline_t p, kp__module *m, kp_stream_t s, void *slot) {
     for (size_t k = 0; k < m->def.n_inputs; k++) {
         const kp__binding *b = &m->in[k];
+        const kp_port_info *src = kp__source(p, b);
         if (b->copy) {
+            if (!kp_desc_is_contiguous(&src->desc))
+                return kp__error(KP_ERR_UNSUPPORTED,
+                                 "module \"%s\" input \"%s\": graph mode copies it, and its "
+                                 "source is not contiguous this tick",
+                                 m->id, m->def.inputs[k].name);
             m->in_info[k].data = kp__at(p->arena, b->copy_off);
-            m->in_info[k].desc = m->def.inputs[k].desc;
+            m->in_info[k].desc = src->desc;
+            m->in_info[k].desc.offset = 0;
         } else {
-            m->in_info[k] = *kp__source(p, b);
+            m->in_info[k] = *src;
         }
         m->in_info[k].name = m->def.inputs[k].name;
     }
@@ -276,17 +316,19 @@ static kp_status kp__module_io(kp_pipeline_t p, kp__module *m, kp_stream_t s, vo
                        m->out_info,
                        m->def.n_outputs,
                        m->req.dynamic_desc_bytes ? kp__at(slot, m->dynamic_desc_off) : NULL,
-                       p->exec};
+                       NULL};
     kp_status st = m->def.iface->io(m->def.self, &io);
-    for (size_t k = 0; k < m->def.n_inputs && st == KP_OK && p->exec; k++) {
-        kp__binding *b = &m->in[k];
-        const void *src = b->copy ? kp__source(p, b)->data : NULL;
-        if (!b->copy || src == b->copy_src) continue;
-        st = kp_graph_exec_set_memcpy(p->exec, b->copy_node, kp__at(p->arena, b->copy_off), src,
-                                      b->copy_bytes);
-        b->copy_src = src;
+    if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" io", m->id);
+    for (size_t k = 0; k < m->def.n_outputs; k++) {
+        char what[2 * KP_NAME_MAX + 40];
+        snprintf(what, sizeof what, "module \"%s\" io: its output \"%s\"", m->id,
+                 m->def.outputs[k].name);
+        if (kp_desc_validate(&m->out_info[k].desc) != KP_OK)
+            return kp__error_prefix(KP_ERR_INTERNAL, "%s", what);
+        KP_CHECK(kp__check_fits(&m->out_info[k].desc, &m->def.outputs[k], what, "its declaration"));
+        m->out_info[k].name = m->def.outputs[k].name;
     }
-    return st == KP_OK ? KP_OK : kp__error_prefix(st, "module \"%s\" io", m->id);
+    return KP_OK;
 }
 
 /* A pipeline has one arena: its ticks must run on the device in call order.
@@ -379,44 +421,123 @@ kp_status kp_pipeline_warmup(kp_pipeline_t p, kp_stream_t s) {
 /* --- the graph ---------------------------------------------------------------------- */
 /* The default node of a module without add_node_to_graph: its execute(),
  * captured on the build stream into a child graph. */
-static kp_status kp__capture_node(kp_pipeline_t p, kp__module *m, const kp_graph_node_t *deps,
-                                  size_t n, kp_graph_node_t *out) {
+static kp_status kp__capture_node(kp_pipeline_t p, kp__module *m, kp_graph_t g,
+                                  const kp_graph_node_t *deps, size_t n, kp_graph_node_t *out) {
     kp_graph_t captured = NULL;
     KP_CHECK(kp_stream_begin_capture(p->build_stream));
     kp_status st = m->def.iface->execute(m->def.self, p->build_stream);
     kp_status end = kp_stream_end_capture(p->build_stream, &captured);
     if (st == KP_OK) st = end;
-    if (st == KP_OK) st = kp_graph_add_child(p->graph, deps, n, captured, out);
+    if (st == KP_OK) st = kp_graph_add_child(g, deps, n, captured, out);
     kp_graph_destroy(captured);
     return st;
 }
 
 /* A module's node after its upstream modules' nodes, behind the memcpy
  * nodes that fill the pipeline's copies of its inputs. */
-static kp_status kp__add_module_node(kp_pipeline_t p, kp__module *m) {
+static kp_status kp__add_module_node(kp_pipeline_t p, kp__module *m, kp_graph_t g,
+                                     kp__copy_state *cs) {
     kp_graph_node_t up[KP_MAX_PORTS], all[2 * KP_MAX_PORTS];
     size_t n_all = 0;
     for (size_t d = 0; d < m->n_deps; d++) all[n_all++] = up[d] = p->mods[m->deps[d]].node;
     for (size_t k = 0; k < m->def.n_inputs; k++) {
         kp__binding *b = &m->in[k];
         if (!b->copy) continue;
-        b->copy_src = kp__source(p, b)->data;
-        KP_CHECK(kp_graph_add_memcpy(p->graph, up, m->n_deps, kp__at(p->arena, b->copy_off),
-                                     b->copy_src, b->copy_bytes, &b->copy_node));
-        all[n_all++] = b->copy_node;
+        kp__copy_state *c = &cs[b->copy_index];
+        c->src = kp__source(p, b)->data;
+        KP_CHECK(kp_graph_add_memcpy(g, up, m->n_deps, kp__at(p->arena, b->copy_off), c->src,
+                                     kp__copy_bytes(m, k), &c->node));
+        all[n_all++] = c->node;
     }
-    if (!m->def.iface->add_node_to_graph) return kp__capture_node(p, m, all, n_all, &m->node);
-    return m->def.iface->add_node_to_graph(m->def.self, p->graph, all, n_all, &m->node);
+    if (!m->def.iface->add_node_to_graph) return kp__capture_node(p, m, g, all, n_all, &m->node);
+    return m->def.iface->add_node_to_graph(m->def.self, g, all, n_all, &m->node);
 }
 
-static kp_status kp__build(kp_pipeline_t p) {
-    KP_CHECK(kp_graph_create(p->dev, &p->graph));
+/* The graph cache's build step: every module's nodes for this tick's shapes
+ * and addresses; the copies' nodes go to the graph's state. */
+static kp_status kp__cache_build(void *user, kp_graph_t g, const kp_graph_args *a, void *state) {
+    kp_pipeline_t p = user;
     for (size_t i = 0; i < p->n_modules; i++) {
-        kp_status st = kp__add_module_node(p, &p->mods[i]);
+        kp_status st = kp__add_module_node(p, &p->mods[i], g, state);
         if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" graph node", p->mods[i].id);
     }
-    KP_CHECK(kp_graph_instantiate(p->graph, &p->exec));
-    KP_CHECK(kp_graph_exec_upload(p->exec, p->build_stream));
+    p->graph_nodes = kp_graph_node_count(g);
+    return KP_OK;
+}
+
+/* Before each launch: re-points the copies whose source moved. */
+static kp_status kp__cache_bind(void *user, kp_graph_exec_t ge, const kp_graph_args *a,
+                                void *state, bool fresh) {
+    kp_pipeline_t p = user;
+    kp__copy_state *cs = state;
+    for (size_t i = 0; i < p->n_modules && p->n_copies; i++) {
+        kp__module *m = &p->mods[i];
+        for (size_t k = 0; k < m->def.n_inputs; k++) {
+            const kp__binding *b = &m->in[k];
+            if (!b->copy) continue;
+            kp__copy_state *c = &cs[b->copy_index];
+            const void *src = kp__source(p, b)->data;
+            if (!fresh && src == c->src) continue;
+            KP_CHECK(kp_graph_exec_set_memcpy(ge, c->node, kp__at(p->arena, b->copy_off), src,
+                                              kp__copy_bytes(m, k)));
+            c->src = src;
+        }
+    }
+    return KP_OK;
+}
+
+/* Module by module on `s`, with the copies the graph would make: stream
+ * mode, and graph mode's fallback on a miss. */
+static kp_status kp__run_modules(kp_pipeline_t p, kp_stream_t s) {
+    for (size_t i = 0; i < p->n_modules; i++) {
+        kp__module *m = &p->mods[i];
+        for (size_t k = 0; k < m->def.n_inputs; k++)
+            if (m->in[k].copy)
+                KP_CHECK(kp_memcpy_async(s, kp__at(p->arena, m->in[k].copy_off),
+                                         kp__source(p, &m->in[k])->data, kp__copy_bytes(m, k)));
+        kp_status st = m->def.iface->execute(m->def.self, s);
+        if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" execute", m->id);
+    }
+    return KP_OK;
+}
+
+static kp_status kp__cache_fallback(void *user, kp_stream_t s, const kp_graph_args *a) {
+    return kp__run_modules(user, s);
+}
+
+/* This tick's key for the graph cache: the dynamic sizes graph nodes bake
+ * in, and the external inputs read in place (their addresses). */
+static kp_graph_call *kp__tick_call(kp_pipeline_t p) {
+    size_t w = 0;
+    for (size_t i = 0; i < p->n_modules; i++) {
+        const kp__module *m = &p->mods[i];
+        for (size_t k = 0; k < m->def.n_inputs; k++) {
+            const kp_port_decl *d = &m->def.inputs[k];
+            if (!d->dynamic || ((m->def.live_shapes >> k & 1u) && !m->in[k].copy)) continue;
+            for (int j = 0; j < d->desc.ndim; j++)
+                if (d->dynamic >> j & 1u) p->sig[w++] = m->in_info[k].desc.shape[j];
+        }
+    }
+    for (size_t r = 0; r < p->n_rebind; r++) p->rebind_in[r] = p->inputs[p->rebind_ext[r]].cur;
+    kp_graph_call *c = &p->call;
+    *c = (kp_graph_call)KP_GRAPH_CALL_INIT;
+    c->enqueue = kp__cache_fallback;
+    c->build = kp__cache_build;
+    c->bind = kp__cache_bind;
+    c->user = p;
+    c->state_bytes = p->n_copies * sizeof(kp__copy_state);
+    c->inputs = p->rebind_in;
+    c->n_inputs = p->n_rebind;
+    c->literals = p->sig;
+    c->n_literals = w;
+    c->flags = KP_GRAPH_IN_PLACE;
+    return c;
+}
+
+/* Graph mode: builds the graph of the last configure_io's key into the
+ * cache (a no-op when it is there), instantiated and uploaded. */
+static kp_status kp__build(kp_pipeline_t p) {
+    KP_CHECK(kp_graph_cache_prepare(p->cache, kp__tick_call(p), 1, p->build_stream));
     return kp_stream_sync(p->build_stream);
 }
 
@@ -428,30 +549,14 @@ kp_status kp_pipeline_build_graph(kp_pipeline_t p) {
                          "kp_pipeline_build_graph: pipeline \"%s\" runs in stream "
                          "mode",
                          p->name);
-    if (p->state == KP__BUILT)
-        return kp__error(KP_ERR_STATE, "kp_pipeline_build_graph: the graph is already built");
-    kp_status st = kp__build(p);
-    if (st == KP_OK) {
-        p->state = KP__BUILT;
-        return KP_OK;
-    }
-    kp_graph_exec_destroy(p->exec);
-    kp_graph_destroy(p->graph);
-    p->exec = NULL;
-    p->graph = NULL;
-    return st;
-}
-
-/* --- execution ------------------------------------------------------------------------ */
-static kp_status kp__execute_modules(kp_pipeline_t p, kp_stream_t s) {
-    KP_CHECK(kp__order_after_last(p, s));
-    for (size_t i = 0; i < p->n_modules; i++) {
-        kp__module *m = &p->mods[i];
-        kp_status st = m->def.iface->execute(m->def.self, s);
-        if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" execute", m->id);
-    }
+    KP_CHECK(kp__build(p));
+    p->state = KP__BUILT;
     return KP_OK;
 }
+
+kp_graph_cache_t kp_pipeline_graph_cache(kp_pipeline_t p) { return p ? p->cache : NULL; }
+
+/* --- execution ------------------------------------------------------------------------ */
 
 kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s) {
     KP_API_ENTRY();
@@ -462,7 +567,8 @@ kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s) {
                          "mode; use kp_pipeline_execute_graph",
                          p->name);
     KP_CHECK(kp__check_stream(p, s, __func__));
-    return kp__execute_modules(p, s);
+    KP_CHECK(kp__order_after_last(p, s));
+    return kp__run_modules(p, s);
 }
 
 kp_status kp_pipeline_execute_graph(kp_pipeline_t p, kp_stream_t s) {
@@ -475,7 +581,7 @@ kp_status kp_pipeline_execute_graph(kp_pipeline_t p, kp_stream_t s) {
     KP_CHECK(kp__require_state(p, KP__BUILT, __func__, "call kp_pipeline_build_graph"));
     KP_CHECK(kp__check_stream(p, s, __func__));
     KP_CHECK(kp__order_after_last(p, s));
-    return kp_graph_exec_launch(p->exec, s);
+    return kp_graph_cache_run(p->cache, kp__tick_call(p), s);
 }
 
 void kp_pipeline_destroy(kp_pipeline_t p) {
@@ -487,5 +593,6 @@ void kp_pipeline_destroy(kp_pipeline_t p) {
     kp__free(p->mods);
     kp__free(p->inputs);
     kp__free(p->outputs);
+    kp__free(p->sig);
     kp__free(p);
 }

@@ -5,7 +5,11 @@
  *    "connections": ["module_a.result0 -> module_b.input",
  *                    {"from": "...", "to": "..."}],
  *    "inputs": {"input0": "module_a.arg0", ...},
- *    "outputs": {"output": "module_b.output"}}
+ *    "outputs": {"output": "module_b.output"},
+ *    "input_binding": "copy",                  // or "rebind" (zero-copy graph mode)
+ *    "graph_cache": {"miss": "capture", "max_graphs": 16, "max_bytes": 0, "max_variants": 4}}
+ *
+ * A module's size parameter may be dynamic: "size": {"max": 16384}.
  *
  * Syntax errors name line and column; every other error names the JSON path. */
 #include <errno.h>
@@ -64,6 +68,15 @@ static void kp__real_text(double x, char out[64]) {
     if (!strpbrk(out, ".eEn")) strcat(out, ".0");
 }
 
+/* {"max": N} -> "max:N", the text form kp_param_dim reads. */
+static kp_status kp__json_dim(json_t *v, const char *path, const char *key, char out[64]) {
+    json_t *max = json_object_get(v, "max");
+    if (json_object_size(v) != 1 || !json_is_integer(max))
+        return KP__PERR("%s.%s: a dynamic size is {\"max\": N} with an integer N", path, key);
+    snprintf(out, 64, "max:%" JSON_INTEGER_FORMAT, json_integer_value(max));
+    return KP_OK;
+}
+
 static kp_status kp__json_params(json_t *obj, const char *path, kp_param *p, char (*val)[64]) {
     const char *key;
     json_t *v;
@@ -79,9 +92,11 @@ static kp_status kp__json_params(json_t *obj, const char *path, kp_param *p, cha
             snprintf(val[k], 64, "%s", json_is_true(v) ? "true" : "false");
         else if (json_is_string(v))
             p[k].value = json_string_value(v);
+        else if (json_is_object(v)) /* a dynamic size: {"max": N} */
+            KP_CHECK(kp__json_dim(v, path, key, val[k]));
         else
-            return KP__PERR("%s.%s: expected a number, string or boolean, got %s", path, key,
-                            kp__json_type(v));
+            return KP__PERR("%s.%s: expected a number, string, boolean or {\"max\": N}, got %s",
+                            path, key, kp__json_type(v));
         k++;
     }
     return KP_OK;
@@ -207,9 +222,41 @@ static kp_status kp__json_externals(json_t *obj, const char *path, kp_external_s
     return KP_OK;
 }
 
+/* A non-negative integer no larger than `max`. */
+static kp_status kp__json_count(json_t *v, const char *path, size_t max, size_t *out) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        (uint64_t)json_integer_value(v) > (uint64_t)max)
+        return KP__PERR("%s: expected an integer from 0 to %zu", path, max);
+    *out = (size_t)json_integer_value(v);
+    return KP_OK;
+}
+
+/* "graph_cache": {"miss": "capture", "max_graphs": 16, "max_bytes": N, "max_variants": 4} */
+static kp_status kp__json_graph_cache(json_t *gc, kp_graph_cache_config *cfg) {
+    static const char *const keys[] = {"miss", "max_graphs", "max_bytes", "max_variants", NULL};
+    if (!json_is_object(gc)) return KP__PERR("$.graph_cache: expected an object");
+    KP_CHECK(kp__json_only_keys(gc, "$.graph_cache", keys));
+    json_t *v;
+    if ((v = json_object_get(gc, "miss"))) {
+        const char *m = NULL;
+        KP_CHECK(kp__json_string(v, "$.graph_cache.miss", &m));
+        if (kp_graph_miss_parse(m, &cfg->miss) != KP_OK)
+            return KP__PERR("$.graph_cache.miss: \"%s\" is not capture, fallback or strict", m);
+    }
+    if ((v = json_object_get(gc, "max_graphs")))
+        KP_CHECK(kp__json_count(v, "$.graph_cache.max_graphs", (size_t)1 << 20, &cfg->max_graphs));
+    if ((v = json_object_get(gc, "max_bytes")))
+        KP_CHECK(kp__json_count(v, "$.graph_cache.max_bytes", KP__MAX_ALLOC_BYTES, &cfg->max_bytes));
+    if ((v = json_object_get(gc, "max_variants")))
+        KP_CHECK(kp__json_count(v, "$.graph_cache.max_variants", (size_t)1 << 20,
+                                &cfg->max_variants));
+    return KP_OK;
+}
+
 static kp_status kp__json_header(json_t *root, kp__json_spec *s) {
-    static const char *const keys[] = {"kpipe_spec",  "name",   "execution", "modules",
-                                       "connections", "inputs", "outputs",   NULL};
+    static const char *const keys[] = {"kpipe_spec", "name",    "execution",     "modules",
+                                       "connections", "inputs", "outputs", "input_binding",
+                                       "graph_cache", NULL};
     if (!json_is_object(root))
         return KP__PERR("$: expected an object, got %s", kp__json_type(root));
     json_t *ver = json_object_get(root, "kpipe_spec");
@@ -233,6 +280,19 @@ static kp_status kp__json_header(json_t *root, kp__json_spec *s) {
         else
             return KP__PERR("$.execution: \"%s\" is not \"graph\" or \"stream\"", m);
     }
+    json_t *bind = json_object_get(root, "input_binding");
+    if (bind) {
+        const char *b = NULL;
+        KP_CHECK(kp__json_string(bind, "$.input_binding", &b));
+        if (strcmp(b, "copy") == 0)
+            s->spec.binding = KP_INPUTS_COPY;
+        else if (strcmp(b, "rebind") == 0)
+            s->spec.binding = KP_INPUTS_REBIND;
+        else
+            return KP__PERR("$.input_binding: \"%s\" is not \"copy\" or \"rebind\"", b);
+    }
+    json_t *gc = json_object_get(root, "graph_cache");
+    if (gc) KP_CHECK(kp__json_graph_cache(gc, &s->spec.graph_cache));
     return KP_OK;
 }
 
@@ -266,6 +326,12 @@ static kp_status kp__from_json(kp_device_t dev, const char *text, const kp_pipel
     s.spec = (kp_pipeline_spec)KP_PIPELINE_SPEC_INIT;
     kp_status st = kp__json_convert(root, &s);
     if (st == KP_OK && o.mode != KP_EXEC_FROM_SPEC) s.spec.mode = (kp_exec_mode)o.mode;
+    if (st == KP_OK && o.binding != KP_INPUTS_FROM_SPEC)
+        s.spec.binding = (kp_input_binding)o.binding;
+    if (st == KP_OK && o.graph_cache)
+        st = kp__config_read(&s.spec.graph_cache, sizeof s.spec.graph_cache, o.graph_cache,
+                             KP__SIZE_THROUGH(kp_graph_cache_config, max_variants),
+                             "options.graph_cache", "KP_GRAPH_CACHE_CONFIG_INIT");
     if (st == KP_OK) st = kp__pipeline_create(dev, &s.spec, out, "$.modules");
     kp__json_spec_free(&s);
     json_decref(root);
