@@ -241,9 +241,9 @@ static void bandwidth(const char *src, json_t *out) {
         KK(kpt_runner_open(&r, "cuda", path[m], KP_EXEC_STREAM));
         KK(kpt_runner_inputs(&r, NULL, 0, 3));
         KK(kpt_runner_prepare(&r));
-        size_t bytes = r.in_bytes[0];
+        size_t bytes = r.var[0][0].bytes;
         if (m == 0) {
-            copy_ctx c = {r.s, r.in[1].data, r.in[0].data, bytes};
+            copy_ctx c = {r.s, r.var[1][0].dev, r.var[0][0].dev, bytes};
             copy_gbs = 2.0 * (double)bytes / device_us(r.s, d2d_copy, &c, 50) / 1e3;
             printf("device-to-device copy of %zu MiB: %.0f GB/s (read + write)\n", bytes >> 20,
                    copy_gbs);
@@ -295,7 +295,7 @@ static void run_size(const char *src, int64_t n, long ticks, long warmup, json_t
     KK(kpt_runner_copy_inputs(&ks, &kg));
     KK(kpt_runner_prepare(&kg));
     KK(kpt_runner_prepare(&ks));
-    const float *a = kg.host_in[0], *b = kg.host_in[1];
+    const float *a = kg.var[0][0].host, *b = kg.var[1][0].host;
     hand_setup(&H, n, a, b);
     variant v[4] = {{"hand graph", hg_tick, h_sync, &H},
                     {"kpipe graph", kp_tick, kp_sync, &kg},

@@ -19,6 +19,29 @@ head -c 10 out.npy | od -An -c | grep -q 'N   U   M   P   Y'
 for key in '"graph"' '"stream"' '"p50"' '"p99"' '"throughput_ticks_per_s"'; do
   grep -q "$key" bench.json || { echo "bench.json lacks $key"; exit 1; }
 done
+# dynamic sizes: files of 1000 and 5000 elements cycled per tick, checked against cpu;
+# the last of 4 ticks takes the second files, so the output holds 5000 floats
+"$kpipe" run "$src/tests/specs/relu_1000.json" --device cpu --seed 3 --output output=a1k.npy
+"$kpipe" run "$src/tests/specs/relu_1000.json" --device cpu --seed 4 --output output=b1k.npy
+"$kpipe" run "$src/tests/specs/relu_5000.json" --device cpu --seed 5 --output output=a5k.npy
+"$kpipe" run "$src/tests/specs/relu_5000.json" --device cpu --seed 6 --output output=b5k.npy
+"$kpipe" run "$src/examples/dynamic.json" --ticks 4 --check \
+  --input input0=a1k.npy --input input0=a5k.npy --input input1=b1k.npy --input input1=b5k.npy \
+  --output output=dyn.npy > dyn.txt
+grep -q 'output       f32\[5000\]' dyn.txt || { cat dyn.txt; echo "dyn.txt: no f32[5000] output"; exit 1; }
+grep -q 'FAIL' dyn.txt && { cat dyn.txt; exit 1; }
+[ "$(wc -c < dyn.npy)" -eq $((128 + 5000 * 4)) ]
+# sizes that differ between the two inputs of one tick: the engine names them
+if "$kpipe" run "$src/examples/dynamic.json" --device cpu --input input0=a1k.npy \
+  --input input1=b5k.npy > mixed.txt 2>&1; then
+  echo "mixed sizes were accepted"; exit 1
+fi
+grep -q 'arg0 has 1000 elements but arg1 5000' mixed.txt || { cat mixed.txt; exit 1; }
+# a fixed-size pipeline refuses another size
+if "$kpipe" run "$src/examples/sample.json" --device cpu --input input0=a1k.npy > fixed.txt 2>&1; then
+  echo "a 1000-element file fed a fixed 16384 input"; exit 1
+fi
+grep -q 'holds f32\[1000\], the pipeline takes f32\[16384\]' fixed.txt || { cat fixed.txt; exit 1; }
 # a spec path that is not UTF-8 still gives valid JSON: its odd bytes become '?'
 odd=$(printf 'spec\377.json')
 cp "$src/examples/sample.json" "$odd"

@@ -66,7 +66,7 @@ kp_status kp_graph_miss_parse(const char *text, kp_graph_miss *out);
 typedef struct kp_graph_cache_config {
     size_t struct_size; /* sizeof(kp_graph_cache_config) */
     kp_graph_miss miss;
-    size_t max_graphs; /* executable graphs kept; 0: no bound */
+    size_t max_graphs; /* executable graphs kept (default 64); 0: no bound */
     /* Bytes the cache holds: its static buffers (as its allocator reports
      * them) plus what its graphs are charged; 0: no bound. Least recently
      * used graphs are evicted to stay under it; buffers that alone exceed
@@ -83,7 +83,7 @@ typedef struct kp_graph_cache_config {
 } kp_graph_cache_config;
 
 #define KP_GRAPH_CACHE_CONFIG_INIT \
-    { sizeof(kp_graph_cache_config), KP_GRAPH_MISS_CAPTURE, 0, 0, {0}, 0, 0 }
+    { sizeof(kp_graph_cache_config), KP_GRAPH_MISS_CAPTURE, 64, 0, {0}, 0, 0 }
 
 /* What the work sees: its ports as the graph uses them, and the literals. */
 typedef struct kp_graph_args {

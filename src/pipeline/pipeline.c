@@ -14,7 +14,7 @@ static const char *const kp__reason_reads_each_tick =
 static const char *const kp__reason_stream =
     "zero-copy: stream mode enqueues work with the current addresses each tick";
 static const char *const kp__reason_rebind =
-    "zero-copy (rebind): read in place; graphs are kept per input address set";
+    "zero-copy: read in place, with one graph per input address set (input binding rebind)";
 static const char *const kp__reason_copy =
     "copy: the upstream address may change per tick and the downstream module's graph node "
     "bakes in its input addresses";

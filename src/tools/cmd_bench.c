@@ -1,6 +1,7 @@
 /* kpipe bench: tick latency (configure_io + execute + wait) per execution
  * mode as min / p50 / p90 / p99 / max, and throughput with ticks in flight. */
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +19,43 @@ static const char kpt_bench_usage[] =
     "  --mode M     graph or stream (default: both)\n"
     "  --ticks N    measured ticks (default 10000)\n"
     "  --warmup N   ticks run before measuring (default 500)\n"
+    "  --shapes L   cycle the pipeline's dynamic dimensions through the sizes of the\n"
+    "               comma-separated list L, one per tick (e.g. 1024,4096,16384), and\n"
+    "               print the graph cache's stats\n"
     "  --json FILE  also write the results as JSON\n";
 
 typedef struct kpt_bench_result {
     int mode;
     kpt_stats lat_us;
     double flight_us_per_tick;
+    kp_graph_stats cache; /* graph mode */
 } kpt_bench_result;
+
+typedef struct kpt_shapes {
+    int64_t v[KPT_MAX_SHAPES];
+    size_t n;
+} kpt_shapes;
+
+/* "1024,4096,16384": positive sizes, at most KPT_MAX_SHAPES. */
+static bool kpt_parse_shapes(const char *text, kpt_shapes *out) {
+    const char *p = text;
+    out->n = 0;
+    for (;;) {
+        char *end;
+        long long v;
+        if (*p < '0' || *p > '9' || out->n == KPT_MAX_SHAPES) break;
+        errno = 0;
+        v = strtoll(p, &end, 10);
+        if (errno || v < 1) break;
+        out->v[out->n++] = v;
+        if (*end == '\0') return true;
+        if (*end != ',') break;
+        p = end + 1;
+    }
+    fprintf(stderr, "--shapes: expected up to %d positive sizes separated by commas, got \"%s\"\n",
+            KPT_MAX_SHAPES, text);
+    return false;
+}
 
 static void kpt_progress(long done, long total, const char *what) {
     static int last = -1;
@@ -41,9 +72,14 @@ static void kpt_progress(long done, long total, const char *what) {
 }
 
 static kp_status kpt_bench_mode(const char *device, const char *spec, int mode, long ticks,
-                                long warmup, kpt_bench_result *res) {
+                                long warmup, const kpt_shapes *shapes, kpt_bench_result *res) {
     kpt_runner r;
     kp_status st = kpt_runner_open(&r, device, spec, mode);
+    memset(res, 0, sizeof *res);
+    if (st == KP_OK && shapes->n) {
+        memcpy(r.shapes, shapes->v, sizeof r.shapes);
+        r.n_shapes = shapes->n;
+    }
     double *lat = malloc((size_t)ticks * sizeof *lat);
     bool tty = isatty(STDERR_FILENO);
     const char *name = kp_exec_mode_str((kp_exec_mode)mode);
@@ -69,6 +105,8 @@ static kp_status kpt_bench_mode(const char *device, const char *spec, int mode, 
     if (st == KP_OK) {
         res->mode = mode;
         res->lat_us = kpt_stats_of(lat, (size_t)ticks);
+        if (kp_pipeline_graph_cache(r.p))
+            st = kp_graph_cache_stats(kp_pipeline_graph_cache(r.p), &res->cache);
     }
     free(lat);
     kpt_runner_close(&r);
@@ -96,12 +134,21 @@ static kp_status kpt_bench_json(FILE *f, const char *path, const char *spec, con
     json_t *modes = json_object();
     for (size_t i = 0; i < n; i++) {
         const kpt_stats *s = &res[i].lat_us;
-        json_object_set_new(modes, kp_exec_mode_str((kp_exec_mode)res[i].mode),
-                            json_pack("{s:{s:f,s:f,s:f,s:f,s:f,s:f},s:f,s:f}", "latency_us", "min",
-                                      s->min, "p50", s->p50, "p90", s->p90, "p99", s->p99, "max",
-                                      s->max, "mean", s->mean, "flight_us_per_tick",
-                                      res[i].flight_us_per_tick, "throughput_ticks_per_s",
-                                      1e6 / res[i].flight_us_per_tick));
+        const kp_graph_stats *c = &res[i].cache;
+        json_t *m = json_pack("{s:{s:f,s:f,s:f,s:f,s:f,s:f},s:f,s:f}", "latency_us", "min", s->min,
+                              "p50", s->p50, "p90", s->p90, "p99", s->p99, "max", s->max, "mean",
+                              s->mean, "flight_us_per_tick", res[i].flight_us_per_tick,
+                              "throughput_ticks_per_s", 1e6 / res[i].flight_us_per_tick);
+        if (m && res[i].mode == KP_EXEC_GRAPH)
+            json_object_set_new(m, "graph_cache",
+                                json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "graphs",
+                                          (json_int_t)c->graphs, "hits", (json_int_t)c->hits,
+                                          "misses", (json_int_t)c->misses, "captures",
+                                          (json_int_t)c->captures, "updates",
+                                          (json_int_t)c->updates, "instantiations",
+                                          (json_int_t)c->instantiations, "evictions",
+                                          (json_int_t)c->evictions, "bytes", (json_int_t)c->bytes));
+        json_object_set_new(modes, kp_exec_mode_str((kp_exec_mode)res[i].mode), m);
     }
     json_t *root = json_pack("{s:o,s:o,s:I,s:I,s:o}", "spec", kpt_json_text(spec), "device",
                              kpt_json_text(device), "ticks", (json_int_t)ticks, "warmup",
@@ -114,7 +161,7 @@ static kp_status kpt_bench_json(FILE *f, const char *path, const char *spec, con
 }
 
 static int kpt_bench_parse(int argc, char **argv, const char **spec, const char **device, int *mode,
-                           long *ticks, long *warmup, const char **json) {
+                           long *ticks, long *warmup, const char **json, kpt_shapes *shapes) {
     const char *v;
     int r;
     for (int i = 1; i < argc; i++) {
@@ -131,6 +178,8 @@ static int kpt_bench_parse(int argc, char **argv, const char **spec, const char 
             if (r < 0 || !kpt_parse_count("--ticks", v, 1, 100000000, ticks)) return 2;
         } else if ((r = kpt_opt_value(argc, argv, &i, "--warmup", &v)) != 0) {
             if (r < 0 || !kpt_parse_count("--warmup", v, 0, 100000000, warmup)) return 2;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--shapes", &v)) != 0) {
+            if (r < 0 || !kpt_parse_shapes(v, shapes)) return 2;
         } else if ((r = kpt_opt_value(argc, argv, &i, "--json", &v)) != 0) {
             if (r < 0) return 2;
             *json = v;
@@ -153,7 +202,8 @@ int kpt_cmd_bench(int argc, char **argv) {
     const char *spec = NULL, *device = NULL, *json = NULL;
     int mode = KP_EXEC_FROM_SPEC;
     long ticks = 10000, warmup = 500;
-    int rc = kpt_bench_parse(argc, argv, &spec, &device, &mode, &ticks, &warmup, &json);
+    kpt_shapes shapes = {{0}, 0};
+    int rc = kpt_bench_parse(argc, argv, &spec, &device, &mode, &ticks, &warmup, &json, &shapes);
     if (rc) return rc < 0 ? 0 : rc;
     if (!device) device = kpt_default_device();
     FILE *out = json ? fopen(json, "w") : NULL;
@@ -169,7 +219,7 @@ int kpt_cmd_bench(int argc, char **argv) {
     printf("%-7s %10s %10s %10s %10s %10s   %s\n", "mode", "min", "p50", "p90", "p99", "max",
            "in flight");
     for (size_t i = 0; i < n_modes; i++) {
-        kp_status st = kpt_bench_mode(device, spec, modes[i], ticks, warmup, &res[i]);
+        kp_status st = kpt_bench_mode(device, spec, modes[i], ticks, warmup, &shapes, &res[i]);
         if (st != KP_OK) {
             if (out) {
                 fclose(out);
@@ -181,6 +231,20 @@ int kpt_cmd_bench(int argc, char **argv) {
         printf("%-7s %8.2fus %8.2fus %8.2fus %8.2fus %8.2fus   %.2fus/tick (%.0f ticks/s)\n",
                kp_exec_mode_str((kp_exec_mode)modes[i]), s->min, s->p50, s->p90, s->p99, s->max,
                res[i].flight_us_per_tick, 1e6 / res[i].flight_us_per_tick);
+    }
+    for (size_t i = 0; i < n_modes; i++) {
+        const kp_graph_stats *c = &res[i].cache;
+        if (res[i].mode != KP_EXEC_GRAPH) continue;
+        printf("graph cache: %zu graphs held, %" PRIu64 " calls: %" PRIu64 " hits, %" PRIu64
+               " misses (%" PRIu64 " captures, %" PRIu64 " updates, %" PRIu64
+               " instantiations, %" PRIu64 " fallbacks), %" PRIu64 " evictions, %zu bytes\n",
+               c->graphs, c->calls, c->hits, c->misses, c->captures, c->updates,
+               c->instantiations, c->fallbacks, c->evictions, c->bytes);
+    }
+    if (shapes.n) {
+        printf("shapes cycled per tick:");
+        for (size_t k = 0; k < shapes.n; k++) printf("%s%lld", k ? "," : " ", (long long)shapes.v[k]);
+        printf("\n");
     }
     printf("latency: one tick = configure_io + execute + wait for completion (host clock)\n");
     if (out) {

@@ -18,8 +18,10 @@ static const char kpt_run_usage[] =
     "  --device D       cpu, cuda or cuda:N (default: cuda when present, else cpu)\n"
     "  --mode M         graph or stream (default: the spec's \"execution\")\n"
     "  --ticks N        ticks to run (default 1)\n"
-    "  --input NAME=F   input NAME from NumPy file F (repeatable); other inputs get\n"
-    "                   seeded random data (floats in [-1, 1), integers in [-100, 100))\n"
+    "  --input NAME=F   input NAME from NumPy file F; given several times for one NAME,\n"
+    "                   the files are used in turn, one per tick, cycled (their shapes\n"
+    "                   may differ in the pipeline's dynamic dimensions); other inputs\n"
+    "                   get seeded random data (floats in [-1, 1), integers in [-100, 100))\n"
     "  --output NAME=F  write output NAME, as of the last tick, to NumPy file F (repeatable)\n"
     "  --seed S         seed of the random inputs (default 1)\n"
     "  --check          run the same spec and inputs on the cpu backend and compare every\n"
@@ -35,9 +37,10 @@ typedef struct kpt_run_args {
     size_t n_in, n_out;
 } kpt_run_args;
 
-/* Adds NAME=FILE to `list`; false (message printed) for a malformed,
- * repeated or surplus one. */
-static bool kpt_named(const char *opt, const char *v, kpt_named_file *list, size_t *n) {
+/* Adds NAME=FILE to `list`; false (message printed) for a malformed or
+ * surplus one, or a repeated name unless `repeat`. */
+static bool kpt_named(const char *opt, const char *v, kpt_named_file *list, size_t *n,
+                      bool repeat) {
     const char *eq = strchr(v, '=');
     if (!eq || eq == v || !eq[1]) {
         fprintf(stderr, "%s: expected NAME=FILE.npy, got \"%s\"\n", opt, v);
@@ -53,7 +56,7 @@ static bool kpt_named(const char *opt, const char *v, kpt_named_file *list, size
         fprintf(stderr, "%s: at most %d are accepted\n", opt, KPT_MAX_FILES);
         return false;
     }
-    for (size_t i = 0; i < *n; i++)
+    for (size_t i = 0; i < *n && !repeat; i++)
         if (strlen(list[i].name) == len && strncmp(list[i].name, v, len) == 0) {
             fprintf(stderr, "%s: %s is given twice\n", opt, list[i].name);
             return false;
@@ -91,9 +94,9 @@ static int kpt_run_parse(int argc, char **argv, kpt_run_args *a) {
         } else if ((r = kpt_opt_value(argc, argv, &i, "--seed", &v)) != 0) {
             if (r < 0 || !kpt_parse_count("--seed", v, 0, 0x7fffffff, &a->seed)) return 2;
         } else if ((r = kpt_opt_value(argc, argv, &i, "--input", &v)) != 0) {
-            if (r < 0 || !kpt_named("--input", v, a->in, &a->n_in)) return 2;
+            if (r < 0 || !kpt_named("--input", v, a->in, &a->n_in, true)) return 2;
         } else if ((r = kpt_opt_value(argc, argv, &i, "--output", &v)) != 0) {
-            if (r < 0 || !kpt_named("--output", v, a->out, &a->n_out)) return 2;
+            if (r < 0 || !kpt_named("--output", v, a->out, &a->n_out, false)) return 2;
         } else if (argv[i][0] == '-' || a->spec) {
             fprintf(stderr, "kpipe run: unexpected argument \"%s\"\n\n%s", argv[i], kpt_run_usage);
             return 2;

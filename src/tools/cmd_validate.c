@@ -8,18 +8,58 @@
 static const char kpt_validate_usage[] =
     "usage: kpipe validate SPEC.json [--device D] [--mode M]\n\n"
     "Parses and plans the spec without running it: modules in execution order, their\n"
-    "ports, each connection with its zero-copy decision and why, the arena layout,\n"
+    "ports (a dynamic dimension as <=MAX), each connection with its zero-copy\n"
+    "decision and why, the dynamic dimensions, the arena layout (planned for the maxima),\n"
     "descriptor bytes, and the graph's nodes and edges. Exit status 1 and a message\n"
     "naming the file and the line and column or JSON path on a bad spec.\n\n"
     "  --device D  plan for cpu (default), cuda or cuda:N; allocates nothing\n"
     "  --mode M    graph or stream (default: the spec's \"execution\")\n";
 
+/* "f32[<=16384,3]": a dynamic dimension shows its maximum after "<=". */
+static const char *kpt_decl_str(const kp_tensor_desc *d, uint32_t dynamic, char *buf, size_t len) {
+    size_t used = (size_t)snprintf(buf, len, "%s[", kp_dtype_name(d->dtype));
+    for (int k = 0; k < d->ndim && used < len; k++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s%lld", k ? "," : "",
+                                 dynamic >> k & 1u ? "<=" : "", (long long)d->shape[k]);
+    if (used < len) snprintf(buf + used, len - used, "]");
+    return buf;
+}
+
 static void kpt_ports(const char *what, const kp_port_decl *p, size_t n) {
-    char d[96];
+    char d[128];
     printf("      %s:", what);
     for (size_t k = 0; k < n; k++)
-        printf(" %s %s", p[k].name, kp_desc_str(&p[k].desc, d, sizeof d));
+        printf(" %s %s", p[k].name, kpt_decl_str(&p[k].desc, p[k].dynamic, d, sizeof d));
     printf("%s\n", n ? "" : " none");
+}
+
+/* The dynamic dimensions of the external inputs and outputs, and what graph
+ * mode does with a new shape. */
+static kp_status kpt_print_dynamic(kp_pipeline_t p, const kp_pipeline_report *r) {
+    printf("dynamic dimensions:");
+    size_t shown = 0;
+    for (int side = 0; side < 2; side++) {
+        size_t n = side ? r->n_outputs : r->n_inputs;
+        for (size_t i = 0; i < n; i++) {
+            kp_port_info pi;
+            uint32_t dyn;
+            KPT_CHECK(side ? kp_pipeline_output_info(p, i, &pi) : kp_pipeline_input_info(p, i, &pi));
+            KPT_CHECK(side ? kp_pipeline_output_dynamic(p, i, &dyn)
+                           : kp_pipeline_input_dynamic(p, i, &dyn));
+            for (int d = 0; d < pi.desc.ndim; d++)
+                if (dyn >> d & 1u) {
+                    printf("\n  %s %-16s dimension %d: 1 .. %lld", side ? "output" : "input ",
+                           pi.name, d, (long long)pi.desc.shape[d]);
+                    shown++;
+                }
+        }
+    }
+    printf("%s\n", shown ? "" : " none (every shape is fixed)");
+    if (kp_pipeline_mode(p) == KP_EXEC_GRAPH)
+        printf("graph cache: one graph per shape signature%s; input binding %s\n",
+               r->binding == KP_INPUTS_REBIND ? " and input address set" : "",
+               kp_input_binding_str(r->binding));
+    return KP_OK;
 }
 
 static kp_status kpt_print_modules(kp_pipeline_t p, const kp_pipeline_report *r) {
@@ -41,9 +81,11 @@ static kp_status kpt_print_modules(kp_pipeline_t p, const kp_pipeline_report *r)
     printf("external outputs:\n");
     for (size_t i = 0; i < r->n_outputs; i++) {
         kp_port_info o;
-        char d[96];
+        char d[128];
+        uint32_t dyn;
         KPT_CHECK(kp_pipeline_output_info(p, i, &o));
-        printf("  %-24s %s\n", o.name, kp_desc_str(&o.desc, d, sizeof d));
+        KPT_CHECK(kp_pipeline_output_dynamic(p, i, &dyn));
+        printf("  %-24s %s\n", o.name, kpt_decl_str(&o.desc, dyn, d, sizeof d));
     }
     return KP_OK;
 }
@@ -135,6 +177,7 @@ int kpt_cmd_validate(int argc, char **argv) {
                kp_exec_mode_str(kp_pipeline_mode(p)), kp_device_name(dev));
         st = kpt_print_modules(p, &rep);
     }
+    if (st == KP_OK) st = kpt_print_dynamic(p, &rep);
     if (st == KP_OK) st = kpt_print_memory(p, &rep);
     if (st == KP_OK) st = kpt_print_graph(p, &rep);
     int rc = st == KP_OK ? 0 : kpt_fail("validate", st);

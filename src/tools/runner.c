@@ -51,22 +51,38 @@ kp_status kpt_runner_open(kpt_runner *r, const char *devname, const char *spec, 
     r->n_in = rep.n_inputs;
     r->n_out = rep.n_outputs;
     r->in = calloc(r->n_in + 1, sizeof *r->in);
+    r->decl = calloc(r->n_in + 1, sizeof *r->decl);
+    r->dynamic = calloc(r->n_in + 1, sizeof *r->dynamic);
+    r->var = calloc(r->n_in + 1, sizeof *r->var);
+    r->n_var = calloc(r->n_in + 1, sizeof *r->n_var);
     r->out = calloc(r->n_out + 1, sizeof *r->out);
-    r->host_in = calloc(r->n_in + 1, sizeof *r->host_in);
-    r->in_bytes = calloc(r->n_in + 1, sizeof *r->in_bytes);
-    if (!r->in || !r->out || !r->host_in || !r->in_bytes)
+    if (!r->in || !r->decl || !r->dynamic || !r->var || !r->n_var || !r->out)
         return kpt_error(KP_ERR_OUT_OF_MEMORY, "out of host memory");
     for (size_t i = 0; i < r->n_in; i++) {
-        KPT_CHECK(kp_pipeline_input_info(r->p, i, &r->in[i]));
-        r->in_bytes[i] = kpt_tensor_bytes(&r->in[i].desc);
-        r->host_in[i] = malloc(r->in_bytes[i] ? r->in_bytes[i] : 1);
-        if (!r->host_in[i])
-            return kpt_error(KP_ERR_OUT_OF_MEMORY, "out of host memory for input %s",
-                             r->in[i].name);
-        KPT_CHECK(kp_malloc(r->dev, r->in_bytes[i], &r->in[i].data));
+        KPT_CHECK(kp_pipeline_input_info(r->p, i, &r->decl[i]));
+        KPT_CHECK(kp_pipeline_input_dynamic(r->p, i, &r->dynamic[i]));
+        r->in[i] = r->decl[i];
     }
     for (size_t i = 0; i < r->n_out; i++) KPT_CHECK(kp_pipeline_output_info(r->p, i, &r->out[i]));
     return KP_OK;
+}
+
+/* Adds a variant of input i with `desc`: host and device memory. */
+static kp_status kpt_add_variant(kpt_runner *r, size_t i, const kp_tensor_desc *desc,
+                                 kpt_variant **out) {
+    kpt_variant *v = realloc(r->var[i], (r->n_var[i] + 1) * sizeof *v);
+    if (!v) return kpt_error(KP_ERR_OUT_OF_MEMORY, "out of host memory");
+    r->var[i] = v;
+    v = &v[r->n_var[i]];
+    memset(v, 0, sizeof *v);
+    v->desc = *desc;
+    v->bytes = kpt_tensor_bytes(desc);
+    v->host = malloc(v->bytes ? v->bytes : 1);
+    if (!v->host) return kpt_error(KP_ERR_OUT_OF_MEMORY, "out of host memory for input %s",
+                                   r->decl[i].name);
+    r->n_var[i]++;
+    *out = v;
+    return kp_malloc(r->dev, v->bytes ? v->bytes : 1, &v->dev);
 }
 
 static uint64_t kpt_next(uint64_t *s) {
@@ -100,19 +116,26 @@ static kp_status kpt_fill_random(const kp_port_info *port, void *p, uint64_t *s)
     return KP_OK;
 }
 
+/* A file's tensor for input i: the declared shape when the element counts
+ * agree (a reshape), else its own shape, which the pipeline checks against
+ * the dynamic dimensions each tick. */
 static kp_status kpt_load_input(kpt_runner *r, size_t i, const char *path) {
     kp_tensor_desc d;
     void *data;
     size_t bytes;
     char want[96], got[96];
+    const kp_port_info *decl = &r->decl[i];
     KPT_CHECK(kp_npy_load(path, &d, &data, &bytes));
     kp_status st = KP_OK;
-    if (d.dtype != r->in[i].desc.dtype || kp_desc_numel(&d) != kp_desc_numel(&r->in[i].desc))
+    kpt_variant *v = NULL;
+    if (d.dtype == decl->desc.dtype && kp_desc_numel(&d) == kp_desc_numel(&decl->desc))
+        d = decl->desc;
+    else if (d.dtype != decl->desc.dtype || d.ndim != decl->desc.ndim || !r->dynamic[i])
         st = kpt_error(KP_ERR_MISMATCH, "input %s: %s holds %s, the pipeline takes %s",
-                       r->in[i].name, path, kp_desc_str(&d, got, sizeof got),
-                       kp_desc_str(&r->in[i].desc, want, sizeof want));
-    else
-        memcpy(r->host_in[i], data, r->in_bytes[i]);
+                       decl->name, path, kp_desc_str(&d, got, sizeof got),
+                       kp_desc_str(&decl->desc, want, sizeof want));
+    if (st == KP_OK) st = kpt_add_variant(r, i, &d, &v);
+    if (st == KP_OK) memcpy(v->host, data, v->bytes);
     kp_npy_free(data);
     return st;
 }
@@ -121,11 +144,12 @@ kp_status kpt_runner_inputs(kpt_runner *r, const kpt_named_file *files, size_t n
                             uint64_t seed) {
     for (size_t f = 0; f < n_files; f++) {
         size_t i = 0;
-        while (i < r->n_in && strcmp(r->in[i].name, files[f].name) != 0) i++;
+        while (i < r->n_in && strcmp(r->decl[i].name, files[f].name) != 0) i++;
         if (i == r->n_in) {
             char names[512] = "";
             for (size_t k = 0, used = 0; k < r->n_in && used < sizeof names; k++)
-                used += (size_t)snprintf(names + used, sizeof names - used, " %s", r->in[k].name);
+                used += (size_t)snprintf(names + used, sizeof names - used, " %s",
+                                         r->decl[k].name);
             return kpt_error(KP_ERR_NOT_FOUND,
                              "--input %s: the pipeline has no input of that "
                              "name (inputs:%s)",
@@ -134,26 +158,51 @@ kp_status kpt_runner_inputs(kpt_runner *r, const kpt_named_file *files, size_t n
     }
     uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
     for (size_t i = 0; i < r->n_in; i++) {
-        const char *path = NULL;
         for (size_t f = 0; f < n_files; f++)
-            if (strcmp(r->in[i].name, files[f].name) == 0) path = files[f].path;
-        KPT_CHECK(path ? kpt_load_input(r, i, path)
-                       : kpt_fill_random(&r->in[i], r->host_in[i], &s));
-        KPT_CHECK(kp_memcpy_htod(r->dev, r->in[i].data, r->host_in[i], r->in_bytes[i]));
+            if (strcmp(r->decl[i].name, files[f].name) == 0)
+                KPT_CHECK(kpt_load_input(r, i, files[f].path));
+        if (!r->n_var[i]) {
+            kpt_variant *v;
+            KPT_CHECK(kpt_add_variant(r, i, &r->decl[i].desc, &v));
+            KPT_CHECK(kpt_fill_random(&r->decl[i], v->host, &s));
+        }
+        for (size_t k = 0; k < r->n_var[i]; k++)
+            KPT_CHECK(kp_memcpy_htod(r->dev, r->var[i][k].dev, r->var[i][k].host,
+                                     r->var[i][k].bytes));
     }
     return KP_OK;
 }
 
 kp_status kpt_runner_copy_inputs(kpt_runner *r, const kpt_runner *src) {
-    for (size_t i = 0; i < r->n_in; i++) {
-        memcpy(r->host_in[i], src->host_in[i], r->in_bytes[i]);
-        KPT_CHECK(kp_memcpy_htod(r->dev, r->in[i].data, r->host_in[i], r->in_bytes[i]));
-    }
+    for (size_t i = 0; i < r->n_in && i < src->n_in; i++)
+        for (size_t k = 0; k < src->n_var[i]; k++) {
+            kpt_variant *v;
+            KPT_CHECK(kpt_add_variant(r, i, &src->var[i][k].desc, &v));
+            memcpy(v->host, src->var[i][k].host, v->bytes);
+            KPT_CHECK(kp_memcpy_htod(r->dev, v->dev, v->host, v->bytes));
+        }
+    memcpy(r->shapes, src->shapes, sizeof r->shapes);
+    r->n_shapes = src->n_shapes;
     return KP_OK;
+}
+
+/* Tick t's inputs: variant t mod count of each, with --shapes applied. */
+static void kpt_bind_tick(kpt_runner *r) {
+    for (size_t i = 0; i < r->n_in; i++) {
+        const kpt_variant *v = &r->var[i][(size_t)r->tick % r->n_var[i]];
+        r->in[i].data = v->dev;
+        r->in[i].desc = v->desc;
+        if (!r->n_shapes) continue;
+        int64_t n = r->shapes[(size_t)r->tick % r->n_shapes], shape[KP_MAX_DIMS];
+        for (int d = 0; d < v->desc.ndim; d++)
+            shape[d] = r->dynamic[i] >> d & 1u ? n : v->desc.shape[d];
+        (void)kp_desc_init(&r->in[i].desc, v->desc.dtype, v->desc.ndim, shape, NULL);
+    }
 }
 
 kp_status kpt_runner_prepare(kpt_runner *r) {
     KPT_CHECK(kp_pipeline_setup(r->p));
+    kpt_bind_tick(r);
     KPT_CHECK(kp_pipeline_configure_io(r->p, r->in, r->n_in, r->out, r->n_out, r->s));
     KPT_CHECK(kp_pipeline_warmup(r->p, r->s));
     if (kp_pipeline_mode(r->p) == KP_EXEC_GRAPH) KPT_CHECK(kp_pipeline_build_graph(r->p));
@@ -161,6 +210,8 @@ kp_status kpt_runner_prepare(kpt_runner *r) {
 }
 
 kp_status kpt_runner_tick(kpt_runner *r, bool wait) {
+    kpt_bind_tick(r);
+    r->tick++;
     KPT_CHECK(kp_pipeline_configure_io(r->p, r->in, r->n_in, r->out, r->n_out, r->s));
     if (kp_pipeline_mode(r->p) == KP_EXEC_GRAPH)
         KPT_CHECK(kp_pipeline_execute_graph(r->p, r->s));
@@ -177,14 +228,19 @@ kp_status kpt_runner_fetch(kpt_runner *r, size_t i, void *host) {
 void kpt_runner_close(kpt_runner *r) {
     if (r->s) (void)kp_stream_sync(r->s);
     kp_pipeline_destroy(r->p);
-    for (size_t i = 0; i < r->n_in; i++) {
-        if (r->in) kp_free(r->dev, r->in[i].data);
-        if (r->host_in) free(r->host_in[i]);
+    for (size_t i = 0; i < r->n_in && r->var; i++) {
+        for (size_t k = 0; k < r->n_var[i]; k++) {
+            kp_free(r->dev, r->var[i][k].dev);
+            free(r->var[i][k].host);
+        }
+        free(r->var[i]);
     }
     free(r->in);
+    free(r->decl);
+    free(r->dynamic);
+    free(r->var);
+    free(r->n_var);
     free(r->out);
-    free(r->host_in);
-    free(r->in_bytes);
     kp_stream_destroy(r->s);
     kp_device_close(r->dev);
     memset(r, 0, sizeof *r);

@@ -21,27 +21,47 @@ typedef struct kpt_named_file {
     const char *path;
 } kpt_named_file;
 
+/* One tensor an external input takes on some ticks: its data on the
+ * device and on the host, and its shape. */
+typedef struct kpt_variant {
+    void *dev, *host;
+    kp_tensor_desc desc;
+    size_t bytes;
+} kpt_variant;
+
+#define KPT_MAX_SHAPES 64
+
 typedef struct kpt_runner {
     kp_device_t dev;
     kp_stream_t s;
     kp_pipeline_t p;
     size_t n_in, n_out;
-    kp_port_info *in, *out; /* device tensors; outputs filled by configure_io */
-    void **host_in;         /* host copies of the inputs */
-    size_t *in_bytes;
+    kp_port_info *in, *out; /* this tick's inputs; outputs filled by configure_io */
+    kp_port_info *decl;     /* the inputs as declared (maxima) */
+    uint32_t *dynamic;      /* their dynamic dimensions */
+    /* per input, the tensors ticks cycle through (one per --input file) */
+    kpt_variant **var;
+    size_t *n_var;
+    /* bench --shapes: every dynamic dimension takes shapes[t % n] on tick t */
+    int64_t shapes[KPT_MAX_SHAPES];
+    size_t n_shapes;
+    long tick;
 } kpt_runner;
 
 /* Opens `devname`, creates the pipeline from `spec` (mode: KP_EXEC_FROM_SPEC
  * or an override). */
 kp_status kpt_runner_open(kpt_runner *r, const char *devname, const char *spec, int mode);
-/* Input data from .npy files where named, else seeded random data; uploads it. */
+/* Input data from .npy files where named (several files for one name are
+ * cycled, one per tick), else seeded random data at the declared shape;
+ * uploads it. */
 kp_status kpt_runner_inputs(kpt_runner *r, const kpt_named_file *files, size_t n_files,
                             uint64_t seed);
-/* Uses the same host inputs as `src` (both must come from one spec). */
+/* Uses the same host inputs (and shapes) as `src` (both from one spec). */
 kp_status kpt_runner_copy_inputs(kpt_runner *r, const kpt_runner *src);
 /* setup, first configure_io, warmup, build_graph (graph mode). */
 kp_status kpt_runner_prepare(kpt_runner *r);
-/* One tick: configure_io and execute; waits for it when `wait`. */
+/* One tick: binds tick t's inputs, configure_io and execute; waits for it
+ * when `wait`. */
 kp_status kpt_runner_tick(kpt_runner *r, bool wait);
 /* Copies output i to host memory of out[i]'s size. */
 kp_status kpt_runner_fetch(kpt_runner *r, size_t i, void *host);
