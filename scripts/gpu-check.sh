@@ -5,7 +5,7 @@
 # ./gpu-check-out). Stages can run in separate calls, each well under ten
 # minutes; their rows collect in build-gpu/gpu-check.rows and the whole
 # table is printed after every call.
-#   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench]   (none: all)
+#   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache]   (none: all)
 # Unpack carried Debian packages first (see README, "GPU machine").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +63,7 @@ stage_test() {
 # test at one million elements, three ticks per case: memcheck is slow).
 gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/test_pipeline cuda"
            "tests/test_memory cuda" "tests/test_copies cuda 3 1048576" "tests/test_api_misuse cuda"
+           "tests/test_graph_cache cuda" "tests/test_dynamic cuda 100"
            "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
 
 stage_sanitize() {
@@ -102,9 +103,28 @@ stage_bench() {
   fi
 }
 
-for stage in ${*:-build test sanitize soak bench}; do
+# The graph cache and dynamic shapes beside PyTorch (bench_cache, torch_cache.py).
+stage_cache() {
+  if build-gpu/bench/bench_cache --json "$out/bench_cache.json" >"$out/cache.log" 2>&1; then
+    row "bench_cache" PASS "cache.log"
+  else
+    row "bench_cache" FAIL "see cache.log"
+  fi
+  cat "$out/cache.log"
+  if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+    if PYTHONUNBUFFERED=1 timeout 420 python3 bench/torch_cache.py >"$out/torch_cache.json" \
+         2>"$out/torch_cache.log"; then
+      row "torch_cache.py" PASS "torch_cache.json"
+    else
+      row "torch_cache.py" FAIL "see torch_cache.log"; tail -5 "$out/torch_cache.log"
+    fi
+    python3 bench/report_cache.py "$out/bench_cache.json" "$out/torch_cache.json" || true
+  fi
+}
+
+for stage in ${*:-build test sanitize soak bench cache}; do
   case $stage in
-    build|test|sanitize|soak|bench) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done

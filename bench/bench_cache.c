@@ -1,0 +1,529 @@
+/* The graph cache and graph mode with dynamic shapes and rotating inputs, on
+ * one GPU, in one process, with the baselines measured beside them:
+ *   1. the cache's hit path against launching the same executable graph by
+ *      hand, and a miss (capture + update, capture + instantiate) against
+ *      capture + instantiate by hand, for graphs of 1 and 100 kernels;
+ *   2. traces of shapes through the dynamic sample (engine + relu) and a
+ *      chain of 8 relus: A one shape, B 8 shapes round-robin, C growing
+ *      shapes, D 64 random shapes;
+ *   3. the sample at 16 K and 16 M elements with 2 and 3 rotating input
+ *      buffer sets: graph mode rebinding (zero-copy) and copying, stream
+ *      mode, and the floor: one fused kernel reading the inputs in place,
+ *      launched as a graph (one per buffer set).
+ * Latency is one tick with a host wait, on the host clock.
+ *   bench_cache [--json FILE] [--quick] */
+#include <cuda_runtime_api.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench-util.h"
+#include "fused.h"
+#include "tool-impl.h"
+
+static kp_device_kernel g_tiny_dk;
+static const kp_kernel g_tiny = {"bench_tiny", sizeof(bench_tiny_params), {{"cuda", &g_tiny_dk}}};
+static bool g_quick;
+static json_t *g_json;
+
+static double now_us(void) { return kpt_now_us(); }
+
+/* --- 1. the cache on its own ---------------------------------------------------- */
+typedef struct tiny_work {
+    int kernels;
+} tiny_work;
+
+static kp_status tiny_enqueue(void *user, kp_stream_t s, const kp_graph_args *a) {
+    const tiny_work *w = user;
+    bench_tiny_params p = {a->inputs[0].data, a->outputs[0].data,
+                           a->n_literals ? (float)a->literals[0] : 1.0f};
+    kp_launch l = {&g_tiny, {1, 1, 1}, {1, 1, 1}, 0, &p};
+    for (int k = 0; k < w->kernels; k++) KK(kp_launch_kernel(s, &l));
+    return KP_OK;
+}
+
+static void hand_tiny(cudaStream_t s, const float *in, float *out, float k, int kernels) {
+    bench_tiny_params p = {in, out, k};
+    void *args[1] = {&p};
+    for (int i = 0; i < kernels; i++)
+        CK(cudaLaunchKernel(bench_tiny_fn(), (dim3){1, 1, 1}, (dim3){1, 1, 1}, args, 0, s));
+}
+
+static cudaGraph_t hand_capture(cudaStream_t s, const float *in, float *out, float k, int kernels) {
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    hand_tiny(s, in, out, k, kernels);
+    CK(cudaStreamEndCapture(s, &g));
+    return g;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+static void cache_alone(kp_device_t dev, int kernels) {
+    kp_stream_t s;
+    KK(kp_stream_create(dev, &s));
+    cudaStream_t hs = kp_stream_native(s);
+    float *x, *y;
+    CK(cudaMalloc((void **)&x, 256));
+    CK(cudaMalloc((void **)&y, 256));
+    CK(cudaMemset(x, 0, 256));
+    tiny_work w = {kernels};
+    int64_t one = 1, lit = 3;
+    kp_port_info in = {"x", x, {0}}, out = {"y", NULL, {0}};
+    KK(kp_desc_init(&in.desc, KP_F32, 1, &one, NULL));
+    out.desc = in.desc;
+    kp_graph_call call = KP_GRAPH_CALL_INIT;
+    call.enqueue = tiny_enqueue;
+    call.user = &w;
+    call.inputs = &in;
+    call.n_inputs = 1;
+    call.outputs = &out;
+    call.n_outputs = 1;
+    call.literals = &lit;
+    call.n_literals = 1;
+    call.flags = KP_GRAPH_IN_PLACE;
+    kp_graph_cache_t c;
+    KK(kp_graph_cache_create(dev, NULL, &c));
+    KK(kp_graph_cache_run(c, &call, s));
+    KK(kp_stream_sync(s));
+    /* the hand twin: the same work captured by hand, on the same output */
+    cudaGraph_t hg = hand_capture(hs, x, out.data, 3.0f, kernels);
+    cudaGraphExec_t he;
+    CK(cudaGraphInstantiate(&he, hg, 0));
+    int reps = g_quick ? 2000 : 20000, rounds = 10, per = reps / rounds;
+    double *lk = malloc((size_t)reps * sizeof *lk), *lh = malloc((size_t)reps * sizeof *lh);
+    double enq_k = 0, enq_h = 0;
+    for (int r = 0; r < rounds; r++) {
+        for (int i = 0; i < per; i++) {
+            double t0 = now_us();
+            KK(kp_graph_cache_run(c, &call, s));
+            KK(kp_stream_sync(s));
+            lk[r * per + i] = now_us() - t0;
+            t0 = now_us();
+            CK(cudaGraphLaunch(he, hs));
+            CK(cudaStreamSynchronize(hs));
+            lh[r * per + i] = now_us() - t0;
+        }
+        /* host enqueue cost: batches of 16 launches, then one wait */
+        for (int b = 0; b < per / 16; b++) {
+            double t0 = now_us();
+            for (int i = 0; i < 16; i++) KK(kp_graph_cache_run(c, &call, s));
+            enq_k += now_us() - t0;
+            KK(kp_stream_sync(s));
+            t0 = now_us();
+            for (int i = 0; i < 16; i++) CK(cudaGraphLaunch(he, hs));
+            enq_h += now_us() - t0;
+            CK(cudaStreamSynchronize(hs));
+        }
+    }
+    kpt_stats sk = kpt_stats_of(lk, (size_t)reps), sh = kpt_stats_of(lh, (size_t)reps);
+    int nb = rounds * (per / 16) * 16;
+    enq_k /= nb;
+    enq_h /= nb;
+
+    /* misses. By hand: capture + instantiate, and capture + update. */
+    int mreps = g_quick ? 50 : (kernels > 10 ? 200 : 1000);
+    double *m = malloc((size_t)mreps * sizeof *m);
+    for (int i = 0; i < mreps; i++) {
+        double t0 = now_us();
+        cudaGraph_t g = hand_capture(hs, x, y, (float)i, kernels);
+        cudaGraphExec_t e;
+        CK(cudaGraphInstantiate(&e, g, 0));
+        m[i] = now_us() - t0;
+        CK(cudaGraphExecDestroy(e));
+        CK(cudaGraphDestroy(g));
+    }
+    double hand_inst = median(m, mreps);
+    for (int i = 0; i < mreps; i++) {
+        double t0 = now_us();
+        cudaGraph_t g = hand_capture(hs, x, y, (float)i, kernels);
+        cudaGraphExecUpdateResultInfo info;
+        CK(cudaGraphExecUpdate(he, g, &info));
+        m[i] = now_us() - t0;
+        CK(cudaGraphDestroy(g));
+    }
+    double hand_upd = median(m, mreps);
+    /* The cache: a miss that updates (a bound of one graph, a new literal
+     * each call) and one that instantiates (no bound), each launched and
+     * waited for; the hit's latency is taken off. */
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    cfg.max_graphs = 1;
+    kp_graph_cache_t cu, ci;
+    KK(kp_graph_cache_create(dev, &cfg, &cu));
+    cfg.max_graphs = 0;
+    KK(kp_graph_cache_create(dev, &cfg, &ci));
+    double *mu = malloc((size_t)mreps * sizeof *mu), *mi = malloc((size_t)mreps * sizeof *mi);
+    for (int i = 0; i < mreps; i++) {
+        lit = 1000 + i;
+        double t0 = now_us();
+        KK(kp_graph_cache_run(cu, &call, s));
+        KK(kp_stream_sync(s));
+        mu[i] = now_us() - t0 - sk.p50;
+        t0 = now_us();
+        KK(kp_graph_cache_run(ci, &call, s));
+        KK(kp_stream_sync(s));
+        mi[i] = now_us() - t0 - sk.p50;
+    }
+    double miss_upd = median(mu, mreps), miss_inst = median(mi, mreps);
+    kp_graph_stats su, si;
+    KK(kp_graph_cache_stats(cu, &su));
+    KK(kp_graph_cache_stats(ci, &si));
+    printf("graph of %d kernel%s:\n", kernels, kernels == 1 ? "" : "s");
+    printf("  hit, launch + wait  p50 %7.2f us  p99 %7.2f us | hand cudaGraphLaunch p50 %7.2f us  "
+           "p99 %7.2f us | ratio %.3f\n",
+           sk.p50, sk.p99, sh.p50, sh.p99, sk.p50 / sh.p50);
+    printf("  hit, host enqueue   %7.2f us per call | hand %7.2f us | cache's own cost %.2f us\n",
+           enq_k, enq_h, enq_k - enq_h);
+    printf("  miss by hand: capture + instantiate %8.1f us, capture + update %8.1f us\n", hand_inst,
+           hand_upd);
+    printf("  cache miss: updating %8.1f us (%llu updates), instantiating %8.1f us (%llu); "
+           "capture+instantiate by hand / cache update-miss = %.2fx\n",
+           miss_upd, (unsigned long long)su.updates, miss_inst,
+           (unsigned long long)si.instantiations, hand_inst / miss_upd);
+    json_t *j = json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "kernels", kernels,
+                          "hit_p50_us", sk.p50, "hit_p99_us", sk.p99, "hand_launch_p50_us", sh.p50,
+                          "hand_launch_p99_us", sh.p99, "hit_enqueue_us", enq_k, "hand_enqueue_us",
+                          enq_h, "hand_capture_instantiate_us", hand_inst, "hand_capture_update_us",
+                          hand_upd, "cache_miss_update_us", miss_upd, "cache_miss_instantiate_us",
+                          miss_inst, "hit_vs_hand", sk.p50 / sh.p50);
+    json_array_append_new(json_object_get(g_json, "cache"), j);
+    free(lk);
+    free(lh);
+    free(m);
+    free(mu);
+    free(mi);
+    CK(cudaGraphExecDestroy(he));
+    CK(cudaGraphDestroy(hg));
+    kp_graph_cache_destroy(c);
+    kp_graph_cache_destroy(cu);
+    kp_graph_cache_destroy(ci);
+    CK(cudaFree(x));
+    CK(cudaFree(y));
+    kp_stream_destroy(s);
+}
+
+/* --- pipelines ------------------------------------------------------------------------ */
+static const char *sample_json(char *buf, size_t len, int64_t n, bool dynamic) {
+    char size[64];
+    snprintf(size, sizeof size, dynamic ? "{\"max\": %lld}" : "%lld", (long long)n);
+    snprintf(buf, len,
+             "{\"kpipe_spec\": 1, \"name\": \"sample\", \"graph_cache\": {\"max_graphs\": 0},"
+             "\"modules\": [{\"type\": \"engine\", \"id\": \"a\", \"params\": {\"size\": %s}},"
+             "{\"type\": \"relu\", \"id\": \"b\", \"params\": {\"size\": %s}}],"
+             "\"connections\": [\"a.result0 -> b.input\"],"
+             "\"inputs\": {\"input0\": \"a.arg0\", \"input1\": \"a.arg1\"},"
+             "\"outputs\": {\"output\": \"b.output\"}}",
+             size, size);
+    return buf;
+}
+
+static const char *chain_json(char *buf, size_t len, int64_t max) {
+    size_t u = (size_t)snprintf(buf, len,
+                                "{\"kpipe_spec\": 1, \"name\": \"chain8\", \"graph_cache\": "
+                                "{\"max_graphs\": 0}, \"modules\": [");
+    for (int i = 0; i < 8; i++)
+        u += (size_t)snprintf(buf + u, len - u,
+                              "%s{\"type\": \"relu\", \"id\": \"r%d\", \"params\": {\"size\": "
+                              "{\"max\": %lld}}}",
+                              i ? "," : "", i, (long long)max);
+    u += (size_t)snprintf(buf + u, len - u, "], \"connections\": [");
+    for (int i = 0; i < 7; i++)
+        u += (size_t)snprintf(buf + u, len - u, "%s\"r%d.output -> r%d.input\"", i ? "," : "", i,
+                              i + 1);
+    snprintf(buf + u, len - u,
+             "], \"inputs\": {\"input0\": \"r0.input\"}, \"outputs\": {\"output\": "
+             "\"r7.output\"}}");
+    return buf;
+}
+
+typedef struct pl {
+    kp_pipeline_t p;
+    kp_stream_t s;
+    size_t n_in;
+    kp_port_info in[2], out;
+    bool graph, ready;
+} pl;
+
+static void pl_open(pl *q, kp_device_t dev, const char *json, int mode, int binding) {
+    memset(q, 0, sizeof *q);
+    kp_pipeline_options o = KP_PIPELINE_OPTIONS_INIT;
+    o.mode = mode;
+    o.binding = binding;
+    KK(kp_stream_create(dev, &q->s));
+    KK(kp_pipeline_create_from_json_opts(dev, json, &o, &q->p));
+    KK(kp_pipeline_setup(q->p));
+    kp_pipeline_report r;
+    KK(kp_pipeline_report_get(q->p, &r));
+    q->n_in = r.n_inputs;
+    q->graph = kp_pipeline_mode(q->p) == KP_EXEC_GRAPH;
+    for (size_t i = 0; i < q->n_in; i++) KK(kp_pipeline_input_info(q->p, i, &q->in[i]));
+    q->out.name = "output";
+}
+
+/* One tick on inputs `x` (and `y`) of n elements. */
+static void pl_tick(pl *q, float *x, float *y, int64_t n, bool wait) {
+    q->in[0].data = x;
+    if (q->n_in > 1) q->in[1].data = y;
+    for (size_t i = 0; i < q->n_in; i++) KK(kp_desc_init(&q->in[i].desc, KP_F32, 1, &n, NULL));
+    KK(kp_pipeline_configure_io(q->p, q->in, q->n_in, &q->out, 1, q->s));
+    if (!q->ready) {
+        KK(kp_pipeline_warmup(q->p, q->s));
+        if (q->graph) KK(kp_pipeline_build_graph(q->p));
+        q->ready = true;
+    }
+    KK(q->graph ? kp_pipeline_execute_graph(q->p, q->s) : kp_pipeline_execute_stream(q->p, q->s));
+    if (wait) KK(kp_stream_sync(q->s));
+}
+
+static void pl_close(pl *q) {
+    kp_pipeline_destroy(q->p);
+    kp_stream_destroy(q->s);
+}
+
+/* Elements of the output that differ from ReLU(a (+ b)) (host values). */
+static size_t wrong(const float *dev_out, const float *a, const float *b, int64_t n) {
+    float *h = malloc((size_t)n * sizeof *h);
+    size_t bad = 0;
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h, dev_out, (size_t)n * sizeof *h, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < n; i++) bad += h[i] != fmaxf(a[i] + (b ? b[i] : 0.0f), 0.0f);
+    free(h);
+    return bad;
+}
+
+static float *rand_host(int64_t n, uint64_t seed) {
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        v[i] = (float)((int64_t)(seed % 2001) - 1000);
+    }
+    return v;
+}
+
+static float *dev_copy(const float *h, int64_t n) {
+    float *d;
+    CK(cudaMalloc((void **)&d, (size_t)n * sizeof *d));
+    CK(cudaMemcpy(d, h, (size_t)n * sizeof *d, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* --- 2. traces ------------------------------------------------------------------------- */
+static void trace(kp_device_t dev, const char *name, const char *json, int n_in, int64_t max,
+                  char kind, const int64_t *sizes, int n_sizes, int ticks) {
+    pl q;
+    pl_open(&q, dev, json, KP_EXEC_FROM_SPEC, KP_INPUTS_FROM_SPEC);
+    float *ha = rand_host(max, 1), *hb = rand_host(max, 2);
+    float *a = dev_copy(ha, max), *b = dev_copy(hb, max);
+    double *lat = malloc((size_t)ticks * sizeof *lat), miss_us = 0;
+    uint64_t misses = 0, seed = 99;
+    int64_t n = 0;
+    for (int t = 0; t < ticks; t++) {
+        switch (kind) {
+        case 'A': n = sizes[0]; break;
+        case 'B': n = sizes[t % n_sizes]; break;
+        case 'C': n = sizes[(int64_t)t * n_sizes / ticks]; break;
+        default:
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            n = sizes[seed % (uint64_t)n_sizes];
+        }
+        kp_graph_stats before;
+        KK(kp_graph_cache_stats(kp_pipeline_graph_cache(q.p), &before));
+        double t0 = now_us();
+        pl_tick(&q, a, n_in > 1 ? b : NULL, n, true);
+        lat[t] = now_us() - t0;
+        kp_graph_stats after;
+        KK(kp_graph_cache_stats(kp_pipeline_graph_cache(q.p), &after));
+        if (after.captures > before.captures) {
+            misses++;
+            miss_us += lat[t];
+        }
+    }
+    size_t bad = wrong(q.out.data, ha, n_in > 1 ? hb : NULL, n);
+    kp_graph_stats st;
+    KK(kp_graph_cache_stats(kp_pipeline_graph_cache(q.p), &st));
+    /* hits' p50 from the ticks that did not capture */
+    kpt_stats all = kpt_stats_of(lat, (size_t)ticks);
+    double per_miss = misses ? miss_us / (double)misses - all.p50 : 0;
+    printf("  %-8s %c %6d ticks  p50 %8.2f us  p99 %8.2f us  misses %5llu  per miss %8.1f us  "
+           "graphs %4zu  bytes %9zu  wrong %zu\n",
+           name, kind, ticks, all.p50, all.p99, (unsigned long long)misses, per_miss, st.graphs,
+           st.bytes, bad);
+    json_array_append_new(json_object_get(g_json, "traces"),
+                          json_pack("{s:s,s:s#,s:i,s:f,s:f,s:I,s:f,s:I,s:I,s:I}", "pipeline", name,
+                                    "trace", &kind, (int)1, "ticks", ticks, "p50_us", all.p50,
+                                    "p99_us", all.p99, "misses", (json_int_t)misses, "per_miss_us",
+                                    per_miss, "graphs", (json_int_t)st.graphs, "bytes",
+                                    (json_int_t)st.bytes, "wrong", (json_int_t)bad));
+    free(lat);
+    free(ha);
+    free(hb);
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    pl_close(&q);
+}
+
+static void traces(kp_device_t dev) {
+    const int64_t max = 65536;
+    int64_t eight[8] = {4096, 8192, 12288, 16384, 24576, 32768, 49152, 65536}, grow[256], rnd[64];
+    for (int i = 0; i < 256; i++) grow[i] = 256 * (i + 1);
+    uint64_t s = 7;
+    for (int i = 0; i < 64; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        rnd[i] = 1 + (int64_t)(s % (uint64_t)max);
+    }
+    char json[4096];
+    int ta = g_quick ? 1000 : 10000, tb = g_quick ? 400 : 4000;
+    printf("traces (graph mode, copy binding; A 16384 x %d, B 8 sizes round-robin, C 256 growing "
+           "sizes, D 64 random sizes):\n",
+           ta);
+    for (int pipe = 0; pipe < 2; pipe++) {
+        const char *name = pipe ? "chain8" : "sample";
+        int n_in = pipe ? 1 : 2;
+        if (pipe)
+            chain_json(json, sizeof json, max);
+        else
+            sample_json(json, sizeof json, max, true);
+        int64_t a16[1] = {16384};
+        trace(dev, name, json, n_in, max, 'A', a16, 1, ta);
+        trace(dev, name, json, n_in, max, 'B', eight, 8, tb);
+        trace(dev, name, json, n_in, max, 'C', grow, 256, 2048);
+        trace(dev, name, json, n_in, max, 'D', rnd, 64, tb);
+    }
+}
+
+/* --- 3. rotating inputs ---------------------------------------------------------------- */
+typedef struct floor_graphs {
+    cudaGraphExec_t ge[3];
+    cudaStream_t s;
+} floor_graphs;
+
+static void rotating(kp_device_t dev, int64_t n, int sets) {
+    float *ha = rand_host(n, 3), *hb = rand_host(n, 4);
+    float *a[3], *b[3];
+    for (int k = 0; k < sets; k++) {
+        a[k] = dev_copy(ha, n);
+        b[k] = dev_copy(hb, n);
+    }
+    char json[2048];
+    sample_json(json, sizeof json, n, false);
+    pl q[3];
+    const char *names[4] = {"kpipe rebind", "kpipe copy", "kpipe stream", "floor (fused graph)"};
+    pl_open(&q[0], dev, json, KP_EXEC_GRAPH, KP_INPUTS_REBIND);
+    pl_open(&q[1], dev, json, KP_EXEC_GRAPH, KP_INPUTS_COPY);
+    pl_open(&q[2], dev, json, KP_EXEC_STREAM, KP_INPUTS_FROM_SPEC);
+    /* the floor: ReLU(a + b) in one kernel on the inputs in place, one graph per set */
+    floor_graphs f;
+    float *fout;
+    CK(cudaMalloc((void **)&fout, (size_t)n * sizeof *fout));
+    CK(cudaStreamCreateWithFlags(&f.s, cudaStreamNonBlocking));
+    for (int k = 0; k < sets; k++) {
+        cudaGraph_t g;
+        bench_fused_params p = {a[k], b[k], fout, n};
+        void *args[1] = {&p};
+        unsigned grid = (unsigned)((n / 4 + 255) / 256);
+        if (grid > 132 * 16) grid = 132 * 16;
+        if (grid == 0) grid = 1;
+        CK(cudaStreamBeginCapture(f.s, cudaStreamCaptureModeThreadLocal));
+        CK(cudaLaunchKernel(bench_fused_fn(), (dim3){grid, 1, 1}, (dim3){256, 1, 1}, args, 0, f.s));
+        CK(cudaStreamEndCapture(f.s, &g));
+        CK(cudaGraphInstantiate(&f.ge[k], g, 0));
+        CK(cudaGraphDestroy(g));
+    }
+    int ticks = n > 1000000 ? (g_quick ? 200 : 2000) : (g_quick ? 2000 : 20000);
+    int rounds = 10, per = ticks / rounds;
+    double *lat[4];
+    for (int v = 0; v < 4; v++) lat[v] = malloc((size_t)ticks * sizeof(double));
+    for (int t = 0; t < ticks / 10; t++) /* warm-up */
+        for (int v = 0; v < 3; v++) pl_tick(&q[v], a[t % sets], b[t % sets], n, true);
+    for (int r = 0; r < rounds; r++)
+        for (int v = 0; v < 4; v++)
+            for (int t = 0; t < per; t++) {
+                int k = t % sets;
+                double t0 = now_us();
+                if (v < 3) {
+                    pl_tick(&q[v], a[k], b[k], n, true);
+                } else {
+                    CK(cudaGraphLaunch(f.ge[k], f.s));
+                    CK(cudaStreamSynchronize(f.s));
+                }
+                lat[v][r * per + t] = now_us() - t0;
+            }
+    size_t bad = 0;
+    for (int v = 0; v < 3; v++) bad += wrong(q[v].out.data, ha, hb, n);
+    bad += wrong(fout, ha, hb, n);
+    kpt_stats st[4];
+    for (int v = 0; v < 4; v++) st[v] = kpt_stats_of(lat[v], (size_t)ticks);
+    printf("N = %lld, %d rotating input sets (%d ticks; %zu wrong output elements)\n", (long long)n,
+           sets, ticks, bad);
+    for (int v = 0; v < 4; v++) {
+        printf("  %-20s p50 %9.2f us  p99 %9.2f us  vs floor %6.3fx  vs stream %6.3fx\n", names[v],
+               st[v].p50, st[v].p99, st[v].p50 / st[3].p50, st[v].p50 / st[2].p50);
+        json_array_append_new(json_object_get(g_json, "rotating"),
+                              json_pack("{s:s,s:I,s:i,s:f,s:f,s:f,s:f}", "variant", names[v], "n",
+                                        (json_int_t)n, "sets", sets, "p50_us", st[v].p50, "p99_us",
+                                        st[v].p99, "vs_floor", st[v].p50 / st[3].p50, "vs_stream",
+                                        st[v].p50 / st[2].p50));
+    }
+    kp_graph_stats gs;
+    KK(kp_graph_cache_stats(kp_pipeline_graph_cache(q[0].p), &gs));
+    printf("  rebind's cache: %zu graphs, %llu hits, %llu misses\n", gs.graphs,
+           (unsigned long long)gs.hits, (unsigned long long)gs.misses);
+    for (int v = 0; v < 4; v++) free(lat[v]);
+    for (int v = 0; v < 3; v++) pl_close(&q[v]);
+    for (int k = 0; k < sets; k++) {
+        CK(cudaGraphExecDestroy(f.ge[k]));
+        CK(cudaFree(a[k]));
+        CK(cudaFree(b[k]));
+    }
+    CK(cudaFree(fout));
+    CK(cudaStreamDestroy(f.s));
+    free(ha);
+    free(hb);
+}
+
+int main(int argc, char **argv) {
+    const char *json_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) g_quick = true;
+        if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
+    }
+    g_tiny_dk.fn = bench_tiny_fn();
+    kp_device_t dev;
+    kp_status st = kp_device_open("cuda", &dev);
+    if (st == KP_ERR_NO_DEVICE) {
+        printf("SKIP: bench_cache needs a GPU: %s\n", kp_last_error());
+        return 77;
+    }
+    KK(st);
+    char desc[256];
+    KK(kp_device_describe(dev, desc, sizeof desc));
+    g_json = json_pack("{s:s,s:[],s:[],s:[]}", "device", desc, "cache", "traces", "rotating");
+    printf("bench_cache on %s\n", desc);
+    cache_alone(dev, 1);
+    cache_alone(dev, 100);
+    traces(dev);
+    for (int sets = 2; sets <= 3; sets++) {
+        rotating(dev, 16384, sets);
+        rotating(dev, (int64_t)1 << 24, sets);
+    }
+    if (json_path && json_dump_file(g_json, json_path, JSON_INDENT(2)) != 0)
+        fprintf(stderr, "cannot write %s\n", json_path);
+    json_decref(g_json);
+    kp_device_close(dev);
+    return 0;
+}
