@@ -50,21 +50,6 @@ static void hand_relu(hand *H) {
     CK(cudaLaunchKernel(hand_relu_fn(), (dim3){H->grid, 1, 1}, (dim3){256, 1, 1}, args, 0, H->s));
 }
 
-/* Same matrix view as the engine module: many rows per column. */
-static void hand_shape(int64_t n, int *rows, int *cols) {
-    int64_t limit = 1024, r = 1;
-    while ((limit + 1) * (limit + 1) <= n) limit++;
-    if (limit > n) limit = n;
-    for (int64_t d = limit; d >= 1; d--)
-        if (n % d == 0) {
-            r = d;
-            break;
-        }
-    if (r < 32) r = n;
-    *rows = (int)r;
-    *cols = (int)(n / r);
-}
-
 static void hand_setup(hand *H, int64_t n, const float *a, const float *b) {
     size_t bytes = (size_t)n * sizeof(float);
     memset(H, 0, sizeof *H);

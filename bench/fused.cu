@@ -22,7 +22,14 @@ __global__ void bench_fused_add_relu(bench_fused_params p) {
     for (int64_t j = (n4 << 2) + i; j < n; j += stride) out[j] = fmaxf(a[j] + b[j], 0.0f);
 }
 
+__global__ void bench_relu(bench_relu_params p) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < p.n; j += stride)
+        p.out[j] = fmaxf(p.in[j], 0.0f);
+}
+
 __global__ void bench_tiny(bench_tiny_params p) { p.out[0] = p.in[0] * p.k; }
 
 extern "C" const void *bench_fused_fn(void) { return reinterpret_cast<const void *>(bench_fused_add_relu); }
 extern "C" const void *bench_tiny_fn(void) { return reinterpret_cast<const void *>(bench_tiny); }
+extern "C" const void *bench_relu_fn(void) { return reinterpret_cast<const void *>(bench_relu); }

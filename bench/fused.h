@@ -10,6 +10,12 @@ typedef struct bench_fused_params {
     int64_t n;
 } bench_fused_params;
 
+typedef struct bench_relu_params {
+    const float *in;
+    float *out;
+    int64_t n;
+} bench_relu_params;
+
 typedef struct bench_tiny_params {
     const float *in;
     float *out;
@@ -21,6 +27,7 @@ extern "C" {
 #endif
 const void *bench_fused_fn(void);
 const void *bench_tiny_fn(void);
+const void *bench_relu_fn(void);
 #ifdef __cplusplus
 }
 #endif

@@ -63,13 +63,17 @@ stage_test() {
 # test at one million elements, three ticks per case: memcheck is slow).
 gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/test_pipeline cuda"
            "tests/test_memory cuda" "tests/test_copies cuda 3 1048576" "tests/test_api_misuse cuda"
-           "tests/test_graph_cache cuda" "tests/test_dynamic cuda 100"
+           "tests/test_graph_cache cuda" "tests/test_dynamic cuda 20"
            "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
 
 stage_sanitize() {
   # The tests provoke CUDA API errors on purpose (misuse cases) and check
   # them themselves, so memcheck counts memory errors and leaks only.
   local tool t log rc sum
+  # compute-sanitizer 13.0 crashes inside cuGraphLaunch when a graph's baked
+  # input address was freed and handed out again (legal, and plain runs
+  # pass): under the tools, tests keep such buffers to the end.
+  export KP_TEST_NO_ADDRESS_REUSE=1
   for tool in memcheck racecheck; do
     local opts=(--tool "$tool" --error-exitcode 99)
     [ "$tool" = memcheck ] && opts+=(--report-api-errors no --leak-check full)
@@ -84,6 +88,7 @@ stage_sanitize() {
       [ $rc -eq 0 ] && row "$tool $t" PASS "${sum:-no summary}" || row "$tool $t" FAIL "rc=$rc ${sum}"
     done
   done
+  unset KP_TEST_NO_ADDRESS_REUSE
 }
 
 stage_soak() {

@@ -110,49 +110,55 @@ static int64_t kp__round_up(const kp_graph_cache_config *cfg, int64_t x) {
     return x;
 }
 
-/* Checks one port of a call and fills its padded descriptor. */
+/* Checks one port of a call and fills its padded descriptor. The hit path
+ * runs this per port: nothing is formatted unless it fails. */
 static kp_status kp__port(kp_graph_cache_t c, kp__gcall *g, size_t p, const kp_port_info *pi,
                           bool input) {
-    char what[48];
-    snprintf(what, sizeof what, "%s %zu", input ? "input" : "output",
-             input ? p : p - g->c.n_inputs);
     uint32_t mask = g->c.dynamic ? g->c.dynamic[p] : 0;
     const kp_tensor_desc *d = &pi->desc;
-    if (input ? kp_desc_validate(d) != KP_OK
-              : kp_desc_init(&g->padded[p], d->dtype, d->ndim, d->shape, NULL) != KP_OK)
-        return kp__error_prefix(KP_ERR_INVALID_ARG, "%s", what);
-    if (d->ndim < 32 && mask >> d->ndim)
-        return kp__error(KP_ERR_INVALID_ARG,
-                         "%s: dynamic mask 0x%x names a dimension past its %d dimensions", what,
-                         mask, d->ndim);
-    if (input && !g->in_place && !kp_desc_is_contiguous(d))
-        return kp__error(KP_ERR_INVALID_ARG,
-                         "%s: the cache copies inputs, which must be "
-                         "contiguous (or use KP_GRAPH_IN_PLACE)",
-                         what);
+    size_t idx = input ? p : p - g->c.n_inputs;
+    const char *side = input ? "input" : "output";
+    kp_tensor_desc *pd = &g->padded[p];
+    g->need[p] = 0;
     if (input && g->in_place) {
-        g->padded[p] = *d; /* read where it is: exact, as given */
-        return KP_OK;
+        if (kp_desc_validate(d) != KP_OK) goto invalid;
+        *pd = *d; /* read where it is: exact, as given */
+    } else {
+        if (!input && (d->ndim < 0 || d->ndim > KP_MAX_DIMS))
+            return kp__error(KP_ERR_INVALID_ARG, "output %zu: %d dimensions (0..%d allowed)", idx,
+                             d->ndim, KP_MAX_DIMS);
+        int64_t shape[KP_MAX_DIMS];
+        for (int k = 0; k < d->ndim && k < KP_MAX_DIMS; k++)
+            shape[k] = mask >> k & 1u ? kp__round_up(&c->cfg, d->shape[k]) : d->shape[k];
+        if (input && (kp_desc_validate(d) != KP_OK || !kp_desc_is_contiguous(d))) {
+            if (kp_desc_validate(d) != KP_OK) goto invalid;
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "input %zu: the cache copies inputs, which must be contiguous (or "
+                             "use KP_GRAPH_IN_PLACE)",
+                             idx);
+        }
+        /* also validates an output's dtype and shape (its strides are ours) */
+        if (kp_desc_init(pd, d->dtype, d->ndim, shape, NULL) != KP_OK) goto invalid;
+        int64_t bytes = kp_desc_bytes_needed(pd);
+        if (bytes < 0 || (uint64_t)bytes > KP__MAX_ALLOC_BYTES)
+            return kp__error(KP_ERR_INVALID_ARG, "%s %zu: too large", side, idx);
+        g->need[p] = (size_t)bytes;
     }
-    int64_t shape[KP_MAX_DIMS];
-    for (int k = 0; k < d->ndim; k++)
-        shape[k] = mask >> k & 1u ? kp__round_up(&c->cfg, d->shape[k]) : d->shape[k];
-    if (kp_desc_init(&g->padded[p], d->dtype, d->ndim, shape, NULL) != KP_OK)
-        return kp__error_prefix(KP_ERR_INVALID_ARG, "%s padded", what);
-    int64_t bytes = kp_desc_bytes_needed(&g->padded[p]);
-    if (bytes < 0 || (uint64_t)bytes > KP__MAX_ALLOC_BYTES)
-        return kp__error(KP_ERR_INVALID_ARG, "%s: too large", what);
-    g->need[p] = (size_t)bytes;
+    if (mask >> d->ndim)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "%s %zu: dynamic mask 0x%x names a dimension past its %d dimensions",
+                         side, idx, mask, d->ndim);
     return KP_OK;
+invalid: /* the failing call recorded why */
+    return kp__error_prefix(KP_ERR_INVALID_ARG, "%s %zu", side, idx);
 }
 
 /* Validates a call at the boundary, pads its shapes and writes its key. */
 static kp_status kp__resolve(kp_graph_cache_t c, const kp_graph_call *call, bool prepare,
                              kp__gcall *g, uint64_t *key) {
     if (!call) return kp__error(KP_ERR_INVALID_ARG, "call is NULL");
-    memset(g, 0, sizeof *g);
-    kp_graph_call dflt = KP_GRAPH_CALL_INIT;
-    g->c = dflt;
+    /* not a memset of all of *g: the hit path sets what it uses */
+    g->c = (kp_graph_call)KP_GRAPH_CALL_INIT;
     KP_CHECK(kp__config_read(&g->c, sizeof g->c, call, KP__SIZE_THROUGH(kp_graph_call, flags),
                              "call", "KP_GRAPH_CALL_INIT"));
     const kp_graph_call *k = &g->c;

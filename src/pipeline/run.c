@@ -201,7 +201,19 @@ fail:
 
 /* --- a tick ------------------------------------------------------------------------- */
 /* Does a tick's tensor fit a port's declaration: its dtype and rank, fixed
- * dimensions exactly, dynamic ones from 1 to the maximum? */
+ * dimensions exactly, dynamic ones from 1 to the maximum? (The per-tick
+ * check; kp__check_fits says why not.) */
+static bool kp__fits(const kp_tensor_desc *t, const kp_port_decl *d) {
+    if (t->dtype != d->desc.dtype || t->ndim != d->desc.ndim) return false;
+    for (int k = 0; k < t->ndim; k++) {
+        bool dyn = d->dynamic >> k & 1u;
+        if (dyn ? t->shape[k] < 1 || t->shape[k] > d->desc.shape[k]
+                : t->shape[k] != d->desc.shape[k])
+            return false;
+    }
+    return true;
+}
+
 static kp_status kp__check_fits(const kp_tensor_desc *t, const kp_port_decl *d, const char *what,
                                 const char *whose) {
     char a[96], b[96];
@@ -246,12 +258,14 @@ static kp_status kp__bind_inputs(kp_pipeline_t p, const kp_port_info *in, size_t
             return kp__error(KP_ERR_INVALID_ARG, "input \"%s\" is given twice", e->name);
         if (kp_desc_validate(&in[j].desc) != KP_OK)
             return kp__error_prefix(KP_ERR_INVALID_ARG, "input \"%s\"", e->name);
-        snprintf(what, sizeof what, "input \"%s\"", e->name);
-        snprintf(whose, sizeof whose, "%s.%s", p->mods[e->module].id, d->name);
-        KP_CHECK(kp__check_fits(&in[j].desc, d, what, whose));
-        if (!kp_desc_is_contiguous(&in[j].desc))
-            return kp__error(KP_ERR_MISMATCH, "input \"%s\" is %s (strided), but %s takes it contiguous",
-                             e->name, kp_desc_str(&in[j].desc, a, sizeof a), whose);
+        if (!kp__fits(&in[j].desc, d) || !kp_desc_is_contiguous(&in[j].desc)) {
+            snprintf(what, sizeof what, "input \"%s\"", e->name);
+            snprintf(whose, sizeof whose, "%s.%s", p->mods[e->module].id, d->name);
+            KP_CHECK(kp__check_fits(&in[j].desc, d, what, whose));
+            return kp__error(KP_ERR_MISMATCH,
+                             "input \"%s\" is %s (strided), but %s takes it contiguous", e->name,
+                             kp_desc_str(&in[j].desc, a, sizeof a), whose);
+        }
         if (!in[j].data) return kp__error(KP_ERR_INVALID_ARG, "input \"%s\" has no data", e->name);
         p->inputs[i].cur = in[j];
         p->inputs[i].cur.name = e->name;
@@ -320,13 +334,14 @@ static kp_status kp__module_io(kp_pipeline_t p, kp__module *m, kp_stream_t s, vo
     kp_status st = m->def.iface->io(m->def.self, &io);
     if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" io", m->id);
     for (size_t k = 0; k < m->def.n_outputs; k++) {
+        const kp_tensor_desc *od = &m->out_info[k].desc;
+        m->out_info[k].name = m->def.outputs[k].name;
+        if (kp__fits(od, &m->def.outputs[k]) && kp__desc_ok(od)) continue;
         char what[2 * KP_NAME_MAX + 40];
         snprintf(what, sizeof what, "module \"%s\" io: its output \"%s\"", m->id,
                  m->def.outputs[k].name);
-        if (kp_desc_validate(&m->out_info[k].desc) != KP_OK)
-            return kp__error_prefix(KP_ERR_INTERNAL, "%s", what);
-        KP_CHECK(kp__check_fits(&m->out_info[k].desc, &m->def.outputs[k], what, "its declaration"));
-        m->out_info[k].name = m->def.outputs[k].name;
+        if (kp_desc_validate(od) != KP_OK) return kp__error_prefix(KP_ERR_INTERNAL, "%s", what);
+        return kp__check_fits(od, &m->def.outputs[k], what, "its declaration");
     }
     return KP_OK;
 }
