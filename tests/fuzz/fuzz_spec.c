@@ -58,7 +58,17 @@ static void run(kp_pipeline_t p, const kp_pipeline_report *r) {
         if (st == KP_OK) st = kp_memset_async(g_s, in[i].data, 0, bytes > 0 ? (size_t)bytes : 0);
     }
     for (size_t i = 0; i < no && st == KP_OK; i++) st = kp_pipeline_output_info(p, i, &out[i]);
-    for (int t = 0; t < 2 && st == KP_OK; t++) {
+    for (int t = 0; t < 3 && st == KP_OK; t++) {
+        /* the third tick shrinks every dynamic dimension: a new graph key */
+        for (size_t i = 0; i < ni && t == 2; i++) {
+            uint32_t dyn = 0;
+            int64_t shape[KP_MAX_DIMS];
+            check(kp_pipeline_input_dynamic(p, i, &dyn), "input dynamic");
+            for (int d = 0; d < in[i].desc.ndim; d++)
+                shape[d] = dyn >> d & 1u ? in[i].desc.shape[d] / 2 + 1 : in[i].desc.shape[d];
+            if (kp_desc_init(&in[i].desc, in[i].desc.dtype, in[i].desc.ndim, shape, NULL) != KP_OK)
+                abort();
+        }
         st = kp_pipeline_configure_io(p, in, ni, out, no, g_s);
         check(st, "configure_io");
         if (st == KP_OK && t == 0) {
