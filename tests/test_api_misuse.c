@@ -705,6 +705,42 @@ static void graph_cache_calls(void **state) {
     kp_stream_destroy(s);
 }
 
+static kp_status flow_noop(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    if (eos) *eos = true;
+    return KP_OK;
+}
+
+static void flow_calls(void **state) {
+    (void)state;
+    kp_flow_t f = NULL;
+    kp_flow_snapshot h;
+    kp_flow_stage st[2] = {{"a", flow_noop, NULL, 0, KP_QUEUE_BLOCK},
+                           {"b", flow_noop, NULL, 1, KP_QUEUE_BLOCK}};
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    KPT_FAILS(kp_flow_create(NULL, &f), BAD);
+    KPT_FAILS(kp_flow_create(&cfg, &f), BAD);
+    cfg.dev = g_dev;
+    cfg.stages = st;
+    cfg.n_stages = 2;
+    cfg.frame_bytes = SIZE_MAX;
+    KPT_FAILS(kp_flow_create(&cfg, &f), BAD);
+    cfg.frame_bytes = 64;
+    KPT_FAILS(kp_flow_start(NULL), BAD);
+    KPT_FAILS(kp_flow_wait(NULL), BAD);
+    KPT_FAILS(kp_flow_cancel(NULL), BAD);
+    KPT_FAILS(kp_flow_health(NULL, &h), BAD);
+    KPT_OK(kp_flow_create(&cfg, &f));
+    KPT_FAILS(kp_flow_health(f, NULL), BAD);
+    KPT_FAILS(kp_flow_wait(f), KP_ERR_STATE);
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    KPT_OK(kp_flow_cancel(f)); /* after the end: no effect */
+    KPT_OK(kp_flow_wait(f));
+    assert_string_equal(kp_queue_policy_str((kp_queue_policy)-1), "invalid");
+    kp_flow_destroy(f);
+    kp_flow_destroy(NULL);
+}
+
 static void pipeline_calls(void **state) {
     kp_pipeline_t p = NULL;
     kp_stream_t s;
@@ -836,6 +872,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(module_calls),
         cmocka_unit_test(pipeline_calls),
         cmocka_unit_test(graph_cache_calls),
+        cmocka_unit_test(flow_calls),
     };
     int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
     kp_device_close(g_dev);

@@ -10,5 +10,6 @@
 #include "kpipe/module.h"
 #include "kpipe/graph_cache.h"
 #include "kpipe/pipeline.h"
+#include "kpipe/flow.h"
 
 #endif

@@ -1,0 +1,153 @@
+/* kpipe flows: stages on threads, each with its own stream, joined by
+ * bounded queues. Frames go from the first stage (the source) through every
+ * stage in order to the last (the sink); a full queue blocks its producer
+ * (backpressure) or drops a frame by policy, counted. A frame passes from one
+ * stage's stream to the next through an event: the host never waits for the
+ * device to hand a frame over.
+ *
+ *   static kp_status source(void *u, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+ *       if (done) { *eos = true; return KP_OK; }
+ *       ...fill f->data (f->capacity bytes, device memory) on c->stream, set f->bytes...
+ *   }
+ *   kp_flow_stage st[3] = {{"decode", source, &src}, {"infer", infer, &m, 4},
+ *                          {"encode", sink, &out, 4}};
+ *   kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+ *   cfg.dev = dev;  cfg.stages = st;  cfg.n_stages = 3;  cfg.frame_bytes = 1 << 20;
+ *   kp_flow_t f;
+ *   kp_flow_create(&cfg, &f);
+ *   kp_flow_start(f);
+ *   kp_flow_wait(f);              // end of stream, an error, or kp_flow_cancel
+ *   kp_flow_destroy(f);
+ *
+ * End of stream is the source saying so: each stage closes the queue after it
+ * once its own queue is closed and empty. kp_flow_cancel stops every stage
+ * after the frame it is working on. A stage's error stops the flow, and
+ * kp_flow_wait returns it prefixed with the stage's name.
+ *
+ * Frames and their buffers come from a fixed set made at creation (a
+ * buffer per frame from the device's bucketed pool, kept across reuse): the
+ * steady state allocates nothing. Frames in flight (taken by the source and
+ * not yet done at the sink or dropped) never exceed the sum of the queue
+ * capacities plus one per stage; with a byte budget, their bytes never exceed
+ * it: the source waits.
+ */
+#ifndef KPIPE_FLOW_H
+#define KPIPE_FLOW_H
+
+#include "kpipe/memory.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kp_flow *kp_flow_t;
+
+#define KP_FLOW_MAX_STAGES 16
+
+/* What a queue does when it is full. */
+typedef enum kp_queue_policy {
+    KP_QUEUE_BLOCK = 0,       /* the producer waits: backpressure (the default) */
+    KP_QUEUE_DROP_OLDEST = 1, /* the oldest queued frame is dropped for the new one */
+    KP_QUEUE_DROP_NEWEST = 2, /* the new frame is dropped */
+} kp_queue_policy;
+
+/* "block", "drop_oldest", "drop_newest"; "invalid" otherwise. */
+const char *kp_queue_policy_str(kp_queue_policy p);
+
+/* One frame as a stage sees it. Stages may rewrite everything but seq,
+ * data and capacity. */
+typedef struct kp_frame {
+    uint64_t seq;        /* the source's order, from 0 */
+    void *data;          /* the frame's buffer on the flow's device; NULL without one */
+    size_t capacity;     /* its bytes (the flow's frame_bytes) */
+    size_t bytes;        /* bytes in use */
+    kp_tensor_desc desc; /* what it holds, as the stages agree */
+    int64_t user[4];     /* free for the stages */
+} kp_frame;
+
+/* A stage's own resources, for the work it enqueues. */
+typedef struct kp_stage_ctx {
+    kp_device_t dev;
+    kp_stream_t stream; /* the stage's stream: work on the frame goes here */
+    const char *name;
+    size_t index; /* position in the flow, 0 for the source */
+} kp_stage_ctx;
+
+/* A stage's work on one frame. The source (stage 0) gets a fresh frame and
+ * `eos`: setting *eos ends the stream (the frame is discarded). Other
+ * stages get eos NULL. The frame's earlier work on other streams is ordered
+ * before the stage's stream already; enqueue on ctx->stream and return
+ * without waiting for the device. */
+typedef kp_status (*kp_flow_stage_fn)(void *user, const kp_stage_ctx *ctx, kp_frame *frame,
+                                      bool *eos);
+
+typedef struct kp_flow_stage {
+    const char *name; /* for errors and health; copied */
+    kp_flow_stage_fn fn;
+    void *user;
+    size_t queue_capacity;  /* the queue in front of the stage (1..1024); unused for stage 0 */
+    kp_queue_policy policy; /* of that queue */
+} kp_flow_stage;
+
+typedef struct kp_flow_config {
+    size_t struct_size; /* sizeof(kp_flow_config) */
+    kp_device_t dev;
+    const kp_flow_stage *stages;
+    size_t n_stages;     /* 2 .. KP_FLOW_MAX_STAGES */
+    size_t frame_bytes;  /* each frame's buffer; 0: frames carry none */
+    size_t budget_bytes; /* frame bytes in flight; 0: no budget */
+} kp_flow_config;
+
+#define KP_FLOW_CONFIG_INIT \
+    { sizeof(kp_flow_config), NULL, NULL, 0, 0, 0 }
+
+/* Checks the configuration (KP_ERR_INVALID_ARG names the field), makes the
+ * frames, buffers, streams and events; starts nothing. */
+kp_status kp_flow_create(const kp_flow_config *cfg, kp_flow_t *out);
+/* Starts one thread per stage. Once only. */
+kp_status kp_flow_start(kp_flow_t f);
+/* Waits until every stage has stopped and the device has finished the
+ * flow's work: KP_OK at end of stream, the first stage error (its detail
+ * names the stage), or KP_ERR_STATE ("cancelled") after kp_flow_cancel. */
+kp_status kp_flow_wait(kp_flow_t f);
+/* Asks every stage to stop after its current frame; does not wait.
+ * Callable from any thread, a signal handler excepted. */
+kp_status kp_flow_cancel(kp_flow_t f);
+
+typedef struct kp_flow_stage_stats {
+    const char *name;
+    uint64_t in, out;                /* frames taken and passed on (or finished) */
+    double host_p50_us, host_p99_us; /* the stage function's host time, recent frames */
+} kp_flow_stage_stats;
+
+typedef struct kp_flow_queue_stats {
+    size_t depth, capacity, max_depth;
+    uint64_t pushed, drops;
+    kp_queue_policy policy;
+} kp_flow_queue_stats;
+
+/* The health snapshot. */
+typedef struct kp_flow_snapshot {
+    size_t n_stages;
+    kp_flow_stage_stats stages[KP_FLOW_MAX_STAGES];
+    kp_flow_queue_stats queues[KP_FLOW_MAX_STAGES]; /* queues[i] feeds stage i; [0] unused */
+    size_t frames_in_flight, max_frames_in_flight, frame_limit;
+    size_t bytes_in_flight, peak_bytes_in_flight, budget_bytes;
+    uint64_t pool_hits, pool_misses;
+    double pool_hit_rate;
+    size_t device_bytes, device_peak_bytes; /* the pool's buffers */
+    uint64_t frames_done, frames_dropped;
+    bool running;    /* started and not yet stopped */
+    bool steady;     /* no buffer was allocated since the first frame finished */
+    bool consistent; /* in >= out for every stage, and in-flight counts add up */
+} kp_flow_snapshot;
+
+/* A snapshot from counters, at any time, from any thread. */
+kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out);
+/* Cancels, waits and frees. NULL is a no-op. */
+void kp_flow_destroy(kp_flow_t f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

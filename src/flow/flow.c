@@ -1,0 +1,581 @@
+/* Flows: one thread and one stream per stage, bounded queues between them,
+ * a fixed set of frames.
+ *
+ * Frames live in a free list made at creation. The source takes one (waiting
+ * while none is free or the byte budget would be passed), its stage function
+ * fills it, and it moves stage to stage through the queues; the sink, or a
+ * drop, puts it back. Each frame has one event: every stage records it on
+ * its stream after its work and the next user (the next stage, or the source
+ * reusing the frame) makes its own stream wait for it, so the device orders
+ * the hand-overs and the host never waits for them. A frame keeps its pool
+ * buffer across reuse: after the first lap nothing is allocated.
+ *
+ * Locks: each queue has its mutex; the free list and the budget share the
+ * flow's. No lock is held while a stage function runs, and no thread holds
+ * two locks. Counters read by kp_flow_health are atomics. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kpipe/flow.h"
+#include "../core/core-impl.h"
+
+#define KP__MAX_QUEUE 1024
+#define KP__LAT_SAMPLES 1024 /* host-time samples kept per stage */
+
+typedef struct kp__fframe {
+    kp_frame f;
+    kp_buffer_t buf;
+    kp_event_t ev;
+    bool recorded; /* ev marks work someone must wait for */
+    struct kp__fframe *next_free;
+} kp__fframe;
+
+typedef struct kp__queue {
+    pthread_mutex_t mu;
+    pthread_cond_t not_empty, not_full;
+    kp__fframe **ring;
+    size_t cap, head, count;
+    bool closed;
+    kp_queue_policy policy;
+    _Atomic size_t depth, max_depth;
+    _Atomic uint64_t pushed, drops;
+} kp__queue;
+
+typedef struct kp__stage {
+    struct kp_flow *flow;
+    size_t index;
+    char name[64];
+    kp_flow_stage_fn fn;
+    void *user;
+    kp_stage_ctx ctx;
+    pthread_t thread;
+    bool started;
+    _Atomic uint64_t in, out;
+    _Atomic uint32_t lat[KP__LAT_SAMPLES]; /* tenths of a microsecond */
+    _Atomic uint64_t n_lat;
+} kp__stage;
+
+struct kp_flow {
+    kp_device_t dev;
+    size_t n;
+    kp__stage st[KP_FLOW_MAX_STAGES];
+    kp__queue q[KP_FLOW_MAX_STAGES]; /* q[i] feeds stage i; q[0] unused */
+    kp_buffer_pool_t pool;
+    size_t frame_bytes, budget;
+    kp__fframe *frames;
+    size_t n_frames;
+
+    pthread_mutex_t mu; /* the free list, the budget, the error */
+    pthread_cond_t freed;
+    kp__fframe *free_list;
+    _Atomic size_t in_flight, max_in_flight, bytes, peak_bytes;
+    _Atomic uint64_t done, dropped;
+    _Atomic bool cancel;
+    _Atomic bool started, waited;
+    _Atomic int running;
+    kp_status status;
+    char error[512];
+    _Atomic uint64_t misses_at_first_done; /* pool misses when the first frame finished */
+    _Atomic bool first_done;
+};
+
+const char *kp_queue_policy_str(kp_queue_policy p) {
+    switch (p) {
+    case KP_QUEUE_BLOCK: return "block";
+    case KP_QUEUE_DROP_OLDEST: return "drop_oldest";
+    case KP_QUEUE_DROP_NEWEST: return "drop_newest";
+    }
+    return "invalid";
+}
+
+static void kp__atomic_max(_Atomic size_t *m, size_t v) {
+    size_t cur = atomic_load(m);
+    while (v > cur && !atomic_compare_exchange_weak(m, &cur, v)) {
+    }
+}
+
+/* --- frames ------------------------------------------------------------------------ */
+/* Puts a frame back; the next taker waits for its event on its own stream. */
+static void kp__frame_put(struct kp_flow *f, kp__fframe *fr, bool dropped) {
+    pthread_mutex_lock(&f->mu);
+    fr->next_free = f->free_list;
+    f->free_list = fr;
+    atomic_fetch_sub(&f->in_flight, 1);
+    atomic_fetch_sub(&f->bytes, f->frame_bytes);
+    if (dropped) atomic_fetch_add(&f->dropped, 1);
+    pthread_cond_broadcast(&f->freed);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* Takes a free frame within the budget; NULL once cancelled. */
+static kp__fframe *kp__frame_take(struct kp_flow *f) {
+    kp__fframe *fr = NULL;
+    pthread_mutex_lock(&f->mu);
+    for (;;) {
+        if (atomic_load(&f->cancel)) break;
+        bool budget_ok = !f->budget || atomic_load(&f->bytes) + f->frame_bytes <= f->budget;
+        if (f->free_list && budget_ok) {
+            fr = f->free_list;
+            f->free_list = fr->next_free;
+            size_t n = atomic_fetch_add(&f->in_flight, 1) + 1;
+            size_t b = atomic_fetch_add(&f->bytes, f->frame_bytes) + f->frame_bytes;
+            kp__atomic_max(&f->max_in_flight, n);
+            kp__atomic_max(&f->peak_bytes, b);
+            break;
+        }
+        pthread_cond_wait(&f->freed, &f->mu);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return fr;
+}
+
+/* --- queues ------------------------------------------------------------------------ */
+static kp_status kp__queue_init(kp__queue *q, size_t cap, kp_queue_policy policy) {
+    q->ring = kp__calloc(cap, sizeof *q->ring);
+    if (!q->ring) return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for a queue");
+    q->cap = cap;
+    q->policy = policy;
+    if (pthread_mutex_init(&q->mu, NULL) != 0) goto fail;
+    if (pthread_cond_init(&q->not_empty, NULL) != 0) goto fail_mu;
+    if (pthread_cond_init(&q->not_full, NULL) != 0) goto fail_ne;
+    return KP_OK;
+fail_ne:
+    pthread_cond_destroy(&q->not_empty);
+fail_mu:
+    pthread_mutex_destroy(&q->mu);
+fail:
+    kp__free(q->ring);
+    q->ring = NULL;
+    return kp__error(KP_ERR_INTERNAL, "flow: cannot initialise a queue's lock");
+}
+
+static void kp__queue_fini(kp__queue *q) {
+    if (!q->ring) return;
+    pthread_cond_destroy(&q->not_full);
+    pthread_cond_destroy(&q->not_empty);
+    pthread_mutex_destroy(&q->mu);
+    kp__free(q->ring);
+    q->ring = NULL;
+}
+
+/* Pushes by the queue's policy. A frame that does not get in (dropped, or
+ * the flow cancelled) goes back to the free list. */
+static void kp__queue_push(struct kp_flow *f, kp__queue *q, kp__fframe *fr) {
+    kp__fframe *drop = NULL;
+    bool in = false;
+    pthread_mutex_lock(&q->mu);
+    while (q->count == q->cap && q->policy == KP_QUEUE_BLOCK && !q->closed &&
+           !atomic_load(&f->cancel))
+        pthread_cond_wait(&q->not_full, &q->mu);
+    if (!q->closed && !atomic_load(&f->cancel)) {
+        if (q->count == q->cap && q->policy == KP_QUEUE_DROP_NEWEST) {
+            drop = fr;
+        } else {
+            if (q->count == q->cap) { /* drop oldest */
+                drop = q->ring[q->head];
+                q->head = (q->head + 1) % q->cap;
+                q->count--;
+            }
+            q->ring[(q->head + q->count) % q->cap] = fr;
+            q->count++;
+            in = true;
+            atomic_fetch_add(&q->pushed, 1);
+            atomic_store(&q->depth, q->count);
+            kp__atomic_max(&q->max_depth, q->count);
+            pthread_cond_signal(&q->not_empty);
+        }
+        if (drop) atomic_fetch_add(&q->drops, 1);
+    }
+    pthread_mutex_unlock(&q->mu);
+    if (drop) kp__frame_put(f, drop, true);
+    if (!in && drop != fr) kp__frame_put(f, fr, false);
+}
+
+/* The next frame; NULL at end of stream (closed and empty) or on cancel. */
+static kp__fframe *kp__queue_pop(struct kp_flow *f, kp__queue *q) {
+    kp__fframe *fr = NULL;
+    pthread_mutex_lock(&q->mu);
+    while (q->count == 0 && !q->closed && !atomic_load(&f->cancel))
+        pthread_cond_wait(&q->not_empty, &q->mu);
+    if (q->count && !atomic_load(&f->cancel)) {
+        fr = q->ring[q->head];
+        q->head = (q->head + 1) % q->cap;
+        q->count--;
+        atomic_store(&q->depth, q->count);
+        pthread_cond_signal(&q->not_full);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return fr;
+}
+
+static void kp__queue_close(kp__queue *q) {
+    pthread_mutex_lock(&q->mu);
+    q->closed = true;
+    pthread_cond_broadcast(&q->not_empty);
+    pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+}
+
+/* Frames still queued at the end go back to the free list. */
+static void kp__queue_drain(struct kp_flow *f, kp__queue *q) {
+    for (;;) {
+        kp__fframe *fr = NULL;
+        pthread_mutex_lock(&q->mu);
+        if (q->count) {
+            fr = q->ring[q->head];
+            q->head = (q->head + 1) % q->cap;
+            q->count--;
+            atomic_store(&q->depth, q->count);
+        }
+        pthread_mutex_unlock(&q->mu);
+        if (!fr) return;
+        kp__frame_put(f, fr, false);
+    }
+}
+
+/* --- stopping ------------------------------------------------------------------------ */
+static void kp__wake_all(struct kp_flow *f) {
+    for (size_t i = 1; i < f->n; i++) kp__queue_close(&f->q[i]);
+    pthread_mutex_lock(&f->mu);
+    pthread_cond_broadcast(&f->freed);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* The first error wins; it cancels the flow. */
+static void kp__fail(struct kp_flow *f, kp__stage *s, kp_status st) {
+    pthread_mutex_lock(&f->mu);
+    if (f->status == KP_OK) {
+        f->status = st;
+        snprintf(f->error, sizeof f->error, "stage \"%s\": %s", s->name,
+                 kp_last_error()[0] ? kp_last_error() : kp_status_str(st));
+    }
+    pthread_mutex_unlock(&f->mu);
+    atomic_store(&f->cancel, true);
+    kp__wake_all(f);
+}
+
+/* --- a stage's thread ------------------------------------------------------------------ */
+static void kp__record_latency(kp__stage *s, double us) {
+    uint64_t k = atomic_fetch_add(&s->n_lat, 1);
+    double tenths = us * 10.0;
+    atomic_store(&s->lat[k % KP__LAT_SAMPLES], tenths > 4e9 ? 4000000000u : (uint32_t)tenths);
+}
+
+static double kp__now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+/* One frame through one stage: wait for its earlier work on the device,
+ * run the function, mark the frame's new work. */
+static kp_status kp__run_stage(kp__stage *s, kp__fframe *fr, bool *eos) {
+    if (fr->recorded) KP_CHECK(kp_stream_wait_event(s->ctx.stream, fr->ev));
+    double t0 = kp__now_us();
+    kp_status st = s->fn(s->user, &s->ctx, &fr->f, eos);
+    kp__record_latency(s, kp__now_us() - t0);
+    if (st != KP_OK) return st;
+    KP_CHECK(kp_event_record(fr->ev, s->ctx.stream));
+    fr->recorded = true;
+    return KP_OK;
+}
+
+static void kp__source_loop(kp__stage *s) {
+    struct kp_flow *f = s->flow;
+    for (uint64_t seq = 0;; seq++) {
+        kp__fframe *fr = kp__frame_take(f);
+        if (!fr) return;
+        memset(&fr->f.desc, 0, sizeof fr->f.desc);
+        memset(fr->f.user, 0, sizeof fr->f.user);
+        fr->f.seq = seq;
+        fr->f.bytes = 0;
+        bool eos = false;
+        atomic_fetch_add(&s->in, 1);
+        kp_status st = kp__run_stage(s, fr, &eos);
+        if (st != KP_OK || eos) {
+            kp__frame_put(f, fr, false);
+            if (st != KP_OK) kp__fail(f, s, st);
+            return;
+        }
+        atomic_fetch_add(&s->out, 1);
+        kp__queue_push(f, &f->q[1], fr);
+    }
+}
+
+static void kp__stage_loop(kp__stage *s) {
+    struct kp_flow *f = s->flow;
+    bool last = s->index + 1 == f->n;
+    kp__fframe *fr;
+    while ((fr = kp__queue_pop(f, &f->q[s->index])) != NULL) {
+        atomic_fetch_add(&s->in, 1);
+        kp_status st = kp__run_stage(s, fr, NULL);
+        if (st != KP_OK) {
+            kp__frame_put(f, fr, false);
+            kp__fail(f, s, st);
+            return;
+        }
+        atomic_fetch_add(&s->out, 1);
+        if (!last) {
+            kp__queue_push(f, &f->q[s->index + 1], fr);
+            continue;
+        }
+        if (!atomic_exchange(&f->first_done, true)) {
+            kp_pool_stats ps;
+            if (kp_buffer_pool_stats(f->pool, &ps) == KP_OK)
+                atomic_store(&f->misses_at_first_done, ps.misses);
+        }
+        atomic_fetch_add(&f->done, 1);
+        kp__frame_put(f, fr, false);
+    }
+}
+
+static void *kp__stage_main(void *arg) {
+    kp__stage *s = arg;
+    struct kp_flow *f = s->flow;
+    if (s->index == 0)
+        kp__source_loop(s);
+    else
+        kp__stage_loop(s);
+    /* end of stream (or cancel) flows downstream */
+    if (s->index + 1 < f->n) kp__queue_close(&f->q[s->index + 1]);
+    atomic_fetch_sub(&f->running, 1);
+    return NULL;
+}
+
+/* --- public ------------------------------------------------------------------------ */
+static kp_status kp__check_config(const kp_flow_config *c) {
+    if (!c->dev) return kp__error(KP_ERR_INVALID_ARG, "config.dev is NULL");
+    if (c->n_stages < 2 || c->n_stages > KP_FLOW_MAX_STAGES)
+        return kp__error(KP_ERR_INVALID_ARG, "config.n_stages is %zu (2 .. %d)", c->n_stages,
+                         KP_FLOW_MAX_STAGES);
+    if (!c->stages) return kp__error(KP_ERR_INVALID_ARG, "config.stages is NULL");
+    if (c->frame_bytes > KP__MAX_ALLOC_BYTES || c->budget_bytes > KP__MAX_ALLOC_BYTES)
+        return kp__error(KP_ERR_INVALID_ARG, "config: frame_bytes or budget_bytes is too large");
+    if (c->budget_bytes && c->budget_bytes < c->frame_bytes)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "config.budget_bytes (%zu) is smaller than one frame (%zu bytes)",
+                         c->budget_bytes, c->frame_bytes);
+    for (size_t i = 0; i < c->n_stages; i++) {
+        const kp_flow_stage *s = &c->stages[i];
+        if (!s->fn) return kp__error(KP_ERR_INVALID_ARG, "stages[%zu].fn is NULL", i);
+        if (!s->name || !*s->name || strlen(s->name) >= 64)
+            return kp__error(KP_ERR_INVALID_ARG, "stages[%zu].name: 1 to 63 characters", i);
+        if (i && (s->queue_capacity < 1 || s->queue_capacity > KP__MAX_QUEUE))
+            return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).queue_capacity is %zu (1 .. %d)",
+                             i, s->name, s->queue_capacity, KP__MAX_QUEUE);
+        if (i && s->policy != KP_QUEUE_BLOCK && s->policy != KP_QUEUE_DROP_OLDEST &&
+            s->policy != KP_QUEUE_DROP_NEWEST)
+            return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).policy: unknown policy %d", i,
+                             s->name, (int)s->policy);
+    }
+    return KP_OK;
+}
+
+static kp_status kp__make_frames(struct kp_flow *f) {
+    kp_pool_config pc = KP_POOL_CONFIG_INIT;
+    KP_CHECK(kp_buffer_pool_create(f->dev, &pc, &f->pool));
+    f->frames = kp__calloc(f->n_frames, sizeof *f->frames);
+    if (!f->frames) return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for frames");
+    for (size_t i = 0; i < f->n_frames; i++) {
+        kp__fframe *fr = &f->frames[i];
+        KP_CHECK(kp_event_create(f->dev, &fr->ev));
+        if (f->frame_bytes) {
+            KP_CHECK(kp_buffer_acquire(f->pool, f->frame_bytes, NULL, &fr->buf));
+            fr->f.data = kp_buffer_data(fr->buf);
+            fr->f.capacity = f->frame_bytes;
+        }
+        fr->next_free = f->free_list;
+        f->free_list = fr;
+    }
+    return KP_OK;
+}
+
+kp_status kp_flow_create(const kp_flow_config *config, kp_flow_t *out) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(out);
+    *out = NULL;
+    KP_ARG_CHECK(config);
+    kp_flow_config c = KP_FLOW_CONFIG_INIT;
+    KP_CHECK(kp__config_read(&c, sizeof c, config, KP__SIZE_THROUGH(kp_flow_config, budget_bytes),
+                             "config", "KP_FLOW_CONFIG_INIT"));
+    KP_CHECK(kp__check_config(&c));
+    struct kp_flow *f = kp__calloc(1, sizeof *f);
+    if (!f) return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory");
+    kp_status st = KP_OK;
+    f->dev = c.dev;
+    f->n = c.n_stages;
+    f->frame_bytes = c.frame_bytes;
+    f->budget = c.budget_bytes;
+    if (pthread_mutex_init(&f->mu, NULL) != 0 || pthread_cond_init(&f->freed, NULL) != 0) {
+        kp__free(f);
+        return kp__error(KP_ERR_INTERNAL, "flow: cannot initialise its lock");
+    }
+    f->n_frames = c.n_stages; /* one in hand per stage, plus every queue slot */
+    for (size_t i = 0; i < c.n_stages; i++) {
+        kp__stage *s = &f->st[i];
+        const kp_flow_stage *cs = &c.stages[i];
+        s->flow = f;
+        s->index = i;
+        snprintf(s->name, sizeof s->name, "%s", cs->name);
+        s->fn = cs->fn;
+        s->user = cs->user;
+        s->ctx.dev = c.dev;
+        s->ctx.name = s->name;
+        s->ctx.index = i;
+        KP_CHECK_GOTO(kp_stream_create(c.dev, &s->ctx.stream), st, fail);
+        if (i) {
+            KP_CHECK_GOTO(kp__queue_init(&f->q[i], cs->queue_capacity, cs->policy), st, fail);
+            f->n_frames += cs->queue_capacity;
+        }
+    }
+    KP_CHECK_GOTO(kp__make_frames(f), st, fail);
+    *out = f;
+    return KP_OK;
+fail:
+    kp_flow_destroy(f);
+    return st;
+}
+
+kp_status kp_flow_start(kp_flow_t f) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(f);
+    if (atomic_exchange(&f->started, true))
+        return kp__error(KP_ERR_STATE, "the flow was started already");
+    atomic_store(&f->running, (int)f->n);
+    for (size_t i = 0; i < f->n; i++) {
+        if (pthread_create(&f->st[i].thread, NULL, kp__stage_main, &f->st[i]) != 0) {
+            /* the stages already running stop; the ones never started count as stopped */
+            atomic_fetch_sub(&f->running, (int)(f->n - i));
+            kp__fail(f, &f->st[i], kp__error(KP_ERR_INTERNAL, "cannot start its thread"));
+            return KP_ERR_INTERNAL;
+        }
+        f->st[i].started = true;
+    }
+    return KP_OK;
+}
+
+kp_status kp_flow_wait(kp_flow_t f) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(f);
+    if (!atomic_load(&f->started)) return kp__error(KP_ERR_STATE, "the flow was not started");
+    if (!atomic_exchange(&f->waited, true)) {
+        for (size_t i = 0; i < f->n; i++)
+            if (f->st[i].started) pthread_join(f->st[i].thread, NULL);
+        for (size_t i = 1; i < f->n; i++) kp__queue_drain(f, &f->q[i]);
+        for (size_t i = 0; i < f->n; i++) {
+            kp_status st = kp_stream_sync(f->st[i].ctx.stream);
+            if (st != KP_OK && f->status == KP_OK) {
+                f->status = st;
+                snprintf(f->error, sizeof f->error, "stage \"%s\": %s", f->st[i].name,
+                         kp_last_error());
+            }
+        }
+    }
+    if (f->status != KP_OK) return kp__error(f->status, "%s", f->error);
+    if (atomic_load(&f->cancel)) return kp__error(KP_ERR_STATE, "the flow was cancelled");
+    return KP_OK;
+}
+
+kp_status kp_flow_cancel(kp_flow_t f) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(f);
+    /* a flow whose stages have all stopped (end of stream) stays finished */
+    if (atomic_load(&f->started) && atomic_load(&f->running) == 0) return KP_OK;
+    atomic_store(&f->cancel, true);
+    kp__wake_all(f);
+    return KP_OK;
+}
+
+static int kp__cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* p50 and p99 of a stage's recent host times. */
+static void kp__latency(kp__stage *s, double *p50, double *p99) {
+    uint32_t v[KP__LAT_SAMPLES];
+    uint64_t n = atomic_load(&s->n_lat);
+    size_t k = n < KP__LAT_SAMPLES ? (size_t)n : KP__LAT_SAMPLES;
+    *p50 = *p99 = 0;
+    if (!k) return;
+    for (size_t i = 0; i < k; i++) v[i] = atomic_load(&s->lat[i]);
+    qsort(v, k, sizeof *v, kp__cmp_u32);
+    *p50 = v[(k - 1) / 2] / 10.0;
+    *p99 = v[(size_t)((double)(k - 1) * 0.99)] / 10.0;
+}
+
+kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(f && out);
+    memset(out, 0, sizeof *out);
+    out->n_stages = f->n;
+    out->consistent = true;
+    for (size_t i = 0; i < f->n; i++) {
+        kp__stage *s = &f->st[i];
+        kp_flow_stage_stats *o = &out->stages[i];
+        o->name = s->name;
+        o->in = atomic_load(&s->in);
+        o->out = atomic_load(&s->out);
+        kp__latency(s, &o->host_p50_us, &o->host_p99_us);
+        if (i) {
+            kp__queue *q = &f->q[i];
+            kp_flow_queue_stats *qs = &out->queues[i];
+            qs->depth = atomic_load(&q->depth);
+            qs->max_depth = atomic_load(&q->max_depth);
+            qs->capacity = q->cap;
+            qs->pushed = atomic_load(&q->pushed);
+            qs->drops = atomic_load(&q->drops);
+            qs->policy = q->policy;
+        }
+    }
+    /* counters move while we read: a stage's out is read after its in, so
+     * in >= out holds for what we return */
+    for (size_t i = 0; i < f->n; i++)
+        if (out->stages[i].in < out->stages[i].out) out->consistent = false;
+    out->frames_in_flight = atomic_load(&f->in_flight);
+    out->max_frames_in_flight = atomic_load(&f->max_in_flight);
+    out->frame_limit = f->n_frames;
+    out->bytes_in_flight = atomic_load(&f->bytes);
+    out->peak_bytes_in_flight = atomic_load(&f->peak_bytes);
+    out->budget_bytes = f->budget;
+    out->frames_done = atomic_load(&f->done);
+    out->frames_dropped = atomic_load(&f->dropped);
+    if (out->max_frames_in_flight > f->n_frames) out->consistent = false;
+    kp_pool_stats ps = {0};
+    if (kp_buffer_pool_stats(f->pool, &ps) == KP_OK) {
+        out->pool_hits = ps.hits;
+        out->pool_misses = ps.misses;
+        out->pool_hit_rate =
+            ps.hits + ps.misses ? (double)ps.hits / (double)(ps.hits + ps.misses) : 0.0;
+        out->device_bytes = ps.live_bytes + ps.cached_bytes;
+        out->device_peak_bytes = f->n_frames * f->frame_bytes;
+    }
+    out->running = atomic_load(&f->started) && atomic_load(&f->running) > 0;
+    out->steady = atomic_load(&f->first_done) && ps.misses == atomic_load(&f->misses_at_first_done);
+    return KP_OK;
+}
+
+void kp_flow_destroy(kp_flow_t f) {
+    if (!f) return;
+    if (atomic_load(&f->started)) {
+        (void)kp_flow_cancel(f);
+        if (kp_flow_wait(f) != KP_OK) kp_clear_error();
+    }
+    for (size_t i = 0; i < f->n; i++) {
+        kp_stream_destroy(f->st[i].ctx.stream);
+        if (i) kp__queue_fini(&f->q[i]);
+    }
+    for (size_t i = 0; f->frames && i < f->n_frames; i++) {
+        kp_event_destroy(f->frames[i].ev);
+        if (f->frames[i].buf) kp_buffer_release(f->frames[i].buf);
+    }
+    kp__free(f->frames);
+    kp_buffer_pool_destroy(f->pool);
+    pthread_cond_destroy(&f->freed);
+    pthread_mutex_destroy(&f->mu);
+    kp__free(f);
+}

@@ -1,0 +1,365 @@
+/* Flows: frames through stages on threads. Order, loss and duplication
+ * under backpressure (sequence numbers and the data the stages computed,
+ * every frame), exact drop counts under the leaky policies, the bounds on
+ * frames and bytes in flight checked at every frame, a slow sink, a failing
+ * stage, cancellation at random moments (a watchdog fails a hang), and
+ * misuse.
+ *   test_flow DEVICE [CANCEL_RUNS]   (cpu or cuda; exit 77 without the device) */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "support/kp_test.h"
+#include "support/test_kernels.h"
+
+static kp_device_t g_dev;
+static int g_cancel_runs = 1000;
+
+#define FLOATS 256
+
+static void sleep_us(long us) {
+    struct timespec t = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&t, NULL);
+}
+
+/* Shared by a test's stages. */
+typedef struct ctx {
+    uint64_t frames;     /* the source ends after this many (0: never) */
+    uint64_t fail_at;    /* the middle stage fails at this seq (0: never) */
+    long sink_sleep_us;  /* a slow sink */
+    uint64_t seen, next; /* frames the sink saw; the seq it expects next */
+    uint64_t gaps;       /* frames the sink never saw (drops) */
+    bool ordered;        /* every seq arrived in order */
+    kp_flow_t flow;
+    size_t worst_in_flight, worst_bytes, limit, budget;
+    bool bounds_ok;
+    float host[FLOATS];
+} ctx;
+
+static kp_status affine(kp_stream_t s, float *y, float a, float b) {
+    kpt_affine_params p = {y, a, b, FLOATS};
+    kp_launch l = kpt_launch_1d(&kpt_affine, &p, FLOATS);
+    return kp_launch_kernel(s, &l);
+}
+
+/* y = seq */
+static kp_status source(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    ctx *t = user;
+    if (t->frames && f->seq == t->frames) {
+        *eos = true;
+        return KP_OK;
+    }
+    f->bytes = FLOATS * sizeof(float);
+    kp_status st = kp_memset_async(c->stream, f->data, 0, f->bytes);
+    return st == KP_OK ? affine(c->stream, f->data, 1.0f, (float)(f->seq % 100000)) : st;
+}
+
+/* y = 2y + 1 */
+static kp_status middle(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    ctx *t = user;
+    if (t->fail_at && f->seq == t->fail_at)
+        return kp_set_error(KP_ERR_IO, "frame %llu: the camera went away",
+                            (unsigned long long)f->seq);
+    return affine(c->stream, f->data, 2.0f, 1.0f);
+}
+
+/* Checks the data and the order, and the bounds at every frame. */
+static kp_status sink(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    ctx *t = user;
+    if (t->sink_sleep_us) sleep_us(t->sink_sleep_us);
+    kp_status st = kp_memcpy_async(c->stream, t->host, f->data, sizeof t->host);
+    if (st == KP_OK) st = kp_stream_sync(c->stream);
+    if (st != KP_OK) return st;
+    float want = 2.0f * (float)(f->seq % 100000) + 1.0f;
+    for (int i = 0; i < FLOATS; i++)
+        if (t->host[i] != want)
+            return kp_set_error(KP_ERR_MISMATCH, "frame %llu element %d: %g, want %g",
+                                (unsigned long long)f->seq, i, (double)t->host[i], (double)want);
+    if (f->seq != t->next) t->ordered = false;
+    if (f->seq > t->next) t->gaps += f->seq - t->next;
+    t->next = f->seq + 1;
+    t->seen++;
+    kp_flow_snapshot h;
+    if (kp_flow_health(t->flow, &h) == KP_OK) {
+        if (h.frames_in_flight > t->worst_in_flight) t->worst_in_flight = h.frames_in_flight;
+        if (h.bytes_in_flight > t->worst_bytes) t->worst_bytes = h.bytes_in_flight;
+        if (h.frames_in_flight > h.frame_limit ||
+            (h.budget_bytes && h.bytes_in_flight > h.budget_bytes))
+            t->bounds_ok = false;
+        for (size_t i = 1; i < h.n_stages; i++)
+            if (h.queues[i].depth > h.queues[i].capacity) t->bounds_ok = false;
+    }
+    return KP_OK;
+}
+
+static kp_flow_t make_flow(ctx *t, size_t cap1, kp_queue_policy p1, size_t cap2, kp_queue_policy p2,
+                           size_t budget) {
+    kp_flow_stage st[3] = {{"source", source, t, 0, KP_QUEUE_BLOCK},
+                           {"middle", middle, t, cap1, p1},
+                           {"sink", sink, t, cap2, p2}};
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    cfg.dev = g_dev;
+    cfg.stages = st;
+    cfg.n_stages = 3;
+    cfg.frame_bytes = FLOATS * sizeof(float);
+    cfg.budget_bytes = budget;
+    kp_flow_t f;
+    KPT_OK(kp_flow_create(&cfg, &f));
+    t->flow = f;
+    t->ordered = true;
+    t->bounds_ok = true;
+    return f;
+}
+
+static void ordered_under_block(void **state) {
+    (void)state;
+    ctx t = {.frames = 3000};
+    kp_flow_t f = make_flow(&t, 4, KP_QUEUE_BLOCK, 2, KP_QUEUE_BLOCK, 0);
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(t.seen, 3000);
+    assert_true(t.ordered);
+    assert_int_equal(t.gaps, 0);
+    assert_true(t.bounds_ok);
+    assert_int_equal(h.frames_done, 3000);
+    assert_int_equal(h.frames_dropped, 0);
+    assert_int_equal(h.frames_in_flight, 0);
+    assert_true(h.max_frames_in_flight <= 4 + 2 + 3);
+    assert_int_equal(h.frame_limit, 9);
+    assert_int_equal(h.stages[0].in, 3001); /* the last call said end of stream */
+    assert_int_equal(h.stages[0].out, 3000);
+    assert_int_equal(h.stages[2].out, 3000);
+    assert_true(h.consistent);
+    assert_true(h.steady); /* no buffer allocated after the first frame */
+    assert_int_equal(h.pool_misses, 9);
+    assert_false(h.running);
+    assert_true(h.stages[1].host_p50_us >= 0 && h.stages[1].host_p99_us >= h.stages[1].host_p50_us);
+    kp_flow_destroy(f);
+}
+
+/* A slow sink behind leaky queues: every frame the sink misses is a counted drop. */
+static void leaky_drops_are_exact(void **state) {
+    (void)state;
+    for (int pol = 1; pol <= 2; pol++) {
+        ctx t = {.frames = 400, .sink_sleep_us = 300};
+        kp_flow_t f = make_flow(&t, 64, KP_QUEUE_BLOCK, 2, (kp_queue_policy)pol, 0);
+        KPT_OK(kp_flow_start(f));
+        KPT_OK(kp_flow_wait(f));
+        kp_flow_snapshot h;
+        KPT_OK(kp_flow_health(f, &h));
+        assert_true(h.queues[2].drops > 0);
+        assert_int_equal(h.queues[2].drops, h.frames_dropped);
+        assert_int_equal(t.seen + h.frames_dropped, 400);
+        assert_int_equal(t.gaps + (400 - t.next), h.frames_dropped); /* tail drops too */
+        assert_int_equal(h.frames_done, t.seen);
+        assert_true(t.bounds_ok);
+        assert_true(h.consistent);
+        if (pol == KP_QUEUE_DROP_NEWEST) assert_int_equal(t.seen >= 2, 1);
+        kp_flow_destroy(f);
+    }
+}
+
+/* Backpressure, not growth: a slow sink behind blocking queues, under a byte budget. */
+static void slow_sink_backpressure_and_budget(void **state) {
+    (void)state;
+    size_t fb = FLOATS * sizeof(float);
+    ctx t = {.frames = 200, .sink_sleep_us = 200};
+    kp_flow_t f = make_flow(&t, 8, KP_QUEUE_BLOCK, 8, KP_QUEUE_BLOCK, 3 * fb);
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(t.seen, 200);
+    assert_true(t.ordered);
+    assert_true(t.bounds_ok);
+    assert_true(h.peak_bytes_in_flight <= 3 * fb);
+    assert_true(h.max_frames_in_flight <= 3);
+    assert_true(h.steady);
+    kp_flow_destroy(f);
+    /* without a budget the queues fill, and stop at their capacity */
+    ctx u = {.frames = 200, .sink_sleep_us = 200};
+    f = make_flow(&u, 8, KP_QUEUE_BLOCK, 8, KP_QUEUE_BLOCK, 0);
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(h.queues[2].max_depth, 8);
+    assert_true(h.max_frames_in_flight <= 8 + 8 + 3);
+    assert_true(u.bounds_ok);
+    kp_flow_destroy(f);
+}
+
+static void failing_stage_stops_the_flow(void **state) {
+    (void)state;
+    ctx t = {.frames = 0, .fail_at = 37};
+    kp_flow_t f = make_flow(&t, 4, KP_QUEUE_BLOCK, 4, KP_QUEUE_BLOCK, 0);
+    KPT_OK(kp_flow_start(f));
+    KPT_FAILS(kp_flow_wait(f), KP_ERR_IO);
+    assert_non_null(strstr(kp_last_error(), "stage \"middle\": frame 37: the camera went away"));
+    assert_true(t.seen <= 37);
+    assert_true(t.ordered);
+    KPT_FAILS(kp_flow_wait(f), KP_ERR_IO); /* again: the same answer */
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(h.frames_in_flight, 0); /* everything went back */
+    kp_flow_destroy(f);
+}
+
+/* --- cancel at random moments, with a watchdog ------------------------------------- */
+typedef struct watchdog {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int run;
+} watchdog;
+
+static void *watch(void *arg) {
+    watchdog *w = arg;
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 60;
+    pthread_mutex_lock(&w->mu);
+    while (!w->done)
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) != 0 && !w->done) {
+            fprintf(stderr, "watchdog: cancel run %d hangs after 60 s\n", w->run);
+            abort();
+        }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static void cancel_at_random_moments(void **state) {
+    (void)state;
+    watchdog w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, watch, &w), 0);
+    uint64_t seed = 77;
+    int cancelled = 0, finished = 0;
+    for (int r = 0; r < g_cancel_runs; r++) {
+        pthread_mutex_lock(&w.mu);
+        w.run = r;
+        pthread_mutex_unlock(&w.mu);
+        ctx t = {.frames = kpt_rand(&seed) % 4 == 0 ? 3 : 0};
+        t.sink_sleep_us = (long)(kpt_rand(&seed) % 3) * 50;
+        kp_flow_t f = make_flow(&t, 1 + kpt_rand(&seed) % 4, (kp_queue_policy)(kpt_rand(&seed) % 3),
+                                1 + kpt_rand(&seed) % 4, KP_QUEUE_BLOCK, 0);
+        KPT_OK(kp_flow_start(f));
+        sleep_us((long)(kpt_rand(&seed) % 1500));
+        KPT_OK(kp_flow_cancel(f));
+        kp_status st = kp_flow_wait(f);
+        if (st == KP_OK)
+            finished++; /* it reached end of stream first */
+        else {
+            assert_int_equal(st, KP_ERR_STATE);
+            assert_non_null(strstr(kp_last_error(), "cancelled"));
+            cancelled++;
+        }
+        kp_flow_snapshot h;
+        KPT_OK(kp_flow_health(f, &h));
+        assert_int_equal(h.frames_in_flight, 0);
+        assert_true(h.consistent);
+        assert_true(t.ordered || h.frames_dropped > 0);
+        kp_flow_destroy(f);
+    }
+    pthread_mutex_lock(&w.mu);
+    w.done = true;
+    pthread_cond_signal(&w.cv);
+    pthread_mutex_unlock(&w.mu);
+    pthread_join(th, NULL);
+    printf("cancel: %d runs, %d cancelled, %d at end of stream first\n", g_cancel_runs, cancelled,
+           finished);
+    assert_true(cancelled > 0);
+}
+
+static kp_status noop(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    if (eos) *eos = f->seq == 10;
+    return KP_OK;
+}
+
+static void misuse(void **state) {
+    (void)state;
+    kp_flow_t f = NULL;
+    kp_flow_stage st[2] = {{"a", noop, NULL, 0, KP_QUEUE_BLOCK},
+                           {"b", noop, NULL, 2, KP_QUEUE_BLOCK}};
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    KPT_FAILS(kp_flow_create(NULL, &f), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_flow_create(&cfg, NULL), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG); /* no device */
+    assert_non_null(strstr(kp_last_error(), "config.dev"));
+    cfg.dev = g_dev;
+    cfg.stages = st;
+    cfg.n_stages = 1;
+    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "n_stages"));
+    cfg.n_stages = 2;
+    st[1].queue_capacity = 0;
+    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "stages[1] (b).queue_capacity is 0"));
+    st[1].queue_capacity = 2;
+    st[1].policy = (kp_queue_policy)9;
+    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG);
+    st[1].policy = KP_QUEUE_BLOCK;
+    st[0].fn = NULL;
+    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG);
+    st[0].fn = noop;
+    st[0].name = "";
+    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG);
+    st[0].name = "a";
+    cfg.frame_bytes = 4096;
+    cfg.budget_bytes = 100;
+    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "smaller than one frame"));
+    cfg.budget_bytes = 0;
+    cfg.struct_size = 2;
+    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG);
+    cfg.struct_size = sizeof cfg;
+    assert_null(f);
+    KPT_OK(kp_flow_create(&cfg, &f));
+    KPT_FAILS(kp_flow_wait(f), KP_ERR_STATE); /* not started */
+    KPT_OK(kp_flow_start(f));
+    KPT_FAILS(kp_flow_start(f), KP_ERR_STATE);
+    KPT_OK(kp_flow_wait(f));
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(h.frames_done, 10);
+    KPT_FAILS(kp_flow_health(NULL, &h), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_flow_health(f, NULL), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_flow_cancel(NULL), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_flow_start(NULL), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_flow_wait(NULL), KP_ERR_INVALID_ARG);
+    assert_string_equal(kp_queue_policy_str((kp_queue_policy)7), "invalid");
+    assert_string_equal(kp_queue_policy_str(KP_QUEUE_DROP_OLDEST), "drop_oldest");
+    kp_flow_destroy(f);
+    kp_flow_destroy(NULL);
+    /* destroyed while running: cancels and waits */
+    KPT_OK(kp_flow_create(&cfg, &f));
+    KPT_OK(kp_flow_start(f));
+    kp_flow_destroy(f);
+}
+
+int main(int argc, char **argv) {
+    const char *name = argc > 1 ? argv[1] : "cpu";
+    if (argc > 2) g_cancel_runs = atoi(argv[2]);
+    kp_status st = kp_device_open(name, &g_dev);
+    if (st == KP_ERR_NO_DEVICE) {
+        printf("SKIP: flow tests on %s: %s\n", name, kp_last_error());
+        return 77;
+    }
+    if (st != KP_OK) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(ordered_under_block),
+        cmocka_unit_test(leaky_drops_are_exact),
+        cmocka_unit_test(slow_sink_backpressure_and_budget),
+        cmocka_unit_test(failing_stage_stops_the_flow),
+        cmocka_unit_test(cancel_at_random_moments),
+        cmocka_unit_test(misuse),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    kp_device_close(g_dev);
+    return failed ? 1 : 0;
+}
