@@ -729,6 +729,13 @@ static void flow_calls(void **state) {
     KPT_FAILS(kp_flow_wait(NULL), BAD);
     KPT_FAILS(kp_flow_cancel(NULL), BAD);
     KPT_FAILS(kp_flow_health(NULL, &h), BAD);
+    KPT_FAILS(kp_flow_create_from_json(NULL, "{}", &f), BAD);
+    KPT_FAILS(kp_flow_create_from_json(g_dev, NULL, &f), BAD);
+    KPT_FAILS(kp_flow_create_from_json(g_dev, "{}", NULL), BAD);
+    KPT_FAILS(kp_flow_create_from_json(g_dev, "[1]", &f), KP_ERR_PARSE);
+    KPT_FAILS(kp_flow_create_from_file(g_dev, NULL, &f), BAD);
+    KPT_FAILS(kp_flow_create_from_file(g_dev, "/nonexistent/f.json", &f), KP_ERR_IO);
+    assert_null(f);
     KPT_OK(kp_flow_create(&cfg, &f));
     KPT_FAILS(kp_flow_health(f, NULL), BAD);
     KPT_FAILS(kp_flow_wait(f), KP_ERR_STATE);

@@ -276,6 +276,104 @@ static void cancel_at_random_moments(void **state) {
     assert_true(cancelled > 0);
 }
 
+/* The JSON form end to end: a synthetic source, an inline pipeline, the npy sink. */
+static void json_flow_end_to_end(void **state) {
+    (void)state;
+    const char *json =
+        "{\"kpipe_flow\": 1, \"name\": \"t\", \"stages\": ["
+        "{\"name\": \"src\", \"source\": \"synthetic\", \"frames\": 50, \"shape\": [999]},"
+        "{\"name\": \"relu\", \"queue\": {\"capacity\": 2, \"policy\": \"block\"}, "
+        "\"pipeline\": {\"kpipe_spec\": 1, \"modules\": [{\"type\": \"relu\", \"id\": \"r\", "
+        "\"params\": {\"size\": {\"max\": 1024}}}], \"inputs\": {\"x\": \"r.input\"}, "
+        "\"outputs\": {\"y\": \"r.output\"}}},"
+        "{\"name\": \"out\", \"sink\": \"npy\", \"path\": \"test_flow_out.npy\"}]}";
+    kp_flow_t f;
+    KPT_OK(kp_flow_create_from_json(g_dev, json, &f));
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(h.frames_done, 50);
+    assert_string_equal(h.stages[1].name, "relu");
+    assert_int_equal(h.queues[2].capacity, 4); /* the default */
+    kp_flow_destroy(f);
+    kp_tensor_desc d;
+    void *data;
+    size_t bytes;
+    KPT_OK(kp_npy_load("test_flow_out.npy", &d, &data, &bytes));
+    assert_int_equal(d.ndim, 1);
+    assert_int_equal(d.shape[0], 999);
+    const float *y = data;
+    for (int64_t i = 0; i < 999; i++) {
+        float x = (float)((int64_t)((49u * 31u + (uint64_t)i * 7u) % 2001u) - 1000);
+        assert_true(y[i] == fmaxf(x, 0.0f));
+    }
+    kp_npy_free(data);
+    remove("test_flow_out.npy");
+}
+
+static void json_flow_errors(void **state) {
+    (void)state;
+    static const struct {
+        const char *json, *want;
+    } bad[] = {
+        {"{", "line 1"},
+        {"{\"stages\": []}", "$.kpipe_flow: missing"},
+        {"{\"kpipe_flow\": 2, \"stages\": []}", "version 1"},
+        {"{\"kpipe_flow\": 1, \"stages\": 3}", "$.stages: expected an array"},
+        {"{\"kpipe_flow\": 1, \"stagez\": []}", "$.stagez: unknown key"},
+        {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"sink\": \"null\"}, "
+         "{\"name\": \"b\", \"sink\": \"null\"}]}",
+         "$.stages[0]: stage 0 must be a source"},
+        {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"synthetic\", "
+         "\"shape\": [4]}, {\"name\": \"a\", \"sink\": \"null\"}]}",
+         "$.stages[1].name: \"a\" is used twice"},
+        {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"camera\"}, "
+         "{\"name\": \"b\", \"sink\": \"null\"}]}",
+         "$.stages[0].source: expected \"synthetic\""},
+        {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"synthetic\", "
+         "\"shape\": [0]}, {\"name\": \"b\", \"sink\": \"null\"}]}",
+         "$.stages[0].shape[0]: expected an integer from 1"},
+        {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"synthetic\", "
+         "\"shape\": [4], \"frames\": -1}, {\"name\": \"b\", \"sink\": \"null\"}]}",
+         "$.stages[0].frames"},
+        {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"synthetic\", "
+         "\"shape\": [4]}, {\"name\": \"b\", \"sink\": \"null\", \"queue\": {\"capacity\": 0}}]}",
+         "$.stages[1].queue.capacity"},
+        {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"synthetic\", "
+         "\"shape\": [4]}, {\"name\": \"b\", \"sink\": \"null\", \"queue\": {\"policy\": "
+         "\"leak\"}}]}",
+         "$.stages[1].queue.policy"},
+        {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"synthetic\", "
+         "\"shape\": [4]}, {\"name\": \"p\", \"pipeline\": \"no/such/spec.json\"}, "
+         "{\"name\": \"b\", \"sink\": \"null\"}]}",
+         "$.stages[1].pipeline"},
+        {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"synthetic\", "
+         "\"shape\": [4]}, {\"name\": \"p\", \"pipeline\": {\"kpipe_spec\": 1, \"modules\": "
+         "[{\"type\": \"engine\", \"id\": \"e\", \"params\": {\"size\": 4}}], \"inputs\": "
+         "{\"x\": \"e.arg0\", \"z\": \"e.arg1\"}, \"outputs\": {\"y\": \"e.result0\"}}}, "
+         "{\"name\": \"b\", \"sink\": \"null\"}]}",
+         "a flow stage takes one of each"},
+        {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"synthetic\", "
+         "\"shape\": [4]}, {\"name\": \"b\", \"sink\": \"npy\"}]}",
+         "$.stages[1].path"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kp_flow_t f = (kp_flow_t)1;
+        kp_status st = kp_flow_create_from_json(g_dev, bad[i].json, &f);
+        if (st == KP_OK || !strstr(kp_last_error(), bad[i].want))
+            fprintf(stderr, "case %zu: %s: %s (want \"%s\")\n", i, kp_status_name(st),
+                    kp_last_error(), bad[i].want);
+        assert_int_not_equal(st, KP_OK);
+        assert_non_null(strstr(kp_last_error(), bad[i].want));
+        assert_null(f);
+    }
+    kp_flow_t f;
+    KPT_FAILS(kp_flow_create_from_file(g_dev, "no/such/flow.json", &f), KP_ERR_IO);
+    KPT_FAILS(kp_flow_create_from_json(NULL, "{}", &f), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_flow_create_from_json(g_dev, "{}", NULL), KP_ERR_INVALID_ARG);
+}
+
 static kp_status noop(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     if (eos) *eos = f->seq == 10;
     return KP_OK;
@@ -358,6 +456,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(failing_stage_stops_the_flow),
         cmocka_unit_test(cancel_at_random_moments),
         cmocka_unit_test(misuse),
+        cmocka_unit_test(json_flow_end_to_end),
+        cmocka_unit_test(json_flow_errors),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     kp_device_close(g_dev);

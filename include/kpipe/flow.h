@@ -104,6 +104,11 @@ typedef struct kp_flow_config {
 /* Checks the configuration (KP_ERR_INVALID_ARG names the field), makes the
  * frames, buffers, streams and events; starts nothing. */
 kp_status kp_flow_create(const kp_flow_config *cfg, kp_flow_t *out);
+/* The JSON form ("kpipe_flow": 1; README, "Flows"): a built-in source,
+ * pipelines (a spec file, relative to the flow file, or inline) and a
+ * built-in sink. KP_ERR_PARSE names the line and column or the JSON path. */
+kp_status kp_flow_create_from_json(kp_device_t dev, const char *json_text, kp_flow_t *out);
+kp_status kp_flow_create_from_file(kp_device_t dev, const char *path, kp_flow_t *out);
 /* Starts one thread per stage. Once only. */
 kp_status kp_flow_start(kp_flow_t f);
 /* Waits until every stage has stopped and the device has finished the

@@ -20,8 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kpipe/flow.h"
-#include "../core/core-impl.h"
+#include "flow-impl.h"
 
 #define KP__MAX_QUEUE 1024
 #define KP__LAT_SAMPLES 1024 /* host-time samples kept per stage */
@@ -81,7 +80,24 @@ struct kp_flow {
     char error[512];
     _Atomic uint64_t misses_at_first_done; /* pool misses when the first frame finished */
     _Atomic bool first_done;
+    /* objects the flow owns (its JSON reader's stages), freed last */
+    struct kp__owned {
+        void *obj;
+        void (*free_fn)(void *);
+    } owned[2 * KP_FLOW_MAX_STAGES];
+    size_t n_owned;
 };
+
+kp_status kp__flow_own(kp_flow_t f, void *obj, void (*free_fn)(void *)) {
+    if (!free_fn) return KP_OK;
+    if (f->n_owned == sizeof f->owned / sizeof f->owned[0]) {
+        free_fn(obj);
+        return kp__error(KP_ERR_INTERNAL, "flow: too many owned objects");
+    }
+    f->owned[f->n_owned].obj = obj;
+    f->owned[f->n_owned++].free_fn = free_fn;
+    return KP_OK;
+}
 
 const char *kp_queue_policy_str(kp_queue_policy p) {
     switch (p) {
@@ -432,6 +448,11 @@ kp_status kp_flow_create(const kp_flow_config *config, kp_flow_t *out) {
             f->n_frames += cs->queue_capacity;
         }
     }
+    if (f->frame_bytes && f->n_frames > KP__MAX_ALLOC_BYTES / f->frame_bytes) {
+        st = kp__error(KP_ERR_OUT_OF_MEMORY, "flow: %zu frames of %zu bytes", f->n_frames,
+                       f->frame_bytes);
+        goto fail;
+    }
     KP_CHECK_GOTO(kp__make_frames(f), st, fail);
     *out = f;
     return KP_OK;
@@ -575,6 +596,7 @@ void kp_flow_destroy(kp_flow_t f) {
     }
     kp__free(f->frames);
     kp_buffer_pool_destroy(f->pool);
+    for (size_t i = f->n_owned; i-- > 0;) f->owned[i].free_fn(f->owned[i].obj);
     pthread_cond_destroy(&f->freed);
     pthread_mutex_destroy(&f->mu);
     kp__free(f);

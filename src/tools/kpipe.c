@@ -12,6 +12,7 @@ static const struct {
     {"run", kpt_cmd_run, "run a spec for some ticks; inputs and outputs as .npy files"},
     {"validate", kpt_cmd_validate, "parse and plan a spec without running it"},
     {"bench", kpt_cmd_bench, "measure tick latency and throughput in stream and graph mode"},
+    {"flow", kpt_cmd_flow, "run a flow: stages on threads joined by bounded queues"},
     {"info", kpt_cmd_info, "backends, devices, driver and library versions"},
 };
 #define KPT_N_COMMANDS (sizeof kpt_commands / sizeof kpt_commands[0])

@@ -81,6 +81,7 @@ int kpt_cmd_run(int argc, char **argv);
 int kpt_cmd_validate(int argc, char **argv);
 int kpt_cmd_bench(int argc, char **argv);
 int kpt_cmd_info(int argc, char **argv);
+int kpt_cmd_flow(int argc, char **argv);
 
 /* Records the detail of a failure the command line found itself (kpt_fail
  * prints it in place of the library's) and returns `st`. */

@@ -1,0 +1,36 @@
+/* Flow internals shared by the runtime, its built-in stages and the JSON
+ * reader. */
+#ifndef KPIPE_FLOW_IMPL_H
+#define KPIPE_FLOW_IMPL_H
+
+#include "kpipe/flow.h"
+#include "kpipe/npy.h"
+#include "kpipe/pipeline.h"
+#include "../core/core-impl.h"
+
+/* Hands the flow an object to free (with free_fn) once its threads have
+ * stopped, in kp_flow_destroy; on failure free_fn(obj) has run. */
+kp_status kp__flow_own(kp_flow_t f, void *obj, void (*free_fn)(void *));
+
+/* A built-in stage as made: its function and state, what frames it needs. */
+typedef struct kp__stage_made {
+    kp_flow_stage_fn fn;
+    void *user;
+    void (*free_fn)(void *user);
+    size_t frame_bytes; /* bytes its frames must hold */
+} kp__stage_made;
+
+/* Source "synthetic": `frames` frames (0: until cancelled) of f32[shape],
+ * element i of frame s = kp__pattern_value(s, i), written on the device. */
+kp_status kp__stage_synthetic(kp_device_t dev, int64_t frames, int ndim, const int64_t *shape,
+                              kp__stage_made *out);
+/* Sink "null": nothing. Sink "npy": writes each frame to `path` (the file
+ * holds the last one), through host memory made here. */
+kp_status kp__stage_null(kp__stage_made *out);
+kp_status kp__stage_npy(kp_device_t dev, const char *path, size_t max_bytes, kp__stage_made *out);
+/* A stage running pipeline `p` (taken over, set up here) on each frame:
+ * the frame feeds its one external input, its one external output is copied
+ * back into the frame. `in_bytes` bounds the frames it receives. */
+kp_status kp__stage_pipeline(kp_pipeline_t p, kp__stage_made *out);
+
+#endif

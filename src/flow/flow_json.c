@@ -1,0 +1,274 @@
+/* The JSON form of a flow, read with jansson:
+ *
+ *   {"kpipe_flow": 1, "name": "demo", "budget_bytes": 0,
+ *    "stages": [
+ *      {"name": "src", "source": "synthetic", "frames": 1000, "shape": [16384]},
+ *      {"name": "relu", "pipeline": "relu.json", "queue": {"capacity": 4, "policy": "block"}},
+ *      {"name": "inline", "pipeline": {"kpipe_spec": 1, ...}},
+ *      {"name": "out", "sink": "npy", "path": "out.npy", "queue": {"capacity": 2}}]}
+ *
+ * The first stage is a source, the last a sink, those between pipelines (a
+ * spec file, relative to the flow file, or a spec inline). A queue defaults
+ * to capacity 4, policy block. Syntax errors name line and column; every
+ * other error names the JSON path. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "flow-impl.h"
+
+#define KP__PERR(...) kp__error(KP_ERR_PARSE, __VA_ARGS__)
+#define KP__DEFAULT_CAPACITY 4
+
+typedef struct kp__flow_build {
+    kp_device_t dev;
+    const char *base_dir; /* of the flow file; "" for text */
+    kp_flow_stage st[KP_FLOW_MAX_STAGES];
+    char names[KP_FLOW_MAX_STAGES][64];
+    kp__stage_made made[KP_FLOW_MAX_STAGES];
+    size_t n;
+    size_t frame_bytes, budget;
+} kp__flow_build;
+
+static kp_status kp__only_keys(json_t *obj, const char *path, const char *const *allowed) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        bool ok = false;
+        for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, key) == 0;
+        if (!ok) return KP__PERR("%s.%s: unknown key", path, key);
+    }
+    return KP_OK;
+}
+
+static kp_status kp__count(json_t *v, const char *path, int64_t lo, int64_t hi, int64_t *out) {
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return KP__PERR("%s: expected an integer from %lld to %lld", path, (long long)lo,
+                        (long long)hi);
+    *out = json_integer_value(v);
+    return KP_OK;
+}
+
+static kp_status kp__queue(json_t *q, const char *path, kp_flow_stage *st) {
+    static const char *const keys[] = {"capacity", "policy", NULL};
+    st->queue_capacity = KP__DEFAULT_CAPACITY;
+    st->policy = KP_QUEUE_BLOCK;
+    if (!q) return KP_OK;
+    char sub[96];
+    if (!json_is_object(q)) return KP__PERR("%s: expected an object", path);
+    KP_CHECK(kp__only_keys(q, path, keys));
+    json_t *v = json_object_get(q, "capacity");
+    if (v) {
+        int64_t cap;
+        snprintf(sub, sizeof sub, "%s.capacity", path);
+        KP_CHECK(kp__count(v, sub, 1, 1024, &cap));
+        st->queue_capacity = (size_t)cap;
+    }
+    if ((v = json_object_get(q, "policy"))) {
+        const char *p = json_string_value(v);
+        int found = -1;
+        for (int k = KP_QUEUE_BLOCK; k <= KP_QUEUE_DROP_NEWEST && p; k++)
+            if (strcmp(p, kp_queue_policy_str((kp_queue_policy)k)) == 0) found = k;
+        if (found < 0)
+            return KP__PERR("%s.policy: expected \"block\", \"drop_oldest\" or \"drop_newest\"",
+                            path);
+        st->policy = (kp_queue_policy)found;
+    }
+    return KP_OK;
+}
+
+static kp_status kp__source(kp__flow_build *b, json_t *s, const char *path, kp__stage_made *m) {
+    const char *kind = json_string_value(json_object_get(s, "source"));
+    if (!kind || strcmp(kind, "synthetic") != 0)
+        return KP__PERR("%s.source: expected \"synthetic\"", path);
+    char sub[96];
+    int64_t frames = 0, shape[KP_MAX_DIMS];
+    json_t *v = json_object_get(s, "frames"), *sh = json_object_get(s, "shape");
+    snprintf(sub, sizeof sub, "%s.frames", path);
+    if (v) KP_CHECK(kp__count(v, sub, 0, INT64_MAX, &frames));
+    size_t nd = json_array_size(sh), i;
+    json_t *e;
+    if (!json_is_array(sh) || nd < 1 || nd > KP_MAX_DIMS)
+        return KP__PERR("%s.shape: expected 1 to %d sizes", path, KP_MAX_DIMS);
+    json_array_foreach(sh, i, e) {
+        snprintf(sub, sizeof sub, "%s.shape[%zu]", path, i);
+        KP_CHECK(kp__count(e, sub, 1, (int64_t)1 << 32, &shape[i]));
+    }
+    kp_status st = kp__stage_synthetic(b->dev, frames, (int)nd, shape, m);
+    return st == KP_OK ? KP_OK : kp__error_prefix(KP_ERR_PARSE, "%s", path);
+}
+
+static kp_status kp__sink(kp__flow_build *b, json_t *s, const char *path, kp__stage_made *m) {
+    const char *kind = json_string_value(json_object_get(s, "sink"));
+    if (kind && strcmp(kind, "null") == 0) return kp__stage_null(m);
+    if (!kind || strcmp(kind, "npy") != 0)
+        return KP__PERR("%s.sink: expected \"null\" or \"npy\"", path);
+    const char *file = json_string_value(json_object_get(s, "path"));
+    if (!file) return KP__PERR("%s.path: the npy sink needs a file path", path);
+    kp_status st = kp__stage_npy(b->dev, file, b->frame_bytes, m);
+    return st == KP_OK ? KP_OK : kp__error_prefix(KP_ERR_PARSE, "%s", path);
+}
+
+static kp_status kp__pipeline(kp__flow_build *b, json_t *s, const char *path, kp__stage_made *m) {
+    json_t *spec = json_object_get(s, "pipeline");
+    kp_pipeline_t p = NULL;
+    kp_status st;
+    if (json_is_string(spec)) {
+        const char *file = json_string_value(spec);
+        char full[2048];
+        snprintf(full, sizeof full, "%s%s", file[0] == '/' ? "" : b->base_dir, file);
+        st = kp_pipeline_create_from_file(b->dev, full, &p);
+    } else if (json_is_object(spec)) {
+        char *text = json_dumps(spec, JSON_COMPACT);
+        st = text ? kp_pipeline_create_from_json(b->dev, text, &p)
+                  : kp__error(KP_ERR_OUT_OF_MEMORY, "no memory");
+        free(text);
+    } else {
+        return KP__PERR("%s.pipeline: expected a spec file's path or an inline spec", path);
+    }
+    if (st == KP_OK) st = kp__stage_pipeline(p, m);
+    return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s.pipeline", path);
+}
+
+/* Sources first (they fix the frame size), then pipelines, then the sink. */
+static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
+    static const char *const keys[] = {"name",   "source", "pipeline", "sink", "queue",
+                                       "frames", "shape",  "path",     NULL};
+    size_t n = json_array_size(arr);
+    if (!json_is_array(arr) || n < 2 || n > KP_FLOW_MAX_STAGES)
+        return KP__PERR("$.stages: expected an array of 2 to %d stages", KP_FLOW_MAX_STAGES);
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_array_get(arr, i);
+        char path[64];
+        snprintf(path, sizeof path, "$.stages[%zu]", i);
+        if (!json_is_object(s)) return KP__PERR("%s: expected an object", path);
+        KP_CHECK(kp__only_keys(s, path, keys));
+        const char *name = json_string_value(json_object_get(s, "name"));
+        if (!name || !*name || strlen(name) >= 64)
+            return KP__PERR("%s.name: a name of 1 to 63 characters", path);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(b->names[j], name) == 0)
+                return KP__PERR("%s.name: \"%s\" is used twice", path, name);
+        snprintf(b->names[i], sizeof b->names[i], "%s", name);
+        bool src = json_object_get(s, "source"), pipe = json_object_get(s, "pipeline"),
+             snk = json_object_get(s, "sink");
+        const char *want = i == 0 ? "source" : i + 1 == n ? "sink" : "pipeline";
+        if ((int)src + (int)pipe + (int)snk != 1 || (i == 0) != src || (i + 1 == n) != snk)
+            return KP__PERR("%s: stage %zu must be a %s (sources come first, one sink last, "
+                            "pipelines between)",
+                            path, i, want);
+        if (i == 0 && json_object_get(s, "queue"))
+            return KP__PERR("%s.queue: the source has no queue in front of it", path);
+        char qpath[80];
+        snprintf(qpath, sizeof qpath, "%s.queue", path);
+        if (i) KP_CHECK(kp__queue(json_object_get(s, "queue"), qpath, &b->st[i]));
+        kp__stage_made *m = &b->made[i];
+        if (!snk) {
+            KP_CHECK(src ? kp__source(b, s, path, m) : kp__pipeline(b, s, path, m));
+            b->n = i + 1;
+            if (m->frame_bytes > b->frame_bytes) b->frame_bytes = m->frame_bytes;
+        } else {
+            KP_CHECK(kp__sink(b, s, path, m));
+            b->n = i + 1;
+        }
+        b->st[i].name = b->names[i];
+        b->st[i].fn = m->fn;
+        b->st[i].user = m->user;
+    }
+    return KP_OK;
+}
+
+static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *out) {
+    static const char *const keys[] = {"kpipe_flow", "name", "budget_bytes", "stages", NULL};
+    if (!json_is_object(root)) return KP__PERR("$: expected an object");
+    json_t *ver = json_object_get(root, "kpipe_flow");
+    if (!ver) return KP__PERR("$.kpipe_flow: missing (this kpipe reads version 1)");
+    if (!json_is_integer(ver) || json_integer_value(ver) != 1)
+        return KP__PERR("$.kpipe_flow: this kpipe reads version 1");
+    KP_CHECK(kp__only_keys(root, "$", keys));
+    json_t *v = json_object_get(root, "name");
+    if (v && !json_is_string(v)) return KP__PERR("$.name: expected a string");
+    if ((v = json_object_get(root, "budget_bytes"))) {
+        int64_t budget;
+        KP_CHECK(kp__count(v, "$.budget_bytes", 0, (int64_t)KP__MAX_ALLOC_BYTES, &budget));
+        b->budget = (size_t)budget;
+    }
+    KP_CHECK(kp__stages(b, json_object_get(root, "stages")));
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    cfg.dev = b->dev;
+    cfg.stages = b->st;
+    cfg.n_stages = b->n;
+    cfg.frame_bytes = b->frame_bytes;
+    cfg.budget_bytes = b->budget;
+    kp_status st = kp_flow_create(&cfg, out);
+    if (st != KP_OK) return st;
+    for (size_t i = 0; i < b->n && st == KP_OK; i++) {
+        kp__stage_made *m = &b->made[i];
+        st = kp__flow_own(*out, m->user, m->free_fn);
+        m->free_fn = NULL; /* the flow has it (or freed it) */
+    }
+    if (st != KP_OK) {
+        kp_flow_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+static kp_status kp__flow_from_text(kp_device_t dev, const char *text, const char *base_dir,
+                                    kp_flow_t *out) {
+    if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (!dev || !text) return kp__error(KP_ERR_INVALID_ARG, "device and text are required");
+    json_error_t jerr;
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) return KP__PERR("line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+    kp__flow_build *b = kp__calloc(1, sizeof *b);
+    kp_status st;
+    if (!b) {
+        st = kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory");
+    } else {
+        b->dev = dev;
+        b->base_dir = base_dir;
+        st = kp__flow_from_root(b, root, out);
+        for (size_t i = 0; i < KP_FLOW_MAX_STAGES; i++)
+            if (b->made[i].free_fn) b->made[i].free_fn(b->made[i].user);
+        kp__free(b);
+    }
+    json_decref(root);
+    return st;
+}
+
+kp_status kp_flow_create_from_json(kp_device_t dev, const char *json_text, kp_flow_t *out) {
+    KP_API_ENTRY();
+    return kp__flow_from_text(dev, json_text, "", out);
+}
+
+kp_status kp_flow_create_from_file(kp_device_t dev, const char *path, kp_flow_t *out) {
+    KP_API_ENTRY();
+    if (!out || !path) return kp__error(KP_ERR_INVALID_ARG, "path and out are required");
+    *out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return kp__error(KP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *text = NULL;
+    long size = -1;
+    if (fseek(fp, 0, SEEK_END) == 0) size = ftell(fp);
+    if (size >= 0 && size < (16L << 20) && fseek(fp, 0, SEEK_SET) == 0)
+        text = kp__malloc((size_t)size + 1);
+    if (!text || fread(text, 1, (size_t)size, fp) != (size_t)size) {
+        fclose(fp);
+        kp__free(text);
+        return kp__error(KP_ERR_IO, "%s: cannot read (or larger than 16 MiB)", path);
+    }
+    fclose(fp);
+    text[size] = '\0';
+    kp_status st = KP_OK;
+    if (memchr(text, '\0', (size_t)size)) st = KP__PERR("a NUL byte in the file");
+    char dir[1024] = "";
+    const char *slash = strrchr(path, '/');
+    if (slash && (size_t)(slash - path) + 2 < sizeof dir)
+        snprintf(dir, sizeof dir, "%.*s/", (int)(slash - path), path);
+    if (st == KP_OK) st = kp__flow_from_text(dev, text, dir, out);
+    kp__free(text);
+    return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
+}

@@ -1,0 +1,190 @@
+/* The flows' built-in stages: a synthetic source, sinks, and a stage that
+ * runs a kpipe pipeline on every frame. */
+#include <string.h>
+
+#include "flow-impl.h"
+#include "pattern-impl.h"
+
+#ifdef KP_HAVE_CUDA
+extern const kp_device_kernel kp__pattern_cuda; /* pattern.cu */
+#define KP__PATTERN_CUDA {"cuda", &kp__pattern_cuda},
+#else
+#define KP__PATTERN_CUDA
+#endif
+
+static void kp__pattern_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first,
+                             uint64_t n) {
+    const kp__pattern_params *p = pp;
+    uint64_t lo, hi;
+    kp_host_block_span((uint64_t)p->n, grid, first, n, &lo, &hi);
+    for (uint64_t i = lo; i < hi; i++) p->out[i] = kp__pattern_value(p->seq, (int64_t)i);
+}
+
+static const kp_kernel kp__pattern_kernel = {
+    "flow_pattern",
+    sizeof(kp__pattern_params),
+    {{"host", &(const kp_host_kernel){kp__pattern_host}}, KP__PATTERN_CUDA}};
+
+/* --- synthetic source ------------------------------------------------------------ */
+typedef struct kp__synthetic {
+    int64_t frames;
+    kp_tensor_desc desc;
+    int64_t n;
+} kp__synthetic;
+
+static kp_status kp__synthetic_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    kp__synthetic *s = user;
+    if (s->frames && f->seq >= (uint64_t)s->frames) {
+        *eos = true;
+        return KP_OK;
+    }
+    kp__pattern_params p = {f->data, s->n, f->seq};
+    uint64_t blocks = ((uint64_t)s->n + 1023) / 1024;
+    kp_launch l = {
+        &kp__pattern_kernel, {(uint32_t)(blocks < 4096 ? blocks : 4096), 1, 1}, {256, 1, 1}, 0, &p};
+    f->desc = s->desc;
+    f->bytes = (size_t)s->n * sizeof(float);
+    return kp_launch_kernel(c->stream, &l);
+}
+
+kp_status kp__stage_synthetic(kp_device_t dev, int64_t frames, int ndim, const int64_t *shape,
+                              kp__stage_made *out) {
+    (void)dev;
+    kp__synthetic *s = kp__calloc(1, sizeof *s);
+    if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "synthetic source: no memory");
+    kp_status st = kp_desc_init(&s->desc, KP_F32, ndim, shape, NULL);
+    s->n = kp_desc_numel(&s->desc);
+    if (st == KP_OK && (s->n < 1 || s->n > ((int64_t)1 << 26)))
+        st = kp__error(KP_ERR_INVALID_ARG, "shape: %lld elements (1 .. 2^26, 256 MiB of f32)",
+                       (long long)s->n);
+    if (st == KP_OK && frames < 0)
+        st = kp__error(KP_ERR_INVALID_ARG, "frames: %lld is negative", (long long)frames);
+    if (st != KP_OK) {
+        kp__free(s);
+        return st;
+    }
+    s->frames = frames;
+    *out = (kp__stage_made){kp__synthetic_fn, s, kp__free, (size_t)s->n * sizeof(float)};
+    return KP_OK;
+}
+
+/* --- sinks ------------------------------------------------------------------------ */
+static kp_status kp__null_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    return KP_OK;
+}
+
+kp_status kp__stage_null(kp__stage_made *out) {
+    *out = (kp__stage_made){kp__null_fn, NULL, NULL, 0};
+    return KP_OK;
+}
+
+typedef struct kp__npy_sink {
+    kp_device_t dev;
+    char path[1024];
+    void *host; /* pinned */
+    size_t bytes;
+} kp__npy_sink;
+
+static void kp__npy_free(void *user) {
+    kp__npy_sink *s = user;
+    if (!s) return;
+    if (s->host) kp_free_host(s->dev, s->host);
+    kp__free(s);
+}
+
+static kp_status kp__npy_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    kp__npy_sink *s = user;
+    if (f->bytes > s->bytes || !kp__desc_ok(&f->desc) ||
+        (size_t)kp_desc_bytes_needed(&f->desc) != f->bytes)
+        return kp__error(KP_ERR_MISMATCH,
+                         "frame %llu: %zu bytes that its descriptor does not describe",
+                         (unsigned long long)f->seq, f->bytes);
+    KP_CHECK(kp_memcpy_async(c->stream, s->host, f->data, f->bytes));
+    KP_CHECK(kp_stream_sync(c->stream));
+    return kp_npy_save(s->path, &f->desc, s->host);
+}
+
+kp_status kp__stage_npy(kp_device_t dev, const char *path, size_t max_bytes, kp__stage_made *out) {
+    if (!path || strlen(path) >= sizeof((kp__npy_sink *)0)->path)
+        return kp__error(KP_ERR_INVALID_ARG, "npy sink: a path of at most 1023 characters");
+    kp__npy_sink *s = kp__calloc(1, sizeof *s);
+    if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "npy sink: no memory");
+    s->dev = dev;
+    s->bytes = max_bytes;
+    memcpy(s->path, path, strlen(path) + 1);
+    kp_status st = kp_malloc_host(dev, max_bytes ? max_bytes : 1, &s->host);
+    if (st != KP_OK) {
+        kp__npy_free(s);
+        return st;
+    }
+    *out = (kp__stage_made){kp__npy_fn, s, kp__npy_free, 0};
+    return KP_OK;
+}
+
+/* --- a pipeline as a stage ---------------------------------------------------------- */
+typedef struct kp__pstage {
+    kp_pipeline_t p;
+    kp_port_info in, out;
+    uint32_t in_dynamic;
+    bool ready;
+} kp__pstage;
+
+static void kp__pstage_free(void *user) {
+    kp__pstage *s = user;
+    if (!s) return;
+    kp_pipeline_destroy(s->p);
+    kp__free(s);
+}
+
+/* The frame feeds the input; the output is copied back into the frame on
+ * the stage's stream, after the pipeline's work. */
+static kp_status kp__pstage_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    kp__pstage *s = user;
+    s->in.data = f->data;
+    s->in.desc = f->desc;
+    s->in.desc.offset = 0;
+    KP_CHECK(kp_pipeline_configure_io(s->p, &s->in, 1, &s->out, 1, c->stream));
+    if (!s->ready) {
+        KP_CHECK(kp_pipeline_warmup(s->p, c->stream));
+        if (kp_pipeline_mode(s->p) == KP_EXEC_GRAPH) KP_CHECK(kp_pipeline_build_graph(s->p));
+        s->ready = true;
+    }
+    KP_CHECK(kp_pipeline_mode(s->p) == KP_EXEC_GRAPH ? kp_pipeline_execute_graph(s->p, c->stream)
+                                                     : kp_pipeline_execute_stream(s->p, c->stream));
+    int64_t bytes = kp_desc_bytes_needed(&s->out.desc);
+    if (!kp_desc_is_contiguous(&s->out.desc) || bytes < 0 || (size_t)bytes > f->capacity)
+        return kp__error(KP_ERR_MISMATCH,
+                         "pipeline \"%s\": its output (%lld bytes) does not fit the frame (%zu)",
+                         kp_pipeline_name(s->p), (long long)bytes, f->capacity);
+    KP_CHECK(kp_memcpy_async(c->stream, f->data, s->out.data, (size_t)bytes));
+    f->desc = s->out.desc;
+    f->bytes = (size_t)bytes;
+    return KP_OK;
+}
+
+kp_status kp__stage_pipeline(kp_pipeline_t p, kp__stage_made *out) {
+    kp_pipeline_report r;
+    kp_status st = kp_pipeline_report_get(p, &r);
+    if (st == KP_OK && (r.n_inputs != 1 || r.n_outputs != 1))
+        st = kp__error(KP_ERR_UNSUPPORTED,
+                       "pipeline \"%s\" has %zu inputs and %zu outputs; a flow stage takes one "
+                       "of each",
+                       kp_pipeline_name(p), r.n_inputs, r.n_outputs);
+    kp__pstage *s = st == KP_OK ? kp__calloc(1, sizeof *s) : NULL;
+    if (st == KP_OK && !s) st = kp__error(KP_ERR_OUT_OF_MEMORY, "pipeline stage: no memory");
+    if (st != KP_OK) {
+        kp_pipeline_destroy(p);
+        return st;
+    }
+    s->p = p;
+    if (st == KP_OK) st = kp_pipeline_input_info(p, 0, &s->in);
+    if (st == KP_OK) st = kp_pipeline_output_info(p, 0, &s->out);
+    if (st == KP_OK) st = kp_pipeline_setup(p);
+    if (st != KP_OK) {
+        kp__pstage_free(s);
+        return st;
+    }
+    int64_t out_bytes = kp_desc_bytes_needed(&s->out.desc);
+    *out = (kp__stage_made){kp__pstage_fn, s, kp__pstage_free, (size_t)out_bytes};
+    return KP_OK;
+}

@@ -1,0 +1,167 @@
+/* kpipe flow: runs a flow file to end of stream, with a live status line on
+ * a terminal, and prints its health at the end. Ctrl-C cancels it. */
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "options.h"
+#include "tool-impl.h"
+
+static const char kpt_flow_usage[] =
+    "usage: kpipe flow FLOW.json [--device D] [--json FILE] [--quiet]\n\n"
+    "Runs the flow (\"kpipe_flow\": 1) to end of stream: stages on threads joined by\n"
+    "bounded queues. On a terminal a status line shows frames/s, queue depths, drops\n"
+    "and device bytes; at the end the health report is printed. Ctrl-C cancels the\n"
+    "flow (exit status 130). A stage's error exits 1 naming the stage.\n\n"
+    "  --device D   cpu, cuda or cuda:N (default: cuda when present, else cpu)\n"
+    "  --json FILE  also write the final health report as JSON\n"
+    "  --quiet      no status line\n";
+
+static volatile sig_atomic_t kpt_interrupted;
+static void kpt_on_sigint(int sig) { kpt_interrupted = 1; }
+
+static void kpt_status_line(const kp_flow_snapshot *h, double fps) {
+    fprintf(stderr, "\r%8llu frames %9.1f frames/s  queues",
+            (unsigned long long)h->frames_done, fps);
+    for (size_t i = 1; i < h->n_stages; i++)
+        fprintf(stderr, " %zu/%zu", h->queues[i].depth, h->queues[i].capacity);
+    fprintf(stderr, "  drops %llu  device %zu MiB   ", (unsigned long long)h->frames_dropped,
+            h->device_bytes >> 20);
+}
+
+static void kpt_report(const kp_flow_snapshot *h, double secs) {
+    printf("%llu frames in %.3f s (%.1f frames/s), %llu dropped; frames in flight at most %zu "
+           "(limit %zu)\n",
+           (unsigned long long)h->frames_done, secs, secs > 0 ? (double)h->frames_done / secs : 0,
+           (unsigned long long)h->frames_dropped, h->max_frames_in_flight, h->frame_limit);
+    printf("  %-16s %10s %10s %12s %12s   %s\n", "stage", "in", "out", "host p50 us",
+           "host p99 us", "queue in front (depth max/cap, policy, drops)");
+    for (size_t i = 0; i < h->n_stages; i++) {
+        const kp_flow_stage_stats *s = &h->stages[i];
+        printf("  %-16s %10llu %10llu %12.1f %12.1f", s->name, (unsigned long long)s->in,
+               (unsigned long long)s->out, s->host_p50_us, s->host_p99_us);
+        if (i)
+            printf("   %zu/%zu, %s, %llu", h->queues[i].max_depth, h->queues[i].capacity,
+                   kp_queue_policy_str(h->queues[i].policy), (unsigned long long)h->queues[i].drops);
+        printf("\n");
+    }
+    printf("  bytes in flight peak %zu (budget %zu); frame buffers: pool hits %llu, misses %llu, "
+           "%zu bytes; steady state: %s; counters consistent: %s\n",
+           h->peak_bytes_in_flight, h->budget_bytes, (unsigned long long)h->pool_hits,
+           (unsigned long long)h->pool_misses, h->device_bytes, h->steady ? "yes" : "no",
+           h->consistent ? "yes" : "no");
+}
+
+static int kpt_report_json(const char *path, const kp_flow_snapshot *h, double secs) {
+    json_t *stages = json_array();
+    for (size_t i = 0; i < h->n_stages; i++) {
+        const kp_flow_stage_stats *s = &h->stages[i];
+        json_t *j = json_pack("{s:s,s:I,s:I,s:f,s:f}", "name", s->name, "in", (json_int_t)s->in,
+                              "out", (json_int_t)s->out, "host_p50_us", s->host_p50_us,
+                              "host_p99_us", s->host_p99_us);
+        if (i && j)
+            json_object_set_new(j, "queue",
+                                json_pack("{s:I,s:I,s:s,s:I}", "capacity",
+                                          (json_int_t)h->queues[i].capacity, "max_depth",
+                                          (json_int_t)h->queues[i].max_depth, "policy",
+                                          kp_queue_policy_str(h->queues[i].policy), "drops",
+                                          (json_int_t)h->queues[i].drops));
+        json_array_append_new(stages, j);
+    }
+    json_t *root = json_pack(
+        "{s:I,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:o}", "frames", (json_int_t)h->frames_done,
+        "dropped", (json_int_t)h->frames_dropped, "seconds", secs, "max_frames_in_flight",
+        (json_int_t)h->max_frames_in_flight, "frame_limit", (json_int_t)h->frame_limit,
+        "peak_bytes_in_flight", (json_int_t)h->peak_bytes_in_flight, "budget_bytes",
+        (json_int_t)h->budget_bytes, "pool_hits", (json_int_t)h->pool_hits, "pool_misses",
+        (json_int_t)h->pool_misses, "steady", h->steady, "consistent", h->consistent, "stages",
+        stages);
+    int rc = root ? json_dump_file(root, path, JSON_INDENT(2)) : -1;
+    json_decref(root);
+    if (rc != 0) fprintf(stderr, "kpipe flow: --json %s: cannot write it\n", path);
+    return rc == 0 ? 0 : 1;
+}
+
+int kpt_cmd_flow(int argc, char **argv) {
+    const char *file = NULL, *device = NULL, *json = NULL, *v;
+    bool quiet = false;
+    int r;
+    for (int i = 1; i < argc; i++) {
+        if (kpt_is_help(argv[i])) {
+            fputs(kpt_flow_usage, stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--quiet") == 0) {
+            quiet = true;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--device", &v)) != 0) {
+            if (r < 0) return 2;
+            device = v;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--json", &v)) != 0) {
+            if (r < 0) return 2;
+            json = v;
+        } else if (argv[i][0] == '-' || file) {
+            fprintf(stderr, "kpipe flow: unexpected argument \"%s\"\n\n%s", argv[i],
+                    kpt_flow_usage);
+            return 2;
+        } else {
+            file = argv[i];
+        }
+    }
+    if (!file) {
+        fprintf(stderr, "kpipe flow: no flow file given\n\n%s", kpt_flow_usage);
+        return 2;
+    }
+    if (!device) device = kpt_default_device();
+    kp_device_t dev;
+    kp_flow_t f = NULL;
+    kp_status st = kp_device_open(device, &dev);
+    if (st != KP_OK) return kpt_fail("flow", st);
+    st = kp_flow_create_from_file(dev, file, &f);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = kpt_on_sigint;
+    sigaction(SIGINT, &sa, &old);
+    double t0 = kpt_now_us(), last_t = t0;
+    uint64_t last_n = 0;
+    bool live = !quiet && isatty(STDERR_FILENO);
+    if (st == KP_OK) st = kp_flow_start(f);
+    kp_flow_snapshot h;
+    memset(&h, 0, sizeof h);
+    /* poll the counters until every stage has stopped */
+    while (st == KP_OK && kp_flow_health(f, &h) == KP_OK && h.running) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        if (kpt_interrupted) (void)kp_flow_cancel(f);
+        double now = kpt_now_us();
+        if (live && now - last_t >= 250e3) {
+            kpt_status_line(&h, (double)(h.frames_done - last_n) / ((now - last_t) * 1e-6));
+            last_t = now;
+            last_n = h.frames_done;
+        }
+    }
+    if (f) {
+        kp_status w = kp_flow_wait(f);
+        if (st == KP_OK) st = w;
+    }
+    double secs = (kpt_now_us() - t0) * 1e-6;
+    if (live) fprintf(stderr, "\r%*s\r", 100, "");
+    sigaction(SIGINT, &old, NULL);
+    int rc = 0;
+    if (f && kp_flow_health(f, &h) == KP_OK) {
+        printf("%s on %s:\n", file, kp_device_name(dev));
+        kpt_report(&h, secs);
+        if (json) rc = kpt_report_json(json, &h, secs);
+    }
+    if (st != KP_OK && kpt_interrupted) {
+        fprintf(stderr, "kpipe flow: cancelled (Ctrl-C)\n");
+        rc = 130;
+    } else if (st != KP_OK) {
+        rc = kpt_fail("flow", st);
+    }
+    kp_flow_destroy(f);
+    kp_device_close(dev);
+    return rc;
+}
