@@ -49,6 +49,12 @@ stage_test() {
   else
     row "example sample.json on cuda" FAIL "$(tail -1 "$out/sample.log")"
   fi
+  if (cd "$out" && "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/flow.json" --device cuda \
+        --quiet >flow.log 2>&1); then
+    row "kpipe flow examples/flow.json (cuda)" PASS "$(grep -E 'frames in' "$out/flow.log")"
+  else
+    row "kpipe flow examples/flow.json (cuda)" FAIL "$(tail -1 "$out/flow.log")"
+  fi
   for mode in graph stream; do
     if build-gpu/src/kpipe run examples/sample.json --device cuda --mode $mode --ticks 10 --check \
          >>"$out/sample.log" 2>&1; then
@@ -63,7 +69,7 @@ stage_test() {
 # test at one million elements, three ticks per case: memcheck is slow).
 gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/test_pipeline cuda"
            "tests/test_memory cuda" "tests/test_copies cuda 3 1048576" "tests/test_api_misuse cuda"
-           "tests/test_graph_cache cuda" "tests/test_dynamic cuda 20"
+           "tests/test_graph_cache cuda" "tests/test_dynamic cuda 20" "tests/test_flow cuda 50"
            "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
 
 stage_sanitize() {
