@@ -60,7 +60,7 @@ static kp_status kp__queue(json_t *q, const char *path, kp_flow_stage *st) {
     KP_CHECK(kp__only_keys(q, path, keys));
     json_t *v = json_object_get(q, "capacity");
     if (v) {
-        int64_t cap;
+        int64_t cap = 0;
         snprintf(sub, sizeof sub, "%s.capacity", path);
         KP_CHECK(kp__count(v, sub, 1, 1024, &cap));
         st->queue_capacity = (size_t)cap;
@@ -190,7 +190,7 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
     json_t *v = json_object_get(root, "name");
     if (v && !json_is_string(v)) return KP__PERR("$.name: expected a string");
     if ((v = json_object_get(root, "budget_bytes"))) {
-        int64_t budget;
+        int64_t budget = 0;
         KP_CHECK(kp__count(v, "$.budget_bytes", 0, (int64_t)KP__MAX_ALLOC_BYTES, &budget));
         b->budget = (size_t)budget;
     }
