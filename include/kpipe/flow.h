@@ -24,9 +24,9 @@
  * after the frame it is working on. A stage's error stops the flow, and
  * kp_flow_wait returns it prefixed with the stage's name.
  *
- * Frames and their buffers come from a fixed set made at creation (a
- * buffer per frame from the device's bucketed pool, kept across reuse): the
- * steady state allocates nothing. Frames in flight (taken by the source and
+ * Frames come from a fixed set made at creation; each gets a buffer from
+ * the device's bucketed pool on first use and keeps it: once the frames in
+ * flight have theirs, the steady state allocates nothing. Frames in flight (taken by the source and
  * not yet done at the sink or dropped) never exceed the sum of the queue
  * capacities plus one per stage; with a byte budget, their bytes never exceed
  * it: the source waits.
@@ -143,7 +143,7 @@ typedef struct kp_flow_snapshot {
     size_t device_bytes, device_peak_bytes; /* the pool's buffers */
     uint64_t frames_done, frames_dropped;
     bool running;    /* started and not yet stopped */
-    bool steady;     /* no buffer was allocated since the first frame finished */
+    bool steady;     /* a lap of frames (frame_limit) finished since a buffer was allocated */
     bool consistent; /* in >= out for every stage, and in-flight counts add up */
 } kp_flow_snapshot;
 

@@ -78,8 +78,7 @@ struct kp_flow {
     _Atomic int running;
     kp_status status;
     char error[512];
-    _Atomic uint64_t misses_at_first_done; /* pool misses when the first frame finished */
-    _Atomic bool first_done;
+    _Atomic uint64_t done_at_alloc; /* frames done when a frame last got its buffer */
     /* objects the flow owns (its JSON reader's stages), freed last */
     struct kp__owned {
         void *obj;
@@ -147,6 +146,18 @@ static kp__fframe *kp__frame_take(struct kp_flow *f) {
     }
     pthread_mutex_unlock(&f->mu);
     return fr;
+}
+
+/* Frames get their buffers on first use, so a flow holds the memory its
+ * frames in flight reach, not its queues' capacity; once every frame in use
+ * has one, nothing more is allocated. */
+static kp_status kp__frame_buffer(struct kp_flow *f, kp__fframe *fr) {
+    if (fr->buf || !f->frame_bytes) return KP_OK;
+    KP_CHECK(kp_buffer_acquire(f->pool, f->frame_bytes, NULL, &fr->buf));
+    fr->f.data = kp_buffer_data(fr->buf);
+    fr->f.capacity = f->frame_bytes;
+    atomic_store(&f->done_at_alloc, atomic_load(&f->done));
+    return KP_OK;
 }
 
 /* --- queues ------------------------------------------------------------------------ */
@@ -305,6 +316,12 @@ static void kp__source_loop(kp__stage *s) {
     for (uint64_t seq = 0;; seq++) {
         kp__fframe *fr = kp__frame_take(f);
         if (!fr) return;
+        kp_status bst = kp__frame_buffer(f, fr);
+        if (bst != KP_OK) {
+            kp__frame_put(f, fr, false);
+            kp__fail(f, s, bst);
+            return;
+        }
         memset(&fr->f.desc, 0, sizeof fr->f.desc);
         memset(fr->f.user, 0, sizeof fr->f.user);
         fr->f.seq = seq;
@@ -338,11 +355,6 @@ static void kp__stage_loop(kp__stage *s) {
         if (!last) {
             kp__queue_push(f, &f->q[s->index + 1], fr);
             continue;
-        }
-        if (!atomic_exchange(&f->first_done, true)) {
-            kp_pool_stats ps;
-            if (kp_buffer_pool_stats(f->pool, &ps) == KP_OK)
-                atomic_store(&f->misses_at_first_done, ps.misses);
         }
         atomic_fetch_add(&f->done, 1);
         kp__frame_put(f, fr, false);
@@ -399,11 +411,6 @@ static kp_status kp__make_frames(struct kp_flow *f) {
     for (size_t i = 0; i < f->n_frames; i++) {
         kp__fframe *fr = &f->frames[i];
         KP_CHECK(kp_event_create(f->dev, &fr->ev));
-        if (f->frame_bytes) {
-            KP_CHECK(kp_buffer_acquire(f->pool, f->frame_bytes, NULL, &fr->buf));
-            fr->f.data = kp_buffer_data(fr->buf);
-            fr->f.capacity = f->frame_bytes;
-        }
         fr->next_free = f->free_list;
         f->free_list = fr;
     }
@@ -576,7 +583,8 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
         out->device_peak_bytes = f->n_frames * f->frame_bytes;
     }
     out->running = atomic_load(&f->started) && atomic_load(&f->running) > 0;
-    out->steady = atomic_load(&f->first_done) && ps.misses == atomic_load(&f->misses_at_first_done);
+    /* a whole lap of frames finished since a frame last got a buffer */
+    out->steady = out->frames_done >= atomic_load(&f->done_at_alloc) + f->n_frames;
     return KP_OK;
 }
 
