@@ -306,6 +306,14 @@ static kp_status kp__run_stage(kp__stage *s, kp__fframe *fr, bool *eos) {
     kp_status st = s->fn(s->user, &s->ctx, &fr->f, eos);
     kp__record_latency(s, kp__now_us() - t0);
     if (st != KP_OK) return st;
+    /* a stream with nothing pending has nothing to hand over: the next
+     * user need not wait (host-only stages cost no event traffic) */
+    bool idle = false;
+    KP_CHECK(kp_stream_query(s->ctx.stream, &idle));
+    if (idle) {
+        fr->recorded = false;
+        return KP_OK;
+    }
     KP_CHECK(kp_event_record(fr->ev, s->ctx.stream));
     fr->recorded = true;
     return KP_OK;
