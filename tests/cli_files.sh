@@ -5,7 +5,7 @@ set -eu
 kpipe=$1 src=$2 work=$3
 mkdir -p "$work"
 cd "$work"
-rm -f out.npy again.npy bench.json odd.json flow.json flow_out.npy
+rm -f out.npy again.npy bench.json odd.json flow.json flow_out.npy trace.json
 # ReLU(a + b) >= 0, so ReLU of it is itself: the second run must reproduce the file.
 "$kpipe" run "$src/examples/sample.json" --device cpu --ticks 2 --seed 7 --output output=out.npy
 "$kpipe" run "$src/tests/specs/relu_only.json" --device cpu --input input0=out.npy \
@@ -43,7 +43,11 @@ if "$kpipe" run "$src/examples/sample.json" --device cpu --input input0=a1k.npy 
 fi
 grep -q 'holds f32\[1000\], the pipeline takes f32\[16384\]' fixed.txt || { cat fixed.txt; exit 1; }
 # a flow: synthetic frames through two pipelines into an .npy sink, with its health as JSON
-"$kpipe" flow "$src/examples/flow.json" --device cpu --quiet --json flow.json > flow.txt
+"$kpipe" flow "$src/examples/flow.json" --device cpu --quiet --json flow.json --trace trace.json \
+  > flow.txt
+grep -q '"ph": "X"' trace.json || { echo "trace.json has no slices"; exit 1; }
+python3 -c 'import json,sys; json.load(open("trace.json"))' 2>/dev/null || \
+  { command -v python3 >/dev/null && { echo "trace.json is not JSON"; exit 1; }; }
 grep -q '2000 frames in' flow.txt || { cat flow.txt; exit 1; }
 grep -q '"frames": 2000' flow.json || { cat flow.json; exit 1; }
 [ "$(wc -c < flow_out.npy)" -eq $((128 + 16384 * 4)) ]

@@ -735,13 +735,18 @@ static void flow_calls(void **state) {
     KPT_FAILS(kp_flow_create_from_json(g_dev, "[1]", &f), KP_ERR_PARSE);
     KPT_FAILS(kp_flow_create_from_file(g_dev, NULL, &f), BAD);
     KPT_FAILS(kp_flow_create_from_file(g_dev, "/nonexistent/f.json", &f), KP_ERR_IO);
+    KPT_FAILS(kp_flow_create_from_file_traced(g_dev, "/nonexistent/f.json", 16, &f), KP_ERR_IO);
+    KPT_FAILS(kp_flow_create_from_file_traced(g_dev, "x.json", SIZE_MAX, &f), BAD);
+    KPT_FAILS(kp_flow_write_trace(NULL, "t.json"), BAD);
     assert_null(f);
     KPT_OK(kp_flow_create(&cfg, &f));
     KPT_FAILS(kp_flow_health(f, NULL), BAD);
     KPT_FAILS(kp_flow_wait(f), KP_ERR_STATE);
     KPT_OK(kp_flow_start(f));
     KPT_OK(kp_flow_wait(f));
-    KPT_OK(kp_flow_cancel(f)); /* after the end: no effect */
+    KPT_OK(kp_flow_cancel(f));                                 /* after the end: no effect */
+    KPT_FAILS(kp_flow_write_trace(f, "t.json"), KP_ERR_STATE); /* no trace kept */
+    KPT_FAILS(kp_flow_write_trace(f, NULL), BAD);
     KPT_OK(kp_flow_wait(f));
     assert_string_equal(kp_queue_policy_str((kp_queue_policy)-1), "invalid");
     kp_flow_destroy(f);

@@ -297,6 +297,28 @@ static void json_flow_end_to_end(void **state) {
     assert_string_equal(h.stages[1].name, "relu");
     assert_int_equal(h.queues[2].capacity, 4); /* the default */
     kp_flow_destroy(f);
+    /* the same with a trace: one slice per stage run, a row per stage */
+    char traced[2048];
+    snprintf(traced, sizeof traced, "{\"trace_events\": 1000, %s", json + 1);
+    KPT_OK(kp_flow_create_from_json(g_dev, traced, &f));
+    KPT_FAILS(kp_flow_write_trace(f, "test_flow_trace.json"), KP_ERR_STATE); /* before wait */
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    KPT_FAILS(kp_flow_write_trace(f, "/nonexistent/dir/t.json"), KP_ERR_IO);
+    KPT_OK(kp_flow_write_trace(f, "test_flow_trace.json"));
+    kp_flow_destroy(f);
+    FILE *tf = fopen("test_flow_trace.json", "r");
+    assert_non_null(tf);
+    char line[512];
+    int slices = 0, rows = 0;
+    while (fgets(line, sizeof line, tf)) {
+        slices += strstr(line, "\"ph\": \"X\"") != NULL;
+        rows += strstr(line, "\"thread_name\"") != NULL;
+    }
+    fclose(tf);
+    remove("test_flow_trace.json");
+    assert_int_equal(rows, 3);
+    assert_int_equal(slices, 51 + 50 + 50); /* the source's end-of-stream call too */
     kp_tensor_desc d;
     void *data;
     size_t bytes;

@@ -96,10 +96,13 @@ typedef struct kp_flow_config {
     size_t n_stages;     /* 2 .. KP_FLOW_MAX_STAGES */
     size_t frame_bytes;  /* each frame's buffer; 0: frames carry none */
     size_t budget_bytes; /* frame bytes in flight; 0: no budget */
+    /* Trace: the last trace_events stage runs (stage, frame, start, end)
+     * kept for kp_flow_write_trace, in a ring made here; 0: no trace. */
+    size_t trace_events;
 } kp_flow_config;
 
 #define KP_FLOW_CONFIG_INIT \
-    { sizeof(kp_flow_config), NULL, NULL, 0, 0, 0 }
+    { sizeof(kp_flow_config), NULL, NULL, 0, 0, 0, 0 }
 
 /* Checks the configuration (KP_ERR_INVALID_ARG names the field), makes the
  * frames, buffers, streams and events; starts nothing. */
@@ -109,6 +112,9 @@ kp_status kp_flow_create(const kp_flow_config *cfg, kp_flow_t *out);
  * built-in sink. KP_ERR_PARSE names the line and column or the JSON path. */
 kp_status kp_flow_create_from_json(kp_device_t dev, const char *json_text, kp_flow_t *out);
 kp_status kp_flow_create_from_file(kp_device_t dev, const char *path, kp_flow_t *out);
+/* The file form with trace_events set (0: the file's "trace_events"). */
+kp_status kp_flow_create_from_file_traced(kp_device_t dev, const char *path, size_t trace_events,
+                                          kp_flow_t *out);
 /* Starts one thread per stage. Once only. */
 kp_status kp_flow_start(kp_flow_t f);
 /* Waits until every stage has stopped and the device has finished the
@@ -149,6 +155,10 @@ typedef struct kp_flow_snapshot {
 
 /* A snapshot from counters, at any time, from any thread. */
 kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out);
+/* Writes the trace as a Chrome trace file (chrome://tracing, Perfetto):
+ * one row per stage, one slice per frame, host time. After kp_flow_wait;
+ * KP_ERR_STATE when the flow keeps no trace. */
+kp_status kp_flow_write_trace(kp_flow_t f, const char *path);
 /* Cancels, waits and frees. NULL is a no-op. */
 void kp_flow_destroy(kp_flow_t f);
 

@@ -13,6 +13,7 @@
  * Locks: each queue has its mutex; the free list and the budget share the
  * flow's. No lock is held while a stage function runs, and no thread holds
  * two locks. Counters read by kp_flow_health are atomics. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -79,6 +80,15 @@ struct kp_flow {
     kp_status status;
     char error[512];
     _Atomic uint64_t done_at_alloc; /* frames done when a frame last got its buffer */
+    /* the trace ring: trace_cap slots, trace_n events ever written */
+    struct kp__trace_ev {
+        _Atomic uint64_t seq;
+        _Atomic uint32_t stage;
+        _Atomic uint64_t t0_ns, t1_ns;
+    } * trace;
+    size_t trace_cap;
+    _Atomic uint64_t trace_n;
+    double t_start_us;
     /* objects the flow owns (its JSON reader's stages), freed last */
     struct kp__owned {
         void *obj;
@@ -298,13 +308,26 @@ static double kp__now_us(void) {
     return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
 }
 
+/* One stage run into the trace ring (lock-free; the oldest is overwritten). */
+static void kp__trace(kp__stage *s, uint64_t seq, double t0, double t1) {
+    struct kp_flow *f = s->flow;
+    if (!f->trace) return;
+    uint64_t k = atomic_fetch_add(&f->trace_n, 1) % f->trace_cap;
+    atomic_store(&f->trace[k].seq, seq);
+    atomic_store(&f->trace[k].stage, (uint32_t)s->index);
+    atomic_store(&f->trace[k].t0_ns, (uint64_t)((t0 - f->t_start_us) * 1e3));
+    atomic_store(&f->trace[k].t1_ns, (uint64_t)((t1 - f->t_start_us) * 1e3));
+}
+
 /* One frame through one stage: wait for its earlier work on the device,
  * run the function, mark the frame's new work. */
 static kp_status kp__run_stage(kp__stage *s, kp__fframe *fr, bool *eos) {
     if (fr->recorded) KP_CHECK(kp_stream_wait_event(s->ctx.stream, fr->ev));
     double t0 = kp__now_us();
     kp_status st = s->fn(s->user, &s->ctx, &fr->f, eos);
-    kp__record_latency(s, kp__now_us() - t0);
+    double t1 = kp__now_us();
+    kp__record_latency(s, t1 - t0);
+    kp__trace(s, fr->f.seq, t0, t1);
     if (st != KP_OK) return st;
     /* a stream with nothing pending has nothing to hand over: the next
      * user need not wait (host-only stages cost no event traffic) */
@@ -441,7 +464,19 @@ kp_status kp_flow_create(const kp_flow_config *config, kp_flow_t *out) {
     f->n = c.n_stages;
     f->frame_bytes = c.frame_bytes;
     f->budget = c.budget_bytes;
+    if (c.trace_events > ((size_t)1 << 24)) {
+        kp__free(f);
+        return kp__error(KP_ERR_INVALID_ARG, "config.trace_events is %zu (at most 2^24)",
+                         c.trace_events);
+    }
+    f->trace_cap = c.trace_events;
+    if (c.trace_events && !(f->trace = kp__calloc(c.trace_events, sizeof *f->trace))) {
+        kp__free(f);
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for the trace");
+    }
+    f->t_start_us = kp__now_us();
     if (pthread_mutex_init(&f->mu, NULL) != 0 || pthread_cond_init(&f->freed, NULL) != 0) {
+        kp__free(f->trace);
         kp__free(f);
         return kp__error(KP_ERR_INTERNAL, "flow: cannot initialise its lock");
     }
@@ -596,6 +631,49 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
     return KP_OK;
 }
 
+/* A JSON string's characters: quotes, backslashes and control bytes escaped. */
+static void kp__json_escaped(FILE *out, const char *text) {
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fprintf(out, "\\%c", *c);
+        else if (*c < 0x20)
+            fprintf(out, "\\u%04x", *c);
+        else
+            fputc(*c, out);
+    }
+}
+
+kp_status kp_flow_write_trace(kp_flow_t f, const char *path) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(f && path);
+    if (!f->trace) return kp__error(KP_ERR_STATE, "the flow keeps no trace (trace_events is 0)");
+    if (!atomic_load(&f->waited)) return kp__error(KP_ERR_STATE, "call kp_flow_wait first");
+    FILE *out = fopen(path, "w");
+    if (!out) return kp__error(KP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    uint64_t n = atomic_load(&f->trace_n), first = n > f->trace_cap ? n - f->trace_cap : 0;
+    fprintf(out, "{\"traceEvents\": [\n");
+    for (size_t i = 0; i < f->n; i++) { /* one named row per stage */
+        fprintf(out,
+                "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %zu, "
+                "\"args\": {\"name\": \"%zu ",
+                i, i);
+        kp__json_escaped(out, f->st[i].name);
+        fprintf(out, "\"}},\n");
+    }
+    for (uint64_t k = first; k < n; k++) {
+        struct kp__trace_ev *e = &f->trace[k % f->trace_cap];
+        uint64_t t0 = atomic_load(&e->t0_ns), t1 = atomic_load(&e->t1_ns);
+        fprintf(out,
+                "{\"name\": \"frame %llu\", \"cat\": \"stage\", \"ph\": \"X\", \"pid\": 1, "
+                "\"tid\": %u, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"seq\": %llu}}%s\n",
+                (unsigned long long)atomic_load(&e->seq), atomic_load(&e->stage), t0 / 1e3,
+                (t1 - t0) / 1e3, (unsigned long long)atomic_load(&e->seq), k + 1 < n ? "," : "");
+    }
+    fprintf(out, "], \"displayTimeUnit\": \"ns\"}\n");
+    if (fclose(out) != 0) return kp__error(KP_ERR_IO, "%s: writing failed", path);
+    return KP_OK;
+}
+
 void kp_flow_destroy(kp_flow_t f) {
     if (!f) return;
     if (atomic_load(&f->started)) {
@@ -613,6 +691,7 @@ void kp_flow_destroy(kp_flow_t f) {
     kp__free(f->frames);
     kp_buffer_pool_destroy(f->pool);
     for (size_t i = f->n_owned; i-- > 0;) f->owned[i].free_fn(f->owned[i].obj);
+    kp__free(f->trace);
     pthread_cond_destroy(&f->freed);
     pthread_mutex_destroy(&f->mu);
     kp__free(f);

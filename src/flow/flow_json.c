@@ -28,7 +28,7 @@ typedef struct kp__flow_build {
     char names[KP_FLOW_MAX_STAGES][64];
     kp__stage_made made[KP_FLOW_MAX_STAGES];
     size_t n;
-    size_t frame_bytes, budget;
+    size_t frame_bytes, budget, trace;
 } kp__flow_build;
 
 static kp_status kp__only_keys(json_t *obj, const char *path, const char *const *allowed) {
@@ -180,7 +180,8 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
 }
 
 static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *out) {
-    static const char *const keys[] = {"kpipe_flow", "name", "budget_bytes", "stages", NULL};
+    static const char *const keys[] = {"kpipe_flow",   "name",   "budget_bytes",
+                                       "trace_events", "stages", NULL};
     if (!json_is_object(root)) return KP__PERR("$: expected an object");
     json_t *ver = json_object_get(root, "kpipe_flow");
     if (!ver) return KP__PERR("$.kpipe_flow: missing (this kpipe reads version 1)");
@@ -194,6 +195,11 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
         KP_CHECK(kp__count(v, "$.budget_bytes", 0, (int64_t)KP__MAX_ALLOC_BYTES, &budget));
         b->budget = (size_t)budget;
     }
+    if ((v = json_object_get(root, "trace_events")) && !b->trace) {
+        int64_t n = 0;
+        KP_CHECK(kp__count(v, "$.trace_events", 0, (int64_t)1 << 24, &n));
+        b->trace = (size_t)n;
+    }
     KP_CHECK(kp__stages(b, json_object_get(root, "stages")));
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.dev = b->dev;
@@ -201,6 +207,7 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
     cfg.n_stages = b->n;
     cfg.frame_bytes = b->frame_bytes;
     cfg.budget_bytes = b->budget;
+    cfg.trace_events = b->trace;
     kp_status st = kp_flow_create(&cfg, out);
     if (st != KP_OK) return st;
     for (size_t i = 0; i < b->n && st == KP_OK; i++) {
@@ -216,7 +223,7 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
 }
 
 static kp_status kp__flow_from_text(kp_device_t dev, const char *text, const char *base_dir,
-                                    kp_flow_t *out) {
+                                    size_t trace, kp_flow_t *out) {
     if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
     if (!dev || !text) return kp__error(KP_ERR_INVALID_ARG, "device and text are required");
@@ -230,6 +237,7 @@ static kp_status kp__flow_from_text(kp_device_t dev, const char *text, const cha
     } else {
         b->dev = dev;
         b->base_dir = base_dir;
+        b->trace = trace;
         st = kp__flow_from_root(b, root, out);
         for (size_t i = 0; i < KP_FLOW_MAX_STAGES; i++)
             if (b->made[i].free_fn) b->made[i].free_fn(b->made[i].user);
@@ -241,11 +249,11 @@ static kp_status kp__flow_from_text(kp_device_t dev, const char *text, const cha
 
 kp_status kp_flow_create_from_json(kp_device_t dev, const char *json_text, kp_flow_t *out) {
     KP_API_ENTRY();
-    return kp__flow_from_text(dev, json_text, "", out);
+    return kp__flow_from_text(dev, json_text, "", 0, out);
 }
 
-kp_status kp_flow_create_from_file(kp_device_t dev, const char *path, kp_flow_t *out) {
-    KP_API_ENTRY();
+static kp_status kp__flow_from_file(kp_device_t dev, const char *path, size_t trace,
+                                    kp_flow_t *out) {
     if (!out || !path) return kp__error(KP_ERR_INVALID_ARG, "path and out are required");
     *out = NULL;
     FILE *fp = fopen(path, "rb");
@@ -268,7 +276,20 @@ kp_status kp_flow_create_from_file(kp_device_t dev, const char *path, kp_flow_t 
     const char *slash = strrchr(path, '/');
     if (slash && (size_t)(slash - path) + 2 < sizeof dir)
         snprintf(dir, sizeof dir, "%.*s/", (int)(slash - path), path);
-    if (st == KP_OK) st = kp__flow_from_text(dev, text, dir, out);
+    if (st == KP_OK) st = kp__flow_from_text(dev, text, dir, trace, out);
     kp__free(text);
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
+}
+
+kp_status kp_flow_create_from_file(kp_device_t dev, const char *path, kp_flow_t *out) {
+    KP_API_ENTRY();
+    return kp__flow_from_file(dev, path, 0, out);
+}
+
+kp_status kp_flow_create_from_file_traced(kp_device_t dev, const char *path, size_t trace_events,
+                                          kp_flow_t *out) {
+    KP_API_ENTRY();
+    if (trace_events > ((size_t)1 << 24))
+        return kp__error(KP_ERR_INVALID_ARG, "trace_events is %zu (at most 2^24)", trace_events);
+    return kp__flow_from_file(dev, path, trace_events, out);
 }

@@ -11,21 +11,23 @@
 #include "tool-impl.h"
 
 static const char kpt_flow_usage[] =
-    "usage: kpipe flow FLOW.json [--device D] [--json FILE] [--quiet]\n\n"
+    "usage: kpipe flow FLOW.json [--device D] [--json FILE] [--trace FILE] [--quiet]\n\n"
     "Runs the flow (\"kpipe_flow\": 1) to end of stream: stages on threads joined by\n"
     "bounded queues. On a terminal a status line shows frames/s, queue depths, drops\n"
     "and device bytes; at the end the health report is printed. Ctrl-C cancels the\n"
     "flow (exit status 130). A stage's error exits 1 naming the stage.\n\n"
     "  --device D   cpu, cuda or cuda:N (default: cuda when present, else cpu)\n"
     "  --json FILE  also write the final health report as JSON\n"
+    "  --trace FILE write a Chrome trace (chrome://tracing, Perfetto): one row per\n"
+    "               stage, one slice per frame (the last 65536 stage runs)\n"
     "  --quiet      no status line\n";
 
 static volatile sig_atomic_t kpt_interrupted;
 static void kpt_on_sigint(int sig) { kpt_interrupted = 1; }
 
 static void kpt_status_line(const kp_flow_snapshot *h, double fps) {
-    fprintf(stderr, "\r%8llu frames %9.1f frames/s  queues",
-            (unsigned long long)h->frames_done, fps);
+    fprintf(stderr, "\r%8llu frames %9.1f frames/s  queues", (unsigned long long)h->frames_done,
+            fps);
     for (size_t i = 1; i < h->n_stages; i++)
         fprintf(stderr, " %zu/%zu", h->queues[i].depth, h->queues[i].capacity);
     fprintf(stderr, "  drops %llu  device %zu MiB   ", (unsigned long long)h->frames_dropped,
@@ -37,15 +39,16 @@ static void kpt_report(const kp_flow_snapshot *h, double secs) {
            "(limit %zu)\n",
            (unsigned long long)h->frames_done, secs, secs > 0 ? (double)h->frames_done / secs : 0,
            (unsigned long long)h->frames_dropped, h->max_frames_in_flight, h->frame_limit);
-    printf("  %-16s %10s %10s %12s %12s   %s\n", "stage", "in", "out", "host p50 us",
-           "host p99 us", "queue in front (depth max/cap, policy, drops)");
+    printf("  %-16s %10s %10s %12s %12s   %s\n", "stage", "in", "out", "host p50 us", "host p99 us",
+           "queue in front (depth max/cap, policy, drops)");
     for (size_t i = 0; i < h->n_stages; i++) {
         const kp_flow_stage_stats *s = &h->stages[i];
         printf("  %-16s %10llu %10llu %12.1f %12.1f", s->name, (unsigned long long)s->in,
                (unsigned long long)s->out, s->host_p50_us, s->host_p99_us);
         if (i)
             printf("   %zu/%zu, %s, %llu", h->queues[i].max_depth, h->queues[i].capacity,
-                   kp_queue_policy_str(h->queues[i].policy), (unsigned long long)h->queues[i].drops);
+                   kp_queue_policy_str(h->queues[i].policy),
+                   (unsigned long long)h->queues[i].drops);
         printf("\n");
     }
     printf("  bytes in flight peak %zu (budget %zu); frame buffers: pool hits %llu, misses %llu, "
@@ -71,14 +74,14 @@ static int kpt_report_json(const char *path, const kp_flow_snapshot *h, double s
                                           (json_int_t)h->queues[i].drops));
         json_array_append_new(stages, j);
     }
-    json_t *root = json_pack(
-        "{s:I,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:o}", "frames", (json_int_t)h->frames_done,
-        "dropped", (json_int_t)h->frames_dropped, "seconds", secs, "max_frames_in_flight",
-        (json_int_t)h->max_frames_in_flight, "frame_limit", (json_int_t)h->frame_limit,
-        "peak_bytes_in_flight", (json_int_t)h->peak_bytes_in_flight, "budget_bytes",
-        (json_int_t)h->budget_bytes, "pool_hits", (json_int_t)h->pool_hits, "pool_misses",
-        (json_int_t)h->pool_misses, "steady", h->steady, "consistent", h->consistent, "stages",
-        stages);
+    json_t *root =
+        json_pack("{s:I,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:o}", "frames",
+                  (json_int_t)h->frames_done, "dropped", (json_int_t)h->frames_dropped, "seconds",
+                  secs, "max_frames_in_flight", (json_int_t)h->max_frames_in_flight, "frame_limit",
+                  (json_int_t)h->frame_limit, "peak_bytes_in_flight",
+                  (json_int_t)h->peak_bytes_in_flight, "budget_bytes", (json_int_t)h->budget_bytes,
+                  "pool_hits", (json_int_t)h->pool_hits, "pool_misses", (json_int_t)h->pool_misses,
+                  "steady", h->steady, "consistent", h->consistent, "stages", stages);
     int rc = root ? json_dump_file(root, path, JSON_INDENT(2)) : -1;
     json_decref(root);
     if (rc != 0) fprintf(stderr, "kpipe flow: --json %s: cannot write it\n", path);
@@ -86,7 +89,7 @@ static int kpt_report_json(const char *path, const kp_flow_snapshot *h, double s
 }
 
 int kpt_cmd_flow(int argc, char **argv) {
-    const char *file = NULL, *device = NULL, *json = NULL, *v;
+    const char *file = NULL, *device = NULL, *json = NULL, *trace = NULL, *v;
     bool quiet = false;
     int r;
     for (int i = 1; i < argc; i++) {
@@ -102,6 +105,9 @@ int kpt_cmd_flow(int argc, char **argv) {
         } else if ((r = kpt_opt_value(argc, argv, &i, "--json", &v)) != 0) {
             if (r < 0) return 2;
             json = v;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--trace", &v)) != 0) {
+            if (r < 0) return 2;
+            trace = v;
         } else if (argv[i][0] == '-' || file) {
             fprintf(stderr, "kpipe flow: unexpected argument \"%s\"\n\n%s", argv[i],
                     kpt_flow_usage);
@@ -119,7 +125,7 @@ int kpt_cmd_flow(int argc, char **argv) {
     kp_flow_t f = NULL;
     kp_status st = kp_device_open(device, &dev);
     if (st != KP_OK) return kpt_fail("flow", st);
-    st = kp_flow_create_from_file(dev, file, &f);
+    st = kp_flow_create_from_file_traced(dev, file, trace ? 65536 : 0, &f);
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = kpt_on_sigint;
@@ -154,6 +160,8 @@ int kpt_cmd_flow(int argc, char **argv) {
         printf("%s on %s:\n", file, kp_device_name(dev));
         kpt_report(&h, secs);
         if (json) rc = kpt_report_json(json, &h, secs);
+        if (trace && kp_flow_write_trace(f, trace) != KP_OK)
+            rc = kpt_fail("flow --trace", KP_ERR_IO);
     }
     if (st != KP_OK && kpt_interrupted) {
         fprintf(stderr, "kpipe flow: cancelled (Ctrl-C)\n");
