@@ -40,22 +40,26 @@ def main():
         print(f"\nper-hit host cost: kpipe cache {one['hit_enqueue_us']:.2f} us; "
               f"torch.compile reduce-overhead (8 ops) {th['hit_host_us']:.2f} us: {r:.1f}x")
         targets.append(("per-hit host cost >= 10x lower than reduce-overhead's", r, r >= 10))
-    print("\ntraces (p50 / p99 us per tick with a wait; misses; cost per miss us; graphs held)")
+    print("\ntraces (p50 / p99 us per tick with a wait; misses; cost per miss us; graphs held;\n"
+          "kpipe: the cache's bytes in KiB; torch: torch.cuda.memory_reserved() in MiB)")
     rows = {(t["pipeline"], t["trace"]): t for t in kp["traces"]}
     trows = {}
     for t in (th or {}).get("traces", []):
         trows[(t["pipeline"], t["variant"], t["trace"])] = t
     print(f"{'pipeline':8} {'trace':5} {'kpipe p50/p99':>16} {'miss':>5} {'per miss':>9} "
-          f"{'graphs':>6} | {'reduce-overhead p50/p99':>24} {'miss':>5} {'per miss':>9} | "
-          f"{'padded graphs p50/p99':>22} {'graphs':>6}")
+          f"{'graphs':>6} {'KiB':>6} | {'reduce-overhead p50/p99':>24} {'miss':>5} "
+          f"{'per miss':>9} {'MiB rsv':>7} | {'padded graphs p50/p99':>22} {'graphs':>6} "
+          f"{'MiB rsv':>7}")
     for (pipe, kind), t in rows.items():
         ro = trows.get((pipe, "reduce-overhead", kind))
         pg = trows.get((pipe, "padded graphs", kind))
         line = (f"{pipe:8} {kind:5} {t['p50_us']:7.2f} /{t['p99_us']:7.2f} {t['misses']:5d} "
-                f"{t['per_miss_us']:9.1f} {t['graphs']:6d} |")
+                f"{t['per_miss_us']:9.1f} {t['graphs']:6d} {t['bytes'] / 1024:6.0f} |")
         line += (f" {ro['p50_us']:11.2f} /{ro['p99_us']:10.2f} {ro['misses']:5d} "
-                 f"{ro['per_miss_us']:9.1f} |" if ro else f" {'-':>24} {'':5} {'':9} |")
-        line += (f" {pg['p50_us']:10.2f} /{pg['p99_us']:9.2f} {pg['graphs']:6d}" if pg else " -")
+                 f"{ro['per_miss_us']:9.1f} {ro['bytes_reserved'] / 2**20:7.0f} |"
+                 if ro else f" {'-':>24} {'':5} {'':9} {'':7} |")
+        line += (f" {pg['p50_us']:10.2f} /{pg['p99_us']:9.2f} {pg['graphs']:6d} "
+                 f"{pg['bytes_reserved'] / 2**20:7.0f}" if pg else " -")
         print(line)
     print("\nrotating input sets (p50 / p99 us per tick with a wait)")
     trot = {(r["n"], r["sets"]): r for r in (th or {}).get("rotating", [])}
