@@ -20,10 +20,10 @@ int main(int argc, char **argv) {
     if (argc > 1) g_frames = atol(argv[1]);
     kp_device_t dev;
     if (kp_device_open("cpu", &dev) != KP_OK) return 1;
-    kp_flow_stage st[4] = {{"source", empty, NULL, 0, KP_QUEUE_BLOCK},
-                           {"a", empty, NULL, 4, KP_QUEUE_BLOCK},
-                           {"b", empty, NULL, 4, KP_QUEUE_BLOCK},
-                           {"sink", empty, NULL, 4, KP_QUEUE_BLOCK}};
+    kp_flow_stage st[4] = {{"source", empty, NULL, 0, KP_QUEUE_BLOCK, NULL, 0, 0},
+                           {"a", empty, NULL, 4, KP_QUEUE_BLOCK, NULL, 0, 0},
+                           {"b", empty, NULL, 4, KP_QUEUE_BLOCK, NULL, 0, 0},
+                           {"sink", empty, NULL, 4, KP_QUEUE_BLOCK, NULL, 0, 0}};
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.dev = dev;
     cfg.stages = st;

@@ -714,8 +714,8 @@ static void flow_calls(void **state) {
     (void)state;
     kp_flow_t f = NULL;
     kp_flow_snapshot h;
-    kp_flow_stage st[2] = {{"a", flow_noop, NULL, 0, KP_QUEUE_BLOCK},
-                           {"b", flow_noop, NULL, 1, KP_QUEUE_BLOCK}};
+    kp_flow_stage st[2] = {{"a", flow_noop, NULL, 0, KP_QUEUE_BLOCK, NULL, 0, 0},
+                           {"b", flow_noop, NULL, 1, KP_QUEUE_BLOCK, NULL, 0, 0}};
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     KPT_FAILS(kp_flow_create(NULL, &f), BAD);
     KPT_FAILS(kp_flow_create(&cfg, &f), BAD);

@@ -98,9 +98,9 @@ static kp_status sink(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos)
 
 static kp_flow_t make_flow(ctx *t, size_t cap1, kp_queue_policy p1, size_t cap2, kp_queue_policy p2,
                            size_t budget) {
-    kp_flow_stage st[3] = {{"source", source, t, 0, KP_QUEUE_BLOCK},
-                           {"middle", middle, t, cap1, p1},
-                           {"sink", sink, t, cap2, p2}};
+    kp_flow_stage st[3] = {{"source", source, t, 0, KP_QUEUE_BLOCK, NULL, 0, 0},
+                           {"middle", middle, t, cap1, p1, NULL, 0, 0},
+                           {"sink", sink, t, cap2, p2, NULL, 0, 0}};
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.dev = g_dev;
     cfg.stages = st;
@@ -396,6 +396,146 @@ static void json_flow_errors(void **state) {
     KPT_FAILS(kp_flow_create_from_json(g_dev, "{}", NULL), KP_ERR_INVALID_ARG);
 }
 
+/* --- micro-batching ------------------------------------------------------------------ */
+typedef struct batch_ctx {
+    uint64_t frames, seen, next;
+    size_t max_seen, batches, partial;
+    bool ordered;
+    long source_sleep_us;
+} batch_ctx;
+
+static kp_status batch_source(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    batch_ctx *b = user;
+    if (f->seq == b->frames) {
+        *eos = true;
+        return KP_OK;
+    }
+    if (b->source_sleep_us) sleep_us(b->source_sleep_us);
+    f->user[0] = (int64_t)f->seq * 3;
+    return KP_OK;
+}
+
+/* Each frame once, in order, in batches of at most 4. */
+static kp_status batch_stage(void *user, const kp_stage_ctx *c, kp_frame *const *fr, size_t n) {
+    batch_ctx *b = user;
+    if (n < 1 || n > 4) return kp_set_error(KP_ERR_INTERNAL, "a batch of %zu", n);
+    for (size_t i = 0; i < n; i++) {
+        if (fr[i]->seq != b->next || fr[i]->user[0] != (int64_t)fr[i]->seq * 3) b->ordered = false;
+        b->next = fr[i]->seq + 1;
+        fr[i]->user[1] = 1;
+    }
+    b->seen += n;
+    b->batches++;
+    b->partial += n < 4;
+    if (n > b->max_seen) b->max_seen = n;
+    return KP_OK;
+}
+
+static kp_status batch_sink(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    return f->user[1] == 1 ? KP_OK : kp_set_error(KP_ERR_INTERNAL, "frame skipped the batch");
+}
+
+static void micro_batching(void **state) {
+    (void)state;
+    for (int slow = 0; slow < 2; slow++) {
+        batch_ctx b = {
+            .frames = slow ? 40 : 1003, .ordered = true, .source_sleep_us = slow ? 2000 : 0};
+        kp_flow_stage st[3] = {{"source", batch_source, &b, 0, KP_QUEUE_BLOCK, NULL, 0, 0},
+                               {"batch", NULL, &b, 8, KP_QUEUE_BLOCK, batch_stage, 4, 300},
+                               {"sink", batch_sink, &b, 8, KP_QUEUE_BLOCK, NULL, 0, 0}};
+        kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+        cfg.dev = g_dev;
+        cfg.stages = st;
+        cfg.n_stages = 3;
+        kp_flow_t f;
+        KPT_OK(kp_flow_create(&cfg, &f));
+        KPT_OK(kp_flow_start(f));
+        KPT_OK(kp_flow_wait(f));
+        kp_flow_snapshot h;
+        KPT_OK(kp_flow_health(f, &h));
+        assert_int_equal(b.seen, b.frames);
+        assert_true(b.ordered);
+        assert_int_equal(h.frames_done, b.frames);
+        assert_int_equal(h.stages[1].batches, b.batches);
+        assert_true(b.max_seen <= 4);
+        /* a slow source: the deadline (300 us) flushes batches of one
+         * long before a fourth frame comes (2 ms apart) */
+        if (slow) assert_true(b.partial >= b.batches / 2);
+        kp_flow_destroy(f);
+    }
+    /* misuse: batch_fn with fn, max_batch past the queue, on the source */
+    batch_ctx b = {.frames = 1};
+    kp_flow_stage st[2] = {{"source", batch_source, &b, 0, KP_QUEUE_BLOCK, NULL, 0, 0},
+                           {"batch", batch_sink, &b, 2, KP_QUEUE_BLOCK, batch_stage, 4, 0}};
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    cfg.dev = g_dev;
+    cfg.stages = st;
+    cfg.n_stages = 2;
+    kp_flow_t f;
+    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG);
+    st[1].fn = NULL;
+    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG); /* 4 > capacity 2 */
+    assert_non_null(strstr(kp_last_error(), "max_batch from 2 to its queue_capacity (2)"));
+    st[1].queue_capacity = 4;
+    st[0].batch_fn = batch_stage;
+    st[0].max_batch = 2;
+    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG);
+}
+
+/* A pipeline on batches from JSON: frames concatenated, run once, split. */
+static void json_pipeline_batches(void **state) {
+    (void)state;
+    const char *json =
+        "{\"kpipe_flow\": 1, \"stages\": ["
+        "{\"name\": \"src\", \"source\": \"synthetic\", \"frames\": 37, \"shape\": [500]},"
+        "{\"name\": \"relu\", \"batch\": {\"max\": 8, \"deadline_us\": 200}, "
+        "\"pipeline\": {\"kpipe_spec\": 1, \"modules\": [{\"type\": \"relu\", \"id\": \"r\", "
+        "\"params\": {\"size\": {\"max\": 4000}}}], \"inputs\": {\"x\": \"r.input\"}, "
+        "\"outputs\": {\"y\": \"r.output\"}}},"
+        "{\"name\": \"out\", \"sink\": \"npy\", \"path\": \"test_flow_batch.npy\"}]}";
+    kp_flow_t f;
+    KPT_OK(kp_flow_create_from_json(g_dev, json, &f));
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(h.frames_done, 37);
+    assert_true(h.stages[1].batches >= 5 && h.stages[1].batches <= 37);
+    assert_int_equal(h.queues[1].capacity, 8); /* raised to hold a batch */
+    kp_flow_destroy(f);
+    kp_tensor_desc d;
+    void *data;
+    size_t bytes;
+    KPT_OK(kp_npy_load("test_flow_batch.npy", &d, &data, &bytes));
+    assert_int_equal(d.shape[0], 500);
+    const float *y = data;
+    for (int64_t i = 0; i < 500; i++) {
+        float x = (float)((int64_t)((36u * 31u + (uint64_t)i * 7u) % 2001u) - 1000);
+        assert_true(y[i] == fmaxf(x, 0.0f));
+    }
+    kp_npy_free(data);
+    remove("test_flow_batch.npy");
+    /* a pipeline whose input is fixed cannot take batches */
+    KPT_FAILS(
+        kp_flow_create_from_json(
+            g_dev,
+            "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"s\", \"source\": \"synthetic\", "
+            "\"shape\": [8]}, {\"name\": \"p\", \"batch\": {\"max\": 2}, \"pipeline\": "
+            "{\"kpipe_spec\": 1, \"modules\": [{\"type\": \"relu\", \"id\": \"r\", \"params\": "
+            "{\"size\": 16}}], \"inputs\": {\"x\": \"r.input\"}, \"outputs\": {\"y\": "
+            "\"r.output\"}}}, {\"name\": \"k\", \"sink\": \"null\"}]}",
+            &f),
+        KP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kp_last_error(), "dimension 0 dynamic"));
+    KPT_FAILS(kp_flow_create_from_json(
+                  g_dev,
+                  "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"s\", \"source\": \"synthetic\", "
+                  "\"shape\": [8]}, {\"name\": \"p\", \"batch\": {\"max\": 1}, \"pipeline\": "
+                  "\"x.json\"}, {\"name\": \"k\", \"sink\": \"null\"}]}",
+                  &f),
+              KP_ERR_IO); /* the file first */
+}
+
 static kp_status noop(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     if (eos) *eos = f->seq == 10;
     return KP_OK;
@@ -404,8 +544,8 @@ static kp_status noop(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos)
 static void misuse(void **state) {
     (void)state;
     kp_flow_t f = NULL;
-    kp_flow_stage st[2] = {{"a", noop, NULL, 0, KP_QUEUE_BLOCK},
-                           {"b", noop, NULL, 2, KP_QUEUE_BLOCK}};
+    kp_flow_stage st[2] = {{"a", noop, NULL, 0, KP_QUEUE_BLOCK, NULL, 0, 0},
+                           {"b", noop, NULL, 2, KP_QUEUE_BLOCK, NULL, 0, 0}};
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     KPT_FAILS(kp_flow_create(NULL, &f), KP_ERR_INVALID_ARG);
     KPT_FAILS(kp_flow_create(&cfg, NULL), KP_ERR_INVALID_ARG);
@@ -480,6 +620,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(misuse),
         cmocka_unit_test(json_flow_end_to_end),
         cmocka_unit_test(json_flow_errors),
+        cmocka_unit_test(micro_batching),
+        cmocka_unit_test(json_pipeline_batches),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     kp_device_close(g_dev);

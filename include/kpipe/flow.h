@@ -81,12 +81,24 @@ typedef struct kp_stage_ctx {
 typedef kp_status (*kp_flow_stage_fn)(void *user, const kp_stage_ctx *ctx, kp_frame *frame,
                                       bool *eos);
 
+/* A micro-batching stage's work on n frames (1 .. max_batch) at once, in
+ * order; as kp_flow_stage_fn otherwise. */
+typedef kp_status (*kp_flow_batch_fn)(void *user, const kp_stage_ctx *ctx, kp_frame *const *frames,
+                                      size_t n);
+
 typedef struct kp_flow_stage {
     const char *name; /* for errors and health; copied */
     kp_flow_stage_fn fn;
     void *user;
     size_t queue_capacity;  /* the queue in front of the stage (1..1024); unused for stage 0 */
     kp_queue_policy policy; /* of that queue */
+    /* Micro-batching (not for stage 0): batch_fn instead of fn gets up to
+     * max_batch frames (2 .. queue_capacity), collected until the batch is
+     * full or deadline_us after its first frame arrived, whichever comes
+     * first; end of stream flushes a partial batch. */
+    kp_flow_batch_fn batch_fn;
+    size_t max_batch;
+    uint32_t deadline_us;
 } kp_flow_stage;
 
 typedef struct kp_flow_config {
@@ -128,6 +140,7 @@ kp_status kp_flow_cancel(kp_flow_t f);
 typedef struct kp_flow_stage_stats {
     const char *name;
     uint64_t in, out;                /* frames taken and passed on (or finished) */
+    uint64_t batches;                /* micro-batching: batches run */
     double host_p50_us, host_p99_us; /* the stage function's host time, recent frames */
 } kp_flow_stage_stats;
 

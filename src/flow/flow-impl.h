@@ -15,9 +15,11 @@ kp_status kp__flow_own(kp_flow_t f, void *obj, void (*free_fn)(void *));
 /* A built-in stage as made: its function and state, what frames it needs. */
 typedef struct kp__stage_made {
     kp_flow_stage_fn fn;
+    kp_flow_batch_fn batch_fn; /* instead of fn, for a micro-batching stage */
     void *user;
     void (*free_fn)(void *user);
     size_t frame_bytes; /* bytes its frames must hold */
+    size_t max_batch;
 } kp__stage_made;
 
 /* Source "synthetic": `frames` frames (0: until cancelled) of f32[shape],
@@ -32,5 +34,10 @@ kp_status kp__stage_npy(kp_device_t dev, const char *path, size_t max_bytes, kp_
  * the frame feeds its one external input, its one external output is copied
  * back into the frame. `in_bytes` bounds the frames it receives. */
 kp_status kp__stage_pipeline(kp_pipeline_t p, kp__stage_made *out);
+/* The same on batches of up to max_batch frames: the frames (of one shape)
+ * are concatenated along dimension 0, which the pipeline's input must take
+ * as dynamic; its output is split along dimension 0 back into the frames. */
+kp_status kp__stage_pipeline_batch(kp_device_t dev, kp_pipeline_t p, size_t max_batch,
+                                   kp__stage_made *out);
 
 #endif

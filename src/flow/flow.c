@@ -50,7 +50,13 @@ typedef struct kp__stage {
     size_t index;
     char name[64];
     kp_flow_stage_fn fn;
+    kp_flow_batch_fn batch_fn;
     void *user;
+    size_t max_batch;
+    uint32_t deadline_us;
+    kp__fframe **batch; /* max_batch slots */
+    kp_frame **batch_frames;
+    _Atomic uint64_t batches;
     kp_stage_ctx ctx;
     pthread_t thread;
     bool started;
@@ -177,7 +183,12 @@ static kp_status kp__queue_init(kp__queue *q, size_t cap, kp_queue_policy policy
     q->cap = cap;
     q->policy = policy;
     if (pthread_mutex_init(&q->mu, NULL) != 0) goto fail;
-    if (pthread_cond_init(&q->not_empty, NULL) != 0) goto fail_mu;
+    pthread_condattr_t ca;
+    bool ca_ok = pthread_condattr_init(&ca) == 0;
+    if (ca_ok) (void)pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&q->not_empty, ca_ok ? &ca : NULL);
+    if (ca_ok) pthread_condattr_destroy(&ca);
+    if (rc != 0) goto fail_mu;
     if (pthread_cond_init(&q->not_full, NULL) != 0) goto fail_ne;
     return KP_OK;
 fail_ne:
@@ -238,6 +249,25 @@ static kp__fframe *kp__queue_pop(struct kp_flow *f, kp__queue *q) {
     pthread_mutex_lock(&q->mu);
     while (q->count == 0 && !q->closed && !atomic_load(&f->cancel))
         pthread_cond_wait(&q->not_empty, &q->mu);
+    if (q->count && !atomic_load(&f->cancel)) {
+        fr = q->ring[q->head];
+        q->head = (q->head + 1) % q->cap;
+        q->count--;
+        atomic_store(&q->depth, q->count);
+        pthread_cond_signal(&q->not_full);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return fr;
+}
+
+/* A frame if one arrives before `deadline` (CLOCK_MONOTONIC); NULL at the
+ * deadline, at end of stream or on cancel. */
+static kp__fframe *kp__queue_pop_until(struct kp_flow *f, kp__queue *q,
+                                       const struct timespec *deadline) {
+    kp__fframe *fr = NULL;
+    pthread_mutex_lock(&q->mu);
+    while (q->count == 0 && !q->closed && !atomic_load(&f->cancel))
+        if (pthread_cond_timedwait(&q->not_empty, &q->mu, deadline) != 0) break;
     if (q->count && !atomic_load(&f->cancel)) {
         fr = q->ring[q->head];
         q->head = (q->head + 1) % q->cap;
@@ -342,6 +372,18 @@ static kp_status kp__run_stage(kp__stage *s, kp__fframe *fr, bool *eos) {
     return KP_OK;
 }
 
+/* Passes a processed frame on, or finishes it at the sink. */
+static void kp__forward(kp__stage *s, kp__fframe *fr) {
+    struct kp_flow *f = s->flow;
+    atomic_fetch_add(&s->out, 1);
+    if (s->index + 1 < f->n) {
+        kp__queue_push(f, &f->q[s->index + 1], fr);
+        return;
+    }
+    atomic_fetch_add(&f->done, 1);
+    kp__frame_put(f, fr, false);
+}
+
 static void kp__source_loop(kp__stage *s) {
     struct kp_flow *f = s->flow;
     for (uint64_t seq = 0;; seq++) {
@@ -372,7 +414,6 @@ static void kp__source_loop(kp__stage *s) {
 
 static void kp__stage_loop(kp__stage *s) {
     struct kp_flow *f = s->flow;
-    bool last = s->index + 1 == f->n;
     kp__fframe *fr;
     while ((fr = kp__queue_pop(f, &f->q[s->index])) != NULL) {
         atomic_fetch_add(&s->in, 1);
@@ -382,13 +423,55 @@ static void kp__stage_loop(kp__stage *s) {
             kp__fail(f, s, st);
             return;
         }
-        atomic_fetch_add(&s->out, 1);
-        if (!last) {
-            kp__queue_push(f, &f->q[s->index + 1], fr);
-            continue;
+        kp__forward(s, fr);
+    }
+}
+
+/* Runs one batch: waits for each frame's earlier work, the batch function,
+ * then marks each frame's new work (or none when the stream is idle). */
+static kp_status kp__run_batch(kp__stage *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s->batch[i]->recorded) KP_CHECK(kp_stream_wait_event(s->ctx.stream, s->batch[i]->ev));
+    for (size_t i = 0; i < n; i++) s->batch_frames[i] = &s->batch[i]->f;
+    double t0 = kp__now_us();
+    kp_status st = s->batch_fn(s->user, &s->ctx, s->batch_frames, n);
+    double t1 = kp__now_us();
+    kp__record_latency(s, t1 - t0);
+    for (size_t i = 0; i < n; i++) kp__trace(s, s->batch[i]->f.seq, t0, t1);
+    atomic_fetch_add(&s->batches, 1);
+    if (st != KP_OK) return st;
+    bool idle = false;
+    KP_CHECK(kp_stream_query(s->ctx.stream, &idle));
+    for (size_t i = 0; i < n; i++) {
+        s->batch[i]->recorded = !idle;
+        if (!idle) KP_CHECK(kp_event_record(s->batch[i]->ev, s->ctx.stream));
+    }
+    return KP_OK;
+}
+
+static void kp__batch_loop(kp__stage *s) {
+    struct kp_flow *f = s->flow;
+    kp__queue *q = &f->q[s->index];
+    for (;;) {
+        size_t n = 0;
+        kp__fframe *fr = kp__queue_pop(f, q);
+        if (!fr) return;
+        s->batch[n++] = fr;
+        struct timespec dl;
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        dl.tv_nsec += (long)s->deadline_us * 1000;
+        dl.tv_sec += dl.tv_nsec / 1000000000;
+        dl.tv_nsec %= 1000000000;
+        while (n < s->max_batch && (fr = kp__queue_pop_until(f, q, &dl)) != NULL)
+            s->batch[n++] = fr;
+        atomic_fetch_add(&s->in, n);
+        kp_status st = atomic_load(&f->cancel) ? KP_OK : kp__run_batch(s, n);
+        if (st != KP_OK || atomic_load(&f->cancel)) {
+            for (size_t i = 0; i < n; i++) kp__frame_put(f, s->batch[i], false);
+            if (st != KP_OK) kp__fail(f, s, st);
+            return;
         }
-        atomic_fetch_add(&f->done, 1);
-        kp__frame_put(f, fr, false);
+        for (size_t i = 0; i < n; i++) kp__forward(s, s->batch[i]);
     }
 }
 
@@ -397,6 +480,8 @@ static void *kp__stage_main(void *arg) {
     struct kp_flow *f = s->flow;
     if (s->index == 0)
         kp__source_loop(s);
+    else if (s->batch_fn)
+        kp__batch_loop(s);
     else
         kp__stage_loop(s);
     /* end of stream (or cancel) flows downstream */
@@ -420,7 +505,14 @@ static kp_status kp__check_config(const kp_flow_config *c) {
                          c->budget_bytes, c->frame_bytes);
     for (size_t i = 0; i < c->n_stages; i++) {
         const kp_flow_stage *s = &c->stages[i];
-        if (!s->fn) return kp__error(KP_ERR_INVALID_ARG, "stages[%zu].fn is NULL", i);
+        bool batching = s->batch_fn || s->max_batch > 1;
+        if (batching && (i == 0 || !s->batch_fn || s->fn || s->max_batch < 2 ||
+                         s->max_batch > s->queue_capacity))
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "stages[%zu]: a micro-batching stage (not the first) sets batch_fn "
+                             "and not fn, and max_batch from 2 to its queue_capacity (%zu)",
+                             i, s->queue_capacity);
+        if (!batching && !s->fn) return kp__error(KP_ERR_INVALID_ARG, "stages[%zu].fn is NULL", i);
         if (!s->name || !*s->name || strlen(s->name) >= 64)
             return kp__error(KP_ERR_INVALID_ARG, "stages[%zu].name: 1 to 63 characters", i);
         if (i && (s->queue_capacity < 1 || s->queue_capacity > KP__MAX_QUEUE))
@@ -488,7 +580,16 @@ kp_status kp_flow_create(const kp_flow_config *config, kp_flow_t *out) {
         s->index = i;
         snprintf(s->name, sizeof s->name, "%s", cs->name);
         s->fn = cs->fn;
+        s->batch_fn = cs->batch_fn;
+        s->max_batch = cs->batch_fn ? cs->max_batch : 1;
+        s->deadline_us = cs->deadline_us;
         s->user = cs->user;
+        if (s->batch_fn &&
+            (!(s->batch = kp__calloc(s->max_batch, sizeof *s->batch)) ||
+             !(s->batch_frames = kp__calloc(s->max_batch, sizeof *s->batch_frames)))) {
+            st = kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for a batch");
+            goto fail;
+        }
         s->ctx.dev = c.dev;
         s->ctx.name = s->name;
         s->ctx.index = i;
@@ -591,6 +692,7 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
         o->name = s->name;
         o->in = atomic_load(&s->in);
         o->out = atomic_load(&s->out);
+        o->batches = atomic_load(&s->batches);
         kp__latency(s, &o->host_p50_us, &o->host_p99_us);
         if (i) {
             kp__queue *q = &f->q[i];
@@ -683,6 +785,8 @@ void kp_flow_destroy(kp_flow_t f) {
     for (size_t i = 0; i < f->n; i++) {
         kp_stream_destroy(f->st[i].ctx.stream);
         if (i) kp__queue_fini(&f->q[i]);
+        kp__free(f->st[i].batch);
+        kp__free(f->st[i].batch_frames);
     }
     for (size_t i = 0; f->frames && i < f->n_frames; i++) {
         kp_event_destroy(f->frames[i].ev);

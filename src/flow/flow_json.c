@@ -110,7 +110,8 @@ static kp_status kp__sink(kp__flow_build *b, json_t *s, const char *path, kp__st
     return st == KP_OK ? KP_OK : kp__error_prefix(KP_ERR_PARSE, "%s", path);
 }
 
-static kp_status kp__pipeline(kp__flow_build *b, json_t *s, const char *path, kp__stage_made *m) {
+static kp_status kp__pipeline(kp__flow_build *b, json_t *s, const char *path, kp__stage_made *m,
+                              uint32_t *deadline_us) {
     json_t *spec = json_object_get(s, "pipeline");
     kp_pipeline_t p = NULL;
     kp_status st;
@@ -127,14 +128,34 @@ static kp_status kp__pipeline(kp__flow_build *b, json_t *s, const char *path, kp
     } else {
         return KP__PERR("%s.pipeline: expected a spec file's path or an inline spec", path);
     }
-    if (st == KP_OK) st = kp__stage_pipeline(p, m);
+    json_t *batch = json_object_get(s, "batch");
+    int64_t max = 0, deadline = 1000;
+    if (st == KP_OK && batch) {
+        static const char *const keys[] = {"max", "deadline_us", NULL};
+        char sub[96];
+        snprintf(sub, sizeof sub, "%s.batch", path);
+        if (!json_is_object(batch)) st = KP__PERR("%s: expected an object", sub);
+        if (st == KP_OK) st = kp__only_keys(batch, sub, keys);
+        snprintf(sub, sizeof sub, "%s.batch.max", path);
+        if (st == KP_OK) st = kp__count(json_object_get(batch, "max"), sub, 2, 1024, &max);
+        snprintf(sub, sizeof sub, "%s.batch.deadline_us", path);
+        json_t *dl = json_object_get(batch, "deadline_us");
+        if (st == KP_OK && dl) st = kp__count(dl, sub, 0, 10000000, &deadline);
+        if (st != KP_OK) {
+            kp_pipeline_destroy(p);
+            return st;
+        }
+    }
+    if (st == KP_OK)
+        st = batch ? kp__stage_pipeline_batch(b->dev, p, (size_t)max, m) : kp__stage_pipeline(p, m);
+    *deadline_us = (uint32_t)deadline;
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s.pipeline", path);
 }
 
 /* Sources first (they fix the frame size), then pipelines, then the sink. */
 static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
-    static const char *const keys[] = {"name",   "source", "pipeline", "sink", "queue",
-                                       "frames", "shape",  "path",     NULL};
+    static const char *const keys[] = {"name",  "source", "pipeline", "sink", "queue",
+                                       "batch", "frames", "shape",    "path", NULL};
     size_t n = json_array_size(arr);
     if (!json_is_array(arr) || n < 2 || n > KP_FLOW_MAX_STAGES)
         return KP__PERR("$.stages: expected an array of 2 to %d stages", KP_FLOW_MAX_STAGES);
@@ -164,8 +185,9 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
         snprintf(qpath, sizeof qpath, "%s.queue", path);
         if (i) KP_CHECK(kp__queue(json_object_get(s, "queue"), qpath, &b->st[i]));
         kp__stage_made *m = &b->made[i];
+        uint32_t deadline_us = 0;
         if (!snk) {
-            KP_CHECK(src ? kp__source(b, s, path, m) : kp__pipeline(b, s, path, m));
+            KP_CHECK(src ? kp__source(b, s, path, m) : kp__pipeline(b, s, path, m, &deadline_us));
             b->n = i + 1;
             if (m->frame_bytes > b->frame_bytes) b->frame_bytes = m->frame_bytes;
         } else {
@@ -174,7 +196,12 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
         }
         b->st[i].name = b->names[i];
         b->st[i].fn = m->fn;
+        b->st[i].batch_fn = m->batch_fn;
+        b->st[i].max_batch = m->batch_fn ? m->max_batch : 0;
+        b->st[i].deadline_us = deadline_us;
         b->st[i].user = m->user;
+        if (m->batch_fn && b->st[i].queue_capacity < m->max_batch)
+            b->st[i].queue_capacity = m->max_batch; /* a batch fits its queue */
     }
     return KP_OK;
 }

@@ -64,7 +64,7 @@ kp_status kp__stage_synthetic(kp_device_t dev, int64_t frames, int ndim, const i
         return st;
     }
     s->frames = frames;
-    *out = (kp__stage_made){kp__synthetic_fn, s, kp__free, (size_t)s->n * sizeof(float)};
+    *out = (kp__stage_made){kp__synthetic_fn, NULL, s, kp__free, (size_t)s->n * sizeof(float), 1};
     return KP_OK;
 }
 
@@ -74,7 +74,7 @@ static kp_status kp__null_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
 }
 
 kp_status kp__stage_null(kp__stage_made *out) {
-    *out = (kp__stage_made){kp__null_fn, NULL, NULL, 0};
+    *out = (kp__stage_made){kp__null_fn, NULL, NULL, NULL, 0, 1};
     return KP_OK;
 }
 
@@ -117,7 +117,7 @@ kp_status kp__stage_npy(kp_device_t dev, const char *path, size_t max_bytes, kp_
         kp__npy_free(s);
         return st;
     }
-    *out = (kp__stage_made){kp__npy_fn, s, kp__npy_free, 0};
+    *out = (kp__stage_made){kp__npy_fn, NULL, s, kp__npy_free, 0, 1};
     return KP_OK;
 }
 
@@ -127,13 +127,30 @@ typedef struct kp__pstage {
     kp_port_info in, out;
     uint32_t in_dynamic;
     bool ready;
+    /* micro-batching: the concatenated input */
+    kp_device_t dev;
+    void *gather;
+    size_t gather_bytes, max_batch;
 } kp__pstage;
 
 static void kp__pstage_free(void *user) {
     kp__pstage *s = user;
     if (!s) return;
     kp_pipeline_destroy(s->p);
+    if (s->gather) kp_free(s->dev, s->gather);
     kp__free(s);
+}
+
+/* Configure, warm up once, execute: one tick of the stage's pipeline. */
+static kp_status kp__pstage_tick(kp__pstage *s, kp_stream_t stream) {
+    KP_CHECK(kp_pipeline_configure_io(s->p, &s->in, 1, &s->out, 1, stream));
+    if (!s->ready) {
+        KP_CHECK(kp_pipeline_warmup(s->p, stream));
+        if (kp_pipeline_mode(s->p) == KP_EXEC_GRAPH) KP_CHECK(kp_pipeline_build_graph(s->p));
+        s->ready = true;
+    }
+    return kp_pipeline_mode(s->p) == KP_EXEC_GRAPH ? kp_pipeline_execute_graph(s->p, stream)
+                                                   : kp_pipeline_execute_stream(s->p, stream);
 }
 
 /* The frame feeds the input; the output is copied back into the frame on
@@ -143,14 +160,7 @@ static kp_status kp__pstage_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
     s->in.data = f->data;
     s->in.desc = f->desc;
     s->in.desc.offset = 0;
-    KP_CHECK(kp_pipeline_configure_io(s->p, &s->in, 1, &s->out, 1, c->stream));
-    if (!s->ready) {
-        KP_CHECK(kp_pipeline_warmup(s->p, c->stream));
-        if (kp_pipeline_mode(s->p) == KP_EXEC_GRAPH) KP_CHECK(kp_pipeline_build_graph(s->p));
-        s->ready = true;
-    }
-    KP_CHECK(kp_pipeline_mode(s->p) == KP_EXEC_GRAPH ? kp_pipeline_execute_graph(s->p, c->stream)
-                                                     : kp_pipeline_execute_stream(s->p, c->stream));
+    KP_CHECK(kp__pstage_tick(s, c->stream));
     int64_t bytes = kp_desc_bytes_needed(&s->out.desc);
     if (!kp_desc_is_contiguous(&s->out.desc) || bytes < 0 || (size_t)bytes > f->capacity)
         return kp__error(KP_ERR_MISMATCH,
@@ -185,6 +195,85 @@ kp_status kp__stage_pipeline(kp_pipeline_t p, kp__stage_made *out) {
         return st;
     }
     int64_t out_bytes = kp_desc_bytes_needed(&s->out.desc);
-    *out = (kp__stage_made){kp__pstage_fn, s, kp__pstage_free, (size_t)out_bytes};
+    *out = (kp__stage_made){kp__pstage_fn, NULL, s, kp__pstage_free, (size_t)out_bytes, 1};
+    return KP_OK;
+}
+
+/* The batch: frames concatenated along dimension 0 into the gather buffer,
+ * one pipeline tick, the output split back along dimension 0. */
+static kp_status kp__pstage_batch_fn(void *user, const kp_stage_ctx *c, kp_frame *const *fr,
+                                     size_t n) {
+    kp__pstage *s = user;
+    const kp_tensor_desc *d0 = &fr[0]->desc;
+    if (d0->ndim < 1 || !kp_desc_is_contiguous(d0))
+        return kp__error(KP_ERR_MISMATCH,
+                         "frame %llu: a batch needs contiguous frames of at "
+                         "least one dimension",
+                         (unsigned long long)fr[0]->seq);
+    size_t fb = (size_t)kp_desc_bytes_needed(d0);
+    for (size_t i = 0; i < n; i++) {
+        if (!kp_desc_same_shape(&fr[i]->desc, d0) || !kp_desc_is_contiguous(&fr[i]->desc))
+            return kp__error(KP_ERR_MISMATCH,
+                             "frames %llu and %llu differ in shape: a batch takes one shape",
+                             (unsigned long long)fr[0]->seq, (unsigned long long)fr[i]->seq);
+        if ((i + 1) * fb > s->gather_bytes)
+            return kp__error(KP_ERR_MISMATCH,
+                             "a batch of %zu frames of %zu bytes passes the "
+                             "pipeline's input (%zu bytes)",
+                             n, fb, s->gather_bytes);
+        KP_CHECK(kp_memcpy_async(c->stream, (char *)s->gather + i * fb, fr[i]->data, fb));
+    }
+    int64_t shape[KP_MAX_DIMS];
+    for (int k = 0; k < d0->ndim; k++) shape[k] = d0->shape[k];
+    shape[0] *= (int64_t)n;
+    s->in.data = s->gather;
+    KP_CHECK(kp_desc_init(&s->in.desc, d0->dtype, d0->ndim, shape, NULL));
+    KP_CHECK(kp__pstage_tick(s, c->stream));
+    const kp_tensor_desc *od = &s->out.desc;
+    if (od->ndim < 1 || od->shape[0] % (int64_t)n || !kp_desc_is_contiguous(od))
+        return kp__error(KP_ERR_MISMATCH,
+                         "pipeline \"%s\": its output's dimension 0 does not split into %zu "
+                         "frames",
+                         kp_pipeline_name(s->p), n);
+    kp_tensor_desc each = *od;
+    each.shape[0] /= (int64_t)n;
+    each.offset = 0;
+    size_t ob = (size_t)kp_desc_bytes_needed(&each);
+    for (size_t i = 0; i < n; i++) {
+        if (ob > fr[i]->capacity)
+            return kp__error(KP_ERR_MISMATCH, "an output of %zu bytes does not fit the frame (%zu)",
+                             ob, fr[i]->capacity);
+        KP_CHECK(kp_memcpy_async(c->stream, fr[i]->data, (const char *)s->out.data + i * ob, ob));
+        fr[i]->desc = each;
+        fr[i]->bytes = ob;
+    }
+    return KP_OK;
+}
+
+kp_status kp__stage_pipeline_batch(kp_device_t dev, kp_pipeline_t p, size_t max_batch,
+                                   kp__stage_made *out) {
+    KP_CHECK(kp__stage_pipeline(p, out)); /* takes p over */
+    kp__pstage *s = out->user;
+    uint32_t dyn = 0;
+    kp_status st = kp_pipeline_input_dynamic(s->p, 0, &dyn);
+    if (st == KP_OK && !(dyn & 1u))
+        st = kp__error(KP_ERR_UNSUPPORTED,
+                       "pipeline \"%s\": a micro-batching stage needs its input's dimension 0 "
+                       "dynamic ({\"max\": N})",
+                       kp_pipeline_name(s->p));
+    int64_t in_bytes = kp_desc_bytes_needed(&s->in.desc);
+    s->dev = dev;
+    s->max_batch = max_batch;
+    s->gather_bytes = in_bytes > 0 ? (size_t)in_bytes : 0;
+    if (st == KP_OK) st = kp_malloc(dev, s->gather_bytes ? s->gather_bytes : 1, &s->gather);
+    if (st != KP_OK) {
+        kp__pstage_free(s);
+        memset(out, 0, sizeof *out); /* nothing left for the caller to free */
+        return st;
+    }
+    out->fn = NULL;
+    out->batch_fn = kp__pstage_batch_fn;
+    out->max_batch = max_batch;
+    out->frame_bytes = (out->frame_bytes + max_batch - 1) / max_batch;
     return KP_OK;
 }
