@@ -11,12 +11,21 @@
 #include "kpipe/kpipe.h"
 
 static kp_device_t g_dev;
+static kp_allocator_t g_alloc;
 
 static void quiet(kp_log_level level, const char *msg, void *user) {}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     kp_log_set_callback(quiet, NULL, KP_LOG_OFF);
     if (kp_device_open("cpu", &g_dev) != KP_OK) abort();
+    /* Creating a flow sets up its pipelines, whose arenas a spec may size
+     * at gigabytes; a budget on the device allocator turns those into the
+     * library's own out-of-memory errors instead of the fuzzer's limit. */
+    kp_allocator_config cfg = KP_ALLOCATOR_CONFIG_INIT;
+    cfg.budget_bytes = (size_t)512 << 20;
+    if (kp_allocator_create(g_dev, KP_ALLOCATOR_DEVICE, &cfg, &g_alloc) != KP_OK ||
+        kp_device_set_allocator(g_dev, KP_ALLOCATOR_DEVICE, g_alloc) != KP_OK)
+        abort();
     return 0;
 }
 
