@@ -7,6 +7,9 @@
  *      {"name": "inline", "pipeline": {"kpipe_spec": 1, ...}},
  *      {"name": "out", "sink": "npy", "path": "out.npy", "queue": {"capacity": 2}}]}
  *
+ * Sources: "synthetic" (frames, shape), "testsrc" (frames, width, height),
+ * "y4m" (path, frames, loop). Sinks: "null", "npy" (path), "y4m" (path).
+ *
  * The first stage is a source, the last a sink, those between pipelines (a
  * spec file, relative to the flow file, or a spec inline). A queue defaults
  * to capacity 4, policy block. Syntax errors name line and column; every
@@ -29,6 +32,7 @@ typedef struct kp__flow_build {
     kp__stage_made made[KP_FLOW_MAX_STAGES];
     size_t n;
     size_t frame_bytes, budget, trace;
+    char y4m_tags[256]; /* a y4m source's header tags, for a y4m sink */
 } kp__flow_build;
 
 static kp_status kp__only_keys(json_t *obj, const char *path, const char *const *allowed) {
@@ -78,36 +82,87 @@ static kp_status kp__queue(json_t *q, const char *path, kp_flow_stage *st) {
     return KP_OK;
 }
 
-static kp_status kp__source(kp__flow_build *b, json_t *s, const char *path, kp__stage_made *m) {
-    const char *kind = json_string_value(json_object_get(s, "source"));
-    if (!kind || strcmp(kind, "synthetic") != 0)
-        return KP__PERR("%s.source: expected \"synthetic\"", path);
+static kp_status kp__synthetic(kp__flow_build *b, json_t *s, const char *path, int64_t frames,
+                               kp__stage_made *m) {
     char sub[96];
-    int64_t frames = 0, shape[KP_MAX_DIMS];
-    json_t *v = json_object_get(s, "frames"), *sh = json_object_get(s, "shape");
-    snprintf(sub, sizeof sub, "%s.frames", path);
-    if (v) KP_CHECK(kp__count(v, sub, 0, INT64_MAX, &frames));
+    int64_t shape[KP_MAX_DIMS];
+    json_t *sh = json_object_get(s, "shape"), *e;
     size_t nd = json_array_size(sh), i;
-    json_t *e;
     if (!json_is_array(sh) || nd < 1 || nd > KP_MAX_DIMS)
         return KP__PERR("%s.shape: expected 1 to %d sizes", path, KP_MAX_DIMS);
     json_array_foreach(sh, i, e) {
         snprintf(sub, sizeof sub, "%s.shape[%zu]", path, i);
         KP_CHECK(kp__count(e, sub, 1, (int64_t)1 << 32, &shape[i]));
     }
-    kp_status st = kp__stage_synthetic(b->dev, frames, (int)nd, shape, m);
-    return st == KP_OK ? KP_OK : kp__error_prefix(KP_ERR_PARSE, "%s", path);
+    return kp__stage_synthetic(b->dev, frames, (int)nd, shape, m);
+}
+
+/* The keys only some kinds of stage take: "frames" (sources), "shape"
+ * (synthetic), "width" and "height" (testsrc), "loop" (y4m source), "path"
+ * (files). */
+static kp_status kp__kind_keys(json_t *s, const char *path, const char *kind,
+                               const char *const *allowed) {
+    static const char *const optional[] = {"frames", "shape", "width", "height",
+                                           "loop",   "path",  NULL};
+    for (const char *const *k = optional; *k; k++) {
+        bool ok = false;
+        for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, *k) == 0;
+        if (!ok && json_object_get(s, *k))
+            return KP__PERR("%s.%s: a %s stage takes no \"%s\"", path, *k, kind, *k);
+    }
+    return KP_OK;
+}
+
+static kp_status kp__source(kp__flow_build *b, json_t *s, const char *path, kp__stage_made *m) {
+    const char *kind = json_string_value(json_object_get(s, "source"));
+    char sub[96];
+    int64_t frames = 0, w = 0, h = 0;
+    kp_status st;
+    json_t *v = json_object_get(s, "frames");
+    snprintf(sub, sizeof sub, "%s.frames", path);
+    if (v) KP_CHECK(kp__count(v, sub, 0, INT64_MAX, &frames));
+    if (kind && strcmp(kind, "synthetic") == 0) {
+        KP_CHECK(kp__kind_keys(s, path, kind, (const char *const[]){"frames", "shape", NULL}));
+        st = kp__synthetic(b, s, path, frames, m);
+    } else if (kind && strcmp(kind, "testsrc") == 0) {
+        KP_CHECK(
+            kp__kind_keys(s, path, kind, (const char *const[]){"frames", "width", "height", NULL}));
+        snprintf(sub, sizeof sub, "%s.width", path);
+        KP_CHECK(kp__count(json_object_get(s, "width"), sub, 2, 16384, &w));
+        snprintf(sub, sizeof sub, "%s.height", path);
+        KP_CHECK(kp__count(json_object_get(s, "height"), sub, 2, 16384, &h));
+        st = kp__stage_testsrc(frames, w, h, m);
+    } else if (kind && strcmp(kind, "y4m") == 0) {
+        KP_CHECK(
+            kp__kind_keys(s, path, kind, (const char *const[]){"frames", "loop", "path", NULL}));
+        const char *file = json_string_value(json_object_get(s, "path"));
+        json_t *loop = json_object_get(s, "loop");
+        if (!file) return KP__PERR("%s.path: the y4m source needs a file path", path);
+        if (loop && !json_is_boolean(loop))
+            return KP__PERR("%s.loop: expected true or false", path);
+        st = kp__stage_y4m_source(b->dev, file, frames, json_is_true(loop), m, b->y4m_tags,
+                                  sizeof b->y4m_tags);
+    } else {
+        return KP__PERR("%s.source: expected \"synthetic\", \"testsrc\" or \"y4m\"", path);
+    }
+    return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }
 
 static kp_status kp__sink(kp__flow_build *b, json_t *s, const char *path, kp__stage_made *m) {
     const char *kind = json_string_value(json_object_get(s, "sink"));
-    if (kind && strcmp(kind, "null") == 0) return kp__stage_null(m);
-    if (!kind || strcmp(kind, "npy") != 0)
-        return KP__PERR("%s.sink: expected \"null\" or \"npy\"", path);
+    if (kind && strcmp(kind, "null") == 0) {
+        KP_CHECK(kp__kind_keys(s, path, kind, (const char *const[]){NULL}));
+        return kp__stage_null(m);
+    }
+    if (!kind || (strcmp(kind, "npy") != 0 && strcmp(kind, "y4m") != 0))
+        return KP__PERR("%s.sink: expected \"null\", \"npy\" or \"y4m\"", path);
+    KP_CHECK(kp__kind_keys(s, path, kind, (const char *const[]){"path", NULL}));
     const char *file = json_string_value(json_object_get(s, "path"));
-    if (!file) return KP__PERR("%s.path: the npy sink needs a file path", path);
-    kp_status st = kp__stage_npy(b->dev, file, b->frame_bytes, m);
-    return st == KP_OK ? KP_OK : kp__error_prefix(KP_ERR_PARSE, "%s", path);
+    if (!file) return KP__PERR("%s.path: the %s sink needs a file path", path, kind);
+    kp_status st = kind[0] == 'n'
+                       ? kp__stage_npy(b->dev, file, b->frame_bytes, m)
+                       : kp__stage_y4m_sink(b->dev, file, b->frame_bytes, b->y4m_tags, m);
+    return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }
 
 static kp_status kp__pipeline(kp__flow_build *b, json_t *s, const char *path, kp__stage_made *m,
@@ -115,6 +170,7 @@ static kp_status kp__pipeline(kp__flow_build *b, json_t *s, const char *path, kp
     json_t *spec = json_object_get(s, "pipeline");
     kp_pipeline_t p = NULL;
     kp_status st;
+    KP_CHECK(kp__kind_keys(s, path, "pipeline", (const char *const[]){NULL}));
     if (json_is_string(spec)) {
         const char *file = json_string_value(spec);
         char full[2048];
@@ -154,8 +210,9 @@ static kp_status kp__pipeline(kp__flow_build *b, json_t *s, const char *path, kp
 
 /* Sources first (they fix the frame size), then pipelines, then the sink. */
 static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
-    static const char *const keys[] = {"name",  "source", "pipeline", "sink", "queue",
-                                       "batch", "frames", "shape",    "path", NULL};
+    static const char *const keys[] = {"name",  "source", "pipeline", "sink",  "queue",
+                                       "batch", "frames", "shape",    "width", "height",
+                                       "loop",  "path",   NULL};
     size_t n = json_array_size(arr);
     if (!json_is_array(arr) || n < 2 || n > KP_FLOW_MAX_STAGES)
         return KP__PERR("$.stages: expected an array of 2 to %d stages", KP_FLOW_MAX_STAGES);

@@ -21,4 +21,31 @@ __host__ __device__
     return (float)((int64_t)((seq * 31u + (uint64_t)i * 7u) % 2001u) - 1000);
 }
 
+/* The "testsrc" source's I420 frames (u8 [h*3/2, w]): diagonal luma
+ * stripes moving 3 pixels a frame, a bright 16x16 box crossing the
+ * picture, and gentle chroma waves; within the RGB gamut (luma 48 .. 200,
+ * chroma 112 .. 144), so a colour round trip keeps it; integers, so any
+ * backend writes the same. */
+typedef struct kp__testsrc_params {
+    uint8_t *out;
+    int64_t width, height;
+    uint64_t seq;
+} kp__testsrc_params;
+
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+    static inline uint8_t
+    kp__testsrc_value(const kp__testsrc_params *p, int64_t i) {
+    const int64_t w = p->width, h = p->height, plane = w * h, t = (int64_t)(p->seq % 4096u);
+    if (i < plane) {
+        const int64_t x = i % w, y = i / w, bx = (t * 5) % w, by = (t * 3) % h;
+        if (x >= bx && x < bx + 16 && y >= by && y < by + 16) return 200;
+        return (uint8_t)(48 + (x + 2 * y + 3 * t) % 153);
+    }
+    const int64_t c = (i - plane) % (plane / 4), cw = w / 2, x = c % cw, y = c / cw;
+    const int64_t u = (x + t) % 64 - 32, v = (y + 2 * t) % 64 - 32; /* triangle waves */
+    return (uint8_t)(112 + (i - plane < plane / 4 ? (u < 0 ? -u : u) : (v < 0 ? -v : v)));
+}
+
 #endif

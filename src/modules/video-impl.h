@@ -1,0 +1,116 @@
+/* The video modules' descriptors and per-pixel arithmetic, shared by their
+ * host code and their kernel file, so both backends compute the same
+ * values: the device side rounds every product and sum on its own
+ * (__fmul_rn, __fadd_rn: no fused multiply-add), as the host does.
+ *
+ * Frames are I420 (8-bit 4:2:0, BT.601 limited range) stored as u8
+ * [height * 3 / 2, width]: the Y plane, then U and V at half size. Images
+ * between modules are planar RGB, f32 [3 * height * width], in [0, 1]. */
+#ifndef KPIPE_VIDEO_IMPL_H
+#define KPIPE_VIDEO_IMPL_H
+
+#include <stdint.h>
+
+typedef enum kp__video_op {
+    KP__VIDEO_I420_RGB = 0, /* I420 -> planar RGB */
+    KP__VIDEO_SHARPEN = 1,  /* RGB -> amount * (4 p - its 4 neighbours), edges clamped */
+    KP__VIDEO_RGB_I420 = 2, /* planar RGB -> I420, chroma from each 2x2 block's mean */
+} kp__video_op;
+
+/* Fixed after setup. */
+typedef struct kp__video_static {
+    void *output;
+    int64_t width, height;
+    float amount;
+} kp__video_static;
+
+/* Rewritten each tick: the input is read in place, wherever it is. */
+typedef struct kp__video_dynamic {
+    const void *input;
+} kp__video_dynamic;
+
+typedef struct kp__video_params {
+    const kp__video_static *st;
+    const kp__video_dynamic *dyn;
+} kp__video_params;
+
+#ifdef __CUDACC__
+#define KP__VHD __host__ __device__ static inline
+#else
+#define KP__VHD static inline
+#endif
+#if defined(__CUDA_ARCH__)
+#define KP__VMUL(a, b) __fmul_rn((a), (b))
+#define KP__VADD(a, b) __fadd_rn((a), (b))
+#else
+#define KP__VMUL(a, b) ((a) * (b))
+#define KP__VADD(a, b) ((a) + (b))
+#endif
+
+/* Items each op's kernel covers: pixels, samples, or 2x2 blocks. */
+KP__VHD int64_t kp__video_items(int op, int64_t w, int64_t h) {
+    return op == KP__VIDEO_I420_RGB  ? w * h
+           : op == KP__VIDEO_SHARPEN ? 3 * w * h
+                                     : (w / 2) * (h / 2);
+}
+
+KP__VHD float kp__clamp01(float v) { return v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v; }
+
+KP__VHD uint8_t kp__to_u8(float v) {
+    return v <= 0.0f ? (uint8_t)0 : v >= 255.0f ? (uint8_t)255 : (uint8_t)(v + 0.5f);
+}
+
+/* a*x + b*y + c*z + d, rounded step by step. */
+KP__VHD float kp__dot3(float a, float x, float b, float y, float c, float z, float d) {
+    return KP__VADD(KP__VADD(KP__VADD(KP__VMUL(a, x), KP__VMUL(b, y)), KP__VMUL(c, z)), d);
+}
+
+KP__VHD void kp__video_item(const kp__video_static *st, const void *input, int op, int64_t i) {
+    const int64_t w = st->width, h = st->height, plane = w * h;
+    if (op == KP__VIDEO_I420_RGB) {
+        const uint8_t *in = (const uint8_t *)input;
+        const int64_t x = i % w, y = i / w, c = (y / 2) * (w / 2) + x / 2;
+        const float Y = KP__VMUL((float)in[i] - 16.0f, 1.164383f);
+        const float U = (float)in[plane + c] - 128.0f,
+                    V = (float)in[plane + plane / 4 + c] - 128.0f;
+        const float k = 1.0f / 255.0f;
+        float *out = (float *)st->output;
+        out[i] = kp__clamp01(KP__VMUL(kp__dot3(1.596027f, V, 0.0f, 0.0f, 0.0f, 0.0f, Y), k));
+        out[plane + i] =
+            kp__clamp01(KP__VMUL(kp__dot3(-0.391762f, U, -0.812968f, V, 0.0f, 0.0f, Y), k));
+        out[2 * plane + i] =
+            kp__clamp01(KP__VMUL(kp__dot3(2.017232f, U, 0.0f, 0.0f, 0.0f, 0.0f, Y), k));
+    } else if (op == KP__VIDEO_SHARPEN) {
+        const float *in = (const float *)input;
+        const int64_t p = i % plane, x = p % w, y = p / w, base = i - p;
+        const float c = in[i];
+        const float l = in[base + y * w + (x > 0 ? x - 1 : x)];
+        const float r = in[base + y * w + (x + 1 < w ? x + 1 : x)];
+        const float u = in[base + (y > 0 ? y - 1 : y) * w + x];
+        const float d = in[base + (y + 1 < h ? y + 1 : y) * w + x];
+        const float edge = KP__VADD(KP__VADD(KP__VADD(l, r), u), d);
+        ((float *)st->output)[i] = KP__VMUL(st->amount, KP__VADD(KP__VMUL(4.0f, c), -edge));
+    } else {
+        const float *in = (const float *)input;
+        uint8_t *out = (uint8_t *)st->output;
+        const int64_t hw = w / 2, bx = i % hw, by = i / hw;
+        float sr = 0.0f, sg = 0.0f, sb = 0.0f;
+        for (int k = 0; k < 4; k++) {
+            const int64_t px = (2 * by + k / 2) * w + 2 * bx + k % 2;
+            const float R = kp__clamp01(in[px]), G = kp__clamp01(in[plane + px]),
+                        B = kp__clamp01(in[2 * plane + px]);
+            out[px] = kp__to_u8(kp__dot3(65.481f, R, 128.553f, G, 24.966f, B, 16.0f));
+            sr = KP__VADD(sr, R);
+            sg = KP__VADD(sg, G);
+            sb = KP__VADD(sb, B);
+        }
+        sr = KP__VMUL(sr, 0.25f);
+        sg = KP__VMUL(sg, 0.25f);
+        sb = KP__VMUL(sb, 0.25f);
+        out[plane + i] = kp__to_u8(kp__dot3(-37.797f, sr, -74.203f, sg, 112.0f, sb, 128.0f));
+        out[plane + plane / 4 + i] =
+            kp__to_u8(kp__dot3(112.0f, sr, -93.786f, sg, -18.214f, sb, 128.0f));
+    }
+}
+
+#endif
