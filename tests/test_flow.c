@@ -140,6 +140,8 @@ static void ordered_under_block(void **state) {
     assert_true(h.pool_misses >= 1 && h.pool_misses <= 9); /* buffers on first use */
     assert_false(h.running);
     assert_true(h.stages[1].host_p50_us >= 0 && h.stages[1].host_p99_us >= h.stages[1].host_p50_us);
+    /* the middle stage's kernel ran on the device: its time was measured */
+    assert_true(h.stages[1].gpu_p50_us > 0 && h.stages[1].gpu_p99_us >= h.stages[1].gpu_p50_us);
     kp_flow_destroy(f);
 }
 

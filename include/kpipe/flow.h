@@ -142,6 +142,9 @@ typedef struct kp_flow_stage_stats {
     uint64_t in, out;                /* frames taken and passed on (or finished) */
     uint64_t batches;                /* micro-batching: batches run */
     double host_p50_us, host_p99_us; /* the stage function's host time, recent frames */
+    /* the device time of the stage's work on its stream (from events, one
+     * frame in 8), recent frames; 0 before the first measurement */
+    double gpu_p50_us, gpu_p99_us;
 } kp_flow_stage_stats;
 
 typedef struct kp_flow_queue_stats {

@@ -22,9 +22,14 @@
 #include <time.h>
 
 #include "flow-impl.h"
+#ifdef KP_HAVE_CUDA
+#include <nvtx3/nvToolsExt.h>
+#endif
 
 #define KP__MAX_QUEUE 1024
 #define KP__LAT_SAMPLES 1024 /* host-time samples kept per stage */
+#define KP__GPU_EVERY 8      /* one frame in this many gets its device time measured */
+#define KP__GPU_SLOTS 4      /* measurements in flight per stage */
 
 typedef struct kp__fframe {
     kp_frame f;
@@ -63,6 +68,18 @@ typedef struct kp__stage {
     _Atomic uint64_t in, out;
     _Atomic uint32_t lat[KP__LAT_SAMPLES]; /* tenths of a microsecond */
     _Atomic uint64_t n_lat;
+    /* device time: a pair of events around the stage's work on sampled
+     * frames, read once both have completed (never waited for) */
+    struct kp__gpu_slot {
+        kp_event_t start, end;
+        bool pending;
+    } gpu[KP__GPU_SLOTS];
+    uint64_t gpu_next, frames_run;
+    _Atomic uint32_t gpu_lat[KP__LAT_SAMPLES];
+    _Atomic uint64_t n_gpu_lat;
+#ifdef KP_HAVE_CUDA
+    nvtxStringHandle_t nvtx_name; /* the stage's name, registered once */
+#endif
 } kp__stage;
 
 struct kp_flow {
@@ -95,6 +112,9 @@ struct kp_flow {
     size_t trace_cap;
     _Atomic uint64_t trace_n;
     double t_start_us;
+#ifdef KP_HAVE_CUDA
+    nvtxDomainHandle_t nvtx; /* "kpipe flow" */
+#endif
     /* objects the flow owns (its JSON reader's stages), freed last */
     struct kp__owned {
         void *obj;
@@ -326,10 +346,43 @@ static void kp__fail(struct kp_flow *f, kp__stage *s, kp_status st) {
 }
 
 /* --- a stage's thread ------------------------------------------------------------------ */
-static void kp__record_latency(kp__stage *s, double us) {
-    uint64_t k = atomic_fetch_add(&s->n_lat, 1);
+static void kp__record_sample(_Atomic uint32_t *ring, _Atomic uint64_t *n, double us) {
+    uint64_t k = atomic_fetch_add(n, 1);
     double tenths = us * 10.0;
-    atomic_store(&s->lat[k % KP__LAT_SAMPLES], tenths > 4e9 ? 4000000000u : (uint32_t)tenths);
+    atomic_store(&ring[k % KP__LAT_SAMPLES], tenths > 4e9 ? 4000000000u : (uint32_t)tenths);
+}
+
+/* Reads a completed device-time measurement; false while it is running.
+ * `force` (after the streams are synchronised) reads it regardless. */
+static bool kp__gpu_harvest(kp__stage *s, struct kp__gpu_slot *g, bool force) {
+    if (!g->pending) return true;
+    bool done = force;
+    if (!force && kp_event_query(g->end, &done) != KP_OK) {
+        kp_clear_error();
+        done = true; /* a failed query drops the sample; the stream reports the error */
+    }
+    if (!done) return false;
+    float ms = 0;
+    if (kp_event_elapsed_ms(g->start, g->end, &ms) == KP_OK)
+        kp__record_sample(s->gpu_lat, &s->n_gpu_lat, (double)ms * 1e3);
+    else
+        kp_clear_error();
+    g->pending = false;
+    return true;
+}
+
+/* The slot to measure this frame's device time with, or NULL: every
+ * KP__GPU_EVERY-th frame, when the slot's last measurement has completed. */
+static struct kp__gpu_slot *kp__gpu_begin(kp__stage *s) {
+    if (!s->gpu[0].start || s->frames_run++ % KP__GPU_EVERY) return NULL;
+    struct kp__gpu_slot *g = &s->gpu[s->gpu_next % KP__GPU_SLOTS];
+    if (!kp__gpu_harvest(s, g, false)) return NULL;
+    if (kp_event_record(g->start, s->ctx.stream) != KP_OK) {
+        kp_clear_error();
+        return NULL;
+    }
+    s->gpu_next++;
+    return g;
 }
 
 static double kp__now_us(void) {
@@ -349,26 +402,75 @@ static void kp__trace(kp__stage *s, uint64_t seq, double t0, double t1) {
     atomic_store(&f->trace[k].t1_ns, (uint64_t)((t1 - f->t_start_us) * 1e3));
 }
 
-/* One frame through one stage: wait for its earlier work on the device,
- * run the function, mark the frame's new work. */
-static kp_status kp__run_stage(kp__stage *s, kp__fframe *fr, bool *eos) {
-    if (fr->recorded) KP_CHECK(kp_stream_wait_event(s->ctx.stream, fr->ev));
+/* NVTX: one range per stage run, named by the stage, its payload the
+ * first frame's sequence number (its colour tells the stages apart in
+ * Nsight Systems). Without a tool attached each call is a test and a
+ * return; nothing is formatted per frame. */
+static void kp__nvtx_push(kp__stage *s, uint64_t seq, size_t n) {
+#ifdef KP_HAVE_CUDA
+    if (!s->flow->nvtx) return;
+    nvtxEventAttributes_t a = {0};
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.colorType = NVTX_COLOR_ARGB;
+    a.color = 0xff000000u | (uint32_t)(0x3f7fbfu * (s->index + 1) & 0xffffffu);
+    a.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
+    a.payload.ullValue = seq;
+    a.category = (uint32_t)n;
+    a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+    a.message.registered = s->nvtx_name;
+    nvtxDomainRangePushEx(s->flow->nvtx, &a);
+#endif
+}
+
+static void kp__nvtx_pop(kp__stage *s) {
+#ifdef KP_HAVE_CUDA
+    if (s->flow->nvtx) nvtxDomainRangePop(s->flow->nvtx);
+#endif
+}
+
+/* Runs the stage function on n frames (1 unless micro-batching), timed on
+ * the host, on the device (sampled), traced and named for NVTX; then tells
+ * whether the stage's stream has work pending. */
+static kp_status kp__timed_call(kp__stage *s, kp__fframe *const *frs, size_t n, bool *eos,
+                                bool *idle) {
+    struct kp__gpu_slot *g = kp__gpu_begin(s);
     double t0 = kp__now_us();
-    kp_status st = s->fn(s->user, &s->ctx, &fr->f, eos);
-    double t1 = kp__now_us();
-    kp__record_latency(s, t1 - t0);
-    kp__trace(s, fr->f.seq, t0, t1);
-    if (st != KP_OK) return st;
-    /* a stream with nothing pending has nothing to hand over: the next
-     * user need not wait (host-only stages cost no event traffic) */
-    bool idle = false;
-    KP_CHECK(kp_stream_query(s->ctx.stream, &idle));
-    if (idle) {
-        fr->recorded = false;
-        return KP_OK;
+    kp__nvtx_push(s, frs[0]->f.seq, n);
+    kp_status st;
+    if (s->batch_fn) {
+        for (size_t i = 0; i < n; i++) s->batch_frames[i] = &frs[i]->f;
+        st = s->batch_fn(s->user, &s->ctx, s->batch_frames, n);
+        atomic_fetch_add(&s->batches, 1);
+    } else {
+        st = s->fn(s->user, &s->ctx, &frs[0]->f, eos);
     }
-    KP_CHECK(kp_event_record(fr->ev, s->ctx.stream));
-    fr->recorded = true;
+    kp__nvtx_pop(s);
+    double t1 = kp__now_us();
+    kp__record_sample(s->lat, &s->n_lat, t1 - t0);
+    for (size_t i = 0; i < n; i++) kp__trace(s, frs[i]->f.seq, t0, t1);
+    if (st == KP_OK) st = kp_stream_query(s->ctx.stream, idle);
+    if (g) {
+        kp_status gst = kp_event_record(g->end, s->ctx.stream);
+        g->pending = gst == KP_OK;
+        if (gst != KP_OK) kp_clear_error();
+    }
+    return st;
+}
+
+/* Frames through one stage: wait for their earlier work on the device, run
+ * the function, mark the frames' new work. A stream with nothing pending
+ * has nothing to hand over: the next user need not wait (host-only stages
+ * cost no event traffic). */
+static kp_status kp__run_frames(kp__stage *s, kp__fframe *const *frs, size_t n, bool *eos) {
+    for (size_t i = 0; i < n; i++)
+        if (frs[i]->recorded) KP_CHECK(kp_stream_wait_event(s->ctx.stream, frs[i]->ev));
+    bool idle = false;
+    KP_CHECK(kp__timed_call(s, frs, n, eos, &idle));
+    for (size_t i = 0; i < n; i++) {
+        frs[i]->recorded = !idle;
+        if (!idle) KP_CHECK(kp_event_record(frs[i]->ev, s->ctx.stream));
+    }
     return KP_OK;
 }
 
@@ -401,7 +503,7 @@ static void kp__source_loop(kp__stage *s) {
         fr->f.bytes = 0;
         bool eos = false;
         atomic_fetch_add(&s->in, 1);
-        kp_status st = kp__run_stage(s, fr, &eos);
+        kp_status st = kp__run_frames(s, &fr, 1, &eos);
         if (st != KP_OK || eos) {
             kp__frame_put(f, fr, false);
             if (st != KP_OK) kp__fail(f, s, st);
@@ -417,7 +519,7 @@ static void kp__stage_loop(kp__stage *s) {
     kp__fframe *fr;
     while ((fr = kp__queue_pop(f, &f->q[s->index])) != NULL) {
         atomic_fetch_add(&s->in, 1);
-        kp_status st = kp__run_stage(s, fr, NULL);
+        kp_status st = kp__run_frames(s, &fr, 1, NULL);
         if (st != KP_OK) {
             kp__frame_put(f, fr, false);
             kp__fail(f, s, st);
@@ -429,26 +531,6 @@ static void kp__stage_loop(kp__stage *s) {
 
 /* Runs one batch: waits for each frame's earlier work, the batch function,
  * then marks each frame's new work (or none when the stream is idle). */
-static kp_status kp__run_batch(kp__stage *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (s->batch[i]->recorded) KP_CHECK(kp_stream_wait_event(s->ctx.stream, s->batch[i]->ev));
-    for (size_t i = 0; i < n; i++) s->batch_frames[i] = &s->batch[i]->f;
-    double t0 = kp__now_us();
-    kp_status st = s->batch_fn(s->user, &s->ctx, s->batch_frames, n);
-    double t1 = kp__now_us();
-    kp__record_latency(s, t1 - t0);
-    for (size_t i = 0; i < n; i++) kp__trace(s, s->batch[i]->f.seq, t0, t1);
-    atomic_fetch_add(&s->batches, 1);
-    if (st != KP_OK) return st;
-    bool idle = false;
-    KP_CHECK(kp_stream_query(s->ctx.stream, &idle));
-    for (size_t i = 0; i < n; i++) {
-        s->batch[i]->recorded = !idle;
-        if (!idle) KP_CHECK(kp_event_record(s->batch[i]->ev, s->ctx.stream));
-    }
-    return KP_OK;
-}
-
 static void kp__batch_loop(kp__stage *s) {
     struct kp_flow *f = s->flow;
     kp__queue *q = &f->q[s->index];
@@ -465,7 +547,7 @@ static void kp__batch_loop(kp__stage *s) {
         while (n < s->max_batch && (fr = kp__queue_pop_until(f, q, &dl)) != NULL)
             s->batch[n++] = fr;
         atomic_fetch_add(&s->in, n);
-        kp_status st = atomic_load(&f->cancel) ? KP_OK : kp__run_batch(s, n);
+        kp_status st = atomic_load(&f->cancel) ? KP_OK : kp__run_frames(s, s->batch, n, NULL);
         if (st != KP_OK || atomic_load(&f->cancel)) {
             for (size_t i = 0; i < n; i++) kp__frame_put(f, s->batch[i], false);
             if (st != KP_OK) kp__fail(f, s, st);
@@ -572,6 +654,9 @@ kp_status kp_flow_create(const kp_flow_config *config, kp_flow_t *out) {
         kp__free(f);
         return kp__error(KP_ERR_INTERNAL, "flow: cannot initialise its lock");
     }
+#ifdef KP_HAVE_CUDA
+    f->nvtx = nvtxDomainCreateA("kpipe flow"); /* NULL without a tool attached */
+#endif
     f->n_frames = c.n_stages; /* one in hand per stage, plus every queue slot */
     for (size_t i = 0; i < c.n_stages; i++) {
         kp__stage *s = &f->st[i];
@@ -594,6 +679,13 @@ kp_status kp_flow_create(const kp_flow_config *config, kp_flow_t *out) {
         s->ctx.name = s->name;
         s->ctx.index = i;
         KP_CHECK_GOTO(kp_stream_create(c.dev, &s->ctx.stream), st, fail);
+        for (size_t k = 0; k < KP__GPU_SLOTS; k++) {
+            KP_CHECK_GOTO(kp_event_create(c.dev, &s->gpu[k].start), st, fail);
+            KP_CHECK_GOTO(kp_event_create(c.dev, &s->gpu[k].end), st, fail);
+        }
+#ifdef KP_HAVE_CUDA
+        if (f->nvtx) s->nvtx_name = nvtxDomainRegisterStringA(f->nvtx, s->name);
+#endif
         if (i) {
             KP_CHECK_GOTO(kp__queue_init(&f->q[i], cs->queue_capacity, cs->policy), st, fail);
             f->n_frames += cs->queue_capacity;
@@ -645,6 +737,8 @@ kp_status kp_flow_wait(kp_flow_t f) {
                 snprintf(f->error, sizeof f->error, "stage \"%s\": %s", f->st[i].name,
                          kp_last_error());
             }
+            for (size_t k = 0; st == KP_OK && k < KP__GPU_SLOTS; k++)
+                kp__gpu_harvest(&f->st[i], &f->st[i].gpu[k], true);
         }
     }
     if (f->status != KP_OK) return kp__error(f->status, "%s", f->error);
@@ -667,14 +761,14 @@ static int kp__cmp_u32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* p50 and p99 of a stage's recent host times. */
-static void kp__latency(kp__stage *s, double *p50, double *p99) {
+/* p50 and p99 of a stage's recent host or device times. */
+static void kp__latency(_Atomic uint32_t *ring, _Atomic uint64_t *count, double *p50, double *p99) {
     uint32_t v[KP__LAT_SAMPLES];
-    uint64_t n = atomic_load(&s->n_lat);
+    uint64_t n = atomic_load(count);
     size_t k = n < KP__LAT_SAMPLES ? (size_t)n : KP__LAT_SAMPLES;
     *p50 = *p99 = 0;
     if (!k) return;
-    for (size_t i = 0; i < k; i++) v[i] = atomic_load(&s->lat[i]);
+    for (size_t i = 0; i < k; i++) v[i] = atomic_load(&ring[i]);
     qsort(v, k, sizeof *v, kp__cmp_u32);
     *p50 = v[(k - 1) / 2] / 10.0;
     *p99 = v[(size_t)((double)(k - 1) * 0.99)] / 10.0;
@@ -693,7 +787,8 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
         o->in = atomic_load(&s->in);
         o->out = atomic_load(&s->out);
         o->batches = atomic_load(&s->batches);
-        kp__latency(s, &o->host_p50_us, &o->host_p99_us);
+        kp__latency(s->lat, &s->n_lat, &o->host_p50_us, &o->host_p99_us);
+        kp__latency(s->gpu_lat, &s->n_gpu_lat, &o->gpu_p50_us, &o->gpu_p99_us);
         if (i) {
             kp__queue *q = &f->q[i];
             kp_flow_queue_stats *qs = &out->queues[i];
@@ -783,6 +878,10 @@ void kp_flow_destroy(kp_flow_t f) {
         if (kp_flow_wait(f) != KP_OK) kp_clear_error();
     }
     for (size_t i = 0; i < f->n; i++) {
+        for (size_t k = 0; k < KP__GPU_SLOTS; k++) {
+            kp_event_destroy(f->st[i].gpu[k].start);
+            kp_event_destroy(f->st[i].gpu[k].end);
+        }
         kp_stream_destroy(f->st[i].ctx.stream);
         if (i) kp__queue_fini(&f->q[i]);
         kp__free(f->st[i].batch);
@@ -796,6 +895,9 @@ void kp_flow_destroy(kp_flow_t f) {
     kp_buffer_pool_destroy(f->pool);
     for (size_t i = f->n_owned; i-- > 0;) f->owned[i].free_fn(f->owned[i].obj);
     kp__free(f->trace);
+#ifdef KP_HAVE_CUDA
+    if (f->nvtx) nvtxDomainDestroy(f->nvtx);
+#endif
     pthread_cond_destroy(&f->freed);
     pthread_mutex_destroy(&f->mu);
     kp__free(f);

@@ -39,12 +39,14 @@ static void kpt_report(const kp_flow_snapshot *h, double secs) {
            "(limit %zu)\n",
            (unsigned long long)h->frames_done, secs, secs > 0 ? (double)h->frames_done / secs : 0,
            (unsigned long long)h->frames_dropped, h->max_frames_in_flight, h->frame_limit);
-    printf("  %-16s %10s %10s %12s %12s   %s\n", "stage", "in", "out", "host p50 us", "host p99 us",
+    printf("  %-16s %10s %10s %11s %11s %11s %11s   %s\n", "stage", "in", "out", "host p50 us",
+           "host p99 us", "gpu p50 us", "gpu p99 us",
            "queue in front (depth max/cap, policy, drops)");
     for (size_t i = 0; i < h->n_stages; i++) {
         const kp_flow_stage_stats *s = &h->stages[i];
-        printf("  %-16s %10llu %10llu %12.1f %12.1f", s->name, (unsigned long long)s->in,
-               (unsigned long long)s->out, s->host_p50_us, s->host_p99_us);
+        printf("  %-16s %10llu %10llu %11.1f %11.1f %11.1f %11.1f", s->name,
+               (unsigned long long)s->in, (unsigned long long)s->out, s->host_p50_us,
+               s->host_p99_us, s->gpu_p50_us, s->gpu_p99_us);
         if (i)
             printf("   %zu/%zu, %s, %llu", h->queues[i].max_depth, h->queues[i].capacity,
                    kp_queue_policy_str(h->queues[i].policy),
@@ -62,9 +64,10 @@ static int kpt_report_json(const char *path, const kp_flow_snapshot *h, double s
     json_t *stages = json_array();
     for (size_t i = 0; i < h->n_stages; i++) {
         const kp_flow_stage_stats *s = &h->stages[i];
-        json_t *j = json_pack("{s:s,s:I,s:I,s:f,s:f}", "name", s->name, "in", (json_int_t)s->in,
-                              "out", (json_int_t)s->out, "host_p50_us", s->host_p50_us,
-                              "host_p99_us", s->host_p99_us);
+        json_t *j =
+            json_pack("{s:s,s:I,s:I,s:f,s:f,s:f,s:f}", "name", s->name, "in", (json_int_t)s->in,
+                      "out", (json_int_t)s->out, "host_p50_us", s->host_p50_us, "host_p99_us",
+                      s->host_p99_us, "gpu_p50_us", s->gpu_p50_us, "gpu_p99_us", s->gpu_p99_us);
         if (i && j)
             json_object_set_new(j, "queue",
                                 json_pack("{s:I,s:I,s:s,s:I}", "capacity",
