@@ -1,7 +1,9 @@
 /* Per-frame overhead of a flow with empty stages, on the cpu backend: a
  * source and three stages that do nothing, frames with no buffer, queues of
  * capacity 4 (block). Prints microseconds per frame and per frame and stage,
- * for comparison with tbb_flow (oneTBB parallel_pipeline, the same shape).
+ * for comparison with tbb_flow (oneTBB parallel_pipeline, the same shape),
+ * with stages spinning before they sleep (spin_us 0: the default, where
+ * the host has the cores) and never spinning (-1).
  *   bench_flow [FRAMES] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +30,8 @@ int main(int argc, char **argv) {
     cfg.dev = dev;
     cfg.stages = st;
     cfg.n_stages = 4;
-    for (int rep = 0; rep < 3; rep++) {
+    for (int rep = 0; rep < 6; rep++) {
+        cfg.spin_us = rep < 3 ? 0 : -1;
         kp_flow_t f;
         if (kp_flow_create(&cfg, &f) != KP_OK) return 1;
         double t0 = kpt_now_us();
@@ -37,9 +40,9 @@ int main(int argc, char **argv) {
             return 1;
         }
         double us = kpt_now_us() - t0;
-        printf("kpipe flow, 4 empty stages, %ld frames: %.3f us per frame, %.3f us per frame "
-               "and stage\n",
-               g_frames, us / (double)g_frames, us / (double)g_frames / 4);
+        printf("kpipe flow, 4 empty stages, %ld frames, spin_us %2d: %.3f us per frame, %.3f us "
+               "per frame and stage\n",
+               g_frames, cfg.spin_us, us / (double)g_frames, us / (double)g_frames / 4);
         kp_flow_destroy(f);
     }
     kp_device_close(dev);

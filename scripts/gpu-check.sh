@@ -5,7 +5,8 @@
 # ./gpu-check-out). Stages can run in separate calls, each well under ten
 # minutes; their rows collect in build-gpu/gpu-check.rows and the whole
 # table is printed after every call.
-#   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache]   (none: all)
+#   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench]
+#   (none: all)
 # Unpack carried Debian packages first (see README, "GPU machine").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +56,26 @@ stage_test() {
   else
     row "kpipe flow examples/flow.json (cuda)" FAIL "$(tail -1 "$out/flow.log")"
   fi
+  # the README's video example on cuda and on cpu: the clip (integer stages)
+  # must be identical, the sharpened output within 1 of 255 per sample
+  local dev
+  for dev in cuda cpu; do
+    mkdir -p "$out/video_$dev"
+    (cd "$out/video_$dev" && "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/make_clip.json" \
+       --device $dev --quiet && "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/video.json" \
+       --device $dev --quiet) >"$out/video_$dev.log" 2>&1 \
+      && row "kpipe flow examples/video.json ($dev)" PASS "$(grep -E 'frames in' "$out/video_$dev.log" | tail -1)" \
+      || row "kpipe flow examples/video.json ($dev)" FAIL "$(tail -1 "$out/video_$dev.log")"
+  done
+  if cmp -s "$out/video_cuda/clip.y4m" "$out/video_cpu/clip.y4m"; then
+    row "video clip: cuda = cpu (testsrc, y4m)" PASS "byte-identical"
+  else
+    row "video clip: cuda = cpu (testsrc, y4m)" FAIL "files differ"
+  fi
+  local vd
+  vd=$(python3 scripts/y4m_diff.py "$out/video_cuda/clip_sharp.y4m" "$out/video_cpu/clip_sharp.y4m" 2>&1)
+  [ $? -eq 0 ] && row "video output: cuda vs cpu (<= 1/255)" PASS "$vd" \
+    || row "video output: cuda vs cpu (<= 1/255)" FAIL "$vd"
   for mode in graph stream; do
     if build-gpu/src/kpipe run examples/sample.json --device cuda --mode $mode --ticks 10 --check \
          >>"$out/sample.log" 2>&1; then
@@ -70,6 +91,7 @@ stage_test() {
 gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/test_pipeline cuda"
            "tests/test_memory cuda" "tests/test_copies cuda 3 1048576" "tests/test_api_misuse cuda"
            "tests/test_graph_cache cuda" "tests/test_dynamic cuda 20" "tests/test_flow cuda 50"
+           "tests/test_video cuda"
            "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
 
 stage_sanitize() {
@@ -84,6 +106,8 @@ stage_sanitize() {
     local opts=(--tool "$tool" --error-exitcode 99)
     [ "$tool" = memcheck ] && opts+=(--report-api-errors no --leak-check full)
     for t in "${gpu_tests[@]}"; do
+      # KP_SANITIZE_ONLY (a regular expression): only the matching programs
+      [[ -n "${KP_SANITIZE_ONLY:-}" && ! "$t" =~ $KP_SANITIZE_ONLY ]] && continue
       set -- $t
       log="$out/tmp-cs.log"
       compute-sanitizer "${opts[@]}" "build-gpu/$1" "${@:2}" >"$log" 2>&1
@@ -133,9 +157,37 @@ stage_cache() {
   fi
 }
 
-for stage in ${*:-build test sanitize soak bench cache}; do
+# Flows: per-frame overhead against oneTBB, the four-stage GPU flow against
+# oneTBB (bench_flow_gpu), and the video example at 3840x2160.
+stage_flowbench() {
+  { build-gpu/bench/bench_flow 200000
+    if [ -x build-gpu/bench/tbb_flow ]; then build-gpu/bench/tbb_flow 200000; fi
+  } >"$out/flowbench.log" 2>&1 && row "bench_flow, tbb_flow (empty stages)" PASS "flowbench.log" \
+    || row "bench_flow, tbb_flow (empty stages)" FAIL "see flowbench.log"
+  if [ -x build-gpu/bench/bench_flow_gpu ]; then
+    build-gpu/bench/bench_flow_gpu 20000 256 1024 >>"$out/flowbench.log" 2>&1 \
+      && row "bench_flow_gpu (kpipe vs oneTBB)" PASS "flowbench.log" \
+      || row "bench_flow_gpu (kpipe vs oneTBB)" FAIL "see flowbench.log"
+  else
+    row "bench_flow_gpu (kpipe vs oneTBB)" FAIL "not built (oneTBB missing?)"
+  fi
+  local d="$out/video_4k"
+  mkdir -p "$d"
+  sed 's/640/3840/g; s/360/2160/g; s/"frames": 60/"frames": 30/' examples/make_clip.json >"$d/make_clip.json"
+  sed 's/"path": "clip.y4m"}/"path": "clip.y4m", "loop": true, "frames": 600}/; s#clip_sharp.y4m#/dev/null#' \
+    examples/video.json >"$d/video.json"
+  sed 's/640/3840/g; s/360/2160/g; s/691200/24883200/' examples/video_enhance.json >"$d/video_enhance.json"
+  (cd "$d" && "$OLDPWD/build-gpu/src/kpipe" flow make_clip.json --device cuda --quiet \
+     && "$OLDPWD/build-gpu/src/kpipe" flow video.json --device cuda --quiet) >>"$out/flowbench.log" 2>&1 \
+    && row "video 3840x2160, 600 frames (cuda)" PASS "$(grep -E 'frames in' "$out/flowbench.log" | tail -1)" \
+    || row "video 3840x2160, 600 frames (cuda)" FAIL "see flowbench.log"
+  rm -f "$d/clip.y4m"
+  cat "$out/flowbench.log"
+}
+
+for stage in ${*:-build test sanitize soak bench cache flowbench}; do
   case $stage in
-    build|test|sanitize|soak|bench|cache) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache|flowbench) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done

@@ -725,6 +725,11 @@ static void flow_calls(void **state) {
     cfg.frame_bytes = SIZE_MAX;
     KPT_FAILS(kp_flow_create(&cfg, &f), BAD);
     cfg.frame_bytes = 64;
+    cfg.spin_us = -2;
+    KPT_FAILS(kp_flow_create(&cfg, &f), BAD);
+    cfg.spin_us = 1000001;
+    KPT_FAILS(kp_flow_create(&cfg, &f), BAD);
+    cfg.spin_us = 5; /* a spinning flow ends as any other */
     KPT_FAILS(kp_flow_start(NULL), BAD);
     KPT_FAILS(kp_flow_wait(NULL), BAD);
     KPT_FAILS(kp_flow_cancel(NULL), BAD);

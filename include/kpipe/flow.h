@@ -111,10 +111,15 @@ typedef struct kp_flow_config {
     /* Trace: the last trace_events stage runs (stage, frame, start, end)
      * kept for kp_flow_write_trace, in a ring made here; 0: no trace. */
     size_t trace_events;
+    /* Microseconds a stage spins on an empty (or, under block, full) queue
+     * before it sleeps: a frame handed over within that time costs no
+     * thread wake-up. 0: 20 where the host has more cores than the flow has
+     * stages, else none; -1: never spin; at most 10^6. */
+    int spin_us;
 } kp_flow_config;
 
 #define KP_FLOW_CONFIG_INIT \
-    { sizeof(kp_flow_config), NULL, NULL, 0, 0, 0, 0 }
+    { sizeof(kp_flow_config), NULL, NULL, 0, 0, 0, 0, 0 }
 
 /* Checks the configuration (KP_ERR_INVALID_ARG names the field), makes the
  * frames, buffers, streams and events; starts nothing. */

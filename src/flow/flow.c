@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "flow-impl.h"
 #ifdef KP_HAVE_CUDA
@@ -28,6 +29,7 @@
 
 #define KP__MAX_QUEUE 1024
 #define KP__LAT_SAMPLES 1024 /* host-time samples kept per stage */
+#define KP__SPIN_US 20       /* spin before sleeping, where cores allow (spin_us 0) */
 #define KP__GPU_EVERY 8      /* one frame in this many gets its device time measured */
 #define KP__GPU_SLOTS 4      /* measurements in flight per stage */
 
@@ -112,6 +114,7 @@ struct kp_flow {
     size_t trace_cap;
     _Atomic uint64_t trace_n;
     double t_start_us;
+    double spin_us; /* kp_flow_config.spin_us, resolved */
 #ifdef KP_HAVE_CUDA
     nvtxDomainHandle_t nvtx; /* "kpipe flow" */
 #endif
@@ -141,6 +144,12 @@ const char *kp_queue_policy_str(kp_queue_policy p) {
     case KP_QUEUE_DROP_NEWEST: return "drop_newest";
     }
     return "invalid";
+}
+
+static double kp__now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
 }
 
 static void kp__atomic_max(_Atomic size_t *m, size_t v) {
@@ -230,11 +239,35 @@ static void kp__queue_fini(kp__queue *q) {
     q->ring = NULL;
 }
 
+/* Spins while *v == blocked (a queue empty or full), up to the flow's spin
+ * time, so that a hand-over arriving within it costs no sleep and wake-up
+ * of a thread (a futex round trip of several microseconds); false when the
+ * time passed. */
+static bool kp__spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked) {
+    if (!f->spin_us) return false;
+    double until = 0;
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(v, memory_order_relaxed) != blocked) return true;
+        if (atomic_load_explicit(&f->cancel, memory_order_relaxed)) return true;
+        if (i % 64 == 0) {
+            double now = kp__now_us();
+            if (!until) until = now + f->spin_us;
+            if (now >= until) return false;
+        }
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+    }
+}
+
 /* Pushes by the queue's policy. A frame that does not get in (dropped, or
  * the flow cancelled) goes back to the free list. */
 static void kp__queue_push(struct kp_flow *f, kp__queue *q, kp__fframe *fr) {
     kp__fframe *drop = NULL;
     bool in = false;
+    if (q->policy == KP_QUEUE_BLOCK) kp__spin_while(f, &q->depth, q->cap);
     pthread_mutex_lock(&q->mu);
     while (q->count == q->cap && q->policy == KP_QUEUE_BLOCK && !q->closed &&
            !atomic_load(&f->cancel))
@@ -266,6 +299,7 @@ static void kp__queue_push(struct kp_flow *f, kp__queue *q, kp__fframe *fr) {
 /* The next frame; NULL at end of stream (closed and empty) or on cancel. */
 static kp__fframe *kp__queue_pop(struct kp_flow *f, kp__queue *q) {
     kp__fframe *fr = NULL;
+    kp__spin_while(f, &q->depth, 0);
     pthread_mutex_lock(&q->mu);
     while (q->count == 0 && !q->closed && !atomic_load(&f->cancel))
         pthread_cond_wait(&q->not_empty, &q->mu);
@@ -383,12 +417,6 @@ static struct kp__gpu_slot *kp__gpu_begin(kp__stage *s) {
     }
     s->gpu_next++;
     return g;
-}
-
-static double kp__now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
 }
 
 /* One stage run into the trace ring (lock-free; the oldest is overwritten). */
@@ -638,6 +666,10 @@ kp_status kp_flow_create(const kp_flow_config *config, kp_flow_t *out) {
     f->n = c.n_stages;
     f->frame_bytes = c.frame_bytes;
     f->budget = c.budget_bytes;
+    if (c.spin_us > 1000000 || c.spin_us < -1) {
+        kp__free(f);
+        return kp__error(KP_ERR_INVALID_ARG, "config.spin_us is %d (-1 .. 1000000)", c.spin_us);
+    }
     if (c.trace_events > ((size_t)1 << 24)) {
         kp__free(f);
         return kp__error(KP_ERR_INVALID_ARG, "config.trace_events is %zu (at most 2^24)",
@@ -649,6 +681,11 @@ kp_status kp_flow_create(const kp_flow_config *config, kp_flow_t *out) {
         return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for the trace");
     }
     f->t_start_us = kp__now_us();
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    f->spin_us = c.spin_us < 0             ? 0
+                 : c.spin_us               ? c.spin_us
+                 : cpus > (long)c.n_stages ? KP__SPIN_US
+                                           : 0;
     if (pthread_mutex_init(&f->mu, NULL) != 0 || pthread_cond_init(&f->freed, NULL) != 0) {
         kp__free(f->trace);
         kp__free(f);
