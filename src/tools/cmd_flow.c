@@ -40,7 +40,7 @@ static void kpt_report(const kp_flow_snapshot *h, double secs) {
            (unsigned long long)h->frames_done, secs, secs > 0 ? (double)h->frames_done / secs : 0,
            (unsigned long long)h->frames_dropped, h->max_frames_in_flight, h->frame_limit);
     printf("  %-16s %10s %10s %11s %11s %11s %11s   %s\n", "stage", "in", "out", "host p50 us",
-           "host p99 us", "gpu p50 us", "gpu p99 us",
+           "host p99 us", "dev p50 us", "dev p99 us",
            "queue in front (depth max/cap, policy, drops)");
     for (size_t i = 0; i < h->n_stages; i++) {
         const kp_flow_stage_stats *s = &h->stages[i];
