@@ -3,7 +3,7 @@
  * capacity 4 (block). Prints microseconds per frame and per frame and stage,
  * for comparison with tbb_flow (oneTBB parallel_pipeline, the same shape),
  * with stages spinning before they sleep (spin_us 0: the default, where
- * the host has the cores) and never spinning (-1).
+ * the host has the cores), never spinning (-1), and spinning up to 1 ms.
  *   bench_flow [FRAMES] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,8 +30,9 @@ int main(int argc, char **argv) {
     cfg.dev = dev;
     cfg.stages = st;
     cfg.n_stages = 4;
-    for (int rep = 0; rep < 6; rep++) {
-        cfg.spin_us = rep < 3 ? 0 : -1;
+    static const int spins[] = {0, 0, 0, -1, -1, -1, 1000, 1000, 1000};
+    for (int rep = 0; rep < 9; rep++) {
+        cfg.spin_us = spins[rep];
         kp_flow_t f;
         if (kp_flow_create(&cfg, &f) != KP_OK) return 1;
         double t0 = kpt_now_us();
@@ -40,7 +41,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         double us = kpt_now_us() - t0;
-        printf("kpipe flow, 4 empty stages, %ld frames, spin_us %2d: %.3f us per frame, %.3f us "
+        printf("kpipe flow, 4 empty stages, %ld frames, spin_us %4d: %.3f us per frame, %.3f us "
                "per frame and stage\n",
                g_frames, cfg.spin_us, us / (double)g_frames, us / (double)g_frames / 4);
         kp_flow_destroy(f);

@@ -42,6 +42,7 @@ typedef struct kp__fframe {
 } kp__fframe;
 
 typedef struct kp__queue {
+    char pad_[64]; /* queues apart: each on cache lines of its own */
     pthread_mutex_t mu;
     pthread_cond_t not_empty, not_full;
     kp__fframe **ring;
@@ -77,6 +78,7 @@ typedef struct kp__stage {
         bool pending;
     } gpu[KP__GPU_SLOTS];
     uint64_t gpu_next, frames_run;
+    bool busy; /* the last run left work on the stream: its runs are measured */
     _Atomic uint32_t gpu_lat[KP__LAT_SAMPLES];
     _Atomic uint64_t n_gpu_lat;
 #ifdef KP_HAVE_CUDA
@@ -99,7 +101,11 @@ struct kp_flow {
     kp__fframe *free_list;
     _Atomic size_t in_flight, max_in_flight, bytes, peak_bytes;
     _Atomic uint64_t done, dropped;
+    /* read by every stage at every hand-over: on a cache line of its own,
+     * away from the counters the source and the sink write per frame */
+    char pad_a[64];
     _Atomic bool cancel;
+    char pad_b[64];
     _Atomic bool started, waited;
     _Atomic int running;
     kp_status status;
@@ -158,10 +164,49 @@ static void kp__atomic_max(_Atomic size_t *m, size_t v) {
     }
 }
 
+/* --- spinning ---------------------------------------------------------------------- */
+/* Spins while *v == blocked (a queue empty or full), up to the flow's spin
+ * time, so that a hand-over arriving within it costs no sleep and wake-up
+ * of a thread (a futex round trip of several microseconds); false when the
+ * time passed. */
+static void kp__pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static bool kp__spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked) {
+    if (!f->spin_us) return false;
+    double until = 0;
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(v, memory_order_relaxed) != blocked) return true;
+        if (atomic_load_explicit(&f->cancel, memory_order_relaxed)) return true;
+        if (i % 64 == 0) {
+            double now = kp__now_us();
+            if (!until) until = now + f->spin_us;
+            if (now >= until) return false;
+        }
+        kp__pause();
+    }
+}
+
+/* Takes a lock; a spinning flow tries it a while first, as the thread that
+ * just changed what we spun on still holds it: sleeping on it would cost
+ * both threads a futex call. */
+static void kp__lock(struct kp_flow *f, pthread_mutex_t *mu) {
+    for (int i = 0; f->spin_us && i < 256; i++) {
+        if (pthread_mutex_trylock(mu) == 0) return;
+        kp__pause();
+    }
+    pthread_mutex_lock(mu);
+}
+
 /* --- frames ------------------------------------------------------------------------ */
 /* Puts a frame back; the next taker waits for its event on its own stream. */
 static void kp__frame_put(struct kp_flow *f, kp__fframe *fr, bool dropped) {
-    pthread_mutex_lock(&f->mu);
+    kp__lock(f, &f->mu);
     fr->next_free = f->free_list;
     f->free_list = fr;
     atomic_fetch_sub(&f->in_flight, 1);
@@ -174,7 +219,8 @@ static void kp__frame_put(struct kp_flow *f, kp__fframe *fr, bool dropped) {
 /* Takes a free frame within the budget; NULL once cancelled. */
 static kp__fframe *kp__frame_take(struct kp_flow *f) {
     kp__fframe *fr = NULL;
-    pthread_mutex_lock(&f->mu);
+    kp__spin_while(f, &f->in_flight, f->n_frames);
+    kp__lock(f, &f->mu);
     for (;;) {
         if (atomic_load(&f->cancel)) break;
         bool budget_ok = !f->budget || atomic_load(&f->bytes) + f->frame_bytes <= f->budget;
@@ -239,36 +285,13 @@ static void kp__queue_fini(kp__queue *q) {
     q->ring = NULL;
 }
 
-/* Spins while *v == blocked (a queue empty or full), up to the flow's spin
- * time, so that a hand-over arriving within it costs no sleep and wake-up
- * of a thread (a futex round trip of several microseconds); false when the
- * time passed. */
-static bool kp__spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked) {
-    if (!f->spin_us) return false;
-    double until = 0;
-    for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(v, memory_order_relaxed) != blocked) return true;
-        if (atomic_load_explicit(&f->cancel, memory_order_relaxed)) return true;
-        if (i % 64 == 0) {
-            double now = kp__now_us();
-            if (!until) until = now + f->spin_us;
-            if (now >= until) return false;
-        }
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#elif defined(__aarch64__)
-        __asm__ __volatile__("yield");
-#endif
-    }
-}
-
 /* Pushes by the queue's policy. A frame that does not get in (dropped, or
  * the flow cancelled) goes back to the free list. */
 static void kp__queue_push(struct kp_flow *f, kp__queue *q, kp__fframe *fr) {
     kp__fframe *drop = NULL;
     bool in = false;
     if (q->policy == KP_QUEUE_BLOCK) kp__spin_while(f, &q->depth, q->cap);
-    pthread_mutex_lock(&q->mu);
+    kp__lock(f, &q->mu);
     while (q->count == q->cap && q->policy == KP_QUEUE_BLOCK && !q->closed &&
            !atomic_load(&f->cancel))
         pthread_cond_wait(&q->not_full, &q->mu);
@@ -300,7 +323,7 @@ static void kp__queue_push(struct kp_flow *f, kp__queue *q, kp__fframe *fr) {
 static kp__fframe *kp__queue_pop(struct kp_flow *f, kp__queue *q) {
     kp__fframe *fr = NULL;
     kp__spin_while(f, &q->depth, 0);
-    pthread_mutex_lock(&q->mu);
+    kp__lock(f, &q->mu);
     while (q->count == 0 && !q->closed && !atomic_load(&f->cancel))
         pthread_cond_wait(&q->not_empty, &q->mu);
     if (q->count && !atomic_load(&f->cancel)) {
@@ -406,9 +429,10 @@ static bool kp__gpu_harvest(kp__stage *s, struct kp__gpu_slot *g, bool force) {
 }
 
 /* The slot to measure this frame's device time with, or NULL: every
- * KP__GPU_EVERY-th frame, when the slot's last measurement has completed. */
+ * KP__GPU_EVERY-th frame of a stage that enqueues work, when the slot's
+ * last measurement has completed. */
 static struct kp__gpu_slot *kp__gpu_begin(kp__stage *s) {
-    if (!s->gpu[0].start || s->frames_run++ % KP__GPU_EVERY) return NULL;
+    if (!s->busy || s->frames_run++ % KP__GPU_EVERY) return NULL; /* host-only: no events */
     struct kp__gpu_slot *g = &s->gpu[s->gpu_next % KP__GPU_SLOTS];
     if (!kp__gpu_harvest(s, g, false)) return NULL;
     if (kp_event_record(g->start, s->ctx.stream) != KP_OK) {
@@ -478,6 +502,7 @@ static kp_status kp__timed_call(kp__stage *s, kp__fframe *const *frs, size_t n, 
     kp__record_sample(s->lat, &s->n_lat, t1 - t0);
     for (size_t i = 0; i < n; i++) kp__trace(s, frs[i]->f.seq, t0, t1);
     if (st == KP_OK) st = kp_stream_query(s->ctx.stream, idle);
+    s->busy = !*idle;
     if (g) {
         kp_status gst = kp_event_record(g->end, s->ctx.stream);
         g->pending = gst == KP_OK;
