@@ -5,7 +5,8 @@ set -eu
 kpipe=$1 src=$2 work=$3
 mkdir -p "$work"
 cd "$work"
-rm -f out.npy again.npy bench.json odd.json flow.json flow_out.npy trace.json
+rm -f out.npy again.npy bench.json odd.json flow.json flow_out.npy trace.json clip.y4m \
+  clip_sharp.y4m btrace.json
 # ReLU(a + b) >= 0, so ReLU of it is itself: the second run must reproduce the file.
 "$kpipe" run "$src/examples/sample.json" --device cpu --ticks 2 --seed 7 --output output=out.npy
 "$kpipe" run "$src/tests/specs/relu_only.json" --device cpu --input input0=out.npy \
@@ -51,6 +52,21 @@ python3 -c 'import json,sys; json.load(open("trace.json"))' 2>/dev/null || \
 grep -q '2000 frames in' flow.txt || { cat flow.txt; exit 1; }
 grep -q '"frames": 2000' flow.json || { cat flow.json; exit 1; }
 [ "$(wc -c < flow_out.npy)" -eq $((128 + 16384 * 4)) ]
+# the README's video example: a clip drawn on the device, sharpened; the
+# output has the clip's header and size, and differs where it sharpened
+"$kpipe" flow "$src/examples/make_clip.json" --device cpu --quiet > clip.txt
+"$kpipe" flow "$src/examples/video.json" --device cpu --quiet > video.txt
+grep -q '60 frames in' video.txt || { cat video.txt; exit 1; }
+[ "$(head -c 42 clip.y4m)" = "YUV4MPEG2 W640 H360 F30:1 Ip A1:1 C420jpeg" ]
+[ "$(head -c 42 clip_sharp.y4m)" = "YUV4MPEG2 W640 H360 F30:1 Ip A1:1 C420jpeg" ]
+[ "$(wc -c < clip_sharp.y4m)" -eq "$(wc -c < clip.y4m)" ]
+[ "$(wc -c < clip.y4m)" -eq $((43 + 60 * (6 + 640 * 360 * 3 / 2))) ]
+if cmp -s clip.y4m clip_sharp.y4m; then echo "the sharpened clip equals the clip"; exit 1; fi
+# bench on a flow runs it to its end, with a trace; tick options are refused
+"$kpipe" bench "$src/examples/flow.json" --device cpu --trace btrace.json > bflow.txt
+grep -q '2000 frames in' bflow.txt && grep -q '"ph": "X"' btrace.json || { cat bflow.txt; exit 1; }
+if "$kpipe" bench "$src/examples/flow.json" --ticks 5 2> bflow_err.txt; then exit 1; fi
+grep -q 'is a flow' bflow_err.txt || { cat bflow_err.txt; exit 1; }
 # a spec path that is not UTF-8 still gives valid JSON: its odd bytes become '?'
 odd=$(printf 'spec\377.json')
 cp "$src/examples/sample.json" "$odd"

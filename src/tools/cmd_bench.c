@@ -22,7 +22,10 @@ static const char kpt_bench_usage[] =
     "  --shapes L   cycle the pipeline's dynamic dimensions through the sizes of the\n"
     "               comma-separated list L, one per tick (e.g. 1024,4096,16384), and\n"
     "               print the graph cache's stats\n"
-    "  --json FILE  also write the results as JSON\n";
+    "  --json FILE  also write the results as JSON\n\n"
+    "A flow file (\"kpipe_flow\": 1) is run to its end of stream as by kpipe flow\n"
+    "--quiet: frames/s and each stage's host and device time; it takes --device,\n"
+    "--json and --trace FILE (a Chrome trace, one row per stage).\n";
 
 typedef struct kpt_bench_result {
     int mode;
@@ -140,14 +143,13 @@ static kp_status kpt_bench_json(FILE *f, const char *path, const char *spec, con
                               s->mean, "flight_us_per_tick", res[i].flight_us_per_tick,
                               "throughput_ticks_per_s", 1e6 / res[i].flight_us_per_tick);
         if (m && res[i].mode == KP_EXEC_GRAPH)
-            json_object_set_new(m, "graph_cache",
-                                json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "graphs",
-                                          (json_int_t)c->graphs, "hits", (json_int_t)c->hits,
-                                          "misses", (json_int_t)c->misses, "captures",
-                                          (json_int_t)c->captures, "updates",
-                                          (json_int_t)c->updates, "instantiations",
-                                          (json_int_t)c->instantiations, "evictions",
-                                          (json_int_t)c->evictions, "bytes", (json_int_t)c->bytes));
+            json_object_set_new(
+                m, "graph_cache",
+                json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "graphs", (json_int_t)c->graphs,
+                          "hits", (json_int_t)c->hits, "misses", (json_int_t)c->misses, "captures",
+                          (json_int_t)c->captures, "updates", (json_int_t)c->updates,
+                          "instantiations", (json_int_t)c->instantiations, "evictions",
+                          (json_int_t)c->evictions, "bytes", (json_int_t)c->bytes));
         json_object_set_new(modes, kp_exec_mode_str((kp_exec_mode)res[i].mode), m);
     }
     json_t *root = json_pack("{s:o,s:o,s:I,s:I,s:o}", "spec", kpt_json_text(spec), "device",
@@ -198,7 +200,47 @@ static int kpt_bench_parse(int argc, char **argv, const char **spec, const char 
     return 0;
 }
 
+/* A flow file (a JSON object with "kpipe_flow") is benchmarked as a run to
+ * its end of stream: kpipe flow --quiet, with --device, --json and
+ * --trace; the tick options do not apply. Returns -1 for a spec. */
+static int kpt_bench_flow(int argc, char **argv) {
+    static const char *const with_value[] = {"--device", "--mode", "--ticks", "--warmup",
+                                             "--shapes", "--json", "--trace", NULL};
+    const char *file = NULL;
+    for (int i = 1; i < argc && !file; i++) {
+        bool takes = false;
+        for (const char *const *o = with_value; *o && !takes; o++) takes = !strcmp(argv[i], *o);
+        if (takes)
+            i++;
+        else if (argv[i][0] != '-')
+            file = argv[i];
+    }
+    json_t *root = file ? json_load_file(file, 0, NULL) : NULL;
+    bool flow = root && json_object_get(root, "kpipe_flow");
+    json_decref(root);
+    if (!flow) return -1;
+    char *args[16] = {"flow", (char *)file, "--quiet"};
+    int n = 3;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i] == file) continue;
+        bool pass = !strcmp(argv[i], "--device") || !strcmp(argv[i], "--json") ||
+                    !strcmp(argv[i], "--trace");
+        if (!pass || i + 1 == argc || n + 2 > 16) {
+            fprintf(stderr,
+                    "kpipe bench: %s is a flow, which runs to its end of stream: it takes "
+                    "--device, --json and --trace (with a value), not \"%s\"\n",
+                    file, argv[i]);
+            return 2;
+        }
+        args[n++] = argv[i];
+        args[n++] = argv[++i];
+    }
+    return kpt_cmd_flow(n, args);
+}
+
 int kpt_cmd_bench(int argc, char **argv) {
+    int flow_rc = kpt_bench_flow(argc, argv);
+    if (flow_rc >= 0) return flow_rc;
     const char *spec = NULL, *device = NULL, *json = NULL;
     int mode = KP_EXEC_FROM_SPEC;
     long ticks = 10000, warmup = 500;
@@ -238,12 +280,13 @@ int kpt_cmd_bench(int argc, char **argv) {
         printf("graph cache: %zu graphs held, %" PRIu64 " calls: %" PRIu64 " hits, %" PRIu64
                " misses (%" PRIu64 " captures, %" PRIu64 " updates, %" PRIu64
                " instantiations, %" PRIu64 " fallbacks), %" PRIu64 " evictions, %zu bytes\n",
-               c->graphs, c->calls, c->hits, c->misses, c->captures, c->updates,
-               c->instantiations, c->fallbacks, c->evictions, c->bytes);
+               c->graphs, c->calls, c->hits, c->misses, c->captures, c->updates, c->instantiations,
+               c->fallbacks, c->evictions, c->bytes);
     }
     if (shapes.n) {
         printf("shapes cycled per tick:");
-        for (size_t k = 0; k < shapes.n; k++) printf("%s%lld", k ? "," : " ", (long long)shapes.v[k]);
+        for (size_t k = 0; k < shapes.n; k++)
+            printf("%s%lld", k ? "," : " ", (long long)shapes.v[k]);
         printf("\n");
     }
     printf("latency: one tick = configure_io + execute + wait for completion (host clock)\n");
