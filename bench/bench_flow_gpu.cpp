@@ -1,6 +1,7 @@
 // A kpipe flow against oneTBB's parallel_pipeline over the same four GPU
 // stages (flow_work.h: pinned H2D copy, preprocess kernel, cuBLAS GEMM, D2H
-// copy and a wait for it), in one run, for k x k float frames:
+// copy) and a consumer that waits for each result on the host, in one run,
+// for k x k float frames:
 //   (a) saturated frames/s, kpipe / TBB;
 //   (c) p50 and p99 frame latency (source to host result) at 50% load,
 //       from a source paced at half the slowest stage's rate;
@@ -9,8 +10,10 @@
 //       one batched GEMM) against batch 1: frames/s and p99 latency;
 //   and the driver allocations after warm-up (kpipe's pool counters).
 // TBB runs one token per frame in flight with a CUDA stream per token; the
-// flow has a thread and a stream per stage, queues of capacity 4 (16 frames
-// in flight at most; TBB gets 16 tokens).
+// flow has a thread and a stream per stage, queues of capacity 4 (21 frames
+// in flight at most; TBB gets 21 tokens). In both the D2H copy is enqueued
+// by one stage and waited for by the next, so the copy engine is never idle
+// while a host thread wakes up.
 //   bench_flow_gpu [FRAMES] [K...]
 #include <oneapi/tbb/parallel_pipeline.h>
 
@@ -30,7 +33,7 @@
 namespace {
 
 constexpr int kRing = 64;   // host matrices; more than the frames in flight
-constexpr int kTokens = 16; // TBB tokens = the flow's frame limit
+constexpr int kTokens = 21; // TBB tokens = the flow's frame limit (5 stages + 4 x 4)
 
 struct Run {
     double fps = 0, p50 = 0, p99 = 0;
@@ -114,10 +117,16 @@ kp_status kp_gemm_batch(void *u, const kp_stage_ctx *c, kp_frame *const *f, size
 
 kp_status kp_d2h(void *u, const kp_stage_ctx *c, kp_frame *f, bool *) {
     Bench *b = static_cast<Bench *>(u);
-    int rc = fw_d2h(b->w, native(c), second_half(b, f), (int)(f->seq % kRing));
-    if (!rc) rc = fw_sync(native(c));
+    return fw_status(fw_d2h(b->w, native(c), second_half(b, f), (int)(f->seq % kRing)), "d2h");
+}
+
+// The consumer: its stream waits for the frame's D2H (the flow's hand-over
+// event); the host waits for that.
+kp_status kp_done(void *u, const kp_stage_ctx *c, kp_frame *f, bool *) {
+    Bench *b = static_cast<Bench *>(u);
+    int rc = fw_sync(native(c));
     b->lat[f->seq] = fw_now_us() - b->start[f->seq];
-    return fw_status(rc, "d2h");
+    return fw_status(rc, "wait");
 }
 
 uint64_t driver_allocs(kp_device_t dev) {
@@ -134,10 +143,11 @@ uint64_t driver_allocs(kp_device_t dev) {
 // late); *late_driver, device allocations that reached the driver.
 Run run_kpipe(kp_device_t dev, Bench *b, size_t batch, uint64_t *late_misses,
               uint64_t *late_driver) {
-    kp_flow_stage st[4] = {{"h2d", kp_h2d, b, 0, KP_QUEUE_BLOCK, nullptr, 0, 0},
+    kp_flow_stage st[5] = {{"h2d", kp_h2d, b, 0, KP_QUEUE_BLOCK, nullptr, 0, 0},
                            {"preprocess", kp_pre, b, 4, KP_QUEUE_BLOCK, nullptr, 0, 0},
                            {"gemm", kp_gemm, b, 4, KP_QUEUE_BLOCK, nullptr, 0, 0},
-                           {"d2h", kp_d2h, b, 4, KP_QUEUE_BLOCK, nullptr, 0, 0}};
+                           {"d2h", kp_d2h, b, 4, KP_QUEUE_BLOCK, nullptr, 0, 0},
+                           {"wait", kp_done, b, 4, KP_QUEUE_BLOCK, nullptr, 0, 0}};
     if (batch > 1) {
         st[2].fn = nullptr;
         st[2].batch_fn = kp_gemm_batch;
@@ -148,7 +158,7 @@ Run run_kpipe(kp_device_t dev, Bench *b, size_t batch, uint64_t *late_misses,
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.dev = dev;
     cfg.stages = st;
-    cfg.n_stages = 4;
+    cfg.n_stages = 5;
     cfg.frame_bytes = 2 * fw_matrix_bytes(b->w);
     kp_flow_t f;
     b->start.assign((size_t)b->frames, 0);
@@ -198,37 +208,33 @@ Run run_tbb(Bench *b, std::vector<cudaStream_t> &streams, std::vector<float *> &
     b->t0 = fw_now_us();
     tbb::parallel_pipeline(
         kTokens,
-        tbb::make_filter<void, Token>(filter_mode::serial_in_order,
-                                      [&](tbb::flow_control &fc) -> Token {
-                                          if (next == b->frames) {
-                                              fc.stop();
-                                              return {};
-                                          }
-                                          long seq = next++;
-                                          int t = (int)(seq % kTokens);
-                                          pace(b, seq);
-                                          b->start[seq] = fw_now_us();
-                                          fw_h2d(b->w, streams[t], bufs[t], (int)(seq % kRing));
-                                          return {seq, t};
-                                      }) &
-            tbb::make_filter<Token, Token>(filter_mode::serial_in_order,
-                                           [&](Token k) {
-                                               fw_preprocess(b->w, streams[k.slot], bufs[k.slot]);
-                                               return k;
-                                           }) &
-            tbb::make_filter<Token, Token>(
-                filter_mode::serial_in_order,
-                [&](Token k) {
-                    fw_gemm(b->w, streams[k.slot], bufs[k.slot],
-                            bufs[k.slot] + fw_matrix_bytes(b->w) / sizeof(float));
-                    return k;
-                }) &
-            tbb::make_filter<Token, void>(filter_mode::serial_in_order, [&](Token k) {
-                fw_d2h(b->w, streams[k.slot], bufs[k.slot] + fw_matrix_bytes(b->w) / sizeof(float),
-                       (int)(k.seq % kRing));
-                fw_sync(streams[k.slot]);
-                b->lat[k.seq] = fw_now_us() - b->start[k.seq];
-            }));
+        tbb::make_filter<void,
+                         Token>(filter_mode::serial_in_order, [&](tbb::flow_control &fc) -> Token {
+            if (next == b->frames) {
+                fc.stop();
+                return {};
+            }
+            long seq = next++;
+            int t = (int)(seq % kTokens);
+            pace(b, seq);
+            b->start[seq] = fw_now_us();
+            fw_h2d(b->w, streams[t], bufs[t], (int)(seq % kRing));
+            return {seq, t};
+        }) & tbb::make_filter<Token, Token>(filter_mode::serial_in_order, [&](Token k) {
+            fw_preprocess(b->w, streams[k.slot], bufs[k.slot]);
+            return k;
+        }) & tbb::make_filter<Token, Token>(filter_mode::serial_in_order, [&](Token k) {
+            fw_gemm(b->w, streams[k.slot], bufs[k.slot],
+                    bufs[k.slot] + fw_matrix_bytes(b->w) / sizeof(float));
+            return k;
+        }) & tbb::make_filter<Token, Token>(filter_mode::serial_in_order, [&](Token k) {
+            fw_d2h(b->w, streams[k.slot], bufs[k.slot] + fw_matrix_bytes(b->w) / sizeof(float),
+                   (int)(k.seq % kRing));
+            return k;
+        }) & tbb::make_filter<Token, void>(filter_mode::serial_in_order, [&](Token k) {
+            fw_sync(streams[k.slot]);
+            b->lat[k.seq] = fw_now_us() - b->start[k.seq];
+        }));
     return summarize(b, (fw_now_us() - b->t0) * 1e-6);
 }
 
@@ -249,7 +255,7 @@ int main(int argc, char **argv) {
         std::printf("SKIP: %s\n", kp_last_error());
         return 77;
     }
-    std::printf("flow benchmark: %ld frames per run, 4 stages (H2D, preprocess, GEMM, D2H+wait)\n",
+    std::printf("flow benchmark: %ld frames per run, stages H2D, preprocess, GEMM, D2H, wait\n",
                 frames);
     for (int k : ks) {
         Bench b;

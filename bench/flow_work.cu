@@ -14,21 +14,21 @@
 struct fw_ctx {
     int k, ring;
     size_t bytes;
-    float *w;               // device weights, k x k
-    float *in, *out;        // pinned, ring x k x k
+    float *w;        // device weights, k x k
+    float *in, *out; // pinned, ring x k x k
     cublasHandle_t blas;
     const float **ptr_host; // pinned: FW_PTR_RING x 3 x FW_MAX_BATCH
     const float **ptr_dev;
     unsigned ptr_next;
 };
 
-#define FW_CUDA(x)                                   \
-    do {                                             \
-        if ((x) != cudaSuccess) return 1;            \
+#define FW_CUDA(x)                        \
+    do {                                  \
+        if ((x) != cudaSuccess) return 1; \
     } while (0)
-#define FW_BLAS(x)                                   \
-    do {                                             \
-        if ((x) != CUBLAS_STATUS_SUCCESS) return 2;  \
+#define FW_BLAS(x)                                  \
+    do {                                            \
+        if ((x) != CUBLAS_STATUS_SUCCESS) return 2; \
     } while (0)
 
 __global__ void fw_pre_kernel(float *x, size_t n) {
@@ -81,15 +81,16 @@ extern "C" void fw_destroy(fw_ctx *c) {
 extern "C" size_t fw_matrix_bytes(const fw_ctx *c) { return c->bytes; }
 
 extern "C" int fw_h2d(fw_ctx *c, void *s, float *x, int slot) {
-    FW_CUDA(cudaMemcpyAsync(x, c->in + (size_t)slot * c->k * c->k, c->bytes,
-                            cudaMemcpyHostToDevice, (cudaStream_t)s));
+    FW_CUDA(cudaMemcpyAsync(x, c->in + (size_t)slot * c->k * c->k, c->bytes, cudaMemcpyHostToDevice,
+                            (cudaStream_t)s));
     return 0;
 }
 
 extern "C" int fw_preprocess(fw_ctx *c, void *s, float *x) {
     size_t n = (size_t)c->k * c->k;
     unsigned blocks = (unsigned)((n + 1023) / 1024);
-    fw_pre_kernel<<<blocks < 1024 ? blocks : 1024, 256, 0, (cudaStream_t)s>>>(x, n);
+    const unsigned grid = blocks < 1024 ? blocks : 1024;
+    fw_pre_kernel<<<grid, 256, 0, (cudaStream_t)s>>>(x, n);
     FW_CUDA(cudaGetLastError());
     return 0;
 }
@@ -115,8 +116,8 @@ extern "C" int fw_gemm_batched(fw_ctx *c, void *s, const float *const *x, float 
                             (cudaStream_t)s));
     const float one = 1.0f, zero = 0.0f;
     FW_BLAS(cublasSetStream(c->blas, (cudaStream_t)s));
-    FW_BLAS(cublasSgemmBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, c->k, c->k, c->k, &one, d,
-                               c->k, d + FW_MAX_BATCH, c->k, &zero,
+    FW_BLAS(cublasSgemmBatched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, c->k, c->k, c->k, &one, d, c->k,
+                               d + FW_MAX_BATCH, c->k, &zero,
                                (float *const *)(d + 2 * FW_MAX_BATCH), c->k, n));
     return 0;
 }
