@@ -188,6 +188,13 @@ Run run_kpipe(kp_device_t dev, Bench *b, size_t batch, uint64_t *late_misses,
         std::exit(1);
     }
     kp_flow_health(f, &h);
+    if (b->period_us <= 0 && batch == 1) { // where the saturated flow's time goes
+        std::printf("    stages (host p50 / device p50 us):");
+        for (size_t i = 0; i < h.n_stages; i++)
+            std::printf(" %s %.1f/%.1f", h.stages[i].name, h.stages[i].host_p50_us,
+                        h.stages[i].gpu_p50_us);
+        std::printf("\n");
+    }
     *late_misses = warm ? h.pool_misses - misses_warm : h.pool_misses;
     *late_driver = warm ? driver_allocs(dev) - driver_warm : driver_allocs(dev);
     kp_flow_destroy(f);
