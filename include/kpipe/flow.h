@@ -24,9 +24,9 @@
  * after the frame it is working on. A stage's error stops the flow, and
  * kp_flow_wait returns it prefixed with the stage's name.
  *
- * Frames come from a fixed set made at creation; each gets a buffer from
- * the device's bucketed pool on first use and keeps it: once the frames in
- * flight have theirs, the steady state allocates nothing. Frames in flight (taken by the source and
+ * Frames come from a fixed set made at creation, with their buffers from
+ * the device's bucketed pool (as many as the byte budget lets be in flight
+ * at once): a run allocates nothing. Frames in flight (taken by the source and
  * not yet done at the sink or dropped) never exceed the sum of the queue
  * capacities plus one per stage; with a byte budget, their bytes never exceed
  * it: the source waits.

@@ -239,9 +239,9 @@ static kp__fframe *kp__frame_take(struct kp_flow *f) {
     return fr;
 }
 
-/* Frames get their buffers on first use, so a flow holds the memory its
- * frames in flight reach, not its queues' capacity; once every frame in use
- * has one, nothing more is allocated. */
+/* A frame's buffer, from the pool, kept for the flow's life. Creation
+ * gives one to every frame that can be in flight at once; a frame past
+ * that (the budget's doing) gets its own here, on first use. */
 static kp_status kp__frame_buffer(struct kp_flow *f, kp__fframe *fr) {
     if (fr->buf || !f->frame_bytes) return KP_OK;
     KP_CHECK(kp_buffer_acquire(f->pool, f->frame_bytes, NULL, &fr->buf));
@@ -672,6 +672,15 @@ static kp_status kp__make_frames(struct kp_flow *f) {
         fr->next_free = f->free_list;
         f->free_list = fr;
     }
+    /* Every frame that can be in flight at once (all of them, or as many as
+     * the budget holds) gets its buffer now, not at its first use in the
+     * middle of a run: the list hands out the newest frames first, so those
+     * are the ones with buffers. */
+    size_t m = f->n_frames;
+    if (f->budget && f->frame_bytes && f->budget / f->frame_bytes < m)
+        m = f->budget / f->frame_bytes;
+    for (size_t i = f->n_frames - m; i < f->n_frames; i++)
+        KP_CHECK(kp__frame_buffer(f, &f->frames[i]));
     return KP_OK;
 }
 
