@@ -91,7 +91,7 @@ stage_test() {
 gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/test_pipeline cuda"
            "tests/test_memory cuda" "tests/test_copies cuda 3 1048576" "tests/test_api_misuse cuda"
            "tests/test_graph_cache cuda" "tests/test_dynamic cuda 20" "tests/test_flow cuda 50"
-           "tests/test_video cuda"
+           "tests/test_video cuda" "tests/test_tasks cuda"
            "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
 
 stage_sanitize() {

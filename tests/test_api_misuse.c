@@ -758,6 +758,47 @@ static void flow_calls(void **state) {
     kp_flow_destroy(NULL);
 }
 
+static kp_status task_noop(void *user, kp_stream_t s, const kp_task_view *v, size_t n) {
+    return KP_OK;
+}
+
+static void tasks_calls(void **state) {
+    kp_tasks_t t = NULL;
+    uint32_t id = 0;
+    void *data = NULL;
+    size_t n = 0;
+    kp_tasks_stats st;
+    kp_task_edge e;
+    kp_task_kernel k = {"noop", task_noop, NULL};
+    KPT_FAILS(kp_tasks_create(NULL, 1, &t), BAD);
+    KPT_FAILS(kp_tasks_create(g_dev, 1, NULL), BAD);
+    KPT_FAILS(kp_tasks_buffer(NULL, 8, &id), BAD);
+    KPT_FAILS(kp_tasks_buffer_wrap(NULL, &id, 8, &id), BAD);
+    KPT_FAILS(kp_tasks_buffer_data(NULL, 1, &data), BAD);
+    KPT_FAILS(kp_tasks_submit(NULL, &k, NULL, 0, NULL), BAD);
+    KPT_FAILS(kp_tasks_run(NULL, NULL), BAD);
+    KPT_FAILS(kp_tasks_edges(NULL, &e, 1, &n), BAD);
+    KPT_FAILS(kp_tasks_stats_get(NULL, &st), BAD);
+    KPT_FAILS(kp_tasks_write_dot(NULL, "x.dot"), BAD);
+    KPT_OK(kp_tasks_create(g_dev, 1, &t));
+    KPT_FAILS(kp_tasks_buffer(t, 8, NULL), BAD);
+    KPT_FAILS(kp_tasks_buffer(t, SIZE_MAX, &id), BAD);
+    KPT_FAILS(kp_tasks_buffer_wrap(t, NULL, 8, &id), BAD);
+    KPT_FAILS(kp_tasks_buffer_data(t, 1, &data), KP_ERR_NOT_FOUND);
+    KPT_FAILS(kp_tasks_buffer_data(t, 0, NULL), BAD);
+    KPT_FAILS(kp_tasks_run(t, NULL), BAD);
+    KPT_FAILS(kp_tasks_edges(t, NULL, 1, &n), BAD);
+    KPT_FAILS(kp_tasks_edges(t, &e, 1, NULL), BAD);
+    KPT_FAILS(kp_tasks_stats_get(t, NULL), BAD);
+    KPT_FAILS(kp_tasks_write_dot(t, NULL), BAD);
+    KPT_FAILS(kp_tasks_write_dot(t, "/nonexistent/dir/x.dot"), KP_ERR_IO);
+    KPT_OK(kp_tasks_submit(t, &k, NULL, 0, NULL)); /* a task with no arguments */
+    KPT_OK(kp_tasks_edges(t, NULL, 0, &n));
+    assert_int_equal(n, 0);
+    kp_tasks_destroy(t);
+    kp_tasks_destroy(NULL);
+}
+
 static void pipeline_calls(void **state) {
     kp_pipeline_t p = NULL;
     kp_stream_t s;
@@ -890,6 +931,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(pipeline_calls),
         cmocka_unit_test(graph_cache_calls),
         cmocka_unit_test(flow_calls),
+        cmocka_unit_test(tasks_calls),
     };
     int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
     kp_device_close(g_dev);

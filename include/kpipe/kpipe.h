@@ -11,5 +11,6 @@
 #include "kpipe/graph_cache.h"
 #include "kpipe/pipeline.h"
 #include "kpipe/flow.h"
+#include "kpipe/tasks.h"
 
 #endif

@@ -3,7 +3,7 @@
 #include "test_kernels.h"
 
 #ifdef KP_HAVE_CUDA
-extern const kp_device_kernel kpt_axpy_cuda, kpt_affine_cuda, kpt_spin_cuda;
+extern const kp_device_kernel kpt_axpy_cuda, kpt_affine_cuda, kpt_spin_cuda, kpt_region_cuda;
 #define KPT_CUDA(k) {"cuda", &k},
 #else
 #define KPT_CUDA(k)
@@ -36,6 +36,17 @@ static void spin_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t firs
     for (int i = 0; i < p->n; i++) p->out[i] = p->value + (float)i;
 }
 
+static void region_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t nb) {
+    const kpt_region_params *p = pp;
+    uint64_t end = (first + nb) * block.x;
+    for (uint64_t i = first * block.x; i < end && i < (uint64_t)p->n; i++)
+        kpt_region_item(p, (int64_t)i);
+}
+
+const kp_kernel kpt_region = {
+    "test_region",
+    sizeof(kpt_region_params),
+    {{"host", &(const kp_host_kernel){region_host}}, KPT_CUDA(kpt_region_cuda)}};
 const kp_kernel kpt_axpy = {
     "test_axpy",
     sizeof(kpt_axpy_params),

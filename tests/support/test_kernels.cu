@@ -24,6 +24,12 @@ __global__ void kpt_spin_k(kpt_spin_params p) {
         for (int i = threadIdx.x; i < p.n; i += blockDim.x) p.out[i] = p.value + (float)i;
 }
 
+__global__ void kpt_region_k(kpt_region_params p) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < p.n) kpt_region_item(&p, i);
+}
+
+extern "C" const kp_device_kernel kpt_region_cuda = {(const void *)kpt_region_k};
 extern "C" const kp_device_kernel kpt_axpy_cuda = {(const void *)kpt_axpy_k};
 extern "C" const kp_device_kernel kpt_affine_cuda = {(const void *)kpt_affine_k};
 extern "C" const kp_device_kernel kpt_spin_cuda = {(const void *)kpt_spin_k};

@@ -1,0 +1,619 @@
+/* Tasks: dependencies from region overlap, execution over a stream pool.
+ *
+ * The index. Each buffer keeps its live accesses (task, region, read or
+ * write) sorted by the start of their byte extent, with the longest extent
+ * it holds: a new region looks only at entries starting within that length
+ * before its own start, compares extents, and runs the exact overlap test on
+ * the few left. A write whose region is contiguous removes the accesses its
+ * extent covers: any later task that touches their bytes touches the
+ * write's and so depends on it, and through it on them. Repeated work on the
+ * same tiles keeps the index at one entry per tile, however long the
+ * history.
+ *
+ * Pruning. Of a new task's predecessors, one that is itself a predecessor
+ * of another is implied and dropped.
+ *
+ * Running. Tasks go out in submission order (a topological order). A task
+ * takes its latest predecessor's stream when that predecessor was the last
+ * thing put on it, else the next stream in turn; an event after each task
+ * lets tasks on other streams wait for it. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kpipe/memory.h"
+#include "kpipe/tasks.h"
+#include "../core/core-impl.h"
+
+#define KP__MAX_TASK_BUFFERS (1u << 20)
+
+typedef struct kp__access {
+    int64_t lo, hi; /* byte extent */
+    uint64_t task;
+    kp_tensor_desc desc;
+    bool write;
+    bool read;
+} kp__access;
+
+typedef struct kp__tbuf {
+    size_t bytes;
+    void *data;
+    bool owned; /* allocated here, by its first writer */
+    uint64_t version;
+    kp__access *acc; /* sorted by lo */
+    size_t n_acc, cap_acc;
+    int64_t max_len;
+} kp__tbuf;
+
+typedef struct kp__task {
+    kp_task_kernel k;
+    size_t first_arg, n_args;
+    size_t first_pred, n_preds; /* kept predecessors, in preds[] */
+    int stream;
+} kp__task;
+
+typedef struct kp__targ {
+    kp_task_view v;
+    uint32_t buffer;
+    uint64_t version; /* the buffer's version this argument reads or makes */
+    size_t scalar_off;
+} kp__targ;
+
+struct kp_tasks {
+    kp_device_t dev;
+    kp_allocator_t alloc;
+    size_t n_streams;
+    kp_stream_t streams[KP_TASKS_MAX_STREAMS];
+    kp_event_t stream_ev[KP_TASKS_MAX_STREAMS];
+    kp_event_t start_ev;
+    kp__tbuf *bufs; /* id i is bufs[i - 1] */
+    size_t n_bufs, cap_bufs;
+    kp__task *tasks;
+    size_t n_tasks, cap_tasks;
+    kp__targ *args;
+    size_t n_args, cap_args;
+    kp_task_edge *edges; /* kept */
+    size_t n_edges, cap_edges;
+    unsigned char *scalars;
+    size_t n_scalars, cap_scalars;
+    kp_event_t *task_ev; /* one per task slot, made as needed, reused */
+    size_t n_task_ev, cap_task_ev;
+    kp_tasks_stats stats;
+};
+
+/* --- live handles: calls on a destroyed set are refused, not undefined -------- */
+static pthread_mutex_t kp__live_mu = PTHREAD_MUTEX_INITIALIZER;
+static kp_tasks_t *kp__live;
+static size_t kp__n_live, kp__cap_live;
+
+static bool kp__live_add(kp_tasks_t t) {
+    pthread_mutex_lock(&kp__live_mu);
+    bool ok = true;
+    if (kp__n_live == kp__cap_live) {
+        size_t cap = kp__cap_live ? 2 * kp__cap_live : 16;
+        kp_tasks_t *n = kp__malloc(cap * sizeof *n);
+        if (n) {
+            if (kp__n_live) memcpy(n, kp__live, kp__n_live * sizeof *n);
+            kp__free(kp__live);
+            kp__live = n;
+            kp__cap_live = cap;
+        }
+        ok = n != NULL;
+    }
+    if (ok) kp__live[kp__n_live++] = t;
+    pthread_mutex_unlock(&kp__live_mu);
+    return ok;
+}
+
+static bool kp__live_take(kp_tasks_t t, bool remove) {
+    pthread_mutex_lock(&kp__live_mu);
+    bool found = false;
+    for (size_t i = 0; i < kp__n_live && !found; i++)
+        if (kp__live[i] == t) {
+            found = true;
+            if (remove) kp__live[i] = kp__live[--kp__n_live];
+        }
+    if (remove && !kp__n_live) { /* the last one out frees the list */
+        kp__free(kp__live);
+        kp__live = NULL;
+        kp__cap_live = 0;
+    }
+    pthread_mutex_unlock(&kp__live_mu);
+    return found;
+}
+
+#define KP__TASKS(t)                                                                          \
+    do {                                                                                      \
+        if (!(t)) return kp__error(KP_ERR_INVALID_ARG, "%s: the task set is NULL", __func__); \
+        if (!kp__live_take((t), false))                                                       \
+            return kp__error(KP_ERR_INVALID_ARG,                                              \
+                             "%s: the task set is not live (destroyed already?)", __func__);  \
+    } while (0)
+
+/* Room for one more of `size` bytes in *arr (count n, capacity *cap). */
+static bool kp__grow(void **arr, size_t n, size_t *cap, size_t size, size_t want) {
+    if (n + want <= *cap) return true;
+    size_t c = *cap ? *cap : 16;
+    while (c < n + want) c *= 2;
+    void *p = kp__malloc(c * size);
+    if (!p) return false;
+    if (n) memcpy(p, *arr, n * size);
+    kp__free(*arr);
+    *arr = p;
+    *cap = c;
+    return true;
+}
+#define KP__GROW(t, field, want) \
+    kp__grow((void **)&(t)->field, (t)->n_##field, &(t)->cap_##field, sizeof *(t)->field, (want))
+
+/* --- create and destroy ---------------------------------------------------------- */
+static void kp__tasks_free(kp_tasks_t t);
+
+kp_status kp_tasks_create(kp_device_t dev, size_t n_streams, kp_tasks_t *out) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(out);
+    *out = NULL;
+    KP_ARG_CHECK(dev);
+    if (n_streams < 1 || n_streams > KP_TASKS_MAX_STREAMS)
+        return kp__error(KP_ERR_INVALID_ARG, "n_streams is %zu (1 .. %d)", n_streams,
+                         KP_TASKS_MAX_STREAMS);
+    kp_tasks_t t = kp__calloc(1, sizeof *t);
+    if (!t) return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory");
+    t->dev = dev;
+    kp_status st = kp_device_allocator(dev, KP_ALLOCATOR_DEVICE, &t->alloc);
+    if (st == KP_OK) st = kp_event_create(dev, &t->start_ev);
+    for (size_t i = 0; i < n_streams && st == KP_OK; i++) {
+        st = kp_stream_create(dev, &t->streams[i]);
+        if (st == KP_OK) t->n_streams++;
+        if (st == KP_OK) st = kp_event_create(dev, &t->stream_ev[i]);
+    }
+    if (st == KP_OK && !kp__live_add(t)) st = kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory");
+    if (st != KP_OK) {
+        kp__tasks_free(t);
+        return st;
+    }
+    *out = t;
+    return KP_OK;
+}
+
+static void kp__tasks_free(kp_tasks_t t) {
+    for (size_t i = 0; i < t->n_streams; i++) {
+        if (kp_stream_sync(t->streams[i]) != KP_OK) kp_clear_error();
+        kp_stream_destroy(t->streams[i]);
+        kp_event_destroy(t->stream_ev[i]);
+    }
+    kp_event_destroy(t->start_ev);
+    for (size_t i = 0; i < t->n_task_ev; i++) kp_event_destroy(t->task_ev[i]);
+    for (size_t i = 0; i < t->n_bufs; i++) {
+        if (t->bufs[i].owned && t->bufs[i].data &&
+            kp_allocator_free(t->alloc, t->bufs[i].data) != KP_OK)
+            kp_clear_error();
+        kp__free(t->bufs[i].acc);
+    }
+    kp__free(t->bufs);
+    kp__free(t->tasks);
+    kp__free(t->args);
+    kp__free(t->edges);
+    kp__free(t->scalars);
+    kp__free(t->task_ev);
+    kp__free(t);
+}
+
+void kp_tasks_destroy(kp_tasks_t t) {
+    if (t && kp__live_take(t, true)) kp__tasks_free(t); /* a second destroy does nothing */
+}
+
+/* --- buffers ------------------------------------------------------------------------ */
+static kp_status kp__new_buffer(kp_tasks_t t, void *data, size_t bytes, uint32_t *id) {
+    if (bytes < 1 || bytes > KP__MAX_ALLOC_BYTES)
+        return kp__error(KP_ERR_INVALID_ARG, "bytes is %zu (1 .. 2^48)", bytes);
+    if (t->n_bufs >= KP__MAX_TASK_BUFFERS)
+        return kp__error(KP_ERR_INVALID_ARG, "the set has %u buffers already",
+                         KP__MAX_TASK_BUFFERS);
+    if (!KP__GROW(t, bufs, 1)) return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory");
+    kp__tbuf *b = &t->bufs[t->n_bufs++];
+    memset(b, 0, sizeof *b);
+    b->bytes = bytes;
+    b->data = data;
+    *id = (uint32_t)t->n_bufs;
+    return KP_OK;
+}
+
+kp_status kp_tasks_buffer(kp_tasks_t t, size_t bytes, uint32_t *id) {
+    KP_API_ENTRY();
+    KP__TASKS(t);
+    KP_ARG_CHECK(id);
+    return kp__new_buffer(t, NULL, bytes, id);
+}
+
+kp_status kp_tasks_buffer_wrap(kp_tasks_t t, void *data, size_t bytes, uint32_t *id) {
+    KP_API_ENTRY();
+    KP__TASKS(t);
+    KP_ARG_CHECK(id && data);
+    return kp__new_buffer(t, data, bytes, id);
+}
+
+static kp__tbuf *kp__buf(kp_tasks_t t, uint32_t id) {
+    return id >= 1 && id <= t->n_bufs ? &t->bufs[id - 1] : NULL;
+}
+
+kp_status kp_tasks_buffer_data(kp_tasks_t t, uint32_t id, void **out) {
+    KP_API_ENTRY();
+    KP__TASKS(t);
+    KP_ARG_CHECK(out);
+    kp__tbuf *b = kp__buf(t, id);
+    if (!b) return kp__error(KP_ERR_NOT_FOUND, "no buffer %u (the set has %zu)", id, t->n_bufs);
+    *out = b->data;
+    return KP_OK;
+}
+
+/* --- submit ------------------------------------------------------------------------- */
+static kp_status kp__check_arg(kp_tasks_t t, const kp_task_arg *a, size_t i) {
+    if (a->access == KP_TASK_SCALAR) {
+        if (a->buffer)
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "argument %zu: a SCALAR names buffer %u (a tensor is IN, OUT or "
+                             "INOUT)",
+                             i, a->buffer);
+        if (!a->scalar || a->scalar_bytes < 1 || a->scalar_bytes > KP_TASK_MAX_SCALAR)
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "argument %zu: a scalar needs its value and 1 to %d bytes (%zu)", i,
+                             KP_TASK_MAX_SCALAR, a->scalar_bytes);
+        return KP_OK;
+    }
+    if (a->access != KP_TASK_IN && a->access != KP_TASK_OUT && a->access != KP_TASK_INOUT)
+        return kp__error(KP_ERR_INVALID_ARG, "argument %zu: unknown access %d", i, (int)a->access);
+    if (a->scalar || a->scalar_bytes)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "argument %zu: a tensor argument carries a scalar (a scalar is "
+                         "KP_TASK_SCALAR)",
+                         i);
+    kp__tbuf *b = kp__buf(t, a->buffer);
+    if (!b)
+        return kp__error(KP_ERR_NOT_FOUND, "argument %zu: no buffer %u (the set has %zu)", i,
+                         a->buffer, t->n_bufs);
+    if (kp_desc_validate(&a->desc) != KP_OK)
+        return kp__error_prefix(KP_ERR_INVALID_ARG, "argument %zu (buffer %u)", i, a->buffer);
+    int64_t need = kp_desc_bytes_needed(&a->desc);
+    char d[96];
+    if (need < 0 || (uint64_t)need > b->bytes)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "argument %zu: region %s at offset %lld reaches byte %lld of buffer %u, "
+                         "which has %zu",
+                         i, kp_desc_str(&a->desc, d, sizeof d), (long long)a->desc.offset,
+                         (long long)need, a->buffer, b->bytes);
+    return KP_OK;
+}
+
+/* A deferred buffer's first access must write all of it, contiguously. */
+static kp_status kp__check_first(kp_tasks_t t, const kp_task_arg *args, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const kp_task_arg *a = &args[i];
+        if (a->access == KP_TASK_SCALAR) continue;
+        kp__tbuf *b = kp__buf(t, a->buffer);
+        if (b->data) continue;
+        bool reads = false, whole = false;
+        for (size_t j = 0; j < n; j++) /* every argument of this task on the buffer */
+            if (args[j].access != KP_TASK_SCALAR && args[j].buffer == a->buffer) {
+                reads |= args[j].access != KP_TASK_OUT;
+                whole |= args[j].access == KP_TASK_OUT && kp_desc_is_contiguous(&args[j].desc) &&
+                         kp_desc_bytes_needed(&args[j].desc) == (int64_t)b->bytes &&
+                         args[j].desc.offset == 0;
+            }
+        if (reads)
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "argument %zu: buffer %u is read before any task wrote it", i,
+                             a->buffer);
+        if (!whole) {
+            char d[96];
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "argument %zu: buffer %u is allocated by its first writer, whose "
+                             "region must cover its %zu bytes contiguously from 0 (%s at offset "
+                             "%lld does not)",
+                             i, a->buffer, b->bytes, kp_desc_str(&a->desc, d, sizeof d),
+                             (long long)a->desc.offset);
+        }
+    }
+    return KP_OK;
+}
+
+/* Allocates the deferred buffers this task writes first; all or none. */
+static kp_status kp__allocate_first(kp_tasks_t t, const kp_task_arg *args, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (args[i].access == KP_TASK_SCALAR) continue;
+        kp__tbuf *b = kp__buf(t, args[i].buffer);
+        if (b->data) continue;
+        kp_status st = kp_allocator_alloc(t->alloc, b->bytes, NULL, &b->data);
+        if (st != KP_OK) {
+            for (size_t j = 0; j < i; j++) { /* undo this task's allocations */
+                kp__tbuf *o = args[j].access == KP_TASK_SCALAR ? NULL : kp__buf(t, args[j].buffer);
+                if (o && o->owned && o->version == 0 && o->data) {
+                    if (kp_allocator_free(t->alloc, o->data) != KP_OK) kp_clear_error();
+                    o->data = NULL;
+                    o->owned = false;
+                }
+            }
+            return kp__error_prefix(st, "buffer %u (first written by argument %zu)", args[i].buffer,
+                                    i);
+        }
+        b->owned = true;
+    }
+    return KP_OK;
+}
+
+/* First entry of b->acc whose lo is >= v. */
+static size_t kp__lower(const kp__tbuf *b, int64_t v) {
+    size_t lo = 0, hi = b->n_acc;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (b->acc[mid].lo < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static bool kp__is_pred(const kp_tasks_t t, uint64_t p, uint64_t of) {
+    const kp__task *k = &t->tasks[of];
+    for (size_t i = 0; i < k->n_preds; i++)
+        if (t->edges[k->first_pred + i].from == p) return true;
+    return false;
+}
+
+kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_task_arg *args,
+                          size_t n_args, uint64_t *task_id) {
+    KP_API_ENTRY();
+    KP__TASKS(t);
+    KP_ARG_CHECK(kernel && kernel->fn);
+    if (n_args > KP_TASK_MAX_ARGS)
+        return kp__error(KP_ERR_INVALID_ARG, "%zu arguments (at most %d)", n_args,
+                         KP_TASK_MAX_ARGS);
+    if (n_args && !args) return kp__error(KP_ERR_INVALID_ARG, "args is NULL");
+    size_t scalar_bytes = 0;
+    for (size_t i = 0; i < n_args; i++) {
+        KP_CHECK(kp__check_arg(t, &args[i], i));
+        scalar_bytes += args[i].access == KP_TASK_SCALAR ? args[i].scalar_bytes : 0;
+    }
+    KP_CHECK(kp__check_first(t, args, n_args));
+    /* room for everything first: past this point nothing fails */
+    kp_task_edge cand[1024];
+    size_t n_cand = 0;
+    size_t acc_room = 0;
+    for (size_t i = 0; i < n_args; i++) acc_room += args[i].access != KP_TASK_SCALAR;
+    bool room = KP__GROW(t, tasks, 1) && KP__GROW(t, args, n_args) &&
+                KP__GROW(t, scalars, scalar_bytes + 16 * n_args);
+    for (size_t i = 0; room && i < n_args; i++)
+        if (args[i].access != KP_TASK_SCALAR) {
+            kp__tbuf *b = kp__buf(t, args[i].buffer);
+            room = kp__grow((void **)&b->acc, b->n_acc, &b->cap_acc, sizeof *b->acc, acc_room);
+        }
+    if (!room) return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory for a task");
+    uint64_t id = t->n_tasks;
+    /* hazards against the live regions */
+    bool overflow = false;
+    for (size_t i = 0; i < n_args; i++) {
+        const kp_task_arg *a = &args[i];
+        if (a->access == KP_TASK_SCALAR) continue;
+        kp__tbuf *b = kp__buf(t, a->buffer);
+        int64_t lo, hi;
+        kp_desc_byte_extent(&a->desc, &lo, &hi);
+        if (lo == hi) continue; /* an empty region touches nothing */
+        bool w = a->access != KP_TASK_IN, r = a->access != KP_TASK_OUT;
+        for (size_t k = kp__lower(b, lo - b->max_len); k < b->n_acc && b->acc[k].lo < hi; k++) {
+            const kp__access *e = &b->acc[k];
+            if (e->hi <= lo || e->task == id || (!e->write && !w)) continue;
+            t->stats.overlap_tests++;
+            if (kp_desc_overlap(&e->desc, &a->desc) == KP_OVERLAP_NONE) continue;
+            kp_hazard hz = e->write && r ? KP_HAZARD_RAW : e->write ? KP_HAZARD_WAW : KP_HAZARD_WAR;
+            size_t c = 0;
+            while (c < n_cand && cand[c].from != e->task) c++;
+            if (c < n_cand) {
+                if (hz == KP_HAZARD_RAW) cand[c].hazard = hz, cand[c].buffer = a->buffer;
+                continue;
+            }
+            if (n_cand == sizeof cand / sizeof cand[0]) {
+                overflow = true;
+                continue;
+            }
+            cand[n_cand++] = (kp_task_edge){e->task, id, hz, a->buffer};
+        }
+    }
+    if (overflow)
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "task %llu depends on more than %zu earlier tasks directly; run the set "
+                         "before submitting more",
+                         (unsigned long long)id, sizeof cand / sizeof cand[0]);
+    if (!KP__GROW(t, edges, n_cand))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory for edges");
+    KP_CHECK(kp__allocate_first(t, args, n_args));
+    /* keep the predecessors no other predecessor implies */
+    kp__task *task = &t->tasks[t->n_tasks++];
+    *task = (kp__task){*kernel, t->n_args, n_args, t->n_edges, 0, -1};
+    t->stats.edges_found += n_cand;
+    for (size_t c = 0; c < n_cand; c++) {
+        bool implied = false;
+        for (size_t d = 0; d < n_cand && !implied; d++)
+            implied =
+                d != c && cand[d].from > cand[c].from && kp__is_pred(t, cand[c].from, cand[d].from);
+        if (implied) continue;
+        t->edges[t->n_edges++] = cand[c];
+        task->n_preds++;
+    }
+    t->stats.edges += task->n_preds;
+    /* the arguments, and the index updated: writes cover what they contain */
+    for (size_t i = 0; i < n_args; i++) {
+        const kp_task_arg *a = &args[i];
+        kp__targ *g = &t->args[t->n_args++];
+        memset(g, 0, sizeof *g);
+        g->v.access = a->access;
+        if (a->access == KP_TASK_SCALAR) {
+            g->scalar_off = t->n_scalars;
+            memcpy(t->scalars + t->n_scalars, a->scalar, a->scalar_bytes);
+            t->n_scalars += (a->scalar_bytes + 15) & ~(size_t)15;
+            g->v.scalar_bytes = a->scalar_bytes;
+            continue;
+        }
+        kp__tbuf *b = kp__buf(t, a->buffer);
+        g->buffer = a->buffer;
+        g->v.desc = a->desc;
+        bool w = a->access != KP_TASK_IN;
+        if (w) b->version++;
+        g->version = b->version;
+        int64_t lo, hi;
+        kp_desc_byte_extent(&a->desc, &lo, &hi);
+        if (lo == hi) continue;
+        if (w && kp_desc_is_contiguous(&a->desc)) { /* drop what this write covers */
+            size_t keep = 0;
+            for (size_t k = 0; k < b->n_acc; k++)
+                if (!(b->acc[k].lo >= lo && b->acc[k].hi <= hi && b->acc[k].task != id))
+                    b->acc[keep++] = b->acc[k];
+            b->n_acc = keep;
+        }
+        size_t at = kp__lower(b, lo);
+        memmove(&b->acc[at + 1], &b->acc[at], (b->n_acc - at) * sizeof *b->acc);
+        b->acc[at] = (kp__access){lo, hi, id, a->desc, w, a->access != KP_TASK_OUT};
+        b->n_acc++;
+        if (hi - lo > b->max_len) b->max_len = hi - lo;
+    }
+    t->stats.tasks = t->n_tasks;
+    if (task_id) *task_id = id;
+    return KP_OK;
+}
+
+/* --- run ----------------------------------------------------------------------------- */
+static void kp__reset_set(kp_tasks_t t) {
+    t->n_tasks = t->n_args = t->n_edges = t->n_scalars = 0;
+    for (size_t i = 0; i < t->n_bufs; i++) {
+        t->bufs[i].n_acc = 0;
+        t->bufs[i].max_len = 0;
+    }
+    uint64_t runs = t->stats.runs;
+    memset(&t->stats, 0, sizeof t->stats);
+    t->stats.runs = runs;
+}
+
+static kp_status kp__run(kp_tasks_t t, kp_stream_t s);
+
+kp_status kp_tasks_run(kp_tasks_t t, kp_stream_t s) {
+    KP_API_ENTRY();
+    KP__TASKS(t);
+    KP_ARG_CHECK(s);
+    kp_status st = kp__run(t, s);
+    kp__reset_set(t); /* run or failed, the set is spent */
+    return st;
+}
+
+static kp_status kp__run(kp_tasks_t t, kp_stream_t s) {
+    while (t->n_task_ev < t->n_tasks) { /* one event per task slot, kept for later runs */
+        if (!KP__GROW(t, task_ev, 1))
+            return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory for events");
+        KP_CHECK(kp_event_create(t->dev, &t->task_ev[t->n_task_ev]));
+        t->n_task_ev++;
+    }
+    int64_t last[KP_TASKS_MAX_STREAMS]; /* the task last put on each stream; -1: none */
+    bool used[KP_TASKS_MAX_STREAMS] = {false};
+    for (size_t i = 0; i < t->n_streams; i++) last[i] = -1;
+    size_t next = 0;
+    if (t->n_tasks) KP_CHECK(kp_event_record(t->start_ev, s));
+    for (size_t i = 0; i < t->n_tasks; i++) {
+        kp__task *k = &t->tasks[i];
+        int pick = -1;
+        for (size_t p = k->n_preds; p-- > 0 && pick < 0;) {
+            int ps = t->tasks[t->edges[k->first_pred + p].from].stream;
+            if (last[ps] == (int64_t)t->edges[k->first_pred + p].from) pick = ps;
+        }
+        if (pick < 0) pick = (int)(next++ % t->n_streams);
+        k->stream = pick;
+        kp_stream_t st = t->streams[pick];
+        if (!used[pick]) {
+            KP_CHECK(kp_stream_wait_event(st, t->start_ev));
+            used[pick] = true;
+        }
+        for (size_t p = 0; p < k->n_preds; p++) {
+            uint64_t from = t->edges[k->first_pred + p].from;
+            if (t->tasks[from].stream != pick) KP_CHECK(kp_stream_wait_event(st, t->task_ev[from]));
+        }
+        kp_task_view views[KP_TASK_MAX_ARGS];
+        for (size_t a = 0; a < k->n_args; a++) {
+            kp__targ *g = &t->args[k->first_arg + a];
+            views[a] = g->v;
+            if (g->v.access == KP_TASK_SCALAR)
+                views[a].scalar = t->scalars + g->scalar_off;
+            else
+                views[a].data = kp__buf(t, g->buffer)->data;
+        }
+        kp_status rs = k->k.fn(k->k.user, st, views, k->n_args);
+        if (rs != KP_OK)
+            return kp__error_prefix(rs, "task %zu (%s)", i, k->k.name ? k->k.name : "unnamed");
+        KP_CHECK(kp_event_record(t->task_ev[i], st));
+        last[pick] = (int64_t)i;
+    }
+    for (size_t i = 0; i < t->n_streams; i++)
+        if (used[i]) {
+            KP_CHECK(kp_event_record(t->stream_ev[i], t->streams[i]));
+            KP_CHECK(kp_stream_wait_event(s, t->stream_ev[i]));
+        }
+    t->stats.runs++;
+    return KP_OK;
+}
+
+/* --- inspection ------------------------------------------------------------------------ */
+kp_status kp_tasks_edges(kp_tasks_t t, kp_task_edge *out, size_t cap, size_t *n) {
+    KP_API_ENTRY();
+    KP__TASKS(t);
+    KP_ARG_CHECK(n && (out || !cap));
+    *n = t->n_edges;
+    size_t k = cap < t->n_edges ? cap : t->n_edges;
+    if (k) memcpy(out, t->edges, k * sizeof *out);
+    return KP_OK;
+}
+
+kp_status kp_tasks_stats_get(kp_tasks_t t, kp_tasks_stats *out) {
+    KP_API_ENTRY();
+    KP__TASKS(t);
+    KP_ARG_CHECK(out);
+    *out = t->stats;
+    for (size_t i = 0; i < t->n_bufs; i++) out->regions_live += t->bufs[i].n_acc;
+    return KP_OK;
+}
+
+static const char *kp__hazard_str(kp_hazard h) {
+    return h == KP_HAZARD_RAW ? "RAW" : h == KP_HAZARD_WAR ? "WAR" : "WAW";
+}
+
+kp_status kp_tasks_write_dot(kp_tasks_t t, const char *path) {
+    KP_API_ENTRY();
+    KP__TASKS(t);
+    KP_ARG_CHECK(path);
+    FILE *f = fopen(path, "w");
+    if (!f) return kp__error(KP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    fprintf(f, "digraph tasks {\n  node [shape=box, fontname=monospace];\n");
+    for (size_t i = 0; i < t->n_tasks; i++) {
+        const kp__task *k = &t->tasks[i];
+        fprintf(f, "  t%zu [label=\"%zu: ", i, i);
+        for (const char *c = k->k.name ? k->k.name : "task"; *c; c++)
+            if (*c != '"' && *c != '\\' && (unsigned char)*c >= 0x20) fputc(*c, f);
+        for (size_t a = 0; a < k->n_args; a++) {
+            const kp__targ *g = &t->args[k->first_arg + a];
+            char d[96];
+            static const char *const acc[] = {"", "in", "out", "inout", "scalar"};
+            if (g->v.access == KP_TASK_SCALAR)
+                fprintf(f, "\\n%s %zu B", acc[g->v.access], g->v.scalar_bytes);
+            else
+                fprintf(f, "\\n%s b%u v%llu %s @%lld", acc[g->v.access], g->buffer,
+                        (unsigned long long)g->version, kp_desc_str(&g->v.desc, d, sizeof d),
+                        (long long)g->v.desc.offset);
+        }
+        fprintf(f, "\"];\n");
+    }
+    for (size_t e = 0; e < t->n_edges; e++)
+        fprintf(f, "  t%llu -> t%llu [label=\"%s b%u\"];\n", (unsigned long long)t->edges[e].from,
+                (unsigned long long)t->edges[e].to, kp__hazard_str(t->edges[e].hazard),
+                t->edges[e].buffer);
+    fprintf(f, "}\n");
+    if (fclose(f) != 0) return kp__error(KP_ERR_IO, "%s: writing failed", path);
+    return KP_OK;
+}
