@@ -339,8 +339,7 @@ static void bad_files_are_named_errors(void **state) {
     /* frame errors stop the running flow, named by stage and frame */
     EXPECT_ERROR(run_source(write_file("cut.y4m", "YUV4MPEG2 W4 H4\nFRAME\n", 20)), KP_ERR_PARSE,
                  "stage \"in\"");
-    EXPECT_ERROR(run_source(write_file("cut2.y4m", "YUV4MPEG2 W4 H4\nFRAME\n", 20)), KP_ERR_PARSE,
-                 "frame 0 is cut short (20 of 24 bytes)");
+    assert_non_null(strstr(kp_last_error(), "frame 0 is cut short (20 of 24 bytes)"));
     EXPECT_ERROR(run_source(write_file("mk.y4m", "YUV4MPEG2 W4 H4\nFRAMX\n", 24)), KP_ERR_PARSE,
                  "expected \"FRAME\"");
     /* a valid empty stream ends at once */

@@ -165,10 +165,6 @@ static void kp__atomic_max(_Atomic size_t *m, size_t v) {
 }
 
 /* --- spinning ---------------------------------------------------------------------- */
-/* Spins while *v == blocked (a queue empty or full), up to the flow's spin
- * time, so that a hand-over arriving within it costs no sleep and wake-up
- * of a thread (a futex round trip of several microseconds); false when the
- * time passed. */
 static void kp__pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -177,16 +173,20 @@ static void kp__pause(void) {
 #endif
 }
 
-static bool kp__spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked) {
-    if (!f->spin_us) return false;
+/* Spins while *v == blocked (a queue empty or full), up to the flow's spin
+ * time, so that a hand-over arriving within it costs no sleep and wake-up
+ * of a thread (a futex round trip of several microseconds). The caller
+ * then takes the lock and checks for itself. */
+static void kp__spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked) {
+    if (!f->spin_us) return;
     double until = 0;
     for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(v, memory_order_relaxed) != blocked) return true;
-        if (atomic_load_explicit(&f->cancel, memory_order_relaxed)) return true;
+        if (atomic_load_explicit(v, memory_order_relaxed) != blocked) return;
+        if (atomic_load_explicit(&f->cancel, memory_order_relaxed)) return;
         if (i % 64 == 0) {
             double now = kp__now_us();
             if (!until) until = now + f->spin_us;
-            if (now >= until) return false;
+            if (now >= until) return;
         }
         kp__pause();
     }
