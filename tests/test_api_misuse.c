@@ -769,7 +769,7 @@ static void tasks_calls(void **state) {
     size_t n = 0;
     kp_tasks_stats st;
     kp_task_edge e;
-    kp_task_kernel k = {"noop", task_noop, NULL};
+    kp_task_kernel k = {"noop", task_noop, NULL, NULL};
     KPT_FAILS(kp_tasks_create(NULL, 1, &t), BAD);
     KPT_FAILS(kp_tasks_create(g_dev, 1, NULL), BAD);
     KPT_FAILS(kp_tasks_buffer(NULL, 8, &id), BAD);
@@ -780,7 +780,15 @@ static void tasks_calls(void **state) {
     KPT_FAILS(kp_tasks_edges(NULL, &e, 1, &n), BAD);
     KPT_FAILS(kp_tasks_stats_get(NULL, &st), BAD);
     KPT_FAILS(kp_tasks_write_dot(NULL, "x.dot"), BAD);
+    KPT_FAILS(kp_tasks_instantiate(NULL), BAD);
+    KPT_FAILS(kp_tasks_launch(NULL, NULL), BAD);
     KPT_OK(kp_tasks_create(g_dev, 1, &t));
+    KPT_FAILS(kp_tasks_launch(t, NULL), BAD);
+    kp_stream_t s;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_FAILS(kp_tasks_launch(t, s), KP_ERR_STATE); /* nothing instantiated */
+    kp_task_kernel none = {"none", NULL, NULL, NULL};
+    KPT_FAILS(kp_tasks_submit(t, &none, NULL, 0, NULL), BAD);
     KPT_FAILS(kp_tasks_buffer(t, 8, NULL), BAD);
     KPT_FAILS(kp_tasks_buffer(t, SIZE_MAX, &id), BAD);
     KPT_FAILS(kp_tasks_buffer_wrap(t, NULL, 8, &id), BAD);
@@ -795,7 +803,15 @@ static void tasks_calls(void **state) {
     KPT_OK(kp_tasks_submit(t, &k, NULL, 0, NULL)); /* a task with no arguments */
     KPT_OK(kp_tasks_edges(t, NULL, 0, &n));
     assert_int_equal(n, 0);
+    KPT_OK(kp_tasks_instantiate(t));
+    KPT_OK(kp_tasks_launch(t, s));
+    KPT_OK(kp_tasks_instantiate(t)); /* an empty set: updates the graph of the last one */
+    KPT_OK(kp_tasks_launch(t, s));
+    KPT_OK(kp_stream_sync(s));
     kp_tasks_destroy(t);
+    KPT_FAILS(kp_tasks_instantiate(t), BAD);
+    KPT_FAILS(kp_tasks_launch(t, s), BAD);
+    kp_stream_destroy(s);
     kp_tasks_destroy(NULL);
 }
 

@@ -27,12 +27,41 @@ static kp_status region_task(void *user, kp_stream_t s, const kp_task_view *v, s
     kp_launch l = kpt_launch_1d(&kpt_region, &p, (int)p.n);
     return kp_launch_kernel(s, &l);
 }
-static const kp_task_kernel k_region = {"region", region_task, NULL};
+static const kp_task_kernel k_region = {"region", region_task, NULL, NULL};
+
+/* The same work as one described launch: no function, no capture. */
+static kp_status region_launch(void *user, const kp_task_view *v, size_t n, kp_launch *l,
+                               void *params) {
+    const float *abc = v[n - 1].scalar;
+    kpt_region_params *p = params;
+    if (!kpt_region_make(p, v[0].data, &v[0].desc, n == 3 ? v[1].data : NULL, &v[1].desc, abc[0],
+                         abc[1], abc[2]))
+        return kp_set_error(KP_ERR_INVALID_ARG, "region task: regions of 1 or 2 dimensions");
+    *l = kpt_launch_1d(&kpt_region, params, (int)p->n);
+    return KP_OK;
+}
+static const kp_task_kernel k_region_launch = {"region", NULL, NULL, region_launch};
+
+/* How a test runs its sets: the stream form or the graph form, with task
+ * functions or described launches. */
+typedef enum { FORM_RUN, FORM_RUN_LAUNCH, FORM_GRAPH, FORM_GRAPH_LAUNCH } form;
+static const char *const form_names[] = {"run", "run+launch", "graph", "graph+launch"};
+
+static const kp_task_kernel *form_kernel(form f) {
+    return f == FORM_RUN_LAUNCH || f == FORM_GRAPH_LAUNCH ? &k_region_launch : &k_region;
+}
+
+/* Runs the submitted set once in form f. */
+static kp_status form_go(kp_tasks_t t, form f, kp_stream_t s) {
+    if (f == FORM_RUN || f == FORM_RUN_LAUNCH) return kp_tasks_run(t, s);
+    kp_status st = kp_tasks_instantiate(t);
+    return st == KP_OK ? kp_tasks_launch(t, s) : st;
+}
 
 static kp_status nothing(void *user, kp_stream_t s, const kp_task_view *v, size_t n) {
     return KP_OK;
 }
-static const kp_task_kernel k_nothing = {"nothing", nothing, NULL};
+static const kp_task_kernel k_nothing = {"nothing", nothing, NULL, NULL};
 
 static kp_task_arg tensor(kp_task_access acc, uint32_t buf, const kp_tensor_desc *d) {
     kp_task_arg a = {acc, buf, *d, NULL, 0};
@@ -188,7 +217,7 @@ static bool aliases(const kp_tensor_desc *d, size_t elems) {
  * `elems` floats, run over a stream pool, against the same tasks one by one
  * on host copies. Coefficients and values are small integers: every result
  * is exact on any device. Three sets in a row on the same buffers. */
-static void check_sequential(size_t elems, int side, int n_tasks, size_t n_streams) {
+static void check_sequential(size_t elems, int side, int n_tasks, size_t n_streams, form f) {
     float *host[2], *ref[2], *got;
     void *dev[2];
     size_t bytes = elems * sizeof(float);
@@ -236,22 +265,22 @@ static void check_sequential(size_t elems, int side, int n_tasks, size_t n_strea
             kp_task_arg a[3] = {tensor(c[0] != 0 ? KP_TASK_INOUT : KP_TASK_OUT, ids[yb], &yd),
                                 tensor(KP_TASK_IN, ids[xb], &xd), scalar3(c)};
             if (!with_x) a[1] = a[2];
-            KPT_OK(kp_tasks_submit(t, &k_region, a, with_x ? 3 : 2, NULL));
+            KPT_OK(kp_tasks_submit(t, form_kernel(f), a, with_x ? 3 : 2, NULL));
             kpt_region_params p = {0};
             assert_true(
                 kpt_region_make(&p, ref[yb], &yd, with_x ? ref[xb] : NULL, &xd, c[0], c[1], c[2]));
             /* a write-only region with repeats gets the same value everywhere: any order */
             for (int64_t e = 0; e < p.n; e++) kpt_region_item(&p, e);
         }
-        KPT_OK(kp_tasks_run(t, s));
+        KPT_OK(form_go(t, f, s));
     }
     KPT_OK(kp_stream_sync(s));
     for (int b = 0; b < 2; b++) {
         KPT_OK(kp_memcpy_dtoh(g_dev, got, dev[b], bytes));
         for (size_t i = 0; i < elems; i++)
             if (got[i] != ref[b][i])
-                fail_msg("%zu floats, %zu streams: buffer %d element %zu: %g, want %g", elems,
-                         n_streams, b, i, got[i], ref[b][i]);
+                fail_msg("%s, %zu floats, %zu streams: buffer %d element %zu: %g, want %g",
+                         form_names[f], elems, n_streams, b, i, got[i], ref[b][i]);
         kp_free(g_dev, dev[b]);
         free(host[b]);
         free(ref[b]);
@@ -263,10 +292,88 @@ static void check_sequential(size_t elems, int side, int n_tasks, size_t n_strea
 }
 
 static void results_equal_sequential(void **state) {
-    check_sequential(1, 1, 20, 2);
-    check_sequential(97, 9, 200, 4);
-    check_sequential(4099, 40, 300, 3);
-    check_sequential((size_t)1 << 20, 700, 40, 4); /* a million floats */
+    for (form f = FORM_RUN; f <= FORM_GRAPH_LAUNCH; f++) {
+        check_sequential(1, 1, 20, 2, f);
+        check_sequential(97, 9, 200, 4, f);
+        check_sequential(4099, 40, 300, 3, f);
+        check_sequential((size_t)1 << 20, 700, 40, 4, f); /* a million floats */
+    }
+}
+
+/* The graph form replayed: the same tasks submitted again with new scalars
+ * and another buffer update the executable graph (no rebuild), and the
+ * launches compute with the new values; a set of another shape builds a
+ * new graph. Every element checked after each step. */
+static void graph_updates_on_replay(void **state) {
+    for (int fi = 0; fi < 2; fi++) {
+        const kp_task_kernel *k = fi ? &k_region_launch : &k_region;
+        const int64_t n = 1 << 20, half = n / 2; /* a million floats */
+        size_t bytes = (size_t)n * 4;
+        void *mem[2];
+        float *h = malloc(bytes), *want = malloc(bytes);
+        for (int b = 0; b < 2; b++) {
+            KPT_OK(kp_malloc(g_dev, bytes, &mem[b]));
+            for (int64_t i = 0; i < n; i++) h[i] = (float)(i % 5);
+            KPT_OK(kp_memcpy_htod(g_dev, mem[b], h, bytes));
+        }
+        kp_tasks_t t;
+        kp_stream_t s;
+        KPT_OK(kp_tasks_create(g_dev, 3, &t));
+        KPT_OK(kp_stream_create(g_dev, &s));
+        uint32_t id[2];
+        for (int b = 0; b < 2; b++) KPT_OK(kp_tasks_buffer_wrap(t, mem[b], bytes, &id[b]));
+        kp_tensor_desc lo, hi;
+        KPT_OK(kp_desc_init(&lo, KP_F32, 1, &half, NULL));
+        hi = lo;
+        hi.offset = half;
+        /* y[lo] = c + y[lo]; y[hi] = y[hi] + y[lo]  (then c changes, then buffer) */
+        for (int step = 0; step < 3; step++) {
+            int b = step == 2;
+            float c1[3] = {1, 0, (float)(step + 1)}, c2[3] = {1, 1, 0};
+            kp_task_arg a1[2] = {tensor(KP_TASK_INOUT, id[b], &lo), scalar3(c1)};
+            kp_task_arg a2[3] = {tensor(KP_TASK_INOUT, id[b], &hi), tensor(KP_TASK_IN, id[b], &lo),
+                                 scalar3(c2)};
+            KPT_OK(kp_tasks_submit(t, k, a1, 2, NULL));
+            KPT_OK(kp_tasks_submit(t, k, a2, 3, NULL));
+            KPT_OK(kp_tasks_instantiate(t));
+            kp_tasks_stats st;
+            KPT_OK(kp_tasks_stats_get(t, &st));
+            assert_int_equal(st.graph_builds, 1);
+            assert_int_equal(st.graph_updates, (uint64_t)step);
+            KPT_OK(kp_tasks_launch(t, s));
+            KPT_OK(kp_tasks_launch(t, s)); /* twice */
+            KPT_OK(kp_stream_sync(s));
+            KPT_OK(kp_memcpy_dtoh(g_dev, h, mem[b], bytes));
+            for (int64_t i = 0; i < half; i++) { /* from the values the step started with */
+                float y0 = step == 1 ? want[i] : (float)(i % 5);
+                float z0 = step == 1 ? want[half + i] : (float)((half + i) % 5);
+                float c = (float)(step + 1);
+                want[i] = y0 + 2 * c;
+                want[half + i] = z0 + (y0 + c) + (y0 + 2 * c);
+            }
+            for (int64_t i = 0; i < n; i++)
+                if (h[i] != want[i])
+                    fail_msg("%s, step %d: element %lld is %g, want %g",
+                             k->launch ? "launch" : "fn", step, (long long)i, h[i], want[i]);
+        }
+        /* another shape: one task only, a new graph */
+        float c3[3] = {0, 0, 7};
+        kp_task_arg a3[2] = {tensor(KP_TASK_OUT, id[0], &lo), scalar3(c3)};
+        KPT_OK(kp_tasks_submit(t, k, a3, 2, NULL));
+        KPT_OK(kp_tasks_instantiate(t));
+        kp_tasks_stats st;
+        KPT_OK(kp_tasks_stats_get(t, &st));
+        assert_int_equal(st.graph_builds, 2);
+        KPT_OK(kp_tasks_launch(t, s));
+        KPT_OK(kp_stream_sync(s));
+        KPT_OK(kp_memcpy_dtoh(g_dev, h, mem[0], bytes));
+        for (int64_t i = 0; i < half; i++) assert_true(h[i] == 7.0f);
+        kp_stream_destroy(s);
+        kp_tasks_destroy(t);
+        for (int b = 0; b < 2; b++) kp_free(g_dev, mem[b]);
+        free(h);
+        free(want);
+    }
 }
 
 /* A deferred buffer: refused reads and partial first writes, then allocated
@@ -433,6 +540,10 @@ static kp_status failing(void *user, kp_stream_t s, const kp_task_view *v, size_
     return kp_set_error(KP_ERR_DEVICE, "the kernel said no");
 }
 
+static kp_status no_kernel(void *user, const kp_task_view *v, size_t n, kp_launch *l, void *p) {
+    return KP_OK;
+}
+
 static void named_errors(void **state) {
     kp_tasks_t t = NULL;
     KPT_FAILS(kp_tasks_create(g_dev, 0, &t), KP_ERR_INVALID_ARG);
@@ -483,7 +594,7 @@ static void named_errors(void **state) {
     KPT_OK(kp_tasks_stats_get(t, &st));
     assert_int_equal(st.tasks, 0); /* every refusal left the set as it was */
     /* a failing task: the run returns its error, named, and the set is spent */
-    static const kp_task_kernel bad = {"bad", failing, NULL};
+    static const kp_task_kernel bad = {"bad", failing, NULL, NULL};
     KPT_OK(kp_tasks_submit(t, &bad, a, 2, NULL));
     kp_stream_t s;
     KPT_OK(kp_stream_create(g_dev, &s));
@@ -492,6 +603,15 @@ static void named_errors(void **state) {
     assert_non_null(strstr(kp_last_error(), "the kernel said no"));
     KPT_OK(kp_tasks_stats_get(t, &st));
     assert_int_equal(st.tasks, 0);
+    KPT_OK(kp_tasks_submit(t, &bad, a, 2, NULL)); /* in the graph form: named too */
+    KPT_FAILS(kp_tasks_instantiate(t), KP_ERR_DEVICE);
+    assert_non_null(strstr(kp_last_error(), "task 0 (bad)"));
+    KPT_FAILS(kp_tasks_launch(t, s), KP_ERR_STATE); /* no graph was made */
+    static const kp_task_kernel nokernel = {"nokernel", NULL, NULL, no_kernel};
+    KPT_OK(kp_tasks_submit(t, &nokernel, a, 2, NULL));
+    KPT_FAILS(kp_tasks_run(t, s), KP_ERR_INVALID_ARG);
+    assert_non_null(
+        strstr(kp_last_error(), "task 0 (nokernel): its launch function gave no kernel"));
     KPT_OK(kp_stream_sync(s));
     kp_stream_destroy(s);
     /* after destroy, the handle is refused, not used */
@@ -513,6 +633,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(random_sets_match_brute_force),
         cmocka_unit_test(results_equal_sequential),
+        cmocka_unit_test(graph_updates_on_replay),
         cmocka_unit_test(deferred_allocation),
         cmocka_unit_test(readers_see_their_version),
         cmocka_unit_test(index_stays_small),

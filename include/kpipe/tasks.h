@@ -17,6 +17,13 @@
  *   kp_stream_sync(stream);
  *   kp_tasks_destroy(t);
  *
+ * Or as one graph, built once and launched many times:
+ *   ... submit ...
+ *   kp_tasks_instantiate(t);                      // a node per task, an edge per dependence
+ *   kp_tasks_launch(t, stream);                   // as often as wanted
+ *   ... submit the same tasks with new scalars or buffers ...
+ *   kp_tasks_instantiate(t);                      // updates the graph in place, no rebuild
+ *
  * Buffers are named by id. A buffer made by kp_tasks_buffer gets its
  * memory (from the device's caching allocator) when its first writer is
  * submitted, whose region must cover it whole and contiguously; one made by
@@ -72,10 +79,21 @@ typedef struct kp_task_view {
 /* Enqueues the task's work on `s` (never waits for it). */
 typedef kp_status (*kp_task_fn)(void *user, kp_stream_t s, const kp_task_view *args, size_t n);
 
+/* For a task that is one kernel launch: fills *launch for the task's
+ * arguments, its parameter block written to `params` (KP_MAX_KERNEL_PARAMS
+ * bytes, 16-byte aligned). The stream form launches it; the graph form adds
+ * it as a kernel node, with no stream capture. */
+typedef kp_status (*kp_task_launch_fn)(void *user, const kp_task_view *args, size_t n,
+                                       kp_launch *launch, void *params);
+
+/* A task's work: `launch` when set (fn is then not used), else `fn`, which
+ * the graph form runs under stream capture into a child graph (so library
+ * calls such as cuBLAS and cuSOLVER work in both forms). */
 typedef struct kp_task_kernel {
     const char *name; /* for errors and DOT labels */
     kp_task_fn fn;
     void *user;
+    kp_task_launch_fn launch;
 } kp_task_kernel;
 
 /* How two tasks depend on each other, through one buffer's bytes. */
@@ -98,6 +116,8 @@ typedef struct kp_tasks_stats {
     uint64_t regions_live;  /* regions the index holds, all buffers */
     uint64_t overlap_tests; /* exact tests run (the index skips the rest) */
     uint64_t runs;
+    uint64_t graph_builds;  /* instantiates that built a new executable graph */
+    uint64_t graph_updates; /* instantiates that updated the one there was */
 } kp_tasks_stats;
 
 /* A task set on `dev` with a pool of n_streams (1 .. KP_TASKS_MAX_STREAMS)
@@ -124,6 +144,18 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
  * are events; the host waits for nothing. The next submit starts a new set;
  * so does a failed run (work it enqueued before the failure stays). */
 kp_status kp_tasks_run(kp_tasks_t t, kp_stream_t s);
+/* Emits the tasks submitted since the last run or instantiate as one graph:
+ * a node per task (a kernel node for a `launch` task, a child graph captured
+ * from `fn` otherwise), an edge per kept dependence, and makes it the set's
+ * executable graph. When one was made before and the new graph has its
+ * shape (the same nodes, kinds and edges), that one is updated in place
+ * with the new pointers and scalars instead of being rebuilt. The submitted
+ * set is spent, as by kp_tasks_run. On failure the set is spent too and
+ * the executable graph there was, if any, is kept unchanged. */
+kp_status kp_tasks_instantiate(kp_tasks_t t);
+/* Launches the executable graph on `s`: it starts after the work already
+ * on `s`, and later work on `s` waits for it. Any number of times. */
+kp_status kp_tasks_launch(kp_tasks_t t, kp_stream_t s);
 /* The kept edges of the current set, `cap` at most, in order of `to`;
  * *n tells how many there are. */
 kp_status kp_tasks_edges(kp_tasks_t t, kp_task_edge *out, size_t cap, size_t *n);

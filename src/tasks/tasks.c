@@ -16,7 +16,14 @@
  * Running. Tasks go out in submission order (a topological order). A task
  * takes its latest predecessor's stream when that predecessor was the last
  * thing put on it, else the next stream in turn; an event after each task
- * lets tasks on other streams wait for it. */
+ * lets tasks on other streams wait for it.
+ *
+ * The graph form. The kept edges are the graph's edges, so nodes are added
+ * straight from them, in submission order; a `launch` task is a kernel
+ * node, any other task a child graph captured from its function on a
+ * stream kept for capture. A later instantiate first tries to update the
+ * executable graph it made before (the backends compare the topology), and
+ * builds a new one only when that is refused. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -80,6 +87,10 @@ struct kp_tasks {
     size_t n_scalars, cap_scalars;
     kp_event_t *task_ev; /* one per task slot, made as needed, reused */
     size_t n_task_ev, cap_task_ev;
+    kp_graph_node_t *nodes; /* the graph form: one per task */
+    size_t n_nodes, cap_nodes;
+    kp_stream_t cap_stream; /* the graph form captures task functions on it */
+    kp_graph_exec_t exec;
     kp_tasks_stats stats;
 };
 
@@ -185,6 +196,10 @@ static void kp__tasks_free(kp_tasks_t t) {
         kp_event_destroy(t->stream_ev[i]);
     }
     kp_event_destroy(t->start_ev);
+    if (t->exec && kp_device_sync(t->dev) != KP_OK) /* a launch may still use the buffers */
+        kp_clear_error();
+    kp_graph_exec_destroy(t->exec);
+    kp_stream_destroy(t->cap_stream);
     for (size_t i = 0; i < t->n_task_ev; i++) kp_event_destroy(t->task_ev[i]);
     for (size_t i = 0; i < t->n_bufs; i++) {
         if (t->bufs[i].owned && t->bufs[i].data &&
@@ -198,6 +213,7 @@ static void kp__tasks_free(kp_tasks_t t) {
     kp__free(t->edges);
     kp__free(t->scalars);
     kp__free(t->task_ev);
+    kp__free(t->nodes);
     kp__free(t);
 }
 
@@ -367,7 +383,10 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
                           size_t n_args, uint64_t *task_id) {
     KP_API_ENTRY();
     KP__TASKS(t);
-    KP_ARG_CHECK(kernel && kernel->fn);
+    KP_ARG_CHECK(kernel);
+    if (!kernel->fn && !kernel->launch)
+        return kp__error(KP_ERR_INVALID_ARG, "kernel %s has neither fn nor launch",
+                         kernel->name ? kernel->name : "(unnamed)");
     if (n_args > KP_TASK_MAX_ARGS)
         return kp__error(KP_ERR_INVALID_ARG, "%zu arguments (at most %d)", n_args,
                          KP_TASK_MAX_ARGS);
@@ -490,9 +509,11 @@ static void kp__reset_set(kp_tasks_t t) {
         t->bufs[i].n_acc = 0;
         t->bufs[i].max_len = 0;
     }
-    uint64_t runs = t->stats.runs;
+    kp_tasks_stats keep = t->stats;
     memset(&t->stats, 0, sizeof t->stats);
-    t->stats.runs = runs;
+    t->stats.runs = keep.runs;
+    t->stats.graph_builds = keep.graph_builds;
+    t->stats.graph_updates = keep.graph_updates;
 }
 
 static kp_status kp__run(kp_tasks_t t, kp_stream_t s);
@@ -504,6 +525,47 @@ kp_status kp_tasks_run(kp_tasks_t t, kp_stream_t s) {
     kp_status st = kp__run(t, s);
     kp__reset_set(t); /* run or failed, the set is spent */
     return st;
+}
+
+/* Task k's arguments as its work sees them. */
+static void kp__views(const kp_tasks_t t, const kp__task *k, kp_task_view *views) {
+    for (size_t a = 0; a < k->n_args; a++) {
+        const kp__targ *g = &t->args[k->first_arg + a];
+        views[a] = g->v;
+        if (g->v.access == KP_TASK_SCALAR)
+            views[a].scalar = t->scalars + g->scalar_off;
+        else
+            views[a].data = kp__buf(t, g->buffer)->data;
+    }
+}
+
+static const char *kp__name(const kp__task *k) { return k->k.name ? k->k.name : "unnamed"; }
+
+/* The launch of a `launch` task, its parameters in `params`. */
+static kp_status kp__task_launch(const kp__task *k, const kp_task_view *views, kp_launch *l,
+                                 void *params) {
+    memset(l, 0, sizeof *l);
+    kp_status st = k->k.launch(k->k.user, views, k->n_args, l, params);
+    if (st == KP_OK && !l->kernel)
+        st = kp__error(KP_ERR_INVALID_ARG, "its launch function gave no kernel");
+    return st;
+}
+
+/* Enqueues task i's work on `s`. */
+static kp_status kp__task_enqueue(kp_tasks_t t, size_t i, kp_stream_t s) {
+    const kp__task *k = &t->tasks[i];
+    kp_task_view views[KP_TASK_MAX_ARGS];
+    kp__views(t, k, views);
+    kp_status st;
+    if (k->k.launch) {
+        _Alignas(16) unsigned char params[KP_MAX_KERNEL_PARAMS];
+        kp_launch l;
+        st = kp__task_launch(k, views, &l, params);
+        if (st == KP_OK) st = kp_launch_kernel(s, &l);
+    } else {
+        st = k->k.fn(k->k.user, s, views, k->n_args);
+    }
+    return st == KP_OK ? KP_OK : kp__error_prefix(st, "task %zu (%s)", i, kp__name(k));
 }
 
 static kp_status kp__run(kp_tasks_t t, kp_stream_t s) {
@@ -536,18 +598,7 @@ static kp_status kp__run(kp_tasks_t t, kp_stream_t s) {
             uint64_t from = t->edges[k->first_pred + p].from;
             if (t->tasks[from].stream != pick) KP_CHECK(kp_stream_wait_event(st, t->task_ev[from]));
         }
-        kp_task_view views[KP_TASK_MAX_ARGS];
-        for (size_t a = 0; a < k->n_args; a++) {
-            kp__targ *g = &t->args[k->first_arg + a];
-            views[a] = g->v;
-            if (g->v.access == KP_TASK_SCALAR)
-                views[a].scalar = t->scalars + g->scalar_off;
-            else
-                views[a].data = kp__buf(t, g->buffer)->data;
-        }
-        kp_status rs = k->k.fn(k->k.user, st, views, k->n_args);
-        if (rs != KP_OK)
-            return kp__error_prefix(rs, "task %zu (%s)", i, k->k.name ? k->k.name : "unnamed");
+        KP_CHECK(kp__task_enqueue(t, i, st));
         KP_CHECK(kp_event_record(t->task_ev[i], st));
         last[pick] = (int64_t)i;
     }
@@ -558,6 +609,92 @@ static kp_status kp__run(kp_tasks_t t, kp_stream_t s) {
         }
     t->stats.runs++;
     return KP_OK;
+}
+
+/* --- the graph form --------------------------------------------------------------------- */
+/* Task i as a node of g after `deps`. */
+static kp_status kp__task_node(kp_tasks_t t, size_t i, kp_graph_t g, const kp_graph_node_t *deps,
+                               size_t n_deps, kp_graph_node_t *node) {
+    const kp__task *k = &t->tasks[i];
+    kp_task_view views[KP_TASK_MAX_ARGS];
+    kp__views(t, k, views);
+    kp_status st;
+    if (k->k.launch) {
+        _Alignas(16) unsigned char params[KP_MAX_KERNEL_PARAMS];
+        kp_launch l;
+        st = kp__task_launch(k, views, &l, params);
+        if (st == KP_OK) st = kp_graph_add_kernel(g, deps, n_deps, &l, node);
+    } else {
+        kp_graph_t child = NULL;
+        st = kp_stream_begin_capture(t->cap_stream);
+        if (st == KP_OK) {
+            st = k->k.fn(k->k.user, t->cap_stream, views, k->n_args);
+            kp_status end = kp_stream_end_capture(t->cap_stream, &child); /* always ended */
+            if (st == KP_OK) st = end;
+        }
+        if (st == KP_OK) st = kp_graph_add_child(g, deps, n_deps, child, node);
+        kp_graph_destroy(child);
+    }
+    return st == KP_OK ? KP_OK : kp__error_prefix(st, "task %zu (%s)", i, kp__name(k));
+}
+
+static kp_status kp__build(kp_tasks_t t, kp_graph_t g) {
+    t->n_nodes = 0;
+    if (!KP__GROW(t, nodes, t->n_tasks))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory for graph nodes");
+    if (!t->cap_stream) KP_CHECK(kp_stream_create(t->dev, &t->cap_stream));
+    kp_graph_node_t deps[1024]; /* a task keeps at most as many predecessors as submit allows */
+    for (size_t i = 0; i < t->n_tasks; i++) {
+        const kp__task *k = &t->tasks[i];
+        for (size_t p = 0; p < k->n_preds; p++)
+            deps[p] = t->nodes[t->edges[k->first_pred + p].from];
+        KP_CHECK(kp__task_node(t, i, g, deps, k->n_preds, &t->nodes[i]));
+        t->n_nodes++;
+    }
+    return KP_OK;
+}
+
+static kp_status kp__instantiate(kp_tasks_t t) {
+    kp_graph_t g;
+    KP_CHECK(kp_graph_create(t->dev, &g));
+    kp_status st = kp__build(t, g);
+    if (st == KP_OK && t->exec) {
+        st = kp_graph_exec_update(t->exec, g);
+        if (st == KP_OK) t->stats.graph_updates++;
+        if (st == KP_ERR_MISMATCH) { /* another shape: a new graph */
+            kp_clear_error();
+            st = KP_ERR_NOT_FOUND;
+        }
+    }
+    if (st == KP_ERR_NOT_FOUND || (st == KP_OK && !t->exec)) {
+        kp_graph_exec_t ge;
+        st = kp_graph_instantiate(g, &ge);
+        if (st == KP_OK) {
+            if (t->exec && kp_device_sync(t->dev) != KP_OK) kp_clear_error(); /* may run still */
+            kp_graph_exec_destroy(t->exec);
+            t->exec = ge;
+            t->stats.graph_builds++;
+        }
+    }
+    kp_graph_destroy(g);
+    return st;
+}
+
+kp_status kp_tasks_instantiate(kp_tasks_t t) {
+    KP_API_ENTRY();
+    KP__TASKS(t);
+    kp_status st = kp__instantiate(t);
+    kp__reset_set(t);
+    return st;
+}
+
+kp_status kp_tasks_launch(kp_tasks_t t, kp_stream_t s) {
+    KP_API_ENTRY();
+    KP__TASKS(t);
+    KP_ARG_CHECK(s);
+    if (!t->exec)
+        return kp__error(KP_ERR_STATE, "no graph to launch: call kp_tasks_instantiate first");
+    return kp_graph_exec_launch(t->exec, s);
 }
 
 /* --- inspection ------------------------------------------------------------------------ */
