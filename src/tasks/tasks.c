@@ -1,14 +1,16 @@
 /* Tasks: dependencies from region overlap, execution over a stream pool.
  *
  * The index. Each buffer keeps its live accesses (task, region, read or
- * write) sorted by the start of their byte extent, with the longest extent
- * it holds: a new region looks only at entries starting within that length
- * before its own start, compares extents, and runs the exact overlap test on
- * the few left. A write whose region is contiguous removes the accesses its
- * extent covers: any later task that touches their bytes touches the
- * write's and so depends on it, and through it on them. Repeated work on the
- * same tiles keeps the index at one entry per tile, however long the
- * history.
+ * write) in an interval treap: a tree ordered by the start of their byte
+ * extent, each node holding the largest end in its subtree, balanced by
+ * random priorities. A new region visits only the subtrees whose extents
+ * can reach it (O(log n) plus the overlapping ones), and the exact overlap
+ * test runs on those alone. A write removes the accesses it covers (all
+ * inside its extent when its region is contiguous, else those on exactly
+ * its region): any later task that touches their bytes touches the write's
+ * and so depends on it, and through it on them.
+ * Repeated work on the same tiles keeps the index at one entry per tile,
+ * however long the history. Insertion and removal cost O(log n).
  *
  * Pruning. Of a new task's predecessors, one that is itself a predecessor
  * of another is implied and dropped.
@@ -36,10 +38,14 @@
 
 #define KP__MAX_TASK_BUFFERS (1u << 20)
 
+/* A live access: a node of its buffer's treap, in the set's node pool. */
 typedef struct kp__access {
     int64_t lo, hi; /* byte extent */
+    int64_t max_hi; /* the largest hi in the subtree */
     uint64_t task;
-    kp_tensor_desc desc;
+    uint32_t arg; /* its argument in args[]: the region's descriptor */
+    uint32_t prio;
+    uint32_t left, right; /* pool indices; 0: none */
     bool write;
     bool read;
 } kp__access;
@@ -49,9 +55,8 @@ typedef struct kp__tbuf {
     void *data;
     bool owned; /* allocated here, by its first writer */
     uint64_t version;
-    kp__access *acc; /* sorted by lo */
-    size_t n_acc, cap_acc;
-    int64_t max_len;
+    uint32_t root; /* of the treap of live accesses */
+    size_t n_acc;
 } kp__tbuf;
 
 typedef struct kp__task {
@@ -87,6 +92,12 @@ struct kp_tasks {
     size_t n_scalars, cap_scalars;
     kp_event_t *task_ev; /* one per task slot, made as needed, reused */
     size_t n_task_ev, cap_task_ev;
+    kp__access *pool; /* treap nodes of every buffer; [0] unused */
+    size_t n_pool, cap_pool;
+    uint32_t pool_free; /* a list through .left */
+    uint32_t *drop;     /* scratch: the accesses a write covers */
+    size_t n_drop, cap_drop;
+    uint32_t prio_state;
     kp_graph_node_t *nodes; /* the graph form: one per task */
     size_t n_nodes, cap_nodes;
     kp_stream_t cap_stream; /* the graph form captures task functions on it */
@@ -150,7 +161,7 @@ static bool kp__grow(void **arr, size_t n, size_t *cap, size_t size, size_t want
     while (c < n + want) c *= 2;
     void *p = kp__malloc(c * size);
     if (!p) return false;
-    if (n) memcpy(p, *arr, n * size);
+    if (n && *arr) memcpy(p, *arr, n * size);
     kp__free(*arr);
     *arr = p;
     *cap = c;
@@ -173,6 +184,7 @@ kp_status kp_tasks_create(kp_device_t dev, size_t n_streams, kp_tasks_t *out) {
     kp_tasks_t t = kp__calloc(1, sizeof *t);
     if (!t) return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory");
     t->dev = dev;
+    t->prio_state = 0x9e3779b9u;
     kp_status st = kp_device_allocator(dev, KP_ALLOCATOR_DEVICE, &t->alloc);
     if (st == KP_OK) st = kp_event_create(dev, &t->start_ev);
     for (size_t i = 0; i < n_streams && st == KP_OK; i++) {
@@ -205,8 +217,9 @@ static void kp__tasks_free(kp_tasks_t t) {
         if (t->bufs[i].owned && t->bufs[i].data &&
             kp_allocator_free(t->alloc, t->bufs[i].data) != KP_OK)
             kp_clear_error();
-        kp__free(t->bufs[i].acc);
     }
+    kp__free(t->pool);
+    kp__free(t->drop);
     kp__free(t->bufs);
     kp__free(t->tasks);
     kp__free(t->args);
@@ -359,17 +372,92 @@ static kp_status kp__allocate_first(kp_tasks_t t, const kp_task_arg *args, size_
     return KP_OK;
 }
 
-/* First entry of b->acc whose lo is >= v. */
-static size_t kp__lower(const kp__tbuf *b, int64_t v) {
-    size_t lo = 0, hi = b->n_acc;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (b->acc[mid].lo < v)
-            lo = mid + 1;
-        else
-            hi = mid;
+/* --- the interval treap ------------------------------------------------------------- */
+#define KP__N(i) (t->pool[i])
+
+static int64_t kp__max_hi(const kp_tasks_t t, uint32_t i) { return i ? KP__N(i).max_hi : INT64_MIN; }
+
+static void kp__fix(kp_tasks_t t, uint32_t i) {
+    int64_t m = KP__N(i).hi, l = kp__max_hi(t, KP__N(i).left), r = kp__max_hi(t, KP__N(i).right);
+    KP__N(i).max_hi = m > l ? (m > r ? m : r) : (l > r ? l : r);
+}
+
+/* Key order: by lo, then by pool index. */
+static bool kp__before(const kp_tasks_t t, uint32_t i, int64_t lo, uint32_t j) {
+    return KP__N(i).lo < lo || (KP__N(i).lo == lo && i < j);
+}
+
+/* Splits subtree n into the keys before (lo, j) and the rest. */
+static void kp__split(kp_tasks_t t, uint32_t n, int64_t lo, uint32_t j, uint32_t *l, uint32_t *r) {
+    if (!n) {
+        *l = *r = 0;
+        return;
     }
-    return lo;
+    if (kp__before(t, n, lo, j)) {
+        kp__split(t, KP__N(n).right, lo, j, &KP__N(n).right, r);
+        *l = n;
+    } else {
+        kp__split(t, KP__N(n).left, lo, j, l, &KP__N(n).left);
+        *r = n;
+    }
+    kp__fix(t, n);
+}
+
+static uint32_t kp__merge(kp_tasks_t t, uint32_t l, uint32_t r) {
+    if (!l || !r) return l ? l : r;
+    if (KP__N(l).prio > KP__N(r).prio) {
+        KP__N(l).right = kp__merge(t, KP__N(l).right, r);
+        kp__fix(t, l);
+        return l;
+    }
+    KP__N(r).left = kp__merge(t, l, KP__N(r).left);
+    kp__fix(t, r);
+    return r;
+}
+
+static void kp__treap_insert(kp_tasks_t t, kp__tbuf *b, uint32_t n) {
+    uint32_t l, r;
+    kp__split(t, b->root, KP__N(n).lo, n, &l, &r);
+    b->root = kp__merge(t, kp__merge(t, l, n), r);
+    b->n_acc++;
+}
+
+static void kp__treap_erase(kp_tasks_t t, kp__tbuf *b, uint32_t n) {
+    uint32_t l, m, r;
+    kp__split(t, b->root, KP__N(n).lo, n, &l, &m);
+    kp__split(t, m, KP__N(n).lo, n + 1, &m, &r); /* m is n alone */
+    b->root = kp__merge(t, l, r);
+    b->n_acc--;
+    KP__N(n).left = t->pool_free;
+    t->pool_free = n;
+}
+
+/* A free pool node; the pool has room (reserved by the caller). */
+static uint32_t kp__node_new(kp_tasks_t t) {
+    uint32_t n = t->pool_free;
+    if (n)
+        t->pool_free = KP__N(n).left;
+    else
+        n = (uint32_t)t->n_pool++;
+    t->prio_state ^= t->prio_state << 13; /* xorshift32 */
+    t->prio_state ^= t->prio_state >> 17;
+    t->prio_state ^= t->prio_state << 5;
+    memset(&KP__N(n), 0, sizeof KP__N(n));
+    KP__N(n).prio = t->prio_state;
+    return n;
+}
+
+/* Calls visit(ctx, node) for every access of subtree n whose extent meets
+ * [lo, hi); false from visit stops the walk. */
+static bool kp__treap_visit(kp_tasks_t t, uint32_t n, int64_t lo, int64_t hi,
+                            bool (*visit)(kp_tasks_t, uint32_t, void *), void *ctx) {
+    while (n && KP__N(n).max_hi > lo) {
+        if (!kp__treap_visit(t, KP__N(n).left, lo, hi, visit, ctx)) return false;
+        if (KP__N(n).lo >= hi) return true; /* it and its right subtree start too late */
+        if (KP__N(n).hi > lo && !visit(t, n, ctx)) return false;
+        n = KP__N(n).right;
+    }
+    return true;
 }
 
 static bool kp__is_pred(const kp_tasks_t t, uint64_t p, uint64_t of) {
@@ -377,6 +465,66 @@ static bool kp__is_pred(const kp_tasks_t t, uint64_t p, uint64_t of) {
     for (size_t i = 0; i < k->n_preds; i++)
         if (t->edges[k->first_pred + i].from == p) return true;
     return false;
+}
+
+/* The hazards of one new region: candidate predecessors, one per task. */
+typedef struct kp__hazard_ctx {
+    const kp_task_arg *a;
+    uint32_t buffer;
+    uint64_t id;
+    bool w, r;
+    kp_task_edge *cand;
+    size_t n_cand, cap;
+    bool overflow;
+} kp__hazard_ctx;
+
+static bool kp__hazard_visit(kp_tasks_t t, uint32_t n, void *ctx) {
+    kp__hazard_ctx *h = ctx;
+    const kp__access *e = &KP__N(n);
+    if (e->task == h->id || (!e->write && !h->w)) return true; /* two reads never conflict */
+    t->stats.overlap_tests++;
+    if (kp_desc_overlap(&t->args[e->arg].v.desc, &h->a->desc) == KP_OVERLAP_NONE) return true;
+    kp_hazard hz = e->write && h->r ? KP_HAZARD_RAW : e->write ? KP_HAZARD_WAW : KP_HAZARD_WAR;
+    size_t c = 0;
+    while (c < h->n_cand && h->cand[c].from != e->task) c++;
+    if (c < h->n_cand) {
+        if (hz == KP_HAZARD_RAW) h->cand[c].hazard = hz, h->cand[c].buffer = h->buffer;
+    } else if (h->n_cand == h->cap) {
+        h->overflow = true;
+        return false;
+    } else {
+        h->cand[h->n_cand++] = (kp_task_edge){e->task, h->id, hz, h->buffer};
+    }
+    return true;
+}
+
+/* Do two regions name the same bytes the same way? */
+static bool kp__same_region(const kp_tensor_desc *a, const kp_tensor_desc *b) {
+    if (kp_dtype_size(a->dtype) != kp_dtype_size(b->dtype) || a->ndim != b->ndim ||
+        a->offset != b->offset)
+        return false;
+    for (int k = 0; k < a->ndim; k++)
+        if (a->shape[k] != b->shape[k] || a->strides[k] != b->strides[k]) return false;
+    return true;
+}
+
+/* The accesses of other tasks a write covers, into t->drop: inside its
+ * extent when it is contiguous, else on exactly its region. */
+typedef struct kp__cover_ctx {
+    int64_t lo, hi;
+    uint64_t id;
+    const kp_tensor_desc *desc;
+    bool contiguous;
+} kp__cover_ctx;
+
+static bool kp__cover_visit(kp_tasks_t t, uint32_t n, void *ctx) {
+    const kp__cover_ctx *c = ctx;
+    const kp__access *e = &KP__N(n);
+    if (e->task != c->id &&
+        (c->contiguous ? e->lo >= c->lo && e->hi <= c->hi
+                       : e->lo == c->lo && kp__same_region(&t->args[e->arg].v.desc, c->desc)))
+        t->drop[t->n_drop++] = n;
+    return true;
 }
 
 kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_task_arg *args,
@@ -404,11 +552,13 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
     for (size_t i = 0; i < n_args; i++) acc_room += args[i].access != KP_TASK_SCALAR;
     bool room = KP__GROW(t, tasks, 1) && KP__GROW(t, args, n_args) &&
                 KP__GROW(t, scalars, scalar_bytes + 16 * n_args);
-    for (size_t i = 0; room && i < n_args; i++)
-        if (args[i].access != KP_TASK_SCALAR) {
-            kp__tbuf *b = kp__buf(t, args[i].buffer);
-            room = kp__grow((void **)&b->acc, b->n_acc, &b->cap_acc, sizeof *b->acc, acc_room);
-        }
+    if (t->n_args + n_args > UINT32_MAX || t->n_pool + acc_room + 1 > UINT32_MAX)
+        return kp__error(KP_ERR_UNSUPPORTED, "the set holds 2^32 arguments; run it first");
+    if (room && !t->n_pool) t->n_pool = 1; /* node 0 means none */
+    room = room && KP__GROW(t, pool, acc_room);
+    for (size_t i = 0; room && i < n_args; i++) /* the accesses a write may drop */
+        if (args[i].access != KP_TASK_SCALAR && args[i].access != KP_TASK_IN)
+            room = KP__GROW(t, drop, kp__buf(t, args[i].buffer)->n_acc);
     if (!room) return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory for a task");
     uint64_t id = t->n_tasks;
     /* hazards against the live regions */
@@ -420,25 +570,11 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
         int64_t lo, hi;
         kp_desc_byte_extent(&a->desc, &lo, &hi);
         if (lo == hi) continue; /* an empty region touches nothing */
-        bool w = a->access != KP_TASK_IN, r = a->access != KP_TASK_OUT;
-        for (size_t k = kp__lower(b, lo - b->max_len); k < b->n_acc && b->acc[k].lo < hi; k++) {
-            const kp__access *e = &b->acc[k];
-            if (e->hi <= lo || e->task == id || (!e->write && !w)) continue;
-            t->stats.overlap_tests++;
-            if (kp_desc_overlap(&e->desc, &a->desc) == KP_OVERLAP_NONE) continue;
-            kp_hazard hz = e->write && r ? KP_HAZARD_RAW : e->write ? KP_HAZARD_WAW : KP_HAZARD_WAR;
-            size_t c = 0;
-            while (c < n_cand && cand[c].from != e->task) c++;
-            if (c < n_cand) {
-                if (hz == KP_HAZARD_RAW) cand[c].hazard = hz, cand[c].buffer = a->buffer;
-                continue;
-            }
-            if (n_cand == sizeof cand / sizeof cand[0]) {
-                overflow = true;
-                continue;
-            }
-            cand[n_cand++] = (kp_task_edge){e->task, id, hz, a->buffer};
-        }
+        kp__hazard_ctx h = {a, a->buffer, id, a->access != KP_TASK_IN, a->access != KP_TASK_OUT,
+                            cand, n_cand, sizeof cand / sizeof cand[0], false};
+        kp__treap_visit(t, b->root, lo, hi, kp__hazard_visit, &h);
+        n_cand = h.n_cand;
+        overflow |= h.overflow;
     }
     if (overflow)
         return kp__error(KP_ERR_UNSUPPORTED,
@@ -484,18 +620,20 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
         int64_t lo, hi;
         kp_desc_byte_extent(&a->desc, &lo, &hi);
         if (lo == hi) continue;
-        if (w && kp_desc_is_contiguous(&a->desc)) { /* drop what this write covers */
-            size_t keep = 0;
-            for (size_t k = 0; k < b->n_acc; k++)
-                if (!(b->acc[k].lo >= lo && b->acc[k].hi <= hi && b->acc[k].task != id))
-                    b->acc[keep++] = b->acc[k];
-            b->n_acc = keep;
+        if (w) { /* drop what this write covers */
+            kp__cover_ctx c = {lo, hi, id, &a->desc, kp_desc_is_contiguous(&a->desc)};
+            t->n_drop = 0;
+            kp__treap_visit(t, b->root, lo, hi, kp__cover_visit, &c);
+            for (size_t k = 0; k < t->n_drop; k++) kp__treap_erase(t, b, t->drop[k]);
         }
-        size_t at = kp__lower(b, lo);
-        memmove(&b->acc[at + 1], &b->acc[at], (b->n_acc - at) * sizeof *b->acc);
-        b->acc[at] = (kp__access){lo, hi, id, a->desc, w, a->access != KP_TASK_OUT};
-        b->n_acc++;
-        if (hi - lo > b->max_len) b->max_len = hi - lo;
+        uint32_t nd = kp__node_new(t);
+        KP__N(nd).lo = lo;
+        KP__N(nd).hi = KP__N(nd).max_hi = hi;
+        KP__N(nd).task = id;
+        KP__N(nd).arg = (uint32_t)(t->n_args - 1);
+        KP__N(nd).write = w;
+        KP__N(nd).read = a->access != KP_TASK_OUT;
+        kp__treap_insert(t, b, nd);
     }
     t->stats.tasks = t->n_tasks;
     if (task_id) *task_id = id;
@@ -507,8 +645,9 @@ static void kp__reset_set(kp_tasks_t t) {
     t->n_tasks = t->n_args = t->n_edges = t->n_scalars = 0;
     for (size_t i = 0; i < t->n_bufs; i++) {
         t->bufs[i].n_acc = 0;
-        t->bufs[i].max_len = 0;
+        t->bufs[i].root = 0;
     }
+    t->n_pool = t->pool_free = 0;
     kp_tasks_stats keep = t->stats;
     memset(&t->stats, 0, sizeof t->stats);
     t->stats.runs = keep.runs;
