@@ -375,7 +375,9 @@ static kp_status kp__allocate_first(kp_tasks_t t, const kp_task_arg *args, size_
 /* --- the interval treap ------------------------------------------------------------- */
 #define KP__N(i) (t->pool[i])
 
-static int64_t kp__max_hi(const kp_tasks_t t, uint32_t i) { return i ? KP__N(i).max_hi : INT64_MIN; }
+static int64_t kp__max_hi(const kp_tasks_t t, uint32_t i) {
+    return i ? KP__N(i).max_hi : INT64_MIN;
+}
 
 static void kp__fix(kp_tasks_t t, uint32_t i) {
     int64_t m = KP__N(i).hi, l = kp__max_hi(t, KP__N(i).left), r = kp__max_hi(t, KP__N(i).right);
@@ -570,8 +572,15 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
         int64_t lo, hi;
         kp_desc_byte_extent(&a->desc, &lo, &hi);
         if (lo == hi) continue; /* an empty region touches nothing */
-        kp__hazard_ctx h = {a, a->buffer, id, a->access != KP_TASK_IN, a->access != KP_TASK_OUT,
-                            cand, n_cand, sizeof cand / sizeof cand[0], false};
+        kp__hazard_ctx h = {a,
+                            a->buffer,
+                            id,
+                            a->access != KP_TASK_IN,
+                            a->access != KP_TASK_OUT,
+                            cand,
+                            n_cand,
+                            sizeof cand / sizeof cand[0],
+                            false};
         kp__treap_visit(t, b->root, lo, hi, kp__hazard_visit, &h);
         n_cand = h.n_cand;
         overflow |= h.overflow;
@@ -620,20 +629,28 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
         int64_t lo, hi;
         kp_desc_byte_extent(&a->desc, &lo, &hi);
         if (lo == hi) continue;
-        if (w) { /* drop what this write covers */
+        uint32_t nd = 0; /* a covered node of the same extent is reused in place */
+        if (w) {         /* drop what this write covers */
             kp__cover_ctx c = {lo, hi, id, &a->desc, kp_desc_is_contiguous(&a->desc)};
             t->n_drop = 0;
             kp__treap_visit(t, b->root, lo, hi, kp__cover_visit, &c);
-            for (size_t k = 0; k < t->n_drop; k++) kp__treap_erase(t, b, t->drop[k]);
+            for (size_t k = 0; k < t->n_drop; k++)
+                if (!nd && KP__N(t->drop[k]).lo == lo && KP__N(t->drop[k]).hi == hi)
+                    nd = t->drop[k]; /* same key and end: the tree stays as it is */
+                else
+                    kp__treap_erase(t, b, t->drop[k]);
         }
-        uint32_t nd = kp__node_new(t);
-        KP__N(nd).lo = lo;
-        KP__N(nd).hi = KP__N(nd).max_hi = hi;
+        bool fresh = !nd;
+        if (fresh) {
+            nd = kp__node_new(t);
+            KP__N(nd).lo = lo;
+            KP__N(nd).hi = KP__N(nd).max_hi = hi;
+        }
         KP__N(nd).task = id;
         KP__N(nd).arg = (uint32_t)(t->n_args - 1);
         KP__N(nd).write = w;
         KP__N(nd).read = a->access != KP_TASK_OUT;
-        kp__treap_insert(t, b, nd);
+        if (fresh) kp__treap_insert(t, b, nd);
     }
     t->stats.tasks = t->n_tasks;
     if (task_id) *task_id = id;
@@ -771,7 +788,9 @@ static kp_status kp__task_node(kp_tasks_t t, size_t i, kp_graph_t g, const kp_gr
             kp_status end = kp_stream_end_capture(t->cap_stream, &child); /* always ended */
             if (st == KP_OK) st = end;
         }
-        if (st == KP_OK) st = kp_graph_add_child(g, deps, n_deps, child, node);
+        if (st == KP_OK) /* a task that enqueued nothing still orders its successors */
+            st = kp_graph_node_count(child) ? kp_graph_add_child(g, deps, n_deps, child, node)
+                                            : kp_graph_add_empty(g, deps, n_deps, node);
         kp_graph_destroy(child);
     }
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "task %zu (%s)", i, kp__name(k));
