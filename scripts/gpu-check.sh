@@ -5,7 +5,7 @@
 # ./gpu-check-out). Stages can run in separate calls, each well under ten
 # minutes; their rows collect in build-gpu/gpu-check.rows and the whole
 # table is printed after every call.
-#   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench]
+#   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench] [taskbench]
 #   (none: all)
 # Unpack carried Debian packages first (see README, "GPU machine").
 set -uo pipefail
@@ -91,7 +91,7 @@ stage_test() {
 gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/test_pipeline cuda"
            "tests/test_memory cuda" "tests/test_copies cuda 3 1048576" "tests/test_api_misuse cuda"
            "tests/test_graph_cache cuda" "tests/test_dynamic cuda 20" "tests/test_flow cuda 50"
-           "tests/test_video cuda" "tests/test_tasks cuda"
+           "tests/test_video cuda" "tests/test_tasks cuda" "tests/test_cholesky cuda"
            "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
 
 stage_sanitize() {
@@ -185,9 +185,43 @@ stage_flowbench() {
   cat "$out/flowbench.log"
 }
 
-for stage in ${*:-build test sanitize soak bench cache flowbench}; do
+# Tasks: the Cholesky test at large sizes, the example against cuSOLVER's
+# one call, the Task Bench patterns against CUDASTF's task_bench (built
+# outside the tree by .baselines/cccl/build.sh, when it is there), and time
+# per submit against live regions.
+stage_taskbench() {
+  local log="$out/taskbench.log" n
+  build-gpu/tests/test_cholesky cuda BIG >"$out/cholesky_big.log" 2>&1 \
+    && row "test_cholesky cuda BIG (to n 4100)" PASS "$(grep -c ' OK ' "$out/cholesky_big.log") tests" \
+    || row "test_cholesky cuda BIG (to n 4100)" FAIL "see cholesky_big.log"
+  : >"$log"
+  for n in 8192 16384; do
+    if build-gpu/examples/cholesky $n --nb 1024 --compare --reps 5 >>"$log" 2>&1; then
+      row "cholesky $n, tiles 1024 (cuda)" PASS "$(grep 'graph form / cuSOLVER' "$log" | tail -1)"
+    else
+      row "cholesky $n, tiles 1024 (cuda)" FAIL "see taskbench.log"
+    fi
+  done
+  build-gpu/examples/cholesky 16384 --nb 2048 --compare --reps 3 >>"$log" 2>&1 || true
+  build-gpu/bench/bench_tasks patterns cuda 16 16 10 >>"$log" 2>&1 \
+    && row "bench_tasks patterns (cuda)" PASS "taskbench.log" || row "bench_tasks patterns (cuda)" FAIL "see taskbench.log"
+  local b
+  for b in stream graph; do
+    if [ -x .baselines/cccl/task_bench_$b ]; then
+      echo "== CUDASTF task_bench, $b context: 16 16 10" >>"$log"
+      .baselines/cccl/task_bench_$b 16 16 10 >>"$log" 2>&1 \
+        && row "CUDASTF task_bench ($b context)" PASS "taskbench.log" \
+        || row "CUDASTF task_bench ($b context)" FAIL "see taskbench.log"
+    fi
+  done
+  build-gpu/bench/bench_tasks scaling cuda >>"$log" 2>&1 \
+    && row "bench_tasks scaling (cuda)" PASS "taskbench.log" || row "bench_tasks scaling (cuda)" FAIL "see taskbench.log"
+  cat "$log"
+}
+
+for stage in ${*:-build test sanitize soak bench cache flowbench taskbench}; do
   case $stage in
-    build|test|sanitize|soak|bench|cache|flowbench) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache|flowbench|taskbench) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done
