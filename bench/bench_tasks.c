@@ -176,7 +176,8 @@ static void scaling(kp_device_t dev, int64_t max_live) {
         double us = 0;
         kp_tasks_stats before, after;
         const int m = 20000;
-        for (int set = 0; set < 2; set++) { /* the first sizes the set's arrays, the second is timed */
+        for (int set = 0; set < 2;
+             set++) { /* the first sizes the set's arrays, the second is timed */
             for (int64_t j = 0; j < live; j++) { /* readers of every region: all stay live */
                 d.offset = j * 16;
                 kp_task_arg a = {KP_TASK_IN, buf, d, NULL, 0};
