@@ -816,15 +816,17 @@ static kp_status kp__instantiate(kp_tasks_t t) {
     kp_graph_t g;
     KP_CHECK(kp_graph_create(t->dev, &g));
     kp_status st = kp__build(t, g);
+    bool build = st == KP_OK && !t->exec;
     if (st == KP_OK && t->exec) {
         st = kp_graph_exec_update(t->exec, g);
         if (st == KP_OK) t->stats.graph_updates++;
         if (st == KP_ERR_MISMATCH) { /* another shape: a new graph */
             kp_clear_error();
-            st = KP_ERR_NOT_FOUND;
+            st = KP_OK;
+            build = true;
         }
     }
-    if (st == KP_ERR_NOT_FOUND || (st == KP_OK && !t->exec)) {
+    if (build) {
         kp_graph_exec_t ge;
         st = kp_graph_instantiate(g, &ge);
         if (st == KP_OK) {
