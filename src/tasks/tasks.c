@@ -469,6 +469,40 @@ static bool kp__is_pred(const kp_tasks_t t, uint64_t p, uint64_t of) {
     return false;
 }
 
+/* Do two regions name the same bytes the same way? */
+static bool kp__same_region(const kp_tensor_desc *a, const kp_tensor_desc *b) {
+    if (kp_dtype_size(a->dtype) != kp_dtype_size(b->dtype) || a->ndim != b->ndim ||
+        a->offset != b->offset)
+        return false;
+    for (int k = 0; k < a->ndim; k++)
+        if (a->shape[k] != b->shape[k] || a->strides[k] != b->strides[k]) return false;
+    return true;
+}
+
+/* The accesses of other tasks a write covers, into out[]: inside its
+ * extent when it is contiguous, else on exactly its region. */
+typedef struct kp__cover_ctx {
+    int64_t lo, hi;
+    uint64_t id;
+    const kp_tensor_desc *desc;
+    bool contiguous;
+    uint32_t *out;
+    size_t n;
+} kp__cover_ctx;
+
+static void kp__cover_test(kp_tasks_t t, uint32_t n, kp__cover_ctx *c) {
+    const kp__access *e = &KP__N(n);
+    if (e->task != c->id &&
+        (c->contiguous ? e->lo >= c->lo && e->hi <= c->hi
+                       : e->lo == c->lo && kp__same_region(&t->args[e->arg].v.desc, c->desc)))
+        c->out[c->n++] = n;
+}
+
+static bool kp__cover_visit(kp_tasks_t t, uint32_t n, void *ctx) {
+    kp__cover_test(t, n, ctx);
+    return true;
+}
+
 /* The hazards of one new region: candidate predecessors, one per task. */
 typedef struct kp__hazard_ctx {
     const kp_task_arg *a;
@@ -478,11 +512,13 @@ typedef struct kp__hazard_ctx {
     kp_task_edge *cand;
     size_t n_cand, cap;
     bool overflow;
+    kp__cover_ctx *cover; /* when set, the same walk finds what the write covers */
 } kp__hazard_ctx;
 
 static bool kp__hazard_visit(kp_tasks_t t, uint32_t n, void *ctx) {
     kp__hazard_ctx *h = ctx;
     const kp__access *e = &KP__N(n);
+    if (h->cover) kp__cover_test(t, n, h->cover);
     if (e->task == h->id || (!e->write && !h->w)) return true; /* two reads never conflict */
     t->stats.overlap_tests++;
     if (kp_desc_overlap(&t->args[e->arg].v.desc, &h->a->desc) == KP_OVERLAP_NONE) return true;
@@ -497,35 +533,6 @@ static bool kp__hazard_visit(kp_tasks_t t, uint32_t n, void *ctx) {
     } else {
         h->cand[h->n_cand++] = (kp_task_edge){e->task, h->id, hz, h->buffer};
     }
-    return true;
-}
-
-/* Do two regions name the same bytes the same way? */
-static bool kp__same_region(const kp_tensor_desc *a, const kp_tensor_desc *b) {
-    if (kp_dtype_size(a->dtype) != kp_dtype_size(b->dtype) || a->ndim != b->ndim ||
-        a->offset != b->offset)
-        return false;
-    for (int k = 0; k < a->ndim; k++)
-        if (a->shape[k] != b->shape[k] || a->strides[k] != b->strides[k]) return false;
-    return true;
-}
-
-/* The accesses of other tasks a write covers, into t->drop: inside its
- * extent when it is contiguous, else on exactly its region. */
-typedef struct kp__cover_ctx {
-    int64_t lo, hi;
-    uint64_t id;
-    const kp_tensor_desc *desc;
-    bool contiguous;
-} kp__cover_ctx;
-
-static bool kp__cover_visit(kp_tasks_t t, uint32_t n, void *ctx) {
-    const kp__cover_ctx *c = ctx;
-    const kp__access *e = &KP__N(n);
-    if (e->task != c->id &&
-        (c->contiguous ? e->lo >= c->lo && e->hi <= c->hi
-                       : e->lo == c->lo && kp__same_region(&t->args[e->arg].v.desc, c->desc)))
-        t->drop[t->n_drop++] = n;
     return true;
 }
 
@@ -558,13 +565,29 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
         return kp__error(KP_ERR_UNSUPPORTED, "the set holds 2^32 arguments; run it first");
     if (room && !t->n_pool) t->n_pool = 1; /* node 0 means none */
     room = room && KP__GROW(t, pool, acc_room);
-    for (size_t i = 0; room && i < n_args; i++) /* the accesses a write may drop */
-        if (args[i].access != KP_TASK_SCALAR && args[i].access != KP_TASK_IN)
-            room = KP__GROW(t, drop, kp__buf(t, args[i].buffer)->n_acc);
+    /* the accesses the writes may drop: each write's list, then room for one
+     * more (a write whose buffer the task names twice looks again later) */
+    bool alone[KP_TASK_MAX_ARGS];
+    size_t drop_room = 0, drop_max = 0;
+    for (size_t i = 0; i < n_args; i++) {
+        alone[i] = args[i].access != KP_TASK_SCALAR && args[i].access != KP_TASK_IN;
+        for (size_t j = 0; j < n_args && alone[i]; j++)
+            alone[i] =
+                j == i || args[j].access == KP_TASK_SCALAR || args[j].buffer != args[i].buffer;
+        if (args[i].access != KP_TASK_SCALAR && args[i].access != KP_TASK_IN) {
+            size_t na = kp__buf(t, args[i].buffer)->n_acc;
+            drop_room += na;
+            drop_max = na > drop_max ? na : drop_max;
+        }
+    }
+    t->n_drop = 0;
+    room = room && KP__GROW(t, drop, drop_room + drop_max);
     if (!room) return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory for a task");
     uint64_t id = t->n_tasks;
-    /* hazards against the live regions */
+    /* hazards against the live regions; what a write alone on its buffer
+     * covers, in the same walk */
     bool overflow = false;
+    kp__cover_ctx cover[KP_TASK_MAX_ARGS];
     for (size_t i = 0; i < n_args; i++) {
         const kp_task_arg *a = &args[i];
         if (a->access == KP_TASK_SCALAR) continue;
@@ -580,8 +603,15 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
                             cand,
                             n_cand,
                             sizeof cand / sizeof cand[0],
-                            false};
+                            false,
+                            NULL};
+        if (alone[i]) {
+            cover[i] = (kp__cover_ctx){
+                lo, hi, id, &a->desc, kp_desc_is_contiguous(&a->desc), t->drop + t->n_drop, 0};
+            h.cover = &cover[i];
+        }
         kp__treap_visit(t, b->root, lo, hi, kp__hazard_visit, &h);
+        if (alone[i]) t->n_drop += cover[i].n;
         n_cand = h.n_cand;
         overflow |= h.overflow;
     }
@@ -631,14 +661,17 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
         if (lo == hi) continue;
         uint32_t nd = 0; /* a covered node of the same extent is reused in place */
         if (w) {         /* drop what this write covers */
-            kp__cover_ctx c = {lo, hi, id, &a->desc, kp_desc_is_contiguous(&a->desc)};
-            t->n_drop = 0;
-            kp__treap_visit(t, b->root, lo, hi, kp__cover_visit, &c);
-            for (size_t k = 0; k < t->n_drop; k++)
-                if (!nd && KP__N(t->drop[k]).lo == lo && KP__N(t->drop[k]).hi == hi)
-                    nd = t->drop[k]; /* same key and end: the tree stays as it is */
+            kp__cover_ctx c = cover[i];
+            if (!alone[i]) { /* the task wrote this buffer already: look again */
+                c = (kp__cover_ctx){
+                    lo, hi, id, &a->desc, kp_desc_is_contiguous(&a->desc), t->drop + t->n_drop, 0};
+                kp__treap_visit(t, b->root, lo, hi, kp__cover_visit, &c);
+            }
+            for (size_t k = 0; k < c.n; k++)
+                if (!nd && KP__N(c.out[k]).lo == lo && KP__N(c.out[k]).hi == hi)
+                    nd = c.out[k]; /* same key and end: the tree stays as it is */
                 else
-                    kp__treap_erase(t, b, t->drop[k]);
+                    kp__treap_erase(t, b, c.out[k]);
         }
         bool fresh = !nd;
         if (fresh) {
