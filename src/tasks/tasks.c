@@ -18,7 +18,10 @@
  * Running. Tasks go out in submission order (a topological order). A task
  * takes its latest predecessor's stream when that predecessor was the last
  * thing put on it, else the next stream in turn; an event after each task
- * lets tasks on other streams wait for it.
+ * lets tasks on other streams wait for it. Streams are picked before
+ * anything is enqueued, so only a task that another stream waits for
+ * records an event, and a stream waits once for the latest task it needs
+ * from each other stream (a stream's events complete in order).
  *
  * The graph form. The kept edges are the graph's edges, so nodes are added
  * straight from them, in submission order; a `launch` task is a kernel
@@ -64,6 +67,7 @@ typedef struct kp__task {
     size_t first_arg, n_args;
     size_t first_pred, n_preds; /* kept predecessors, in preds[] */
     int stream;
+    bool signals; /* a task on another stream waits for it: record its event */
 } kp__task;
 
 typedef struct kp__targ {
@@ -625,7 +629,7 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
     KP_CHECK(kp__allocate_first(t, args, n_args));
     /* keep the predecessors no other predecessor implies */
     kp__task *task = &t->tasks[t->n_tasks++];
-    *task = (kp__task){*kernel, t->n_args, n_args, t->n_edges, 0, -1};
+    *task = (kp__task){*kernel, t->n_args, n_args, t->n_edges, 0, -1, false};
     t->stats.edges_found += n_cand;
     for (size_t c = 0; c < n_cand; c++) {
         bool implied = false;
@@ -764,11 +768,11 @@ static kp_status kp__run(kp_tasks_t t, kp_stream_t s) {
         KP_CHECK(kp_event_create(t->dev, &t->task_ev[t->n_task_ev]));
         t->n_task_ev++;
     }
+    /* streams first: then only tasks that another stream waits for record an event */
     int64_t last[KP_TASKS_MAX_STREAMS]; /* the task last put on each stream; -1: none */
     bool used[KP_TASKS_MAX_STREAMS] = {false};
     for (size_t i = 0; i < t->n_streams; i++) last[i] = -1;
     size_t next = 0;
-    if (t->n_tasks) KP_CHECK(kp_event_record(t->start_ev, s));
     for (size_t i = 0; i < t->n_tasks; i++) {
         kp__task *k = &t->tasks[i];
         int pick = -1;
@@ -778,18 +782,40 @@ static kp_status kp__run(kp_tasks_t t, kp_stream_t s) {
         }
         if (pick < 0) pick = (int)(next++ % t->n_streams);
         k->stream = pick;
+        k->signals = false;
+        last[pick] = (int64_t)i;
+        for (size_t p = 0; p < k->n_preds; p++) {
+            kp__task *from = &t->tasks[t->edges[k->first_pred + p].from];
+            if (from->stream != pick) from->signals = true;
+        }
+    }
+    /* waited[a][b]: the latest task of stream b that stream a waited for */
+    int64_t waited[KP_TASKS_MAX_STREAMS][KP_TASKS_MAX_STREAMS];
+    for (size_t a = 0; a < t->n_streams; a++)
+        for (size_t b = 0; b < t->n_streams; b++) waited[a][b] = -1;
+    if (t->n_tasks) KP_CHECK(kp_event_record(t->start_ev, s));
+    for (size_t i = 0; i < t->n_tasks; i++) {
+        const kp__task *k = &t->tasks[i];
+        int pick = k->stream;
         kp_stream_t st = t->streams[pick];
         if (!used[pick]) {
             KP_CHECK(kp_stream_wait_event(st, t->start_ev));
             used[pick] = true;
         }
+        int64_t want[KP_TASKS_MAX_STREAMS]; /* per other stream, its latest predecessor */
+        for (size_t b = 0; b < t->n_streams; b++) want[b] = -1;
         for (size_t p = 0; p < k->n_preds; p++) {
             uint64_t from = t->edges[k->first_pred + p].from;
-            if (t->tasks[from].stream != pick) KP_CHECK(kp_stream_wait_event(st, t->task_ev[from]));
+            int ps = t->tasks[from].stream;
+            if (ps != pick && (int64_t)from > want[ps]) want[ps] = (int64_t)from;
         }
+        for (size_t b = 0; b < t->n_streams; b++) /* a stream's events complete in order */
+            if (want[b] > waited[pick][b]) {
+                KP_CHECK(kp_stream_wait_event(st, t->task_ev[want[b]]));
+                waited[pick][b] = want[b];
+            }
         KP_CHECK(kp__task_enqueue(t, i, st));
-        KP_CHECK(kp_event_record(t->task_ev[i], st));
-        last[pick] = (int64_t)i;
+        if (k->signals) KP_CHECK(kp_event_record(t->task_ev[i], st));
     }
     for (size_t i = 0; i < t->n_streams; i++)
         if (used[i]) {
