@@ -570,7 +570,8 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
     if (room && !t->n_pool) t->n_pool = 1; /* node 0 means none */
     room = room && KP__GROW(t, pool, acc_room);
     /* the accesses the writes may drop: each write's list, then room for one
-     * more (a write whose buffer the task names twice looks again later) */
+     * more (a write whose buffer the task names twice looks again later);
+     * never empty, so drop + n is always a pointer into it */
     bool alone[KP_TASK_MAX_ARGS];
     size_t drop_room = 0, drop_max = 0;
     for (size_t i = 0; i < n_args; i++) {
@@ -585,7 +586,7 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
         }
     }
     t->n_drop = 0;
-    room = room && KP__GROW(t, drop, drop_room + drop_max);
+    room = room && KP__GROW(t, drop, drop_room + drop_max + 1);
     if (!room) return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory for a task");
     uint64_t id = t->n_tasks;
     /* hazards against the live regions; what a write alone on its buffer
