@@ -187,7 +187,7 @@ stage_flowbench() {
 
 # Tasks: the Cholesky test at large sizes, the example against cuSOLVER's
 # one call, the Task Bench patterns against CUDASTF's task_bench (built
-# outside the tree by .baselines/cccl/build.sh, when it is there), and time
+# into .baselines/ by bench/build-cudastf.sh, when it is there), and time
 # per submit against live regions.
 stage_taskbench() {
   local log="$out/taskbench.log" n
