@@ -828,32 +828,37 @@ static kp_status kp__run(kp_tasks_t t, kp_stream_t s) {
 }
 
 /* --- the graph form --------------------------------------------------------------------- */
-/* Task i as a node of g after `deps`. */
+/* Task i as a node of g after `deps`: a kernel node for a `launch` task,
+ * else a child graph captured from what kp__task_enqueue puts on a stream. */
 static kp_status kp__task_node(kp_tasks_t t, size_t i, kp_graph_t g, const kp_graph_node_t *deps,
                                size_t n_deps, kp_graph_node_t *node) {
     const kp__task *k = &t->tasks[i];
-    kp_task_view views[KP_TASK_MAX_ARGS];
-    kp__views(t, k, views);
-    kp_status st;
     if (k->k.launch) {
+        kp_task_view views[KP_TASK_MAX_ARGS];
+        kp__views(t, k, views);
         _Alignas(16) unsigned char params[KP_MAX_KERNEL_PARAMS];
         kp_launch l;
-        st = kp__task_launch(k, views, &l, params);
+        kp_status st = kp__task_launch(k, views, &l, params);
         if (st == KP_OK) st = kp_graph_add_kernel(g, deps, n_deps, &l, node);
-    } else {
-        kp_graph_t child = NULL;
-        st = kp_stream_begin_capture(t->cap_stream);
-        if (st == KP_OK) {
-            st = k->k.fn(k->k.user, t->cap_stream, views, k->n_args);
-            kp_status end = kp_stream_end_capture(t->cap_stream, &child); /* always ended */
-            if (st == KP_OK) st = end;
-        }
-        if (st == KP_OK) /* a task that enqueued nothing still orders its successors */
-            st = kp_graph_node_count(child) ? kp_graph_add_child(g, deps, n_deps, child, node)
-                                            : kp_graph_add_empty(g, deps, n_deps, node);
-        kp_graph_destroy(child);
+        return st == KP_OK ? KP_OK : kp__error_prefix(st, "task %zu (%s)", i, kp__name(k));
     }
-    return st == KP_OK ? KP_OK : kp__error_prefix(st, "task %zu (%s)", i, kp__name(k));
+    kp_graph_t child = NULL;
+    kp_status st = kp_stream_begin_capture(t->cap_stream);
+    if (st == KP_OK) {
+        st = kp__task_enqueue(t, i, t->cap_stream); /* names the task when it fails */
+        kp_status end = kp_stream_end_capture(t->cap_stream, &child); /* always ended */
+        if (st == KP_OK && end != KP_OK)
+            st = kp__error_prefix(end, "task %zu (%s)", i, kp__name(k));
+    } else {
+        st = kp__error_prefix(st, "task %zu (%s)", i, kp__name(k));
+    }
+    if (st == KP_OK) { /* a task that enqueued nothing still orders its successors */
+        st = kp_graph_node_count(child) ? kp_graph_add_child(g, deps, n_deps, child, node)
+                                        : kp_graph_add_empty(g, deps, n_deps, node);
+        if (st != KP_OK) st = kp__error_prefix(st, "task %zu (%s)", i, kp__name(k));
+    }
+    kp_graph_destroy(child);
+    return st;
 }
 
 static kp_status kp__build(kp_tasks_t t, kp_graph_t g) {
