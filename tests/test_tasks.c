@@ -540,6 +540,41 @@ static kp_status failing(void *user, kp_stream_t s, const kp_task_view *v, size_
     return kp_set_error(KP_ERR_DEVICE, "the kernel said no");
 }
 
+/* Pruning: a strided write, a reader of it, then a strided write that
+ * meets both but covers neither exactly. The third depends on the first
+ * (WAW) and the second (WAR); the first is implied through the second. */
+static void implied_edges_are_pruned(void **state) {
+    kp_tasks_t t;
+    KPT_OK(kp_tasks_create(g_dev, 2, &t));
+    void *mem;
+    KPT_OK(kp_malloc(g_dev, 256, &mem));
+    uint32_t b;
+    KPT_OK(kp_tasks_buffer_wrap(t, mem, 256, &b));
+    int64_t sh[1] = {8}, st2[1] = {2};
+    kp_tensor_desc even, shifted;
+    KPT_OK(kp_desc_init(&even, KP_F32, 1, sh, st2)); /* elements 0, 2, .. 14 */
+    shifted = even;
+    shifted.shape[0] = 4; /* elements 8, 10, 12, 14 */
+    shifted.offset = 8;
+    kp_task_arg w1 = tensor(KP_TASK_OUT, b, &even), r = tensor(KP_TASK_IN, b, &even),
+                w2 = tensor(KP_TASK_OUT, b, &shifted);
+    KPT_OK(kp_tasks_submit(t, &k_nothing, &w1, 1, NULL));
+    KPT_OK(kp_tasks_submit(t, &k_nothing, &r, 1, NULL));
+    KPT_OK(kp_tasks_submit(t, &k_nothing, &w2, 1, NULL));
+    kp_tasks_stats st;
+    KPT_OK(kp_tasks_stats_get(t, &st));
+    assert_int_equal(st.edges_found, 3);
+    assert_int_equal(st.edges, 2);
+    kp_task_edge e[4];
+    size_t n = 0;
+    KPT_OK(kp_tasks_edges(t, e, 4, &n));
+    assert_int_equal(n, 2);
+    assert_true(e[0].from == 0 && e[0].to == 1 && e[0].hazard == KP_HAZARD_RAW);
+    assert_true(e[1].from == 1 && e[1].to == 2 && e[1].hazard == KP_HAZARD_WAR);
+    kp_tasks_destroy(t);
+    kp_free(g_dev, mem);
+}
+
 static kp_status no_kernel(void *user, const kp_task_view *v, size_t n, kp_launch *l, void *p) {
     return KP_OK;
 }
@@ -631,13 +666,10 @@ int main(int argc, char **argv) {
     }
     if (st != KP_OK) return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(random_sets_match_brute_force),
-        cmocka_unit_test(results_equal_sequential),
-        cmocka_unit_test(graph_updates_on_replay),
-        cmocka_unit_test(deferred_allocation),
-        cmocka_unit_test(readers_see_their_version),
-        cmocka_unit_test(index_stays_small),
-        cmocka_unit_test(named_errors),
+        cmocka_unit_test(random_sets_match_brute_force), cmocka_unit_test(results_equal_sequential),
+        cmocka_unit_test(graph_updates_on_replay),       cmocka_unit_test(deferred_allocation),
+        cmocka_unit_test(readers_see_their_version),     cmocka_unit_test(index_stays_small),
+        cmocka_unit_test(implied_edges_are_pruned),      cmocka_unit_test(named_errors),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     kp_device_close(g_dev);
