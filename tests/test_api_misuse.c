@@ -299,6 +299,21 @@ static void stream_and_event_calls(void **state) {
     KPT_FAILS(kp_event_elapsed_ms(ev, NULL, &ms), BAD);
     KPT_FAILS(kp_event_elapsed_ms(ev, ev, NULL), BAD);
     assert_int_not_equal(kp_event_elapsed_ms(ev, ev, &ms), KP_OK); /* never recorded */
+    /* an untimed event orders work like any other, and has no timestamps */
+    kp_event_t ue;
+    KPT_FAILS(kp_event_create_untimed(NULL, &ue), BAD);
+    KPT_FAILS(kp_event_create_untimed(g_dev, NULL), BAD);
+    KPT_OK(kp_event_create_untimed(g_dev, &ue));
+    KPT_OK(kp_event_record(ev, s));
+    KPT_OK(kp_event_record(ue, s));
+    KPT_OK(kp_stream_wait_event(s, ue));
+    KPT_OK(kp_event_sync(ue));
+    KPT_OK(kp_event_query(ue, &b));
+    assert_true(b);
+    KPT_FAILS(kp_event_elapsed_ms(ev, ue, &ms), BAD);
+    assert_non_null(strstr(kp_last_error(), "end event was made by kp_event_create_untimed"));
+    KPT_FAILS(kp_event_elapsed_ms(ue, ev, &ms), BAD);
+    kp_event_destroy(ue);
 
     kp_graph_t g;
     KPT_FAILS(kp_stream_begin_capture(NULL), BAD);

@@ -215,6 +215,10 @@ kp_status kp_launch_host_func(kp_stream_t s, void (*fn)(void *user), void *user)
 
 /* --- events ----------------------------------------------------------------------- */
 kp_status kp_event_create(kp_device_t dev, kp_event_t *out);
+/* An event that only orders work: no timestamps (kp_event_elapsed_ms
+ * refuses it), and cheaper to record and wait for on devices that time
+ * events (cuda: cudaEventDisableTiming). */
+kp_status kp_event_create_untimed(kp_device_t dev, kp_event_t *out);
 void kp_event_destroy(kp_event_t ev);
 /* Marks the point in `s` that the event completes at. */
 kp_status kp_event_record(kp_event_t ev, kp_stream_t s);

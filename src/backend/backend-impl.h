@@ -45,7 +45,9 @@ struct kp_device_i {
     void *(*stream_native)(void *ctx, void *s);
 
     /* Events. */
-    kp_status (*event_create)(void *ctx, void **out);
+    /* timing false: the event only orders work (no timestamps), which is
+     * cheaper to record and wait for where the device times events */
+    kp_status (*event_create)(void *ctx, bool timing, void **out);
     void (*event_destroy)(void *ctx, void *ev);
     kp_status (*event_record)(void *ctx, void *ev, void *s);
     kp_status (*event_query)(void *ctx, void *ev, bool *done);
@@ -104,6 +106,7 @@ struct kp_device {
 typedef struct kp__handle {
     kp_device_t dev;
     void *impl;
+    bool untimed; /* events: made by kp_event_create_untimed */
 } kp__handle;
 struct kp_stream {
     kp__handle h;

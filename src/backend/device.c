@@ -313,7 +313,14 @@ void *kp_stream_native(kp_stream_t s) {
 kp_status kp_event_create(kp_device_t dev, kp_event_t *out) {
     KP_API_ENTRY();
     KP__HANDLE(dev, "device");
-    KP__MAKE_HANDLE(kp_event_t, dev, out, dev->iface->event_create(dev->ctx, &h->impl));
+    KP__MAKE_HANDLE(kp_event_t, dev, out, dev->iface->event_create(dev->ctx, true, &h->impl));
+}
+
+kp_status kp_event_create_untimed(kp_device_t dev, kp_event_t *out) {
+    KP_API_ENTRY();
+    KP__HANDLE(dev, "device");
+    KP__MAKE_HANDLE(kp_event_t, dev, out,
+                    (h->untimed = true, dev->iface->event_create(dev->ctx, false, &h->impl)));
 }
 
 void kp_event_destroy(kp_event_t ev) {
@@ -357,6 +364,11 @@ kp_status kp_event_elapsed_ms(kp_event_t a, kp_event_t b, float *ms) {
     KP__HANDLE(b, "end event");
     KP__HANDLE(ms, "ms");
     KP__SAME_DEV(a, "start event", b, "end event");
+    if (a->h.untimed || b->h.untimed)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_event_elapsed_ms: the %s event was made by kp_event_create_untimed "
+                         "and has no timestamps",
+                         a->h.untimed ? "start" : "end");
     return KP__CALL(a, event_elapsed, a->h.impl, b->h.impl, ms);
 }
 

@@ -190,11 +190,11 @@ kp_status kp_tasks_create(kp_device_t dev, size_t n_streams, kp_tasks_t *out) {
     t->dev = dev;
     t->prio_state = 0x9e3779b9u;
     kp_status st = kp_device_allocator(dev, KP_ALLOCATOR_DEVICE, &t->alloc);
-    if (st == KP_OK) st = kp_event_create(dev, &t->start_ev);
+    if (st == KP_OK) st = kp_event_create_untimed(dev, &t->start_ev);
     for (size_t i = 0; i < n_streams && st == KP_OK; i++) {
         st = kp_stream_create(dev, &t->streams[i]);
         if (st == KP_OK) t->n_streams++;
-        if (st == KP_OK) st = kp_event_create(dev, &t->stream_ev[i]);
+        if (st == KP_OK) st = kp_event_create_untimed(dev, &t->stream_ev[i]);
     }
     if (st == KP_OK && !kp__live_add(t)) st = kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory");
     if (st != KP_OK) {
@@ -766,7 +766,7 @@ static kp_status kp__run(kp_tasks_t t, kp_stream_t s) {
     while (t->n_task_ev < t->n_tasks) { /* one event per task slot, kept for later runs */
         if (!KP__GROW(t, task_ev, 1))
             return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory for events");
-        KP_CHECK(kp_event_create(t->dev, &t->task_ev[t->n_task_ev]));
+        KP_CHECK(kp_event_create_untimed(t->dev, &t->task_ev[t->n_task_ev]));
         t->n_task_ev++;
     }
     /* streams first: then only tasks that another stream waits for record an event */

@@ -137,7 +137,7 @@ kp_status kp__cpu_memcpy_async(void *ctx, void *s, void *dst, const void *src, s
 kp_status kp__cpu_memset_async(void *ctx, void *s, void *dst, int value, size_t bytes);
 kp_status kp__cpu_launch(void *ctx, void *s, const kp_launch *l);
 kp_status kp__cpu_host_func(void *ctx, void *s, void (*fn)(void *), void *user);
-kp_status kp__cpu_event_create(void *ctx, void **out);
+kp_status kp__cpu_event_create(void *ctx, bool timing, void **out);
 void kp__cpu_event_destroy(void *ctx, void *ev);
 kp_status kp__cpu_event_record(void *ctx, void *ev, void *s);
 kp_status kp__cpu_event_query(void *ctx, void *ev, bool *done);

@@ -301,7 +301,7 @@ kp_status kp__cpu_host_func(void *ctx, void *sp, void (*fn)(void *), void *user)
 }
 
 /* --- event slots --------------------------------------------------------------------- */
-kp_status kp__cpu_event_create(void *ctx, void **out) {
+kp_status kp__cpu_event_create(void *ctx, bool timing, void **out) {
     kp__cpu_event *e = kp__calloc(1, sizeof *e);
     if (!e) return kp__error(KP_ERR_OUT_OF_MEMORY, "cpu event: no memory");
     pthread_mutex_init(&e->mu, NULL);

@@ -185,9 +185,10 @@ static kp_status kp__cuda_host_func(void *ctx, void *s, void (*fn)(void *), void
 static void *kp__cuda_stream_native(void *ctx, void *s) { return s; }
 
 /* --- events --------------------------------------------------------------------- */
-static kp_status kp__cuda_event_create(void *ctx, void **out) {
+static kp_status kp__cuda_event_create(void *ctx, bool timing, void **out) {
     KP_CHECK(kp__cuda_enter(ctx));
-    KP_CUDA_CHECK(cudaEventCreate((cudaEvent_t *)out));
+    KP_CUDA_CHECK(cudaEventCreateWithFlags((cudaEvent_t *)out,
+                                           timing ? cudaEventDefault : cudaEventDisableTiming));
     return KP_OK;
 }
 
