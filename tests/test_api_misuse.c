@@ -189,7 +189,7 @@ static void device_calls(void **state) {
     assert_int_equal(kp_device_count("tpu", buf, sizeof buf), 0);
     assert_non_null(strstr(buf, "no backend"));
     assert_int_equal(kp_device_count(NULL, NULL, 0), 0);
-    assert_int_equal(kp_device_count("cpu", NULL, 0), 1);
+    assert_int_equal(kp_device_count("cpu", NULL, 0), 4);
     assert_true(kp_backend_count() >= 1);
     assert_null(kp_backend_name(1000));
     assert_null(kp_backend_find(NULL));
@@ -206,13 +206,40 @@ static void device_calls(void **state) {
     reg.struct_size = 5;
     KPT_FAILS(kp_backend_register(&reg), BAD);
     /* bad options reach open, which refuses them */
-    static const kp_host_options bad_opts = {sizeof(kp_host_options), 0};
+    static const kp_host_options bad_opts = {sizeof(kp_host_options), 0, 4};
     reg = *kp_backend_find("cpu");
     reg.name = "misuse_zero_workers";
     reg.options = &bad_opts;
     KPT_OK(kp_backend_register(&reg));
     KPT_FAILS(kp_device_open("misuse_zero_workers", &d), BAD);
     assert_null(d);
+    static const kp_host_options no_devices = {sizeof(kp_host_options), 1, 0};
+    reg.name = "misuse_no_devices";
+    reg.options = &no_devices;
+    KPT_OK(kp_backend_register(&reg));
+    assert_int_equal(kp_device_count("misuse_no_devices", NULL, 0), 0);
+    KPT_FAILS(kp_device_open("misuse_no_devices", &d), KP_ERR_NO_DEVICE);
+    assert_null(d);
+    KPT_FAILS(kp_device_open("cpu:64", &d), KP_ERR_NO_DEVICE);
+    /* peers: every cpu device reaches every other; other backends never */
+    bool can = false;
+    kp_device_t d1 = NULL;
+    KPT_OK(kp_device_open("cpu:1", &d1));
+    KPT_FAILS(kp_device_peer_access(NULL, d1, true, &can), BAD);
+    KPT_FAILS(kp_device_peer_access(g_dev, NULL, true, &can), BAD);
+    KPT_FAILS(kp_device_peer_access(g_dev, d1, true, NULL), BAD);
+    KPT_OK(kp_device_peer_access(g_dev, g_dev, false, &can));
+    assert_true(can);
+    if (strcmp(kp_device_backend(g_dev), "cpu") == 0) {
+        KPT_OK(kp_device_peer_access(g_dev, d1, true, &can));
+        assert_true(can);
+    } else {
+        KPT_OK(kp_device_peer_access(g_dev, d1, true, &can));
+        assert_false(can);
+    }
+    KPT_FAILS(kp_device_bind_thread(NULL), BAD);
+    KPT_OK(kp_device_bind_thread(g_dev));
+    kp_device_close(d1);
     assert_null(kp_kernel_find(NULL, "host"));
     assert_null(kp_kernel_find(&kpt_affine, NULL));
     assert_null(kp_kernel_find(&kpt_cpu_only, "cuda"));

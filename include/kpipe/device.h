@@ -129,10 +129,14 @@ typedef struct kp_backend_reg {
 typedef struct kp_host_options {
     size_t struct_size; /* sizeof(kp_host_options) */
     int workers;        /* threads that share a kernel launch's blocks; 1: the stream's own */
+    /* Logical devices ("cpu:0" .. "cpu:N-1", 1 .. 64): each has its own
+     * streams and workers, and all share the host's memory, so work placed
+     * on several devices runs, and is tested, without GPUs. */
+    int devices;
 } kp_host_options;
 
 #define KP_HOST_OPTIONS_INIT \
-    { sizeof(kp_host_options), 1 }
+    { sizeof(kp_host_options), 1, 4 }
 
 /* Adds a backend (copied; its strings must outlive the program's use of
  * it). KP_ERR_INVALID_ARG for a taken name or a missing slot. Thread-safe. */
@@ -153,6 +157,16 @@ int kp_device_count(const char *backend, char *why, size_t why_len);
 kp_status kp_device_open(const char *name, kp_device_t *out);
 /* Closes a device; every object made on it must be destroyed first. NULL is a no-op. */
 void kp_device_close(kp_device_t dev);
+/* Whether `dev` can read and write `peer`'s memory in place (*can), and
+ * with `enable` turns that on (once; again is a no-op). A device reaches
+ * itself; devices of different backends never do. Copies between devices of
+ * one backend work either way (kp_memcpy_async on either's stream); peer
+ * access lets them go directly (cuda: NVLink or PCIe peer to peer). */
+kp_status kp_device_peer_access(kp_device_t dev, kp_device_t peer, bool enable, bool *can);
+/* Makes `dev` the calling thread's current device where its backend has one
+ * (cuda: cudaSetDevice), for libraries that work on the current device
+ * (cuBLAS, cuSOLVER) and kernels launched outside kpipe. */
+kp_status kp_device_bind_thread(kp_device_t dev);
 /* The device's backend name ("cuda"); "(null)" for NULL. */
 const char *kp_device_backend(kp_device_t dev);
 /* The form of kernel implementation the device runs ("host", "cuda");
@@ -226,7 +240,8 @@ kp_status kp_event_record(kp_event_t ev, kp_stream_t s);
 kp_status kp_event_query(kp_event_t ev, bool *done);
 /* Blocks until the event completes. */
 kp_status kp_event_sync(kp_event_t ev);
-/* Later work on `s` waits until the event completes. */
+/* Later work on `s` waits until the event completes. The event may be of
+ * another device of the same backend. */
 kp_status kp_stream_wait_event(kp_stream_t s, kp_event_t ev);
 /* Milliseconds between two completed events. */
 kp_status kp_event_elapsed_ms(kp_event_t start, kp_event_t end, float *ms);

@@ -81,6 +81,13 @@ struct kp_device_i {
     kp_status (*begin_capture)(void *ctx, void *s);
     kp_status (*end_capture)(void *ctx, void *s, void **graph_out);
     bool (*is_capturing)(void *ctx, void *s);
+
+    /* Optional: whether this device can reach `peer`'s memory (a device of
+     * the same backend) directly, turning that on with `enable`; NULL: the
+     * backend's devices share one memory (cpu). */
+    kp_status (*peer_access)(void *ctx, void *peer_ctx, bool enable, bool *can);
+    /* Optional: makes the device the calling thread's current one. */
+    kp_status (*bind_thread)(void *ctx);
 };
 typedef struct kp_device_i kp_device_i;
 

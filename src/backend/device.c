@@ -115,6 +115,26 @@ kp_status kp_device_versions(kp_device_t dev, int *driver, int *runtime) {
     return dev->iface->versions ? dev->iface->versions(dev->ctx, driver, runtime) : KP_OK;
 }
 
+kp_status kp_device_peer_access(kp_device_t dev, kp_device_t peer, bool enable, bool *can) {
+    KP_API_ENTRY();
+    KP__HANDLE(dev, "device");
+    KP__HANDLE(peer, "peer");
+    KP__HANDLE(can, "can");
+    *can = false;
+    if (dev->iface != peer->iface) return KP_OK;
+    if (dev == peer || !dev->iface->peer_access || dev->ctx == peer->ctx) {
+        *can = true;
+        return KP_OK;
+    }
+    return dev->iface->peer_access(dev->ctx, peer->ctx, enable, can);
+}
+
+kp_status kp_device_bind_thread(kp_device_t dev) {
+    KP_API_ENTRY();
+    KP__HANDLE(dev, "device");
+    return dev->iface->bind_thread ? dev->iface->bind_thread(dev->ctx) : KP_OK;
+}
+
 kp_status kp_device_attach(kp_device_t dev, const void *key, void *obj, void (*close)(void *obj)) {
     KP_API_ENTRY();
     KP__HANDLE(dev, "device");
@@ -354,7 +374,9 @@ kp_status kp_stream_wait_event(kp_stream_t s, kp_event_t ev) {
     KP_API_ENTRY();
     KP__HANDLE(ev, "event");
     KP__HANDLE(s, "stream");
-    KP__SAME_DEV(s, "stream", ev, "event");
+    if (s->h.dev->iface != ev->h.dev->iface)
+        return kp__error_devices(__func__, "event", ev->h.dev, ev->h.dev->name, "stream", s->h.dev,
+                                 s->h.dev->name);
     return KP__CALL(s, stream_wait_event, s->h.impl, ev->h.impl);
 }
 

@@ -5,7 +5,7 @@
 #include "support/test_kernels.h"
 
 kp_status kpt_backend_cpu4_register(void) {
-    static const kp_host_options four = {sizeof(kp_host_options), 4};
+    static const kp_host_options four = {sizeof(kp_host_options), 4, 4};
     kp_backend_reg reg = *kp_backend_find("cpu");
     reg.name = "cpu4";
     reg.options = &four;

@@ -98,14 +98,26 @@ static const kp_device_i kp__cpu_iface = {
 };
 
 #define KP__MAX_WORKERS 256
+#define KP__MAX_HOST_DEVICES 64
+
+/* The backend's options: its own, or the defaults. */
+static kp_status kp__cpu_options(const kp_backend_reg *reg, kp_host_options *o) {
+    kp_host_options d = KP_HOST_OPTIONS_INIT;
+    *o = d;
+    if (reg->options)
+        KP_CHECK(kp__config_read(o, sizeof *o, reg->options,
+                                 KP__SIZE_THROUGH(kp_host_options, workers), "kp_host_options",
+                                 "KP_HOST_OPTIONS_INIT"));
+    if (o->devices < 1 || o->devices > KP__MAX_HOST_DEVICES)
+        return kp__error(KP_ERR_INVALID_ARG, "backend %s: %d devices (1 .. %d)", reg->name,
+                         o->devices, KP__MAX_HOST_DEVICES);
+    return KP_OK;
+}
 
 static kp_status kp__cpu_open(const kp_backend_reg *reg, int ordinal, const kp_device_i **iface,
                               void **ctx) {
-    kp_host_options o = KP_HOST_OPTIONS_INIT;
-    if (reg->options)
-        KP_CHECK(kp__config_read(&o, sizeof o, reg->options,
-                                 KP__SIZE_THROUGH(kp_host_options, workers), "kp_host_options",
-                                 "KP_HOST_OPTIONS_INIT"));
+    kp_host_options o;
+    KP_CHECK(kp__cpu_options(reg, &o));
     if (o.workers < 1 || o.workers > KP__MAX_WORKERS)
         return kp__error(KP_ERR_INVALID_ARG, "backend %s: %d workers (1 .. %d)", reg->name,
                          o.workers, KP__MAX_WORKERS);
@@ -126,8 +138,16 @@ static kp_status kp__cpu_open(const kp_backend_reg *reg, int ordinal, const kp_d
     return KP_OK;
 }
 
-/* One device: the host. */
-static int kp__cpu_count(const kp_backend_reg *reg, char *why, size_t len) { return 1; }
+/* Logical devices, all on the host (kp_host_options.devices). */
+static int kp__cpu_count(const kp_backend_reg *reg, char *why, size_t len) {
+    kp_host_options o;
+    if (kp__cpu_options(reg, &o) != KP_OK) {
+        snprintf(why, len, "%s", kp_last_error());
+        kp_clear_error();
+        return 0;
+    }
+    return o.devices;
+}
 
 const kp_backend_reg kp__cpu_backend = {
     .struct_size = sizeof(kp_backend_reg),

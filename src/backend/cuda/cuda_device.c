@@ -171,6 +171,9 @@ static kp_status kp__cuda_memset_async(void *ctx, void *s, void *dst, int v, siz
 static kp_status kp__cuda_launch(void *ctx, void *s, const kp_launch *l) {
     const void *fn;
     KP_CHECK(kp__cuda_func(l, &fn));
+    /* a kernel goes to the current device's streams only; a thread working
+     * on several devices may have left another current (a cheap check) */
+    KP_CHECK(kp__cuda_enter(ctx));
     void *args[1] = {(void *)l->params};
     dim3 grid = {l->grid.x, l->grid.y, l->grid.z}, block = {l->block.x, l->block.y, l->block.z};
     KP_CUDA_CHECK(cudaLaunchKernel(fn, grid, block, args, l->shared_bytes, s));
@@ -232,6 +235,25 @@ static void kp__cuda_close(void *ctx) {
     kp__free(d);
 }
 
+static kp_status kp__cuda_peer_access(void *ctx, void *peer_ctx, bool enable, bool *can) {
+    const kp__cuda_device *d = ctx, *p = peer_ctx;
+    int ok = 1;
+    if (d->ordinal != p->ordinal)
+        KP_CUDA_CHECK(cudaDeviceCanAccessPeer(&ok, d->ordinal, p->ordinal));
+    *can = ok != 0;
+    if (!ok || !enable || d->ordinal == p->ordinal) return KP_OK;
+    KP_CHECK(kp__cuda_enter(d));
+    cudaError_t e = cudaDeviceEnablePeerAccess(p->ordinal, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+        return KP_OK;
+    }
+    KP_CUDA_CHECK(e);
+    return KP_OK;
+}
+
+static kp_status kp__cuda_bind_thread(void *ctx) { return kp__cuda_enter(ctx); }
+
 static const kp_device_i kp__cuda_iface = {
     .close = kp__cuda_close,
     .describe = kp__cuda_describe,
@@ -276,6 +298,8 @@ static const kp_device_i kp__cuda_iface = {
     .begin_capture = kp__cuda_begin_capture,
     .end_capture = kp__cuda_end_capture,
     .is_capturing = kp__cuda_is_capturing,
+    .peer_access = kp__cuda_peer_access,
+    .bind_thread = kp__cuda_bind_thread,
 };
 
 static kp_status kp__cuda_open(const kp_backend_reg *reg, int ordinal, const kp_device_i **iface,
