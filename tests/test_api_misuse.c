@@ -756,8 +756,22 @@ static void flow_calls(void **state) {
     (void)state;
     kp_flow_t f = NULL;
     kp_flow_snapshot h;
-    kp_flow_stage st[2] = {{"a", flow_noop, NULL, 0, KP_QUEUE_BLOCK, NULL, 0, 0},
-                           {"b", flow_noop, NULL, 1, KP_QUEUE_BLOCK, NULL, 0, 0}};
+    kp_flow_stage st[2] = {{.name = "a",
+                            .fn = flow_noop,
+                            .user = NULL,
+                            .queue_capacity = 0,
+                            .policy = KP_QUEUE_BLOCK,
+                            .batch_fn = NULL,
+                            .max_batch = 0,
+                            .deadline_us = 0},
+                           {.name = "b",
+                            .fn = flow_noop,
+                            .user = NULL,
+                            .queue_capacity = 1,
+                            .policy = KP_QUEUE_BLOCK,
+                            .batch_fn = NULL,
+                            .max_batch = 0,
+                            .deadline_us = 0}};
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     KPT_FAILS(kp_flow_create(NULL, &f), BAD);
     KPT_FAILS(kp_flow_create(&cfg, &f), BAD);
@@ -796,6 +810,8 @@ static void flow_calls(void **state) {
     KPT_FAILS(kp_flow_write_trace(f, NULL), BAD);
     KPT_OK(kp_flow_wait(f));
     assert_string_equal(kp_queue_policy_str((kp_queue_policy)-1), "invalid");
+    assert_string_equal(kp_handoff_str((kp_handoff)-1), "invalid");
+    assert_false(kp_flow_cancelled(NULL));
     kp_flow_destroy(f);
     kp_flow_destroy(NULL);
 }

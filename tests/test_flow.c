@@ -98,9 +98,30 @@ static kp_status sink(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos)
 
 static kp_flow_t make_flow(ctx *t, size_t cap1, kp_queue_policy p1, size_t cap2, kp_queue_policy p2,
                            size_t budget) {
-    kp_flow_stage st[3] = {{"source", source, t, 0, KP_QUEUE_BLOCK, NULL, 0, 0},
-                           {"middle", middle, t, cap1, p1, NULL, 0, 0},
-                           {"sink", sink, t, cap2, p2, NULL, 0, 0}};
+    kp_flow_stage st[3] = {{.name = "source",
+                            .fn = source,
+                            .user = t,
+                            .queue_capacity = 0,
+                            .policy = KP_QUEUE_BLOCK,
+                            .batch_fn = NULL,
+                            .max_batch = 0,
+                            .deadline_us = 0},
+                           {.name = "middle",
+                            .fn = middle,
+                            .user = t,
+                            .queue_capacity = cap1,
+                            .policy = p1,
+                            .batch_fn = NULL,
+                            .max_batch = 0,
+                            .deadline_us = 0},
+                           {.name = "sink",
+                            .fn = sink,
+                            .user = t,
+                            .queue_capacity = cap2,
+                            .policy = p2,
+                            .batch_fn = NULL,
+                            .max_batch = 0,
+                            .deadline_us = 0}};
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.dev = g_dev;
     cfg.stages = st;
@@ -442,9 +463,30 @@ static void micro_batching(void **state) {
     for (int slow = 0; slow < 2; slow++) {
         batch_ctx b = {
             .frames = slow ? 40 : 1003, .ordered = true, .source_sleep_us = slow ? 2000 : 0};
-        kp_flow_stage st[3] = {{"source", batch_source, &b, 0, KP_QUEUE_BLOCK, NULL, 0, 0},
-                               {"batch", NULL, &b, 8, KP_QUEUE_BLOCK, batch_stage, 4, 300},
-                               {"sink", batch_sink, &b, 8, KP_QUEUE_BLOCK, NULL, 0, 0}};
+        kp_flow_stage st[3] = {{.name = "source",
+                                .fn = batch_source,
+                                .user = &b,
+                                .queue_capacity = 0,
+                                .policy = KP_QUEUE_BLOCK,
+                                .batch_fn = NULL,
+                                .max_batch = 0,
+                                .deadline_us = 0},
+                               {.name = "batch",
+                                .fn = NULL,
+                                .user = &b,
+                                .queue_capacity = 8,
+                                .policy = KP_QUEUE_BLOCK,
+                                .batch_fn = batch_stage,
+                                .max_batch = 4,
+                                .deadline_us = 300},
+                               {.name = "sink",
+                                .fn = batch_sink,
+                                .user = &b,
+                                .queue_capacity = 8,
+                                .policy = KP_QUEUE_BLOCK,
+                                .batch_fn = NULL,
+                                .max_batch = 0,
+                                .deadline_us = 0}};
         kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
         cfg.dev = g_dev;
         cfg.stages = st;
@@ -467,8 +509,22 @@ static void micro_batching(void **state) {
     }
     /* misuse: batch_fn with fn, max_batch past the queue, on the source */
     batch_ctx b = {.frames = 1};
-    kp_flow_stage st[2] = {{"source", batch_source, &b, 0, KP_QUEUE_BLOCK, NULL, 0, 0},
-                           {"batch", batch_sink, &b, 2, KP_QUEUE_BLOCK, batch_stage, 4, 0}};
+    kp_flow_stage st[2] = {{.name = "source",
+                            .fn = batch_source,
+                            .user = &b,
+                            .queue_capacity = 0,
+                            .policy = KP_QUEUE_BLOCK,
+                            .batch_fn = NULL,
+                            .max_batch = 0,
+                            .deadline_us = 0},
+                           {.name = "batch",
+                            .fn = batch_sink,
+                            .user = &b,
+                            .queue_capacity = 2,
+                            .policy = KP_QUEUE_BLOCK,
+                            .batch_fn = batch_stage,
+                            .max_batch = 4,
+                            .deadline_us = 0}};
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.dev = g_dev;
     cfg.stages = st;
@@ -546,8 +602,22 @@ static kp_status noop(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos)
 static void misuse(void **state) {
     (void)state;
     kp_flow_t f = NULL;
-    kp_flow_stage st[2] = {{"a", noop, NULL, 0, KP_QUEUE_BLOCK, NULL, 0, 0},
-                           {"b", noop, NULL, 2, KP_QUEUE_BLOCK, NULL, 0, 0}};
+    kp_flow_stage st[2] = {{.name = "a",
+                            .fn = noop,
+                            .user = NULL,
+                            .queue_capacity = 0,
+                            .policy = KP_QUEUE_BLOCK,
+                            .batch_fn = NULL,
+                            .max_batch = 0,
+                            .deadline_us = 0},
+                           {.name = "b",
+                            .fn = noop,
+                            .user = NULL,
+                            .queue_capacity = 2,
+                            .policy = KP_QUEUE_BLOCK,
+                            .batch_fn = NULL,
+                            .max_batch = 0,
+                            .deadline_us = 0}};
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     KPT_FAILS(kp_flow_create(NULL, &f), KP_ERR_INVALID_ARG);
     KPT_FAILS(kp_flow_create(&cfg, NULL), KP_ERR_INVALID_ARG);

@@ -43,6 +43,9 @@ extern "C" {
 typedef struct kp_flow *kp_flow_t;
 
 #define KP_FLOW_MAX_STAGES 16
+#define KP_FLOW_MAX_DEVICES 8  /* distinct devices in one flow */
+#define KP_FLOW_MAX_REPLICAS 8 /* of one stage */
+#define KP_FLOW_MAX_LINKS (KP_FLOW_MAX_DEVICES * (KP_FLOW_MAX_DEVICES - 1))
 
 /* What a queue does when it is full. */
 typedef enum kp_queue_policy {
@@ -54,11 +57,35 @@ typedef enum kp_queue_policy {
 /* "block", "drop_oldest", "drop_newest"; "invalid" otherwise. */
 const char *kp_queue_policy_str(kp_queue_policy p);
 
+/* How a frame made on one device reaches a stage on another. */
+typedef enum kp_handoff {
+    /* a copy where the devices reach each other (peer access), else staged */
+    KP_HANDOFF_AUTO = 0,
+    /* one copy into the consumer's buffer, on its stream: peer to peer where
+     * the devices reach each other, else as the backend can */
+    KP_HANDOFF_COPY = 1,
+    /* no copy: the stage reads and writes the producer's buffer in place
+     * (needs peer access) */
+    KP_HANDOFF_IN_PLACE = 2,
+    /* two copies through pinned host memory, on the consumer's stream */
+    KP_HANDOFF_STAGED = 3,
+} kp_handoff;
+
+/* "auto", "copy", "in_place", "staged"; "invalid" otherwise. */
+const char *kp_handoff_str(kp_handoff h);
+
+/* How a replicated stage's frames are dealt to its replicas. */
+typedef enum kp_deal {
+    KP_DEAL_LEAST_LOADED = 0, /* to the first replica free to take one */
+    KP_DEAL_ROUND_ROBIN = 1,  /* to replicas 0, 1, .., n-1, 0, .. in turn */
+} kp_deal;
+
 /* One frame as a stage sees it. Stages may rewrite everything but seq,
  * data and capacity. */
 typedef struct kp_frame {
     uint64_t seq;        /* the source's order, from 0 */
-    void *data;          /* the frame's buffer on the flow's device; NULL without one */
+    void *data;          /* the frame's buffer: on the stage's device, or (handed over in
+                          * place) the producer's; NULL without one */
     size_t capacity;     /* its bytes (the flow's frame_bytes) */
     size_t bytes;        /* bytes in use */
     kp_tensor_desc desc; /* what it holds, as the stages agree */
@@ -67,11 +94,17 @@ typedef struct kp_frame {
 
 /* A stage's own resources, for the work it enqueues. */
 typedef struct kp_stage_ctx {
-    kp_device_t dev;
+    kp_device_t dev;    /* the stage's (or replica's) device, current on its thread */
     kp_stream_t stream; /* the stage's stream: work on the frame goes here */
     const char *name;
-    size_t index; /* position in the flow, 0 for the source */
+    size_t index;   /* position in the flow, 0 for the source */
+    size_t replica; /* which replica of the stage, from 0 */
+    kp_flow_t flow; /* for kp_flow_cancelled */
 } kp_stage_ctx;
+
+/* Whether the flow is being cancelled: a stage function that waits on
+ * something outside the flow (a socket, a file) polls this and returns. */
+bool kp_flow_cancelled(kp_flow_t f);
 
 /* A stage's work on one frame. The source (stage 0) gets a fresh frame and
  * `eos`: setting *eos ends the stream (the frame is discarded). Other
@@ -86,6 +119,12 @@ typedef kp_status (*kp_flow_stage_fn)(void *user, const kp_stage_ctx *ctx, kp_fr
 typedef kp_status (*kp_flow_batch_fn)(void *user, const kp_stage_ctx *ctx, kp_frame *const *frames,
                                       size_t n);
 
+/* Optional: runs once on each stage thread as it stops, after its last
+ * frame. `why` is KP_OK at end of stream, KP_ERR_STATE when the flow was
+ * cancelled, another status when a stage failed. An error returned at end
+ * of stream fails the flow. */
+typedef kp_status (*kp_flow_end_fn)(void *user, const kp_stage_ctx *ctx, kp_status why);
+
 typedef struct kp_flow_stage {
     const char *name; /* for errors and health; copied */
     kp_flow_stage_fn fn;
@@ -99,6 +138,20 @@ typedef struct kp_flow_stage {
     kp_flow_batch_fn batch_fn;
     size_t max_batch;
     uint32_t deadline_us;
+    kp_flow_end_fn end_fn;
+    /* Placement: the device the stage runs on (NULL: the flow's), of the
+     * flow's backend. A frame from another device reaches it by `handoff`. */
+    kp_device_t dev;
+    kp_handoff handoff;
+    /* Replicas (not for stage 0, not with micro-batching): the stage runs
+     * once on each of n_replicas devices (2 .. KP_FLOW_MAX_REPLICAS; dev
+     * unused), each on its own thread and stream; replica r gets
+     * replica_users[r] (NULL: user for all). Frames are dealt by `deal` and
+     * leave the stage in the order they came. */
+    const kp_device_t *replicas;
+    size_t n_replicas;
+    void *const *replica_users;
+    kp_deal deal;
 } kp_flow_stage;
 
 typedef struct kp_flow_config {
@@ -144,6 +197,8 @@ kp_status kp_flow_cancel(kp_flow_t f);
 
 typedef struct kp_flow_stage_stats {
     const char *name;
+    const char *device; /* its device's name ("cuda:1"); the first replica's */
+    size_t replicas;    /* 1, or how many replicas run it */
     uint64_t in, out;                /* frames taken and passed on (or finished) */
     uint64_t batches;                /* micro-batching: batches run */
     double host_p50_us, host_p99_us; /* the stage function's host time, recent frames */
@@ -157,6 +212,22 @@ typedef struct kp_flow_queue_stats {
     uint64_t pushed, drops;
     kp_queue_policy policy;
 } kp_flow_queue_stats;
+
+/* A device the flow runs on. */
+typedef struct kp_flow_device_stats {
+    const char *name;   /* "cuda:1" */
+    size_t frame_bytes; /* the frame buffers held on it */
+    uint64_t runs;      /* stage runs on it */
+} kp_flow_device_stats;
+
+/* Frames handed from one device to another. */
+typedef struct kp_flow_link_stats {
+    const char *from, *to; /* device names */
+    kp_handoff handoff;    /* as resolved: copy, in_place or staged */
+    uint64_t frames, bytes;
+    /* bytes / the host time from the link's first hand-over to its last */
+    double bytes_per_s;
+} kp_flow_link_stats;
 
 /* The health snapshot. */
 typedef struct kp_flow_snapshot {
@@ -172,6 +243,11 @@ typedef struct kp_flow_snapshot {
     bool running;    /* started and not yet stopped */
     bool steady;     /* a lap of frames (frame_limit) finished since a buffer was allocated */
     bool consistent; /* in >= out for every stage, and in-flight counts add up */
+    size_t n_devices;
+    kp_flow_device_stats devices[KP_FLOW_MAX_DEVICES];
+    size_t n_links; /* the links that carried frames */
+    kp_flow_link_stats links[KP_FLOW_MAX_LINKS];
+    uint64_t staged_frames; /* handed over through host memory */
 } kp_flow_snapshot;
 
 /* A snapshot from counters, at any time, from any thread. */

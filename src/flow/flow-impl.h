@@ -20,6 +20,7 @@ typedef struct kp__stage_made {
     void (*free_fn)(void *user);
     size_t frame_bytes; /* bytes its frames must hold */
     size_t max_batch;
+    kp_flow_end_fn end_fn; /* optional */
 } kp__stage_made;
 
 /* Source "synthetic": `frames` frames (0: until cancelled) of f32[shape],

@@ -35,9 +35,12 @@
 
 typedef struct kp__fframe {
     kp_frame f;
-    kp_buffer_t buf;
-    kp_event_t ev;
-    bool recorded; /* ev marks work someone must wait for */
+    kp_buffer_t buf[KP_FLOW_MAX_DEVICES]; /* one per device of the flow */
+    kp_event_t ev[KP_FLOW_MAX_DEVICES];   /* one per device: an event records on its own */
+    int ev_dev;                           /* the event marking work to wait for; -1: none */
+    int loc;                              /* the device whose buffer holds the frame */
+    void *staging;                        /* pinned host memory, for staged hand-overs */
+    uint64_t ticket;                      /* its place in a replicated stage's order */
     struct kp__fframe *next_free;
 } kp__fframe;
 
@@ -49,14 +52,20 @@ typedef struct kp__queue {
     size_t cap, head, count;
     bool closed;
     kp_queue_policy policy;
+    uint64_t tickets;   /* frames popped: the next one's ticket */
+    size_t round_robin; /* replicas taking turns (0: any consumer takes) */
     _Atomic size_t depth, max_depth;
     _Atomic uint64_t pushed, drops;
 } kp__queue;
 
 typedef struct kp__stage {
     struct kp_flow *flow;
-    size_t index;
+    size_t index;                        /* the logical stage */
+    size_t replica;                      /* of it */
+    int dev_i;                           /* its device in flow->devs */
+    kp_handoff how[KP_FLOW_MAX_DEVICES]; /* frames from each other device: resolved */
     char name[64];
+    kp_flow_end_fn end_fn;
     kp_flow_stage_fn fn;
     kp_flow_batch_fn batch_fn;
     void *user;
@@ -86,12 +95,40 @@ typedef struct kp__stage {
 #endif
 } kp__stage;
 
+/* A logical stage: its replicas (threads) and, when there are several, the
+ * reordering of their frames back into the order they came in. */
+typedef struct kp__lstage {
+    size_t first, n_rep; /* its threads: flow->st[first .. first + n_rep) */
+    _Atomic size_t live; /* replicas still running */
+    pthread_mutex_t ro_mu;
+    kp__fframe **ro; /* ring of frames done out of turn, by ticket */
+    size_t ro_cap;
+    uint64_t ro_next; /* the ticket to pass on next */
+    bool ro_pushing;  /* a replica is passing frames on */
+    bool ro_init;
+} kp__lstage;
+
+/* Frames from one device to another. */
+typedef struct kp__link {
+    _Atomic int kind; /* the kp_handoff it last used */
+    _Atomic uint64_t frames, bytes;
+    _Atomic uint64_t t_first_ns, t_last_ns;
+} kp__link;
+
 struct kp_flow {
     kp_device_t dev;
-    size_t n;
-    kp__stage st[KP_FLOW_MAX_STAGES];
+    size_t n;      /* logical stages */
+    size_t n_st;   /* threads: stages and replicas */
+    kp__stage *st; /* n_st of them */
+    kp__lstage ls[KP_FLOW_MAX_STAGES];
     kp__queue q[KP_FLOW_MAX_STAGES]; /* q[i] feeds stage i; q[0] unused */
-    kp_buffer_pool_t pool;
+    size_t n_devs;
+    kp_device_t devs[KP_FLOW_MAX_DEVICES]; /* devs[0] is the flow's */
+    kp_buffer_pool_t pools[KP_FLOW_MAX_DEVICES];
+    _Atomic uint64_t dev_runs[KP_FLOW_MAX_DEVICES];
+    kp__link link[KP_FLOW_MAX_DEVICES][KP_FLOW_MAX_DEVICES];
+    bool staged_logged;
+    _Atomic uint64_t staged;
     size_t frame_bytes, budget;
     kp__fframe *frames;
     size_t n_frames;
@@ -239,15 +276,59 @@ static kp__fframe *kp__frame_take(struct kp_flow *f) {
     return fr;
 }
 
-/* A frame's buffer, from the pool, kept for the flow's life. Creation
- * gives one to every frame that can be in flight at once; a frame past
- * that (the budget's doing) gets its own here, on first use. */
+/* A frame's buffers, one on each device of the flow from its pool, kept
+ * for the flow's life. Creation gives them to every frame that can be in
+ * flight at once; a frame past that (the budget's doing) gets its own here,
+ * on first use. */
 static kp_status kp__frame_buffer(struct kp_flow *f, kp__fframe *fr) {
-    if (fr->buf || !f->frame_bytes) return KP_OK;
-    KP_CHECK(kp_buffer_acquire(f->pool, f->frame_bytes, NULL, &fr->buf));
-    fr->f.data = kp_buffer_data(fr->buf);
+    if (fr->buf[0] || !f->frame_bytes) return KP_OK;
+    for (size_t d = 0; d < f->n_devs; d++)
+        KP_CHECK(kp_buffer_acquire(f->pools[d], f->frame_bytes, NULL, &fr->buf[d]));
     fr->f.capacity = f->frame_bytes;
     atomic_store(&f->done_at_alloc, atomic_load(&f->done));
+    return KP_OK;
+}
+
+/* The frame's buffer on device d (NULL for frames without one). */
+static void *kp__frame_data(const kp__fframe *fr, int d) {
+    return fr->buf[d] ? kp_buffer_data(fr->buf[d]) : NULL;
+}
+
+static uint64_t kp__now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Brings a frame made on another device to stage s, on s's stream (which
+ * already waits for the frame's earlier work), by the link's kind. */
+static kp_status kp__handoff(kp__stage *s, kp__fframe *fr) {
+    struct kp_flow *f = s->flow;
+    int from = fr->loc, to = s->dev_i;
+    kp__link *l = &f->link[from][to];
+    size_t n = fr->f.bytes;
+    if (n > fr->f.capacity)
+        return kp__error(KP_ERR_INVALID_ARG, "frame %llu: bytes (%zu) exceed its capacity (%zu)",
+                         (unsigned long long)fr->f.seq, n, fr->f.capacity);
+    void *src = kp__frame_data(fr, from), *dst = kp__frame_data(fr, to);
+    kp_handoff how = s->how[from];
+    atomic_store_explicit(&l->kind, (int)how, memory_order_relaxed);
+    if (how == KP_HANDOFF_COPY) {
+        KP_CHECK(kp_memcpy_async(s->ctx.stream, dst, src, n));
+    } else if (how == KP_HANDOFF_STAGED) {
+        KP_CHECK(kp_memcpy_async(s->ctx.stream, fr->staging, src, n));
+        KP_CHECK(kp_memcpy_async(s->ctx.stream, dst, fr->staging, n));
+        atomic_fetch_add_explicit(&f->staged, 1, memory_order_relaxed);
+    }
+    if (how != KP_HANDOFF_IN_PLACE) {
+        fr->loc = to;
+        fr->f.data = dst;
+    }
+    uint64_t now = kp__now_ns(), zero = 0;
+    atomic_compare_exchange_strong(&l->t_first_ns, &zero, now);
+    atomic_store_explicit(&l->t_last_ns, now, memory_order_relaxed);
+    atomic_fetch_add_explicit(&l->frames, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&l->bytes, n, memory_order_relaxed);
     return KP_OK;
 }
 
@@ -310,7 +391,10 @@ static void kp__queue_push(struct kp_flow *f, kp__queue *q, kp__fframe *fr) {
             atomic_fetch_add(&q->pushed, 1);
             atomic_store(&q->depth, q->count);
             kp__atomic_max(&q->max_depth, q->count);
-            pthread_cond_signal(&q->not_empty);
+            if (q->round_robin)
+                pthread_cond_broadcast(&q->not_empty); /* wake the replica whose turn it is */
+            else
+                pthread_cond_signal(&q->not_empty);
         }
         if (drop) atomic_fetch_add(&q->drops, 1);
     }
@@ -319,20 +403,33 @@ static void kp__queue_push(struct kp_flow *f, kp__queue *q, kp__fframe *fr) {
     if (!in && drop != fr) kp__frame_put(f, fr, false);
 }
 
-/* The next frame; NULL at end of stream (closed and empty) or on cancel. */
-static kp__fframe *kp__queue_pop(struct kp_flow *f, kp__queue *q) {
+/* Whether replica r may take the queue's next frame. */
+static bool kp__my_turn(const kp__queue *q, size_t r) {
+    return !q->round_robin || q->tickets % q->round_robin == r;
+}
+
+/* Takes the head (the queue's lock held), with the next ticket. */
+static kp__fframe *kp__queue_take_head(kp__queue *q) {
+    kp__fframe *fr = q->ring[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->count--;
+    fr->ticket = q->tickets++;
+    atomic_store(&q->depth, q->count);
+    pthread_cond_signal(&q->not_full);
+    if (q->round_robin) pthread_cond_broadcast(&q->not_empty); /* the next one's turn */
+    return fr;
+}
+
+/* The next frame for replica r (0 unless replicated); NULL at end of stream
+ * (closed and empty) or on cancel. */
+static kp__fframe *kp__queue_pop(struct kp_flow *f, kp__queue *q, size_t r) {
     kp__fframe *fr = NULL;
     kp__spin_while(f, &q->depth, 0);
     kp__lock(f, &q->mu);
-    while (q->count == 0 && !q->closed && !atomic_load(&f->cancel))
+    while ((q->count == 0 || !kp__my_turn(q, r)) && !(q->closed && q->count == 0) &&
+           !atomic_load(&f->cancel))
         pthread_cond_wait(&q->not_empty, &q->mu);
-    if (q->count && !atomic_load(&f->cancel)) {
-        fr = q->ring[q->head];
-        q->head = (q->head + 1) % q->cap;
-        q->count--;
-        atomic_store(&q->depth, q->count);
-        pthread_cond_signal(&q->not_full);
-    }
+    if (q->count && !atomic_load(&f->cancel)) fr = kp__queue_take_head(q);
     pthread_mutex_unlock(&q->mu);
     return fr;
 }
@@ -345,13 +442,7 @@ static kp__fframe *kp__queue_pop_until(struct kp_flow *f, kp__queue *q,
     pthread_mutex_lock(&q->mu);
     while (q->count == 0 && !q->closed && !atomic_load(&f->cancel))
         if (pthread_cond_timedwait(&q->not_empty, &q->mu, deadline) != 0) break;
-    if (q->count && !atomic_load(&f->cancel)) {
-        fr = q->ring[q->head];
-        q->head = (q->head + 1) % q->cap;
-        q->count--;
-        atomic_store(&q->depth, q->count);
-        pthread_cond_signal(&q->not_full);
-    }
+    if (q->count && !atomic_load(&f->cancel)) fr = kp__queue_take_head(q);
     pthread_mutex_unlock(&q->mu);
     return fr;
 }
@@ -449,7 +540,7 @@ static void kp__trace(kp__stage *s, uint64_t seq, double t0, double t1) {
     if (!f->trace) return;
     uint64_t k = atomic_fetch_add(&f->trace_n, 1) % f->trace_cap;
     atomic_store(&f->trace[k].seq, seq);
-    atomic_store(&f->trace[k].stage, (uint32_t)s->index);
+    atomic_store(&f->trace[k].stage, (uint32_t)(s - f->st)); /* the thread's row */
     atomic_store(&f->trace[k].t0_ns, (uint64_t)((t0 - f->t_start_us) * 1e3));
     atomic_store(&f->trace[k].t1_ns, (uint64_t)((t1 - f->t_start_us) * 1e3));
 }
@@ -511,32 +602,64 @@ static kp_status kp__timed_call(kp__stage *s, kp__fframe *const *frs, size_t n, 
     return st;
 }
 
-/* Frames through one stage: wait for their earlier work on the device, run
- * the function, mark the frames' new work. A stream with nothing pending
- * has nothing to hand over: the next user need not wait (host-only stages
- * cost no event traffic). */
+/* Frames through one stage: wait for their earlier work on the device,
+ * bring them over from other devices, run the function, mark the frames'
+ * new work. A stream with nothing pending has nothing to hand over: the
+ * next user need not wait (host-only stages cost no event traffic). */
 static kp_status kp__run_frames(kp__stage *s, kp__fframe *const *frs, size_t n, bool *eos) {
     for (size_t i = 0; i < n; i++)
-        if (frs[i]->recorded) KP_CHECK(kp_stream_wait_event(s->ctx.stream, frs[i]->ev));
+        if (frs[i]->ev_dev >= 0)
+            KP_CHECK(kp_stream_wait_event(s->ctx.stream, frs[i]->ev[frs[i]->ev_dev]));
+    for (size_t i = 0; i < n; i++)
+        if (frs[i]->loc != s->dev_i && frs[i]->buf[0]) KP_CHECK(kp__handoff(s, frs[i]));
     bool idle = false;
     KP_CHECK(kp__timed_call(s, frs, n, eos, &idle));
+    atomic_fetch_add_explicit(&s->flow->dev_runs[s->dev_i], 1, memory_order_relaxed);
     for (size_t i = 0; i < n; i++) {
-        frs[i]->recorded = !idle;
-        if (!idle) KP_CHECK(kp_event_record(frs[i]->ev, s->ctx.stream));
+        frs[i]->ev_dev = idle ? -1 : s->dev_i;
+        if (!idle) KP_CHECK(kp_event_record(frs[i]->ev[s->dev_i], s->ctx.stream));
     }
     return KP_OK;
 }
 
-/* Passes a processed frame on, or finishes it at the sink. */
-static void kp__forward(kp__stage *s, kp__fframe *fr) {
-    struct kp_flow *f = s->flow;
-    atomic_fetch_add(&s->out, 1);
-    if (s->index + 1 < f->n) {
-        kp__queue_push(f, &f->q[s->index + 1], fr);
+/* A frame done at stage i goes to the next stage's queue, or, at the sink,
+ * back to the free list. */
+static void kp__pass_on(struct kp_flow *f, size_t i, kp__fframe *fr) {
+    if (i + 1 < f->n) {
+        kp__queue_push(f, &f->q[i + 1], fr);
         return;
     }
     atomic_fetch_add(&f->done, 1);
     kp__frame_put(f, fr, false);
+}
+
+/* Passes a processed frame on, or finishes it at the sink. A replicated
+ * stage's frames go on in ticket order: a frame done out of turn waits in
+ * the ring, and one replica at a time passes on what is in turn, without
+ * holding the ring's lock while it pushes (which may block). The ring never
+ * overflows: its tickets are of frames in flight, fewer than its size. */
+static void kp__forward(kp__stage *s, kp__fframe *fr) {
+    struct kp_flow *f = s->flow;
+    kp__lstage *ls = &f->ls[s->index];
+    atomic_fetch_add(&s->out, 1);
+    if (ls->n_rep == 1) {
+        kp__pass_on(f, s->index, fr);
+        return;
+    }
+    pthread_mutex_lock(&ls->ro_mu);
+    ls->ro[fr->ticket % ls->ro_cap] = fr;
+    if (!ls->ro_pushing) {
+        ls->ro_pushing = true;
+        kp__fframe *next;
+        while ((next = ls->ro[ls->ro_next % ls->ro_cap]) != NULL) {
+            ls->ro[ls->ro_next++ % ls->ro_cap] = NULL;
+            pthread_mutex_unlock(&ls->ro_mu);
+            kp__pass_on(f, s->index, next);
+            pthread_mutex_lock(&ls->ro_mu);
+        }
+        ls->ro_pushing = false;
+    }
+    pthread_mutex_unlock(&ls->ro_mu);
 }
 
 static void kp__source_loop(kp__stage *s) {
@@ -554,6 +677,8 @@ static void kp__source_loop(kp__stage *s) {
         memset(fr->f.user, 0, sizeof fr->f.user);
         fr->f.seq = seq;
         fr->f.bytes = 0;
+        fr->loc = s->dev_i;
+        fr->f.data = kp__frame_data(fr, s->dev_i);
         bool eos = false;
         atomic_fetch_add(&s->in, 1);
         kp_status st = kp__run_frames(s, &fr, 1, &eos);
@@ -570,7 +695,7 @@ static void kp__source_loop(kp__stage *s) {
 static void kp__stage_loop(kp__stage *s) {
     struct kp_flow *f = s->flow;
     kp__fframe *fr;
-    while ((fr = kp__queue_pop(f, &f->q[s->index])) != NULL) {
+    while ((fr = kp__queue_pop(f, &f->q[s->index], s->replica)) != NULL) {
         atomic_fetch_add(&s->in, 1);
         kp_status st = kp__run_frames(s, &fr, 1, NULL);
         if (st != KP_OK) {
@@ -589,7 +714,7 @@ static void kp__batch_loop(kp__stage *s) {
     kp__queue *q = &f->q[s->index];
     for (;;) {
         size_t n = 0;
-        kp__fframe *fr = kp__queue_pop(f, q);
+        kp__fframe *fr = kp__queue_pop(f, q, 0);
         if (!fr) return;
         s->batch[n++] = fr;
         struct timespec dl;
@@ -610,22 +735,102 @@ static void kp__batch_loop(kp__stage *s) {
     }
 }
 
+/* The stage's end function, told why the stage stopped; its error at end
+ * of stream fails the flow. */
+static void kp__stage_end(kp__stage *s) {
+    struct kp_flow *f = s->flow;
+    if (!s->end_fn) return;
+    pthread_mutex_lock(&f->mu);
+    kp_status why = f->status;
+    pthread_mutex_unlock(&f->mu);
+    if (why == KP_OK && atomic_load(&f->cancel)) why = KP_ERR_STATE;
+    kp_status st = s->end_fn(s->user, &s->ctx, why);
+    if (st != KP_OK && why == KP_OK)
+        kp__fail(f, s, st);
+    else if (st != KP_OK)
+        kp_clear_error();
+}
+
 static void *kp__stage_main(void *arg) {
     kp__stage *s = arg;
     struct kp_flow *f = s->flow;
-    if (s->index == 0)
+    kp_status st = kp_device_bind_thread(s->ctx.dev);
+    if (st != KP_OK)
+        kp__fail(f, s, st);
+    else if (s->index == 0)
         kp__source_loop(s);
     else if (s->batch_fn)
         kp__batch_loop(s);
     else
         kp__stage_loop(s);
-    /* end of stream (or cancel) flows downstream */
-    if (s->index + 1 < f->n) kp__queue_close(&f->q[s->index + 1]);
+    kp__stage_end(s);
+    /* end of stream (or cancel) flows downstream once every replica stopped */
+    if (atomic_fetch_sub(&f->ls[s->index].live, 1) == 1 && s->index + 1 < f->n)
+        kp__queue_close(&f->q[s->index + 1]);
     atomic_fetch_sub(&f->running, 1);
     return NULL;
 }
 
 /* --- public ------------------------------------------------------------------------ */
+const char *kp_handoff_str(kp_handoff h) {
+    switch (h) {
+    case KP_HANDOFF_AUTO: return "auto";
+    case KP_HANDOFF_COPY: return "copy";
+    case KP_HANDOFF_IN_PLACE: return "in_place";
+    case KP_HANDOFF_STAGED: return "staged";
+    }
+    return "invalid";
+}
+
+bool kp_flow_cancelled(kp_flow_t f) { return f && atomic_load(&f->cancel); }
+
+/* The devices stage i runs on: its replicas, or its one device. */
+static size_t kp__stage_devices(const kp_flow_config *c, size_t i, const kp_device_t **devs,
+                                kp_device_t *one) {
+    const kp_flow_stage *s = &c->stages[i];
+    if (s->n_replicas > 1) {
+        *devs = s->replicas;
+        return s->n_replicas;
+    }
+    *one = s->dev ? s->dev : c->dev;
+    *devs = one;
+    return 1;
+}
+
+static kp_status kp__check_stage_devices(const kp_flow_config *c, size_t i) {
+    const kp_flow_stage *s = &c->stages[i];
+    if (s->handoff > KP_HANDOFF_STAGED)
+        return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).handoff: unknown hand-over %d", i,
+                         s->name, (int)s->handoff);
+    if (s->deal != KP_DEAL_LEAST_LOADED && s->deal != KP_DEAL_ROUND_ROBIN)
+        return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).deal: unknown deal %d", i, s->name,
+                         (int)s->deal);
+    if (s->n_replicas > 1) {
+        if (i == 0 || s->batch_fn || s->n_replicas > KP_FLOW_MAX_REPLICAS || !s->replicas)
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "stages[%zu] (%s): a replicated stage is not the first, does not "
+                             "micro-batch, and has 2 to %d devices in replicas",
+                             i, s->name, KP_FLOW_MAX_REPLICAS);
+    } else if (s->replicas || s->replica_users) {
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "stages[%zu] (%s): replicas or replica_users without n_replicas >= 2", i,
+                         s->name);
+    }
+    kp_device_t one;
+    const kp_device_t *devs;
+    size_t n = kp__stage_devices(c, i, &devs, &one);
+    for (size_t r = 0; r < n; r++) {
+        if (!devs[r])
+            return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).replicas[%zu] is NULL", i,
+                             s->name, r);
+        if (strcmp(kp_device_backend(devs[r]), kp_device_backend(c->dev)) != 0)
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "stages[%zu] (%s): device %s is not of the flow's backend (%s)", i,
+                             s->name, kp_device_name(devs[r]), kp_device_backend(c->dev));
+    }
+    return KP_OK;
+}
+
 static kp_status kp__check_config(const kp_flow_config *c) {
     if (!c->dev) return kp__error(KP_ERR_INVALID_ARG, "config.dev is NULL");
     if (c->n_stages < 2 || c->n_stages > KP_FLOW_MAX_STAGES)
@@ -657,23 +862,76 @@ static kp_status kp__check_config(const kp_flow_config *c) {
             s->policy != KP_QUEUE_DROP_NEWEST)
             return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).policy: unknown policy %d", i,
                              s->name, (int)s->policy);
+        KP_CHECK(kp__check_stage_devices(c, i));
     }
     return KP_OK;
 }
 
-static kp_status kp__make_frames(struct kp_flow *f) {
+/* The index of dev in the flow's devices, added when new. */
+static kp_status kp__device_index(struct kp_flow *f, kp_device_t dev, int *out) {
+    for (size_t d = 0; d < f->n_devs; d++)
+        if (f->devs[d] == dev) {
+            *out = (int)d;
+            return KP_OK;
+        }
+    if (f->n_devs == KP_FLOW_MAX_DEVICES)
+        return kp__error(KP_ERR_INVALID_ARG, "flow: more than %d devices", KP_FLOW_MAX_DEVICES);
+    f->devs[f->n_devs] = dev;
+    *out = (int)f->n_devs++;
+    return KP_OK;
+}
+
+/* How stage s takes frames from each other device: peer access is turned
+ * on both ways where the devices have it; without it a copy goes through
+ * host memory (said once). */
+static kp_status kp__resolve_handoffs(struct kp_flow *f, kp__stage *s, kp_handoff want,
+                                      bool *staging) {
+    kp_device_t to = f->devs[s->dev_i];
+    for (size_t d = 0; d < f->n_devs; d++) {
+        if ((int)d == s->dev_i) continue;
+        kp_device_t from = f->devs[d];
+        bool can = false, back = false;
+        KP_CHECK(kp_device_peer_access(to, from, want != KP_HANDOFF_STAGED, &can));
+        if (can && want != KP_HANDOFF_STAGED)
+            KP_CHECK(kp_device_peer_access(from, to, true, &back));
+        kp_handoff how = want;
+        if (want == KP_HANDOFF_AUTO) how = can ? KP_HANDOFF_COPY : KP_HANDOFF_STAGED;
+        if (how == KP_HANDOFF_IN_PLACE && !can)
+            return kp__error(KP_ERR_UNSUPPORTED,
+                             "stage \"%s\": an in-place hand-over from %s needs peer access, "
+                             "which %s lacks",
+                             s->name, kp_device_name(from), kp_device_name(to));
+        if (how == KP_HANDOFF_STAGED && !f->staged_logged && want == KP_HANDOFF_AUTO) {
+            f->staged_logged = true;
+            kp__log(KP_LOG_WARN,
+                    "flow: %s cannot reach %s's memory (no peer access): frames between them go "
+                    "through pinned host memory (counted as staged_frames)",
+                    kp_device_name(to), kp_device_name(from));
+        }
+        if (how == KP_HANDOFF_STAGED) *staging = true;
+        s->how[d] = how;
+    }
+    return KP_OK;
+}
+
+static kp_status kp__make_frames(struct kp_flow *f, bool staging) {
     kp_pool_config pc = KP_POOL_CONFIG_INIT;
-    KP_CHECK(kp_buffer_pool_create(f->dev, &pc, &f->pool));
+    for (size_t d = 0; d < f->n_devs; d++)
+        KP_CHECK(kp_buffer_pool_create(f->devs[d], &pc, &f->pools[d]));
     f->frames = kp__calloc(f->n_frames, sizeof *f->frames);
     if (!f->frames) return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for frames");
     for (size_t i = 0; i < f->n_frames; i++) {
         kp__fframe *fr = &f->frames[i];
-        KP_CHECK(kp_event_create(f->dev, &fr->ev));
+        fr->ev_dev = -1;
+        for (size_t d = 0; d < f->n_devs; d++)
+            KP_CHECK(kp_event_create_untimed(f->devs[d], &fr->ev[d]));
+        if (staging && f->frame_bytes)
+            KP_CHECK(kp_malloc_host(f->devs[0], f->frame_bytes, &fr->staging));
         fr->next_free = f->free_list;
         f->free_list = fr;
     }
     /* Every frame that can be in flight at once (all of them, or as many as
-     * the budget holds) gets its buffer now, not at its first use in the
+     * the budget holds) gets its buffers now, not at its first use in the
      * middle of a run: the list hands out the newest frames first, so those
      * are the ones with buffers. */
     size_t m = f->n_frames;
@@ -682,6 +940,85 @@ static kp_status kp__make_frames(struct kp_flow *f) {
     for (size_t i = f->n_frames - m; i < f->n_frames; i++)
         KP_CHECK(kp__frame_buffer(f, &f->frames[i]));
     return KP_OK;
+}
+
+/* One thread of logical stage i: replica r on device dev. */
+static kp_status kp__stage_init(struct kp_flow *f, kp__stage *s, const kp_flow_stage *cs, size_t i,
+                                size_t r, kp_device_t dev) {
+    s->flow = f;
+    s->index = i;
+    s->replica = r;
+    KP_CHECK(kp__device_index(f, dev, &s->dev_i));
+    snprintf(s->name, sizeof s->name, "%s", cs->name);
+    s->fn = cs->fn;
+    s->batch_fn = cs->batch_fn;
+    s->end_fn = cs->end_fn;
+    s->max_batch = cs->batch_fn ? cs->max_batch : 1;
+    s->deadline_us = cs->deadline_us;
+    s->user = cs->replica_users && cs->replica_users[r] ? cs->replica_users[r] : cs->user;
+    if (s->batch_fn && (!(s->batch = kp__calloc(s->max_batch, sizeof *s->batch)) ||
+                        !(s->batch_frames = kp__calloc(s->max_batch, sizeof *s->batch_frames))))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for a batch");
+    s->ctx.dev = dev;
+    s->ctx.name = s->name;
+    s->ctx.index = i;
+    s->ctx.replica = r;
+    s->ctx.flow = f;
+    KP_CHECK(kp_stream_create(dev, &s->ctx.stream));
+    for (size_t k = 0; k < KP__GPU_SLOTS; k++) {
+        KP_CHECK(kp_event_create(dev, &s->gpu[k].start));
+        KP_CHECK(kp_event_create(dev, &s->gpu[k].end));
+    }
+#ifdef KP_HAVE_CUDA
+    if (f->nvtx) s->nvtx_name = nvtxDomainRegisterStringA(f->nvtx, s->name);
+#endif
+    return KP_OK;
+}
+
+/* The stages' threads, queues and reordering rings; then the frames. */
+static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
+    f->n_devs = 1;
+    f->devs[0] = c->dev;
+    for (size_t i = 0; i < c->n_stages; i++)
+        f->n_st += c->stages[i].n_replicas > 1 ? c->stages[i].n_replicas : 1;
+    if (!(f->st = kp__calloc(f->n_st, sizeof *f->st)))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for its stages");
+    f->n_frames = 0; /* one in hand per thread, plus every queue slot */
+    size_t k = 0;
+    for (size_t i = 0; i < c->n_stages; i++) {
+        const kp_flow_stage *cs = &c->stages[i];
+        kp__lstage *ls = &f->ls[i];
+        kp_device_t one;
+        const kp_device_t *devs;
+        ls->first = k;
+        ls->n_rep = kp__stage_devices(c, i, &devs, &one);
+        atomic_store(&ls->live, ls->n_rep);
+        for (size_t r = 0; r < ls->n_rep; r++, k++)
+            KP_CHECK(kp__stage_init(f, &f->st[k], cs, i, r, devs[r]));
+        f->n_frames += ls->n_rep;
+        if (i) {
+            KP_CHECK(kp__queue_init(&f->q[i], cs->queue_capacity, cs->policy));
+            if (ls->n_rep > 1 && cs->deal == KP_DEAL_ROUND_ROBIN) f->q[i].round_robin = ls->n_rep;
+            f->n_frames += cs->queue_capacity;
+        }
+    }
+    for (size_t i = 0; i < c->n_stages; i++) {
+        kp__lstage *ls = &f->ls[i];
+        if (ls->n_rep < 2) continue;
+        if (pthread_mutex_init(&ls->ro_mu, NULL) != 0)
+            return kp__error(KP_ERR_INTERNAL, "flow: cannot initialise a lock");
+        ls->ro_init = true;
+        ls->ro_cap = f->n_frames;
+        if (!(ls->ro = kp__calloc(ls->ro_cap, sizeof *ls->ro)))
+            return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for reordering");
+    }
+    bool staging = false;
+    for (size_t j = 0; j < f->n_st; j++)
+        KP_CHECK(kp__resolve_handoffs(f, &f->st[j], c->stages[f->st[j].index].handoff, &staging));
+    if (f->frame_bytes && f->n_frames > KP__MAX_ALLOC_BYTES / f->frame_bytes / f->n_devs)
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: %zu frames of %zu bytes on %zu devices",
+                         f->n_frames, f->frame_bytes, f->n_devs);
+    return kp__make_frames(f, staging);
 }
 
 kp_status kp_flow_create(const kp_flow_config *config, kp_flow_t *out) {
@@ -693,6 +1030,11 @@ kp_status kp_flow_create(const kp_flow_config *config, kp_flow_t *out) {
     KP_CHECK(kp__config_read(&c, sizeof c, config, KP__SIZE_THROUGH(kp_flow_config, budget_bytes),
                              "config", "KP_FLOW_CONFIG_INIT"));
     KP_CHECK(kp__check_config(&c));
+    if (c.spin_us > 1000000 || c.spin_us < -1)
+        return kp__error(KP_ERR_INVALID_ARG, "config.spin_us is %d (-1 .. 1000000)", c.spin_us);
+    if (c.trace_events > ((size_t)1 << 24))
+        return kp__error(KP_ERR_INVALID_ARG, "config.trace_events is %zu (at most 2^24)",
+                         c.trace_events);
     struct kp_flow *f = kp__calloc(1, sizeof *f);
     if (!f) return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory");
     kp_status st = KP_OK;
@@ -700,26 +1042,12 @@ kp_status kp_flow_create(const kp_flow_config *config, kp_flow_t *out) {
     f->n = c.n_stages;
     f->frame_bytes = c.frame_bytes;
     f->budget = c.budget_bytes;
-    if (c.spin_us > 1000000 || c.spin_us < -1) {
-        kp__free(f);
-        return kp__error(KP_ERR_INVALID_ARG, "config.spin_us is %d (-1 .. 1000000)", c.spin_us);
-    }
-    if (c.trace_events > ((size_t)1 << 24)) {
-        kp__free(f);
-        return kp__error(KP_ERR_INVALID_ARG, "config.trace_events is %zu (at most 2^24)",
-                         c.trace_events);
-    }
     f->trace_cap = c.trace_events;
     if (c.trace_events && !(f->trace = kp__calloc(c.trace_events, sizeof *f->trace))) {
         kp__free(f);
         return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for the trace");
     }
     f->t_start_us = kp__now_us();
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    f->spin_us = c.spin_us < 0             ? 0
-                 : c.spin_us               ? c.spin_us
-                 : cpus > (long)c.n_stages ? KP__SPIN_US
-                                           : 0;
     if (pthread_mutex_init(&f->mu, NULL) != 0 || pthread_cond_init(&f->freed, NULL) != 0) {
         kp__free(f->trace);
         kp__free(f);
@@ -728,46 +1056,9 @@ kp_status kp_flow_create(const kp_flow_config *config, kp_flow_t *out) {
 #ifdef KP_HAVE_CUDA
     f->nvtx = nvtxDomainCreateA("kpipe flow"); /* NULL without a tool attached */
 #endif
-    f->n_frames = c.n_stages; /* one in hand per stage, plus every queue slot */
-    for (size_t i = 0; i < c.n_stages; i++) {
-        kp__stage *s = &f->st[i];
-        const kp_flow_stage *cs = &c.stages[i];
-        s->flow = f;
-        s->index = i;
-        snprintf(s->name, sizeof s->name, "%s", cs->name);
-        s->fn = cs->fn;
-        s->batch_fn = cs->batch_fn;
-        s->max_batch = cs->batch_fn ? cs->max_batch : 1;
-        s->deadline_us = cs->deadline_us;
-        s->user = cs->user;
-        if (s->batch_fn &&
-            (!(s->batch = kp__calloc(s->max_batch, sizeof *s->batch)) ||
-             !(s->batch_frames = kp__calloc(s->max_batch, sizeof *s->batch_frames)))) {
-            st = kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for a batch");
-            goto fail;
-        }
-        s->ctx.dev = c.dev;
-        s->ctx.name = s->name;
-        s->ctx.index = i;
-        KP_CHECK_GOTO(kp_stream_create(c.dev, &s->ctx.stream), st, fail);
-        for (size_t k = 0; k < KP__GPU_SLOTS; k++) {
-            KP_CHECK_GOTO(kp_event_create(c.dev, &s->gpu[k].start), st, fail);
-            KP_CHECK_GOTO(kp_event_create(c.dev, &s->gpu[k].end), st, fail);
-        }
-#ifdef KP_HAVE_CUDA
-        if (f->nvtx) s->nvtx_name = nvtxDomainRegisterStringA(f->nvtx, s->name);
-#endif
-        if (i) {
-            KP_CHECK_GOTO(kp__queue_init(&f->q[i], cs->queue_capacity, cs->policy), st, fail);
-            f->n_frames += cs->queue_capacity;
-        }
-    }
-    if (f->frame_bytes && f->n_frames > KP__MAX_ALLOC_BYTES / f->frame_bytes) {
-        st = kp__error(KP_ERR_OUT_OF_MEMORY, "flow: %zu frames of %zu bytes", f->n_frames,
-                       f->frame_bytes);
-        goto fail;
-    }
-    KP_CHECK_GOTO(kp__make_frames(f), st, fail);
+    KP_CHECK_GOTO(kp__make_stages(f, &c), st, fail);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    f->spin_us = c.spin_us < 0 ? 0 : c.spin_us ? c.spin_us : cpus > (long)f->n_st ? KP__SPIN_US : 0;
     *out = f;
     return KP_OK;
 fail:
@@ -780,11 +1071,11 @@ kp_status kp_flow_start(kp_flow_t f) {
     KP_ARG_CHECK(f);
     if (atomic_exchange(&f->started, true))
         return kp__error(KP_ERR_STATE, "the flow was started already");
-    atomic_store(&f->running, (int)f->n);
-    for (size_t i = 0; i < f->n; i++) {
+    atomic_store(&f->running, (int)f->n_st);
+    for (size_t i = 0; i < f->n_st; i++) {
         if (pthread_create(&f->st[i].thread, NULL, kp__stage_main, &f->st[i]) != 0) {
             /* the stages already running stop; the ones never started count as stopped */
-            atomic_fetch_sub(&f->running, (int)(f->n - i));
+            atomic_fetch_sub(&f->running, (int)(f->n_st - i));
             kp__fail(f, &f->st[i], kp__error(KP_ERR_INTERNAL, "cannot start its thread"));
             return KP_ERR_INTERNAL;
         }
@@ -793,15 +1084,25 @@ kp_status kp_flow_start(kp_flow_t f) {
     return KP_OK;
 }
 
+/* Frames left in the reordering rings at a stop go back to the free list. */
+static void kp__ring_drain(struct kp_flow *f, kp__lstage *ls) {
+    for (size_t k = 0; ls->ro && k < ls->ro_cap; k++)
+        if (ls->ro[k]) {
+            kp__frame_put(f, ls->ro[k], false);
+            ls->ro[k] = NULL;
+        }
+}
+
 kp_status kp_flow_wait(kp_flow_t f) {
     KP_API_ENTRY();
     KP_ARG_CHECK(f);
     if (!atomic_load(&f->started)) return kp__error(KP_ERR_STATE, "the flow was not started");
     if (!atomic_exchange(&f->waited, true)) {
-        for (size_t i = 0; i < f->n; i++)
+        for (size_t i = 0; i < f->n_st; i++)
             if (f->st[i].started) pthread_join(f->st[i].thread, NULL);
         for (size_t i = 1; i < f->n; i++) kp__queue_drain(f, &f->q[i]);
-        for (size_t i = 0; i < f->n; i++) {
+        for (size_t i = 0; i < f->n; i++) kp__ring_drain(f, &f->ls[i]);
+        for (size_t i = 0; i < f->n_st; i++) {
             kp_status st = kp_stream_sync(f->st[i].ctx.stream);
             if (st != KP_OK && f->status == KP_OK) {
                 f->status = st;
@@ -832,14 +1133,21 @@ static int kp__cmp_u32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* p50 and p99 of a stage's recent host or device times. */
-static void kp__latency(_Atomic uint32_t *ring, _Atomic uint64_t *count, double *p50, double *p99) {
-    uint32_t v[KP__LAT_SAMPLES];
-    uint64_t n = atomic_load(count);
-    size_t k = n < KP__LAT_SAMPLES ? (size_t)n : KP__LAT_SAMPLES;
+/* p50 and p99 of a stage's recent host (gpu false) or device times, over
+ * its replicas. */
+static void kp__latency(const struct kp_flow *f, const kp__lstage *ls, bool gpu, double *p50,
+                        double *p99) {
+    uint32_t v[KP__LAT_SAMPLES * KP_FLOW_MAX_REPLICAS];
+    size_t k = 0;
+    for (size_t r = 0; r < ls->n_rep; r++) {
+        kp__stage *s = &f->st[ls->first + r];
+        _Atomic uint32_t *ring = gpu ? s->gpu_lat : s->lat;
+        uint64_t n = atomic_load(gpu ? &s->n_gpu_lat : &s->n_lat);
+        size_t m = n < KP__LAT_SAMPLES ? (size_t)n : KP__LAT_SAMPLES;
+        for (size_t i = 0; i < m; i++) v[k++] = atomic_load(&ring[i]);
+    }
     *p50 = *p99 = 0;
     if (!k) return;
-    for (size_t i = 0; i < k; i++) v[i] = atomic_load(&ring[i]);
     qsort(v, k, sizeof *v, kp__cmp_u32);
     *p50 = v[(k - 1) / 2] / 10.0;
     *p99 = v[(size_t)((double)(k - 1) * 0.99)] / 10.0;
@@ -852,14 +1160,21 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
     out->n_stages = f->n;
     out->consistent = true;
     for (size_t i = 0; i < f->n; i++) {
-        kp__stage *s = &f->st[i];
+        const kp__lstage *ls = &f->ls[i];
         kp_flow_stage_stats *o = &out->stages[i];
-        o->name = s->name;
-        o->in = atomic_load(&s->in);
-        o->out = atomic_load(&s->out);
-        o->batches = atomic_load(&s->batches);
-        kp__latency(s->lat, &s->n_lat, &o->host_p50_us, &o->host_p99_us);
-        kp__latency(s->gpu_lat, &s->n_gpu_lat, &o->gpu_p50_us, &o->gpu_p99_us);
+        o->name = f->st[ls->first].name;
+        o->device = kp_device_name(f->st[ls->first].ctx.dev);
+        o->replicas = ls->n_rep;
+        /* counters move while we read: a stage's out is read after its in,
+         * so in >= out holds for what we return */
+        for (size_t r = 0; r < ls->n_rep; r++) o->in += atomic_load(&f->st[ls->first + r].in);
+        for (size_t r = 0; r < ls->n_rep; r++) {
+            o->out += atomic_load(&f->st[ls->first + r].out);
+            o->batches += atomic_load(&f->st[ls->first + r].batches);
+        }
+        kp__latency(f, ls, false, &o->host_p50_us, &o->host_p99_us);
+        kp__latency(f, ls, true, &o->gpu_p50_us, &o->gpu_p99_us);
+        if (o->in < o->out) out->consistent = false;
         if (i) {
             kp__queue *q = &f->q[i];
             kp_flow_queue_stats *qs = &out->queues[i];
@@ -871,10 +1186,6 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
             qs->policy = q->policy;
         }
     }
-    /* counters move while we read: a stage's out is read after its in, so
-     * in >= out holds for what we return */
-    for (size_t i = 0; i < f->n; i++)
-        if (out->stages[i].in < out->stages[i].out) out->consistent = false;
     out->frames_in_flight = atomic_load(&f->in_flight);
     out->max_frames_in_flight = atomic_load(&f->max_in_flight);
     out->frame_limit = f->n_frames;
@@ -884,15 +1195,37 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
     out->frames_done = atomic_load(&f->done);
     out->frames_dropped = atomic_load(&f->dropped);
     if (out->max_frames_in_flight > f->n_frames) out->consistent = false;
-    kp_pool_stats ps = {0};
-    if (kp_buffer_pool_stats(f->pool, &ps) == KP_OK) {
-        out->pool_hits = ps.hits;
-        out->pool_misses = ps.misses;
-        out->pool_hit_rate =
-            ps.hits + ps.misses ? (double)ps.hits / (double)(ps.hits + ps.misses) : 0.0;
-        out->device_bytes = ps.live_bytes + ps.cached_bytes;
-        out->device_peak_bytes = f->n_frames * f->frame_bytes;
+    out->n_devices = f->n_devs;
+    for (size_t d = 0; d < f->n_devs; d++) {
+        kp_flow_device_stats *ds = &out->devices[d];
+        kp_pool_stats ps = {0};
+        ds->name = kp_device_name(f->devs[d]);
+        ds->runs = atomic_load(&f->dev_runs[d]);
+        if (kp_buffer_pool_stats(f->pools[d], &ps) != KP_OK) continue;
+        ds->frame_bytes = ps.live_bytes + ps.cached_bytes;
+        out->pool_hits += ps.hits;
+        out->pool_misses += ps.misses;
+        out->device_bytes += ds->frame_bytes;
     }
+    out->pool_hit_rate = out->pool_hits + out->pool_misses
+                             ? (double)out->pool_hits / (double)(out->pool_hits + out->pool_misses)
+                             : 0.0;
+    out->device_peak_bytes = f->n_frames * f->frame_bytes * f->n_devs;
+    for (size_t a = 0; a < f->n_devs; a++)
+        for (size_t b = 0; b < f->n_devs; b++) {
+            const kp__link *l = &f->link[a][b];
+            uint64_t frames = atomic_load(&l->frames);
+            if (a == b || !frames) continue;
+            kp_flow_link_stats *o = &out->links[out->n_links++];
+            o->from = kp_device_name(f->devs[a]);
+            o->to = kp_device_name(f->devs[b]);
+            o->handoff = (kp_handoff)atomic_load(&l->kind);
+            o->frames = frames;
+            o->bytes = atomic_load(&l->bytes);
+            uint64_t t0 = atomic_load(&l->t_first_ns), t1 = atomic_load(&l->t_last_ns);
+            o->bytes_per_s = t1 > t0 ? (double)o->bytes * 1e9 / (double)(t1 - t0) : 0.0;
+        }
+    out->staged_frames = atomic_load(&f->staged);
     out->running = atomic_load(&f->started) && atomic_load(&f->running) > 0;
     /* a whole lap of frames finished since a frame last got a buffer */
     out->steady = out->frames_done >= atomic_load(&f->done_at_alloc) + f->n_frames;
@@ -920,12 +1253,15 @@ kp_status kp_flow_write_trace(kp_flow_t f, const char *path) {
     if (!out) return kp__error(KP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     uint64_t n = atomic_load(&f->trace_n), first = n > f->trace_cap ? n - f->trace_cap : 0;
     fprintf(out, "{\"traceEvents\": [\n");
-    for (size_t i = 0; i < f->n; i++) { /* one named row per stage */
+    for (size_t i = 0; i < f->n_st; i++) { /* one named row per stage thread */
+        const kp__stage *s = &f->st[i];
         fprintf(out,
                 "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %zu, "
                 "\"args\": {\"name\": \"%zu ",
-                i, i);
-        kp__json_escaped(out, f->st[i].name);
+                i, s->index);
+        kp__json_escaped(out, s->name);
+        if (f->ls[s->index].n_rep > 1)
+            fprintf(out, " [%zu] %s", s->replica, kp_device_name(s->ctx.dev));
         fprintf(out, "\"}},\n");
     }
     for (uint64_t k = first; k < n; k++) {
@@ -948,22 +1284,31 @@ void kp_flow_destroy(kp_flow_t f) {
         (void)kp_flow_cancel(f);
         if (kp_flow_wait(f) != KP_OK) kp_clear_error();
     }
-    for (size_t i = 0; i < f->n; i++) {
+    for (size_t i = 0; f->st && i < f->n_st; i++) {
         for (size_t k = 0; k < KP__GPU_SLOTS; k++) {
             kp_event_destroy(f->st[i].gpu[k].start);
             kp_event_destroy(f->st[i].gpu[k].end);
         }
         kp_stream_destroy(f->st[i].ctx.stream);
-        if (i) kp__queue_fini(&f->q[i]);
         kp__free(f->st[i].batch);
         kp__free(f->st[i].batch_frames);
     }
+    for (size_t i = 0; i < f->n; i++) {
+        if (i) kp__queue_fini(&f->q[i]);
+        if (f->ls[i].ro_init) pthread_mutex_destroy(&f->ls[i].ro_mu);
+        kp__free(f->ls[i].ro);
+    }
+    kp__free(f->st);
     for (size_t i = 0; f->frames && i < f->n_frames; i++) {
-        kp_event_destroy(f->frames[i].ev);
-        if (f->frames[i].buf) kp_buffer_release(f->frames[i].buf);
+        kp__fframe *fr = &f->frames[i];
+        for (size_t d = 0; d < f->n_devs; d++) {
+            kp_event_destroy(fr->ev[d]);
+            if (fr->buf[d]) kp_buffer_release(fr->buf[d]);
+        }
+        kp_free_host(f->devs[0], fr->staging);
     }
     kp__free(f->frames);
-    kp_buffer_pool_destroy(f->pool);
+    for (size_t d = 0; d < f->n_devs; d++) kp_buffer_pool_destroy(f->pools[d]);
     for (size_t i = f->n_owned; i-- > 0;) f->owned[i].free_fn(f->owned[i].obj);
     kp__free(f->trace);
 #ifdef KP_HAVE_CUDA

@@ -29,7 +29,11 @@ typedef struct kp__flow_build {
     const char *base_dir; /* of the flow file; "" for text */
     kp_flow_stage st[KP_FLOW_MAX_STAGES];
     char names[KP_FLOW_MAX_STAGES][64];
-    kp__stage_made made[KP_FLOW_MAX_STAGES];
+    kp__stage_made made[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS]; /* one per replica */
+    void *users[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS];
+    kp_device_t rep_devs[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS];
+    kp_device_t opened[KP_FLOW_MAX_DEVICES]; /* devices the file names, opened here */
+    size_t n_opened;
     size_t n;
     size_t frame_bytes, budget, trace;
     char y4m_tags[256]; /* a y4m source's header tags, for a y4m sink */
@@ -82,7 +86,7 @@ static kp_status kp__queue(json_t *q, const char *path, kp_flow_stage *st) {
     return KP_OK;
 }
 
-static kp_status kp__synthetic(kp__flow_build *b, json_t *s, const char *path, int64_t frames,
+static kp_status kp__synthetic(kp_device_t dev, json_t *s, const char *path, int64_t frames,
                                kp__stage_made *m) {
     char sub[96];
     int64_t shape[KP_MAX_DIMS];
@@ -94,7 +98,7 @@ static kp_status kp__synthetic(kp__flow_build *b, json_t *s, const char *path, i
         snprintf(sub, sizeof sub, "%s.shape[%zu]", path, i);
         KP_CHECK(kp__count(e, sub, 1, (int64_t)1 << 32, &shape[i]));
     }
-    return kp__stage_synthetic(b->dev, frames, (int)nd, shape, m);
+    return kp__stage_synthetic(dev, frames, (int)nd, shape, m);
 }
 
 /* The keys only some kinds of stage take: "frames" (sources), "shape"
@@ -113,7 +117,8 @@ static kp_status kp__kind_keys(json_t *s, const char *path, const char *kind,
     return KP_OK;
 }
 
-static kp_status kp__source(kp__flow_build *b, json_t *s, const char *path, kp__stage_made *m) {
+static kp_status kp__source(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
+                            kp__stage_made *m) {
     const char *kind = json_string_value(json_object_get(s, "source"));
     char sub[96];
     int64_t frames = 0, w = 0, h = 0;
@@ -123,7 +128,7 @@ static kp_status kp__source(kp__flow_build *b, json_t *s, const char *path, kp__
     if (v) KP_CHECK(kp__count(v, sub, 0, INT64_MAX, &frames));
     if (kind && strcmp(kind, "synthetic") == 0) {
         KP_CHECK(kp__kind_keys(s, path, kind, (const char *const[]){"frames", "shape", NULL}));
-        st = kp__synthetic(b, s, path, frames, m);
+        st = kp__synthetic(dev, s, path, frames, m);
     } else if (kind && strcmp(kind, "testsrc") == 0) {
         KP_CHECK(
             kp__kind_keys(s, path, kind, (const char *const[]){"frames", "width", "height", NULL}));
@@ -140,7 +145,7 @@ static kp_status kp__source(kp__flow_build *b, json_t *s, const char *path, kp__
         if (!file) return KP__PERR("%s.path: the y4m source needs a file path", path);
         if (loop && !json_is_boolean(loop))
             return KP__PERR("%s.loop: expected true or false", path);
-        st = kp__stage_y4m_source(b->dev, file, frames, json_is_true(loop), m, b->y4m_tags,
+        st = kp__stage_y4m_source(dev, file, frames, json_is_true(loop), m, b->y4m_tags,
                                   sizeof b->y4m_tags);
     } else {
         return KP__PERR("%s.source: expected \"synthetic\", \"testsrc\" or \"y4m\"", path);
@@ -148,7 +153,8 @@ static kp_status kp__source(kp__flow_build *b, json_t *s, const char *path, kp__
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }
 
-static kp_status kp__sink(kp__flow_build *b, json_t *s, const char *path, kp__stage_made *m) {
+static kp_status kp__sink(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
+                          kp__stage_made *m) {
     const char *kind = json_string_value(json_object_get(s, "sink"));
     if (kind && strcmp(kind, "null") == 0) {
         KP_CHECK(kp__kind_keys(s, path, kind, (const char *const[]){NULL}));
@@ -159,14 +165,13 @@ static kp_status kp__sink(kp__flow_build *b, json_t *s, const char *path, kp__st
     KP_CHECK(kp__kind_keys(s, path, kind, (const char *const[]){"path", NULL}));
     const char *file = json_string_value(json_object_get(s, "path"));
     if (!file) return KP__PERR("%s.path: the %s sink needs a file path", path, kind);
-    kp_status st = kind[0] == 'n'
-                       ? kp__stage_npy(b->dev, file, b->frame_bytes, m)
-                       : kp__stage_y4m_sink(b->dev, file, b->frame_bytes, b->y4m_tags, m);
+    kp_status st = kind[0] == 'n' ? kp__stage_npy(dev, file, b->frame_bytes, m)
+                                  : kp__stage_y4m_sink(dev, file, b->frame_bytes, b->y4m_tags, m);
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }
 
-static kp_status kp__pipeline(kp__flow_build *b, json_t *s, const char *path, kp__stage_made *m,
-                              uint32_t *deadline_us) {
+static kp_status kp__pipeline(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
+                              kp__stage_made *m, uint32_t *deadline_us) {
     json_t *spec = json_object_get(s, "pipeline");
     kp_pipeline_t p = NULL;
     kp_status st;
@@ -175,10 +180,10 @@ static kp_status kp__pipeline(kp__flow_build *b, json_t *s, const char *path, kp
         const char *file = json_string_value(spec);
         char full[2048];
         snprintf(full, sizeof full, "%s%s", file[0] == '/' ? "" : b->base_dir, file);
-        st = kp_pipeline_create_from_file(b->dev, full, &p);
+        st = kp_pipeline_create_from_file(dev, full, &p);
     } else if (json_is_object(spec)) {
         char *text = json_dumps(spec, JSON_COMPACT);
-        st = text ? kp_pipeline_create_from_json(b->dev, text, &p)
+        st = text ? kp_pipeline_create_from_json(dev, text, &p)
                   : kp__error(KP_ERR_OUT_OF_MEMORY, "no memory");
         free(text);
     } else {
@@ -203,16 +208,158 @@ static kp_status kp__pipeline(kp__flow_build *b, json_t *s, const char *path, kp
         }
     }
     if (st == KP_OK)
-        st = batch ? kp__stage_pipeline_batch(b->dev, p, (size_t)max, m) : kp__stage_pipeline(p, m);
+        st = batch ? kp__stage_pipeline_batch(dev, p, (size_t)max, m) : kp__stage_pipeline(p, m);
     *deadline_us = (uint32_t)deadline;
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s.pipeline", path);
 }
 
+/* A device the file names: the flow's own where the names agree ("cuda"
+ * is "cuda:0"), else one opened here, once per name. */
+static kp_status kp__named_device(kp__flow_build *b, const char *name, const char *path,
+                                  kp_device_t *out) {
+    char full[64];
+    if (strlen(name) > 40) return KP__PERR("%s: \"%.40s...\" is not a device name", path, name);
+    snprintf(full, sizeof full, strchr(name, ':') ? "%s" : "%s:0", name);
+    if (strcmp(full, kp_device_name(b->dev)) == 0) {
+        *out = b->dev;
+        return KP_OK;
+    }
+    for (size_t k = 0; k < b->n_opened; k++)
+        if (strcmp(full, kp_device_name(b->opened[k])) == 0) {
+            *out = b->opened[k];
+            return KP_OK;
+        }
+    if (b->n_opened + 1 == KP_FLOW_MAX_DEVICES)
+        return KP__PERR("%s: a flow runs on at most %d devices", path, KP_FLOW_MAX_DEVICES);
+    kp_status st = kp_device_open(full, out);
+    if (st != KP_OK) return kp__error_prefix(st, "%s", path);
+    if (strcmp(kp_device_backend(*out), kp_device_backend(b->dev)) != 0) {
+        kp_device_close(*out);
+        *out = NULL;
+        return KP__PERR("%s: \"%s\" is not of the flow's backend (%s)", path, name,
+                        kp_device_backend(b->dev));
+    }
+    b->opened[b->n_opened++] = *out;
+    return KP_OK;
+}
+
+/* Where stage i runs: "device" (one), or "replicas" ("all", or a list of
+ * devices: pipelines only) dealt by "deal"; "handoff" says how frames from
+ * other devices reach it. */
+static kp_status kp__placement(kp__flow_build *b, json_t *s, const char *path, size_t i,
+                               bool pipeline, size_t *n_rep) {
+    json_t *dv = json_object_get(s, "device"), *rp = json_object_get(s, "replicas");
+    json_t *h = json_object_get(s, "handoff"), *dl = json_object_get(s, "deal");
+    char sub[96];
+    *n_rep = 1;
+    b->rep_devs[i][0] = b->dev;
+    if (dv && rp) return KP__PERR("%s: a stage takes \"device\" or \"replicas\", not both", path);
+    if (dv) {
+        snprintf(sub, sizeof sub, "%s.device", path);
+        if (!json_is_string(dv)) return KP__PERR("%s: expected a device name (\"cuda:1\")", sub);
+        KP_CHECK(kp__named_device(b, json_string_value(dv), sub, &b->rep_devs[i][0]));
+    }
+    if (rp) {
+        snprintf(sub, sizeof sub, "%s.replicas", path);
+        if (!pipeline) return KP__PERR("%s: only a pipeline stage has replicas", sub);
+        char name[64];
+        if (json_is_string(rp) && strcmp(json_string_value(rp), "all") == 0) {
+            const char *be = kp_device_backend(b->dev);
+            int n = kp_device_count(be, NULL, 0);
+            if (n < 1) return KP__PERR("%s: backend %s has no devices", sub, be);
+            *n_rep = n > KP_FLOW_MAX_REPLICAS ? KP_FLOW_MAX_REPLICAS : (size_t)n;
+            for (size_t r = 0; r < *n_rep; r++) {
+                snprintf(name, sizeof name, "%s:%zu", be, r);
+                KP_CHECK(kp__named_device(b, name, sub, &b->rep_devs[i][r]));
+            }
+        } else if (json_is_array(rp) && json_array_size(rp) >= 1 &&
+                   json_array_size(rp) <= KP_FLOW_MAX_REPLICAS) {
+            *n_rep = json_array_size(rp);
+            for (size_t r = 0; r < *n_rep; r++) {
+                json_t *e = json_array_get(rp, r);
+                snprintf(sub, sizeof sub, "%s.replicas[%zu]", path, r);
+                if (!json_is_string(e))
+                    return KP__PERR("%s: expected a device name (\"cuda:1\")", sub);
+                KP_CHECK(kp__named_device(b, json_string_value(e), sub, &b->rep_devs[i][r]));
+                for (size_t q = 0; q < r; q++)
+                    if (b->rep_devs[i][q] == b->rep_devs[i][r])
+                        return KP__PERR("%s: %s is named twice", sub,
+                                        kp_device_name(b->rep_devs[i][r]));
+            }
+        } else {
+            return KP__PERR("%s: expected \"all\" or a list of 1 to %d devices", sub,
+                            KP_FLOW_MAX_REPLICAS);
+        }
+    }
+    if (h) {
+        const char *v = json_string_value(h);
+        int found = -1;
+        for (int k = KP_HANDOFF_AUTO; k <= KP_HANDOFF_STAGED && v; k++)
+            if (strcmp(v, kp_handoff_str((kp_handoff)k)) == 0) found = k;
+        if (found < 0)
+            return KP__PERR("%s.handoff: expected \"auto\", \"copy\", \"in_place\" or \"staged\"",
+                            path);
+        b->st[i].handoff = (kp_handoff)found;
+    }
+    if (dl) {
+        const char *v = json_string_value(dl);
+        if (!rp) return KP__PERR("%s.deal: only a stage with replicas deals frames", path);
+        if (v && strcmp(v, "least_loaded") == 0)
+            b->st[i].deal = KP_DEAL_LEAST_LOADED;
+        else if (v && strcmp(v, "round_robin") == 0)
+            b->st[i].deal = KP_DEAL_ROUND_ROBIN;
+        else
+            return KP__PERR("%s.deal: expected \"least_loaded\" or \"round_robin\"", path);
+    }
+    return KP_OK;
+}
+
+/* Stage i's function and state, once per replica, and its placement. */
+static kp_status kp__stage_made_all(kp__flow_build *b, json_t *s, const char *path, size_t i,
+                                    size_t n_rep, uint32_t *deadline_us) {
+    bool src = json_object_get(s, "source"), snk = json_object_get(s, "sink");
+    for (size_t r = 0; r < n_rep; r++) {
+        kp__stage_made *m = &b->made[i][r];
+        kp_device_t dev = b->rep_devs[i][r];
+        if (src)
+            KP_CHECK(kp__source(b, dev, s, path, m));
+        else if (snk)
+            KP_CHECK(kp__sink(b, dev, s, path, m));
+        else
+            KP_CHECK(kp__pipeline(b, dev, s, path, m, deadline_us));
+        b->users[i][r] = m->user;
+        if (!snk && m->frame_bytes > b->frame_bytes) b->frame_bytes = m->frame_bytes;
+    }
+    kp__stage_made *m = &b->made[i][0];
+    kp_flow_stage *st = &b->st[i];
+    st->name = b->names[i];
+    st->fn = m->fn;
+    st->batch_fn = m->batch_fn;
+    st->end_fn = m->end_fn;
+    st->max_batch = m->batch_fn ? m->max_batch : 0;
+    st->deadline_us = *deadline_us;
+    st->user = m->user;
+    if (n_rep > 1) {
+        if (m->batch_fn)
+            return KP__PERR("%s: a stage with replicas does not micro-batch (yet)", path);
+        st->replicas = b->rep_devs[i];
+        st->n_replicas = n_rep;
+        st->replica_users = b->users[i];
+    } else {
+        st->dev = b->rep_devs[i][0];
+    }
+    if (m->batch_fn && st->queue_capacity < m->max_batch)
+        st->queue_capacity = m->max_batch; /* a batch fits its queue */
+    return KP_OK;
+}
+
 /* Sources first (they fix the frame size), then pipelines, then the sink. */
 static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
-    static const char *const keys[] = {"name",  "source", "pipeline", "sink",  "queue",
-                                       "batch", "frames", "shape",    "width", "height",
-                                       "loop",  "path",   NULL};
+    static const char *const keys[] = {
+        "name",        "source",   "pipeline",   "sink",    "queue",  "batch",
+        "frames",      "shape",    "width",      "height",  "loop",   "path",
+        "device",      "replicas", "deal",       "handoff", "listen", "connect",
+        "frame_bytes", "capacity", "timeout_ms", NULL};
     size_t n = json_array_size(arr);
     if (!json_is_array(arr) || n < 2 || n > KP_FLOW_MAX_STAGES)
         return KP__PERR("$.stages: expected an array of 2 to %d stages", KP_FLOW_MAX_STAGES);
@@ -241,27 +388,16 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
         char qpath[80];
         snprintf(qpath, sizeof qpath, "%s.queue", path);
         if (i) KP_CHECK(kp__queue(json_object_get(s, "queue"), qpath, &b->st[i]));
-        kp__stage_made *m = &b->made[i];
+        size_t n_rep = 1;
         uint32_t deadline_us = 0;
-        if (!snk) {
-            KP_CHECK(src ? kp__source(b, s, path, m) : kp__pipeline(b, s, path, m, &deadline_us));
-            b->n = i + 1;
-            if (m->frame_bytes > b->frame_bytes) b->frame_bytes = m->frame_bytes;
-        } else {
-            KP_CHECK(kp__sink(b, s, path, m));
-            b->n = i + 1;
-        }
-        b->st[i].name = b->names[i];
-        b->st[i].fn = m->fn;
-        b->st[i].batch_fn = m->batch_fn;
-        b->st[i].max_batch = m->batch_fn ? m->max_batch : 0;
-        b->st[i].deadline_us = deadline_us;
-        b->st[i].user = m->user;
-        if (m->batch_fn && b->st[i].queue_capacity < m->max_batch)
-            b->st[i].queue_capacity = m->max_batch; /* a batch fits its queue */
+        KP_CHECK(kp__placement(b, s, path, i, pipe, &n_rep));
+        b->n = i + 1;
+        KP_CHECK(kp__stage_made_all(b, s, path, i, n_rep, &deadline_us));
     }
     return KP_OK;
 }
+
+static void kp__close_device(void *dev) { kp_device_close(dev); }
 
 static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *out) {
     static const char *const keys[] = {"kpipe_flow",   "name",   "budget_bytes",
@@ -294,11 +430,16 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
     cfg.trace_events = b->trace;
     kp_status st = kp_flow_create(&cfg, out);
     if (st != KP_OK) return st;
-    for (size_t i = 0; i < b->n && st == KP_OK; i++) {
-        kp__stage_made *m = &b->made[i];
-        st = kp__flow_own(*out, m->user, m->free_fn);
-        m->free_fn = NULL; /* the flow has it (or freed it) */
-    }
+    /* the devices first: the flow frees what it owns last first */
+    for (size_t k = 0; k < b->n_opened && st == KP_OK; k++)
+        st = kp__flow_own(*out, b->opened[k], kp__close_device);
+    if (st == KP_OK) b->n_opened = 0;
+    for (size_t i = 0; i < b->n && st == KP_OK; i++)
+        for (size_t r = 0; r < KP_FLOW_MAX_REPLICAS && st == KP_OK; r++) {
+            kp__stage_made *m = &b->made[i][r];
+            st = kp__flow_own(*out, m->user, m->free_fn);
+            m->free_fn = NULL; /* the flow has it (or freed it) */
+        }
     if (st != KP_OK) {
         kp_flow_destroy(*out);
         *out = NULL;
@@ -324,7 +465,9 @@ static kp_status kp__flow_from_text(kp_device_t dev, const char *text, const cha
         b->trace = trace;
         st = kp__flow_from_root(b, root, out);
         for (size_t i = 0; i < KP_FLOW_MAX_STAGES; i++)
-            if (b->made[i].free_fn) b->made[i].free_fn(b->made[i].user);
+            for (size_t r = 0; r < KP_FLOW_MAX_REPLICAS; r++)
+                if (b->made[i][r].free_fn) b->made[i][r].free_fn(b->made[i][r].user);
+        for (size_t k = 0; k < b->n_opened; k++) kp_device_close(b->opened[k]);
         kp__free(b);
     }
     json_decref(root);
