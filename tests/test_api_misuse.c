@@ -812,6 +812,11 @@ static void flow_calls(void **state) {
     assert_string_equal(kp_queue_policy_str((kp_queue_policy)-1), "invalid");
     assert_string_equal(kp_handoff_str((kp_handoff)-1), "invalid");
     assert_false(kp_flow_cancelled(NULL));
+    kp_flow_remote_stats rs;
+    KPT_FAILS(kp_flow_remote(NULL, 0, &rs), BAD);
+    KPT_FAILS(kp_flow_remote(f, 0, NULL), BAD);
+    KPT_FAILS(kp_flow_remote(f, 0, &rs), BAD); /* not a remote queue's end */
+    KPT_FAILS(kp_flow_remote(f, 99, &rs), BAD);
     kp_flow_destroy(f);
     kp_flow_destroy(NULL);
 }

@@ -252,6 +252,23 @@ typedef struct kp_flow_snapshot {
 
 /* A snapshot from counters, at any time, from any thread. */
 kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out);
+/* A remote queue's end: a "remote" source or sink (README, "Remote queues"). */
+typedef struct kp_flow_remote_stats {
+    /* the receiver's address with the port it listens on (the one the
+     * system chose where the file gave port 0); the sender's as given */
+    char address[128];
+    bool receiver; /* the source end */
+    bool direct;   /* frames go from and to device memory (UCX built with CUDA) */
+    size_t capacity; /* frames in flight at most: the receiver's (0 before the sender connects) */
+    uint64_t frames, bytes;
+    uint64_t max_in_flight; /* sender: the most frames sent and not yet consumed */
+    uint64_t credit_waits;  /* sender: frames that waited for the receiver to consume one */
+} kp_flow_remote_stats;
+
+/* The figures of stage `stage`, a remote queue's end; KP_ERR_INVALID_ARG
+ * for another stage. From any thread, at any time after creation. */
+kp_status kp_flow_remote(kp_flow_t f, size_t stage, kp_flow_remote_stats *out);
+
 /* Writes the trace as a Chrome trace file (chrome://tracing, Perfetto):
  * one row per stage, one slice per frame, host time. After kp_flow_wait;
  * KP_ERR_STATE when the flow keeps no trace. */

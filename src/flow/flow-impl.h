@@ -52,4 +52,18 @@ kp_status kp__stage_pipeline(kp_pipeline_t p, kp__stage_made *out);
 kp_status kp__stage_pipeline_batch(kp_device_t dev, kp_pipeline_t p, size_t max_batch,
                                    kp__stage_made *out);
 
+/* Remote queues over UCX (remote.c; KP_HAVE_UCX). Source "remote": listens
+ * on `listen` ("host:port"; port 0: any free one) for one sender, whose
+ * frames (up to frame_bytes) it receives, `capacity` in flight; waits for
+ * the sender up to timeout_ms (0: for ever). Sink "remote": sends every
+ * frame to `connect`, trying for up to timeout_ms while the receiver is not
+ * up yet. */
+kp_status kp__stage_remote_source(kp_device_t dev, const char *listen, size_t frame_bytes,
+                                  size_t capacity, int timeout_ms, kp__stage_made *out);
+kp_status kp__stage_remote_sink(kp_device_t dev, const char *connect, size_t frame_bytes,
+                                int timeout_ms, kp__stage_made *out);
+kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out);
+/* Marks stage i's state (user) as a remote queue's, for kp_flow_remote. */
+void kp__flow_set_remote(kp_flow_t f, size_t i, void *user);
+
 #endif

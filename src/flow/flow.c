@@ -106,6 +106,7 @@ typedef struct kp__lstage {
     uint64_t ro_next; /* the ticket to pass on next */
     bool ro_pushing;  /* a replica is passing frames on */
     bool ro_init;
+    void *remote; /* a remote queue's end: its state */
 } kp__lstage;
 
 /* Frames from one device to another. */
@@ -783,6 +784,24 @@ const char *kp_handoff_str(kp_handoff h) {
 }
 
 bool kp_flow_cancelled(kp_flow_t f) { return f && atomic_load(&f->cancel); }
+
+void kp__flow_set_remote(kp_flow_t f, size_t i, void *user) { f->ls[i].remote = user; }
+
+kp_status kp_flow_remote(kp_flow_t f, size_t stage, kp_flow_remote_stats *out) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(f && out);
+    memset(out, 0, sizeof *out);
+    if (stage >= f->n)
+        return kp__error(KP_ERR_INVALID_ARG, "stage %zu: the flow has %zu stages", stage, f->n);
+    if (!f->ls[stage].remote)
+        return kp__error(KP_ERR_INVALID_ARG, "stage %zu (%s) is not a remote queue's end", stage,
+                         f->st[f->ls[stage].first].name);
+#ifdef KP_HAVE_UCX
+    return kp__remote_stats(f->ls[stage].remote, out);
+#else
+    return kp__error(KP_ERR_UNSUPPORTED, "this kpipe was built without UCX");
+#endif
+}
 
 /* The devices stage i runs on: its replicas, or its one device. */
 static size_t kp__stage_devices(const kp_flow_config *c, size_t i, const kp_device_t **devs,

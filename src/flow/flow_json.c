@@ -33,6 +33,7 @@ typedef struct kp__flow_build {
     void *users[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS];
     kp_device_t rep_devs[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS];
     kp_device_t opened[KP_FLOW_MAX_DEVICES]; /* devices the file names, opened here */
+    bool remote[KP_FLOW_MAX_STAGES];         /* the stage is a remote queue's end */
     size_t n_opened;
     size_t n;
     size_t frame_bytes, budget, trace;
@@ -106,8 +107,9 @@ static kp_status kp__synthetic(kp_device_t dev, json_t *s, const char *path, int
  * (files). */
 static kp_status kp__kind_keys(json_t *s, const char *path, const char *kind,
                                const char *const *allowed) {
-    static const char *const optional[] = {"frames", "shape", "width", "height",
-                                           "loop",   "path",  NULL};
+    static const char *const optional[] = {"frames",      "shape",    "width",      "height",
+                                           "loop",        "path",     "listen",     "connect",
+                                           "frame_bytes", "capacity", "timeout_ms", NULL};
     for (const char *const *k = optional; *k; k++) {
         bool ok = false;
         for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, *k) == 0;
@@ -115,6 +117,53 @@ static kp_status kp__kind_keys(json_t *s, const char *path, const char *kind,
             return KP__PERR("%s.%s: a %s stage takes no \"%s\"", path, *k, kind, *k);
     }
     return KP_OK;
+}
+
+/* "host:port" at key `key`, and timeout_ms (default `timeout`). */
+static kp_status kp__endpoint(json_t *s, const char *path, const char *key, int64_t timeout,
+                              const char **addr, int *timeout_ms) {
+    char sub[96];
+    *addr = json_string_value(json_object_get(s, key));
+    if (!*addr) return KP__PERR("%s.%s: expected \"HOST:PORT\"", path, key);
+    json_t *v = json_object_get(s, "timeout_ms");
+    snprintf(sub, sizeof sub, "%s.timeout_ms", path);
+    if (v) KP_CHECK(kp__count(v, sub, 0, 86400000, &timeout));
+    *timeout_ms = (int)timeout;
+    return KP_OK;
+}
+
+/* A remote queue's receiving end (README, "Remote queues"). */
+static kp_status kp__remote_source(kp_device_t dev, json_t *s, const char *path,
+                                   kp__stage_made *m) {
+    char sub[96];
+    const char *addr;
+    int timeout_ms;
+    int64_t bytes = 0, cap = KP__DEFAULT_CAPACITY;
+    KP_CHECK(kp__endpoint(s, path, "listen", 0, &addr, &timeout_ms));
+    snprintf(sub, sizeof sub, "%s.frame_bytes", path);
+    KP_CHECK(kp__count(json_object_get(s, "frame_bytes"), sub, 0, (int64_t)1 << 32, &bytes));
+    json_t *v = json_object_get(s, "capacity");
+    snprintf(sub, sizeof sub, "%s.capacity", path);
+    if (v) KP_CHECK(kp__count(v, sub, 1, 1024, &cap));
+#ifdef KP_HAVE_UCX
+    return kp__stage_remote_source(dev, addr, (size_t)bytes, (size_t)cap, timeout_ms, m);
+#else
+    (void)dev, (void)m;
+    return kp__error(KP_ERR_UNSUPPORTED, "remote queues: this kpipe was built without UCX");
+#endif
+}
+
+static kp_status kp__remote_sink(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
+                                 kp__stage_made *m) {
+    const char *addr;
+    int timeout_ms;
+    KP_CHECK(kp__endpoint(s, path, "connect", 30000, &addr, &timeout_ms));
+#ifdef KP_HAVE_UCX
+    return kp__stage_remote_sink(dev, addr, b->frame_bytes, timeout_ms, m);
+#else
+    (void)b, (void)dev, (void)m;
+    return kp__error(KP_ERR_UNSUPPORTED, "remote queues: this kpipe was built without UCX");
+#endif
 }
 
 static kp_status kp__source(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
@@ -147,8 +196,15 @@ static kp_status kp__source(kp__flow_build *b, kp_device_t dev, json_t *s, const
             return KP__PERR("%s.loop: expected true or false", path);
         st = kp__stage_y4m_source(dev, file, frames, json_is_true(loop), m, b->y4m_tags,
                                   sizeof b->y4m_tags);
+    } else if (kind && strcmp(kind, "remote") == 0) {
+        KP_CHECK(kp__kind_keys(
+            s, path, kind,
+            (const char *const[]){"listen", "frame_bytes", "capacity", "timeout_ms", NULL}));
+        st = kp__remote_source(dev, s, path, m);
     } else {
-        return KP__PERR("%s.source: expected \"synthetic\", \"testsrc\" or \"y4m\"", path);
+        return KP__PERR("%s.source: expected \"synthetic\", \"testsrc\", \"y4m\" or "
+                        "\"remote\"",
+                        path);
     }
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }
@@ -160,8 +216,14 @@ static kp_status kp__sink(kp__flow_build *b, kp_device_t dev, json_t *s, const c
         KP_CHECK(kp__kind_keys(s, path, kind, (const char *const[]){NULL}));
         return kp__stage_null(m);
     }
+    if (kind && strcmp(kind, "remote") == 0) {
+        KP_CHECK(
+            kp__kind_keys(s, path, kind, (const char *const[]){"connect", "timeout_ms", NULL}));
+        kp_status st = kp__remote_sink(b, dev, s, path, m);
+        return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
+    }
     if (!kind || (strcmp(kind, "npy") != 0 && strcmp(kind, "y4m") != 0))
-        return KP__PERR("%s.sink: expected \"null\", \"npy\" or \"y4m\"", path);
+        return KP__PERR("%s.sink: expected \"null\", \"npy\", \"y4m\" or \"remote\"", path);
     KP_CHECK(kp__kind_keys(s, path, kind, (const char *const[]){"path", NULL}));
     const char *file = json_string_value(json_object_get(s, "path"));
     if (!file) return KP__PERR("%s.path: the %s sink needs a file path", path, kind);
@@ -328,6 +390,8 @@ static kp_status kp__stage_made_all(kp__flow_build *b, json_t *s, const char *pa
         else
             KP_CHECK(kp__pipeline(b, dev, s, path, m, deadline_us));
         b->users[i][r] = m->user;
+        json_t *kind = json_object_get(s, src ? "source" : "sink");
+        b->remote[i] = json_is_string(kind) && strcmp(json_string_value(kind), "remote") == 0;
         if (!snk && m->frame_bytes > b->frame_bytes) b->frame_bytes = m->frame_bytes;
     }
     kp__stage_made *m = &b->made[i][0];
@@ -437,6 +501,7 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
     for (size_t i = 0; i < b->n && st == KP_OK; i++)
         for (size_t r = 0; r < KP_FLOW_MAX_REPLICAS && st == KP_OK; r++) {
             kp__stage_made *m = &b->made[i][r];
+            if (r == 0 && b->remote[i]) kp__flow_set_remote(*out, i, m->user);
             st = kp__flow_own(*out, m->user, m->free_fn);
             m->free_fn = NULL; /* the flow has it (or freed it) */
         }

@@ -1,0 +1,538 @@
+/* Remote queues: two processes on loopback, a sending flow in one and a
+ * receiving flow in the other. Order and every element at 1, odd and 1M
+ * floats; backpressure across the link (never more than the capacity in
+ * flight); end of stream; cancellation from either side; either peer
+ * killed mid-stream (an error, no hang); refusals and timeouts; the JSON
+ * form's errors.
+ * The processes fork, which CUDA does not survive, so this runs on the cpu
+ * backend; bench/bench_remote runs whole kpipe processes, on cuda too.
+ *   test_remote */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "flow/flow-impl.h"
+#include "support/kp_test.h"
+#include "support/test_kernels.h"
+
+static const char *g_device = "cpu";
+
+static void sleep_us(long us) {
+    struct timespec t = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&t, NULL);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+#define TRY(expr)                             \
+    do {                                      \
+        kp_status try_st_ = (expr);           \
+        if (try_st_ != KP_OK) return try_st_; \
+    } while (0)
+
+/* One side's flow and what its stages saw. */
+typedef struct side {
+    int n;               /* floats per frame */
+    uint64_t frames;     /* the sender's source ends after this many (0: never) */
+    long sink_sleep_us;  /* a slow receiving sink */
+    uint64_t cancel_at;  /* the receiving sink cancels its flow at this frame (0: never) */
+    uint64_t seen, next; /* frames the receiving sink saw; the one it expects */
+    bool ordered, data_ok;
+    float *host;
+    kp_device_t dev;
+    kp_flow_t flow;
+} side;
+
+static kp_status gen(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    side *t = user;
+    if (t->frames && f->seq == t->frames) {
+        *eos = true;
+        return KP_OK;
+    }
+    f->bytes = (size_t)t->n * sizeof(float);
+    f->user[0] = (int64_t)f->seq * 3;
+    int64_t shape[1] = {t->n};
+    TRY(kp_desc_init(&f->desc, KP_F32, 1, shape, NULL));
+    TRY(kp_memset_async(c->stream, f->data, 0, f->bytes));
+    kpt_affine_params p = {f->data, 1.0f, (float)(f->seq % 1000) + 0.5f, t->n};
+    kp_launch l = kpt_launch_1d(&kpt_affine, &p, t->n);
+    return kp_launch_kernel(c->stream, &l);
+}
+
+/* Every element, the order, the descriptor and the user words. */
+static kp_status check(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    side *t = user;
+    if (t->sink_sleep_us) sleep_us(t->sink_sleep_us);
+    if (f->bytes != (size_t)t->n * sizeof(float) || f->desc.ndim != 1 || f->desc.shape[0] != t->n ||
+        f->user[0] != (int64_t)f->seq * 3)
+        t->data_ok = false;
+    TRY(kp_memcpy_async(c->stream, t->host, f->data, (size_t)t->n * sizeof(float)));
+    TRY(kp_stream_sync(c->stream));
+    float want = (float)(f->seq % 1000) + 0.5f;
+    for (int i = 0; i < t->n; i++)
+        if (t->host[i] != want) t->data_ok = false;
+    if (f->seq != t->next) t->ordered = false;
+    t->next = f->seq + 1;
+    __atomic_store_n(&t->seen, t->seen + 1, __ATOMIC_RELAXED); /* the main thread polls it */
+    if (t->cancel_at && t->seen == t->cancel_at) kp_flow_cancel(t->flow);
+    return KP_OK;
+}
+
+static kp_status side_open(side *t, int n) {
+    t->n = n;
+    t->ordered = t->data_ok = true;
+    TRY(kp_device_open(g_device, &t->dev));
+    t->host = malloc((size_t)n * sizeof(float));
+    return t->host ? KP_OK : KP_ERR_OUT_OF_MEMORY;
+}
+
+static void side_close(side *t) {
+    kp_flow_destroy(t->flow);
+    kp_device_close(t->dev);
+    free(t->host);
+}
+
+/* A flow of two stages, one of them a remote queue's end (made, set up
+ * and owned as the JSON reader does). */
+static kp_status two_stage_flow(side *t, kp__stage_made *m, bool receiver) {
+    kp_flow_stage st[2] = {
+        {.name = "gen", .fn = gen, .user = t},
+        {.name = "tx", .fn = m->fn, .user = m->user, .end_fn = m->end_fn, .queue_capacity = 2}};
+    if (receiver) {
+        st[0] = (kp_flow_stage){.name = "rx", .fn = m->fn, .user = m->user, .end_fn = m->end_fn};
+        st[1] = (kp_flow_stage){.name = "check", .fn = check, .user = t, .queue_capacity = 2};
+    }
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    cfg.dev = t->dev;
+    cfg.stages = st;
+    cfg.n_stages = 2;
+    cfg.frame_bytes = (size_t)t->n * sizeof(float);
+    kp_status s = kp_flow_create(&cfg, &t->flow);
+    if (s != KP_OK) {
+        m->free_fn(m->user);
+        return s;
+    }
+    TRY(kp__flow_own(t->flow, m->user, m->free_fn));
+    kp__flow_set_remote(t->flow, receiver ? 0 : 1, m->user);
+    return KP_OK;
+}
+
+/* What a receiving child reports to its parent. */
+typedef struct report {
+    kp_status st;
+    uint64_t seen;
+    bool ordered, data_ok;
+    char error[400];
+} report;
+
+typedef struct rx_opts {
+    int n;
+    size_t capacity, frame_bytes;
+    long sink_sleep_us;
+    uint64_t cancel_at;
+    int timeout_ms;
+} rx_opts;
+
+/* The receiving process (test_remote --rx ...): listens on a free port,
+ * writes it to port_fd, runs its flow to the end and writes a report to
+ * report_fd. */
+static int run_receiver(const rx_opts *o, int port_fd, int report_fd) {
+    side t = {0};
+    report r = {0};
+    kp__stage_made m;
+    int p = -1;
+    r.st = side_open(&t, o->n);
+    t.sink_sleep_us = o->sink_sleep_us;
+    t.cancel_at = o->cancel_at;
+    if (r.st == KP_OK)
+        r.st = kp__stage_remote_source(t.dev, "127.0.0.1:0", o->frame_bytes, o->capacity,
+                                       o->timeout_ms, &m);
+    if (r.st == KP_OK) r.st = two_stage_flow(&t, &m, true);
+    kp_flow_remote_stats rs;
+    if (r.st == KP_OK) r.st = kp_flow_remote(t.flow, 0, &rs);
+    if (r.st == KP_OK) p = atoi(strrchr(rs.address, ':') + 1);
+    if (write(port_fd, &p, sizeof p) != sizeof p) return 3;
+    if (r.st == KP_OK) r.st = kp_flow_start(t.flow);
+    if (r.st == KP_OK) r.st = kp_flow_wait(t.flow);
+    snprintf(r.error, sizeof r.error, "%s", r.st == KP_OK ? "" : kp_last_error());
+    r.seen = t.seen;
+    r.ordered = t.ordered;
+    r.data_ok = t.data_ok;
+    if (write(report_fd, &r, sizeof r) != sizeof r) return 3;
+    side_close(&t);
+    return 0;
+}
+
+static kp_status sender(side *t, int n, uint64_t frames, int port, size_t frame_bytes,
+                        int timeout_ms);
+
+/* The sending process (test_remote --tx ...): sends until killed. */
+static int run_sender(int n, int port, size_t frame_bytes) {
+    side t = {0};
+    if (sender(&t, n, 0, port, frame_bytes, 20000) != KP_OK) return 2;
+    if (kp_flow_start(t.flow) != KP_OK) return 2;
+    kp_flow_wait(t.flow);
+    return 1;
+}
+
+/* Runs this program again with args: UCX does not survive a fork, so
+ * each process of a test starts afresh. */
+static pid_t spawn(char *const *args) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Starts a receiving process; *port gets its port, *rep the pipe its
+ * report comes through. */
+static pid_t fork_receiver(const rx_opts *o, int *port, int *rep) {
+    int pp[2], rp[2];
+    assert_int_equal(pipe(pp), 0);
+    assert_int_equal(pipe(rp), 0);
+    char a[8][32];
+    snprintf(a[0], 32, "%d", o->n);
+    snprintf(a[1], 32, "%zu", o->capacity);
+    snprintf(a[2], 32, "%zu", o->frame_bytes);
+    snprintf(a[3], 32, "%ld", o->sink_sleep_us);
+    snprintf(a[4], 32, "%llu", (unsigned long long)o->cancel_at);
+    snprintf(a[5], 32, "%d", o->timeout_ms);
+    snprintf(a[6], 32, "%d", pp[1]);
+    snprintf(a[7], 32, "%d", rp[1]);
+    char *args[] = {"test_remote", "--rx", a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], NULL};
+    pid_t pid = spawn(args);
+    close(pp[1]);
+    close(rp[1]);
+    assert_int_equal(read(pp[0], port, sizeof *port), sizeof *port);
+    close(pp[0]);
+    *rep = rp[0];
+    return pid;
+}
+
+static report reap(pid_t pid, int rep) {
+    report r = {0};
+    if (read(rep, &r, sizeof r) != sizeof r) {
+        r.st = KP_ERR_INTERNAL;
+        snprintf(r.error, sizeof r.error, "the receiver wrote no report");
+    }
+    close(rep);
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    return r;
+}
+
+/* The sending flow in this process, to 127.0.0.1:port. */
+static kp_status sender(side *t, int n, uint64_t frames, int port, size_t frame_bytes,
+                        int timeout_ms) {
+    TRY(side_open(t, n));
+    t->frames = frames;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    kp__stage_made m;
+    TRY(kp__stage_remote_sink(t->dev, addr, frame_bytes, timeout_ms, &m));
+    return two_stage_flow(t, &m, false);
+}
+
+static void order_and_every_element(void **state) {
+    (void)state;
+    const int sizes[] = {1, 4097, 1 << 20};
+    for (size_t k = 0; k < 3; k++) {
+        int n = sizes[k], port, rep;
+        uint64_t frames = n >= (1 << 20) ? 40 : 300;
+        rx_opts o = {n, 3, (size_t)n * sizeof(float), 0, 0, 20000};
+        pid_t pid = fork_receiver(&o, &port, &rep);
+        side t = {0};
+        KPT_OK(sender(&t, n, frames, port, (size_t)n * sizeof(float), 20000));
+        KPT_OK(kp_flow_start(t.flow));
+        KPT_OK(kp_flow_wait(t.flow));
+        kp_flow_remote_stats rs;
+        KPT_OK(kp_flow_remote(t.flow, 1, &rs));
+        assert_int_equal(rs.frames, frames);
+        assert_int_equal(rs.bytes, frames * (uint64_t)n * sizeof(float));
+        assert_int_equal(rs.capacity, 3);
+        assert_true(rs.max_in_flight <= 3);
+        assert_false(rs.receiver);
+        side_close(&t);
+        report r = reap(pid, rep);
+        if (r.st != KP_OK) print_error("receiver: %s\n", r.error);
+        assert_int_equal(r.st, KP_OK);
+        assert_int_equal(r.seen, frames);
+        assert_true(r.ordered);
+        assert_true(r.data_ok);
+    }
+}
+
+/* A slow receiver holds the sender back: no more than its capacity in
+ * flight, and the sender waited for credits. */
+static void backpressure_across_the_link(void **state) {
+    (void)state;
+    int port, rep;
+    rx_opts o = {1000, 2, 4000, 2000, 0, 20000};
+    pid_t pid = fork_receiver(&o, &port, &rep);
+    side t = {0};
+    KPT_OK(sender(&t, 1000, 200, port, 4000, 20000));
+    KPT_OK(kp_flow_start(t.flow));
+    KPT_OK(kp_flow_wait(t.flow));
+    kp_flow_remote_stats rs;
+    KPT_OK(kp_flow_remote(t.flow, 1, &rs));
+    assert_int_equal(rs.frames, 200);
+    assert_true(rs.max_in_flight <= 2);
+    assert_true(rs.credit_waits > 100);
+    side_close(&t);
+    report r = reap(pid, rep);
+    assert_int_equal(r.st, KP_OK);
+    assert_int_equal(r.seen, 200);
+    assert_true(r.ordered && r.data_ok);
+}
+
+/* The sender cancelled mid-stream: the receiver stops with the reason. */
+static void cancel_from_the_sender(void **state) {
+    (void)state;
+    int port, rep;
+    rx_opts o = {256, 4, 1024, 0, 0, 20000};
+    pid_t pid = fork_receiver(&o, &port, &rep);
+    side t = {0};
+    KPT_OK(sender(&t, 256, 0, port, 1024, 20000));
+    KPT_OK(kp_flow_start(t.flow));
+    kp_flow_remote_stats rs = {0};
+    for (double until = now_s() + 20; rs.frames < 100 && now_s() < until; sleep_us(1000))
+        KPT_OK(kp_flow_remote(t.flow, 1, &rs));
+    KPT_OK(kp_flow_cancel(t.flow));
+    KPT_FAILS(kp_flow_wait(t.flow), KP_ERR_STATE);
+    side_close(&t);
+    report r = reap(pid, rep);
+    assert_int_equal(r.st, KP_ERR_STATE);
+    assert_non_null(strstr(r.error, "the peer cancelled the stream"));
+    assert_true(r.seen >= 90 && r.ordered && r.data_ok);
+}
+
+/* The receiver cancels its flow at frame 50: the sender stops with the
+ * reason. */
+static void cancel_from_the_receiver(void **state) {
+    (void)state;
+    int port, rep;
+    rx_opts o = {256, 4, 1024, 0, 50, 20000};
+    pid_t pid = fork_receiver(&o, &port, &rep);
+    side t = {0};
+    KPT_OK(sender(&t, 256, 0, port, 1024, 20000));
+    double t0 = now_s();
+    KPT_OK(kp_flow_start(t.flow));
+    KPT_FAILS(kp_flow_wait(t.flow), KP_ERR_STATE);
+    assert_non_null(strstr(kp_last_error(), "the peer cancelled the stream"));
+    assert_true(now_s() - t0 < 10);
+    side_close(&t);
+    report r = reap(pid, rep);
+    assert_int_equal(r.st, KP_ERR_STATE); /* cancelled */
+    assert_true(r.seen >= 50 && r.ordered && r.data_ok);
+}
+
+/* The receiving process killed mid-stream: the sender fails, naming the
+ * lost peer, within seconds. */
+static void receiver_killed(void **state) {
+    (void)state;
+    int port, rep;
+    rx_opts o = {1 << 16, 4, 1 << 18, 0, 0, 20000};
+    pid_t pid = fork_receiver(&o, &port, &rep);
+    side t = {0};
+    KPT_OK(sender(&t, 1 << 16, 0, port, 1 << 18, 20000));
+    KPT_OK(kp_flow_start(t.flow));
+    kp_flow_remote_stats rs = {0};
+    for (double until = now_s() + 20; rs.frames < 50 && now_s() < until; sleep_us(1000))
+        KPT_OK(kp_flow_remote(t.flow, 1, &rs));
+    double t0 = now_s();
+    kill(pid, SIGKILL);
+    KPT_FAILS(kp_flow_wait(t.flow), KP_ERR_IO);
+    assert_non_null(strstr(kp_last_error(), "lost the peer"));
+    double took = now_s() - t0;
+    printf("sender saw the receiver gone after %.2f s\n", took);
+    assert_true(took < 15);
+    side_close(&t);
+    close(rep);
+    waitpid(pid, NULL, 0);
+}
+
+/* The sending process killed mid-stream: the receiver fails likewise. */
+static void sender_killed(void **state) {
+    (void)state;
+    side r = {0};
+    KPT_OK(side_open(&r, 1 << 16));
+    kp__stage_made m;
+    KPT_OK(kp__stage_remote_source(r.dev, "127.0.0.1:0", 1 << 18, 4, 20000, &m));
+    KPT_OK(two_stage_flow(&r, &m, true));
+    kp_flow_remote_stats rs;
+    KPT_OK(kp_flow_remote(r.flow, 0, &rs));
+    assert_true(rs.receiver);
+    int port = atoi(strrchr(rs.address, ':') + 1);
+    assert_true(port > 0);
+    char ports[16];
+    snprintf(ports, sizeof ports, "%d", port);
+    char *args[] = {"test_remote", "--tx", "65536", ports, "262144", NULL};
+    pid_t pid = spawn(args);
+    KPT_OK(kp_flow_start(r.flow));
+    for (double until = now_s() + 20;
+         __atomic_load_n(&r.seen, __ATOMIC_RELAXED) < 50 && now_s() < until; sleep_us(1000)) {
+    }
+    double t0 = now_s();
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    KPT_FAILS(kp_flow_wait(r.flow), KP_ERR_IO);
+    if (!strstr(kp_last_error(), "lost the peer")) print_error("%s\n", kp_last_error());
+    assert_non_null(strstr(kp_last_error(), "lost the peer"));
+    printf("receiver saw the sender gone after %.2f s\n", now_s() - t0);
+    assert_true(now_s() - t0 < 15);
+    assert_true(r.ordered && r.data_ok);
+    side_close(&r);
+}
+
+/* Frames larger than the receiver takes are refused on both sides; nobody
+ * listening, or nobody connecting, ends at the timeout. */
+static void refusals_and_timeouts(void **state) {
+    (void)state;
+    int port, rep;
+    rx_opts o = {256, 4, 1024, 0, 0, 20000};
+    pid_t pid = fork_receiver(&o, &port, &rep);
+    side t = {0};
+    KPT_OK(sender(&t, 512, 10, port, 2048, 20000));
+    KPT_OK(kp_flow_start(t.flow));
+    KPT_FAILS(kp_flow_wait(t.flow), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "the receiver takes frames of 1024 bytes"));
+    side_close(&t);
+    report r = reap(pid, rep);
+    assert_int_equal(r.st, KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(r.error, "more than this source's frame_bytes"));
+
+    /* no receiver: port 1 on loopback has no listener */
+    side u = {0};
+    KPT_OK(sender(&u, 16, 5, 1, 64, 300));
+    double t0 = now_s();
+    KPT_OK(kp_flow_start(u.flow));
+    KPT_FAILS(kp_flow_wait(u.flow), KP_ERR_IO);
+    assert_non_null(strstr(kp_last_error(), "no receiver within 300 ms"));
+    assert_true(now_s() - t0 < 5);
+    side_close(&u);
+
+    side v = {0};
+    KPT_OK(side_open(&v, 16));
+    kp__stage_made m;
+    KPT_OK(kp__stage_remote_source(v.dev, "127.0.0.1:0", 64, 2, 300, &m));
+    KPT_OK(two_stage_flow(&v, &m, true));
+    KPT_OK(kp_flow_start(v.flow));
+    KPT_FAILS(kp_flow_wait(v.flow), KP_ERR_IO);
+    assert_non_null(strstr(kp_last_error(), "no sender within 300 ms"));
+    side_close(&v);
+}
+
+/* The JSON form: what is refused, by name. */
+static void json_errors(void **state) {
+    (void)state;
+    kp_device_t dev;
+    KPT_OK(kp_device_open(g_device, &dev));
+    static const struct {
+        const char *stage, *want;
+    } bad[] = {
+        {"\"source\": \"remote\", \"frame_bytes\": 64", "listen: expected \"HOST:PORT\""},
+        {"\"source\": \"remote\", \"listen\": \"127.0.0.1\", \"frame_bytes\": 64", "HOST:PORT"},
+        {"\"source\": \"remote\", \"listen\": \"127.0.0.1:99999\", \"frame_bytes\": 64",
+         "0 to 65535"},
+        {"\"source\": \"remote\", \"listen\": \"127.0.0.1:x\", \"frame_bytes\": 64",
+         "not a number"},
+        {"\"source\": \"remote\", \"listen\": \"no.such.host.invalid:0\", \"frame_bytes\": 64",
+         "cannot resolve"},
+        {"\"source\": \"remote\", \"listen\": \"127.0.0.1:0\"", "frame_bytes"},
+        {"\"source\": \"remote\", \"listen\": \"127.0.0.1:0\", \"frame_bytes\": 64, "
+         "\"capacity\": 0",
+         "capacity"},
+        {"\"source\": \"remote\", \"listen\": \"127.0.0.1:0\", \"frame_bytes\": 64, "
+         "\"timeout_ms\": -1",
+         "timeout_ms"},
+        {"\"source\": \"remote\", \"listen\": \"127.0.0.1:0\", \"frame_bytes\": 64, "
+         "\"frames\": 3",
+         "takes no \"frames\""},
+        {"\"source\": \"synthetic\", \"frames\": 3, \"shape\": [4], \"listen\": \"a:1\"",
+         "takes no \"listen\""},
+    };
+    char json[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(json, sizeof json,
+                 "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"rx\", %s},"
+                 "{\"name\": \"out\", \"sink\": \"null\"}]}",
+                 bad[i].stage);
+        kp_flow_t f = (kp_flow_t)0x1;
+        kp_status st = kp_flow_create_from_json(dev, json, &f);
+        if (st == KP_OK || !strstr(kp_last_error(), bad[i].want))
+            print_error("%s: %s (%s)\n", bad[i].stage, kp_status_name(st), kp_last_error());
+        assert_int_not_equal(st, KP_OK);
+        assert_non_null(strstr(kp_last_error(), bad[i].want));
+        assert_null(f);
+        kp_flow_destroy(f == (kp_flow_t)0x1 ? NULL : f);
+    }
+    const char *sinks[][2] = {
+        {"\"sink\": \"remote\"", "connect: expected"},
+        {"\"sink\": \"remote\", \"connect\": \"127.0.0.1:0\"", "connects to a port, not 0"},
+        {"\"sink\": \"remote\", \"connect\": \"127.0.0.1:9\", \"path\": \"x\"",
+         "takes no \"path\""},
+        {"\"sink\": \"null\", \"connect\": \"127.0.0.1:9\"", "takes no \"connect\""},
+    };
+    for (size_t i = 0; i < sizeof sinks / sizeof sinks[0]; i++) {
+        snprintf(json, sizeof json,
+                 "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"src\", \"source\": "
+                 "\"synthetic\", \"frames\": 3, \"shape\": [4]}, {\"name\": \"out\", %s}]}",
+                 sinks[i][0]);
+        kp_flow_t f;
+        assert_int_not_equal(kp_flow_create_from_json(dev, json, &f), KP_OK);
+        if (!strstr(kp_last_error(), sinks[i][1])) print_error("%s\n", kp_last_error());
+        assert_non_null(strstr(kp_last_error(), sinks[i][1]));
+    }
+    /* a good one: the listener is up at creation, with the port it got */
+    kp_flow_t f;
+    KPT_OK(kp_flow_create_from_json(
+        dev,
+        "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"rx\", \"source\": \"remote\", "
+        "\"listen\": \"127.0.0.1:0\", \"frame_bytes\": 64}, {\"name\": \"out\", \"sink\": "
+        "\"null\"}]}",
+        &f));
+    kp_flow_remote_stats rs;
+    KPT_OK(kp_flow_remote(f, 0, &rs));
+    assert_true(rs.receiver);
+    assert_int_equal(rs.capacity, 4);
+    assert_true(atoi(strrchr(rs.address, ':') + 1) > 0);
+    KPT_FAILS(kp_flow_remote(f, 1, &rs), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_flow_remote(f, 7, &rs), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_flow_remote(NULL, 0, &rs), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_flow_remote(f, 0, NULL), KP_ERR_INVALID_ARG);
+    kp_flow_destroy(f);
+    kp_device_close(dev);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 10 && strcmp(argv[1], "--rx") == 0) {
+        rx_opts o = {atoi(argv[2]), (size_t)atol(argv[3]),    (size_t)atol(argv[4]),
+                     atol(argv[5]), (uint64_t)atoll(argv[6]), atoi(argv[7])};
+        return run_receiver(&o, atoi(argv[8]), atoi(argv[9]));
+    }
+    if (argc == 5 && strcmp(argv[1], "--tx") == 0)
+        return run_sender(atoi(argv[2]), atoi(argv[3]), (size_t)atol(argv[4]));
+    signal(SIGPIPE, SIG_IGN);
+    alarm(600); /* a hang fails the test rather than the run */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(order_and_every_element), cmocka_unit_test(backpressure_across_the_link),
+        cmocka_unit_test(cancel_from_the_sender),  cmocka_unit_test(cancel_from_the_receiver),
+        cmocka_unit_test(receiver_killed),         cmocka_unit_test(sender_killed),
+        cmocka_unit_test(refusals_and_timeouts),   cmocka_unit_test(json_errors),
+    };
+    return cmocka_run_group_tests_name(g_device, tests, NULL, NULL) ? 1 : 0;
+}
