@@ -34,17 +34,59 @@ static void kpt_status_line(const kp_flow_snapshot *h, double fps) {
             h->device_bytes >> 20);
 }
 
+/* Devices and the links between them, where a flow runs on several. */
+static void kpt_report_devices(const kp_flow_snapshot *h) {
+    if (h->n_devices < 2) return;
+    printf("  devices:");
+    for (size_t d = 0; d < h->n_devices; d++)
+        printf("%s %s (%llu runs, %.1f MiB of frames)", d ? "," : "", h->devices[d].name,
+               (unsigned long long)h->devices[d].runs, h->devices[d].frame_bytes / 1048576.0);
+    printf("\n");
+    for (size_t l = 0; l < h->n_links; l++) {
+        const kp_flow_link_stats *k = &h->links[l];
+        printf("  link %s -> %s, %s: %llu frames, %.1f MiB, %.2f GB/s\n", k->from, k->to,
+               kp_handoff_str(k->handoff), (unsigned long long)k->frames, k->bytes / 1048576.0,
+               k->bytes_per_s * 1e-9);
+    }
+    if (h->staged_frames)
+        printf("  %llu frames went through host memory (no peer access)\n",
+               (unsigned long long)h->staged_frames);
+}
+
+/* Remote queues' ends. */
+static void kpt_report_remote(kp_flow_t f, const kp_flow_snapshot *h) {
+    for (size_t i = 0; i < h->n_stages; i++) {
+        kp_flow_remote_stats r;
+        if (kp_flow_remote(f, i, &r) != KP_OK) {
+            kp_clear_error();
+            continue;
+        }
+        printf("  %s: remote %s %s, capacity %zu, %llu frames, %.1f MiB", h->stages[i].name,
+               r.receiver ? "receiving on" : "sending to", r.address, r.capacity,
+               (unsigned long long)r.frames, r.bytes / 1048576.0);
+        if (!r.receiver)
+            printf(", at most %llu in flight, %llu waits for credit",
+                   (unsigned long long)r.max_in_flight, (unsigned long long)r.credit_waits);
+        printf("%s\n", r.direct ? ", from device memory" : ", through pinned host memory");
+    }
+}
+
 static void kpt_report(const kp_flow_snapshot *h, double secs) {
     printf("%llu frames in %.3f s (%.1f frames/s), %llu dropped; frames in flight at most %zu "
            "(limit %zu)\n",
            (unsigned long long)h->frames_done, secs, secs > 0 ? (double)h->frames_done / secs : 0,
            (unsigned long long)h->frames_dropped, h->max_frames_in_flight, h->frame_limit);
-    printf("  %-16s %10s %10s %11s %11s %11s %11s   %s\n", "stage", "in", "out", "host p50 us",
-           "host p99 us", "dev p50 us", "dev p99 us",
+    printf("  %-16s %-10s %10s %10s %11s %11s %11s %11s   %s\n", "stage", "device", "in", "out",
+           "host p50 us", "host p99 us", "dev p50 us", "dev p99 us",
            "queue in front (depth max/cap, policy, drops)");
     for (size_t i = 0; i < h->n_stages; i++) {
         const kp_flow_stage_stats *s = &h->stages[i];
-        printf("  %-16s %10llu %10llu %11.1f %11.1f %11.1f %11.1f", s->name,
+        char where[32];
+        if (s->replicas > 1)
+            snprintf(where, sizeof where, "%zu devices", s->replicas);
+        else
+            snprintf(where, sizeof where, "%s", s->device ? s->device : "-");
+        printf("  %-16s %-10s %10llu %10llu %11.1f %11.1f %11.1f %11.1f", s->name, where,
                (unsigned long long)s->in, (unsigned long long)s->out, s->host_p50_us,
                s->host_p99_us, s->gpu_p50_us, s->gpu_p99_us);
         if (i)
@@ -58,16 +100,18 @@ static void kpt_report(const kp_flow_snapshot *h, double secs) {
            h->peak_bytes_in_flight, h->budget_bytes, (unsigned long long)h->pool_hits,
            (unsigned long long)h->pool_misses, h->device_bytes, h->steady ? "yes" : "no",
            h->consistent ? "yes" : "no");
+    kpt_report_devices(h);
 }
 
 static int kpt_report_json(const char *path, const kp_flow_snapshot *h, double secs) {
     json_t *stages = json_array();
     for (size_t i = 0; i < h->n_stages; i++) {
         const kp_flow_stage_stats *s = &h->stages[i];
-        json_t *j =
-            json_pack("{s:s,s:I,s:I,s:f,s:f,s:f,s:f}", "name", s->name, "in", (json_int_t)s->in,
-                      "out", (json_int_t)s->out, "host_p50_us", s->host_p50_us, "host_p99_us",
-                      s->host_p99_us, "gpu_p50_us", s->gpu_p50_us, "gpu_p99_us", s->gpu_p99_us);
+        json_t *j = json_pack("{s:s,s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f}", "name", s->name, "device",
+                              s->device ? s->device : "", "replicas", (json_int_t)s->replicas, "in",
+                              (json_int_t)s->in, "out", (json_int_t)s->out, "host_p50_us",
+                              s->host_p50_us, "host_p99_us", s->host_p99_us, "gpu_p50_us",
+                              s->gpu_p50_us, "gpu_p99_us", s->gpu_p99_us);
         if (i && j)
             json_object_set_new(j, "queue",
                                 json_pack("{s:I,s:I,s:s,s:I}", "capacity",
@@ -85,6 +129,17 @@ static int kpt_report_json(const char *path, const kp_flow_snapshot *h, double s
                   (json_int_t)h->peak_bytes_in_flight, "budget_bytes", (json_int_t)h->budget_bytes,
                   "pool_hits", (json_int_t)h->pool_hits, "pool_misses", (json_int_t)h->pool_misses,
                   "steady", h->steady, "consistent", h->consistent, "stages", stages);
+    json_t *links = json_array();
+    for (size_t l = 0; l < h->n_links; l++) {
+        const kp_flow_link_stats *k = &h->links[l];
+        json_array_append_new(
+            links, json_pack("{s:s,s:s,s:s,s:I,s:I,s:f}", "from", k->from, "to", k->to, "handoff",
+                             kp_handoff_str(k->handoff), "frames", (json_int_t)k->frames, "bytes",
+                             (json_int_t)k->bytes, "bytes_per_s", k->bytes_per_s));
+    }
+    if (root) json_object_set_new(root, "links", links);
+    if (root)
+        json_object_set_new(root, "staged_frames", json_integer((json_int_t)h->staged_frames));
     int rc = root ? json_dump_file(root, path, JSON_INDENT(2)) : -1;
     json_decref(root);
     if (rc != 0) fprintf(stderr, "kpipe flow: --json %s: cannot write it\n", path);
@@ -136,12 +191,19 @@ int kpt_cmd_flow(int argc, char **argv) {
     double t0 = kpt_now_us(), last_t = t0;
     uint64_t last_n = 0;
     bool live = !quiet && isatty(STDERR_FILENO);
+    for (size_t i = 0; st == KP_OK && i < KP_FLOW_MAX_STAGES; i++) {
+        kp_flow_remote_stats rs;
+        if (kp_flow_remote(f, i, &rs) == KP_OK && rs.receiver)
+            fprintf(stderr, "kpipe flow: stage %zu receives on %s\n", i, rs.address);
+        else
+            kp_clear_error();
+    }
     if (st == KP_OK) st = kp_flow_start(f);
     kp_flow_snapshot h;
     memset(&h, 0, sizeof h);
     /* poll the counters until every stage has stopped */
     while (st == KP_OK && kp_flow_health(f, &h) == KP_OK && h.running) {
-        struct timespec ts = {0, 100 * 1000 * 1000};
+        struct timespec ts = {0, 5 * 1000 * 1000}; /* the run's time to 5 ms */
         nanosleep(&ts, NULL);
         if (kpt_interrupted) (void)kp_flow_cancel(f);
         double now = kpt_now_us();
@@ -162,6 +224,7 @@ int kpt_cmd_flow(int argc, char **argv) {
     if (f && kp_flow_health(f, &h) == KP_OK) {
         printf("%s on %s:\n", file, kp_device_name(dev));
         kpt_report(&h, secs);
+        kpt_report_remote(f, &h);
         if (json) rc = kpt_report_json(json, &h, secs);
         if (trace && kp_flow_write_trace(f, trace) != KP_OK)
             rc = kpt_fail("flow --trace", KP_ERR_IO);
