@@ -6,7 +6,8 @@
 # minutes; their rows collect in build-gpu/gpu-check.rows and the whole
 # table is printed after every call.
 #   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench] [taskbench]
-#   (none: all)
+#                        [multigpu]
+#   (none: all but multigpu, which needs two GPUs: the 2 x H200 machine)
 # Unpack carried Debian packages first (see README, "GPU machine").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -93,6 +94,22 @@ gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/tes
            "tests/test_graph_cache cuda" "tests/test_dynamic cuda 20" "tests/test_flow cuda 50"
            "tests/test_video cuda" "tests/test_tasks cuda" "tests/test_cholesky cuda"
            "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
+
+# One program under compute-sanitizer's memcheck and racecheck: a row each.
+sanitize_one() {
+  local tool log rc sum
+  for tool in memcheck racecheck; do
+    local opts=(--tool "$tool" --error-exitcode 99)
+    [ "$tool" = memcheck ] && opts+=(--report-api-errors no --leak-check full)
+    log="$out/tmp-cs.log"
+    compute-sanitizer "${opts[@]}" "$@" >"$log" 2>&1
+    rc=$?
+    { echo "==== compute-sanitizer $tool $* (rc=$rc)"; cat "$log"; } >>"$out/sanitizers.log"
+    sum=$(grep -oE "(ERROR SUMMARY: [0-9]+ errors?|RACECHECK SUMMARY: [0-9]+ hazards?)" "$log" | tail -1)
+    rm -f "$log"
+    [ $rc -eq 0 ] && row "$tool ${*#build-gpu/}" PASS "${sum:-no summary}" || row "$tool ${*#build-gpu/}" FAIL "rc=$rc ${sum}"
+  done
+}
 
 stage_sanitize() {
   # The tests provoke CUDA API errors on purpose (misuse cases) and check
@@ -219,9 +236,54 @@ stage_taskbench() {
   cat "$log"
 }
 
+# Two GPUs: the multi-device flow test at 16M floats, its sanitizer runs,
+# hand-over bandwidth against cudaMemcpyPeerAsync, replicas and a stage per
+# GPU against one GPU, the README's two-GPU and two-process flows, and a
+# remote queue over loopback against an in-process queue (cpu and cuda).
+stage_multigpu() {
+  local log="$out/multigpu.log" n
+  : >"$log"
+  nvidia-smi topo -m >>"$log" 2>&1
+  build-gpu/tests/test_flow_devices cuda BIG >"$out/flow_devices.log" 2>&1 \
+    && row "test_flow_devices cuda BIG (to 16M)" PASS "$(grep -c ' OK ' "$out/flow_devices.log") tests" \
+    || row "test_flow_devices cuda BIG (to 16M)" FAIL "see flow_devices.log"
+  sanitize_one build-gpu/tests/test_flow_devices cuda
+  for a in "handoff 64 200" "handoff 256 50" "replicas 4096 400" "staged 4096 400"; do
+    build-gpu/bench/bench_flow_devices $a >>"$log" 2>&1 \
+      && row "bench_flow_devices $a" PASS "multigpu.log" || row "bench_flow_devices $a" FAIL "see multigpu.log"
+  done
+  for d in cpu cuda; do
+    for a in "64 20000" "8192 300"; do
+      build-gpu/bench/bench_remote $d $a >>"$log" 2>&1 \
+        && row "bench_remote $d $a" PASS "multigpu.log" || row "bench_remote $d $a" FAIL "see multigpu.log"
+    done
+  done
+  if (cd "$out" && "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/flow_devices.json" \
+        --device cuda >flow_devices_example.log 2>&1); then
+    row "kpipe flow examples/flow_devices.json" PASS "$(grep -E 'frames in' "$out/flow_devices_example.log")"
+  else
+    row "kpipe flow examples/flow_devices.json" FAIL "$(tail -1 "$out/flow_devices_example.log")"
+  fi
+  cat "$out/flow_devices_example.log" >>"$log"
+  (cd "$out" && "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/remote_rx.json" --device cuda:1 \
+     >remote_rx.log 2>&1) &
+  local rx=$!
+  sleep 1
+  (cd "$out" && "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/remote_tx.json" --device cuda:0 \
+     >remote_tx.log 2>&1)
+  local tx_rc=$?
+  wait $rx
+  local rx_rc=$?
+  cat "$out/remote_tx.log" "$out/remote_rx.log" >>"$log"
+  [ $tx_rc -eq 0 ] && [ $rx_rc -eq 0 ] \
+    && row "two processes: remote_tx -> remote_rx" PASS "$(grep -E 'frames in' "$out/remote_rx.log")" \
+    || row "two processes: remote_tx -> remote_rx" FAIL "tx rc $tx_rc, rx rc $rx_rc"
+  cat "$log"
+}
+
 for stage in ${*:-build test sanitize soak bench cache flowbench taskbench}; do
   case $stage in
-    build|test|sanitize|soak|bench|cache|flowbench|taskbench) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache|flowbench|taskbench|multigpu) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done

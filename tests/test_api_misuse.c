@@ -817,6 +817,17 @@ static void flow_calls(void **state) {
     KPT_FAILS(kp_flow_remote(f, 0, NULL), BAD);
     KPT_FAILS(kp_flow_remote(f, 0, &rs), BAD); /* not a remote queue's end */
     KPT_FAILS(kp_flow_remote(f, 99, &rs), BAD);
+    kp_flow_stage rst;
+    KPT_FAILS(kp_flow_remote_source(NULL, "127.0.0.1:0", 64, 4, 0, &rst), BAD);
+    KPT_FAILS(kp_flow_remote_source(g_dev, NULL, 64, 4, 0, &rst), BAD);
+    KPT_FAILS(kp_flow_remote_source(g_dev, "127.0.0.1:0", 64, 0, 0, &rst), BAD);
+    KPT_FAILS(kp_flow_remote_source(g_dev, "127.0.0.1:0", 64, 4, -1, &rst), BAD);
+    KPT_FAILS(kp_flow_remote_source(g_dev, "127.0.0.1:0", 64, 4, 0, NULL), BAD);
+    KPT_FAILS(kp_flow_remote_sink(NULL, "127.0.0.1:9", 64, 0, &rst), BAD);
+    KPT_FAILS(kp_flow_remote_sink(g_dev, NULL, 64, 0, &rst), BAD);
+    KPT_FAILS(kp_flow_remote_sink(g_dev, "127.0.0.1:9", 64, -5, &rst), BAD);
+    KPT_FAILS(kp_flow_remote_sink(g_dev, "127.0.0.1:9", 64, 0, NULL), BAD);
+    KPT_FAILS(kp_flow_remote_sink(g_dev, "nonsense", 64, 0, &rst), KP_ERR_PARSE);
     kp_flow_destroy(f);
     kp_flow_destroy(NULL);
 }

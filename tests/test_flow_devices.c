@@ -331,7 +331,7 @@ static void json_flows_agree(void **state) {
         assert_true(h.stages[2].replicas >= 2);
         assert_true(h.n_devices >= 2);
         assert_memory_equal(one, two, (size_t)n * sizeof(float));
-        snprintf(b, sizeof b, ", \"replicas\": [\"%s:1\", \"%s:0\"]", g_backend, g_backend);
+        snprintf(b, sizeof b, ", \"replicas\": [1, \"%s:0\"]", g_backend);
         float *staged = json_run(g_dev[0], ", \"handoff\": \"staged\"", b, n, "tfd_st.npy", &h);
         assert_memory_equal(one, staged, (size_t)n * sizeof(float));
         if (strcmp(g_backend, "cpu") != 0) { /* the same flow on the cpu backend */
@@ -355,12 +355,15 @@ static void json_placement_errors(void **state) {
     } bad[] = {
         {"\"device\": \"tpu:0\"", "unknown device"},
         {"\"device\": \"cpu:99\"", "device"},
-        {"\"device\": 3", "expected a device name"},
+        {"\"device\": true", "expected a device name"},
+        {"\"device\": -1", "expected a device name"},
+        {"\"device\": 99", "device"},
         {"\"device\": \"cpu:0\", \"replicas\": \"all\"", "not both"},
         {"\"replicas\": \"some\"", "expected \"all\" or a list"},
         {"\"replicas\": []", "expected \"all\" or a list"},
         {"\"replicas\": [\"cpu:0\", \"cpu:0\"]", "named twice"},
-        {"\"replicas\": [\"cpu:0\", 1]", "replicas[1]"},
+        {"\"replicas\": [\"cpu:0\", 0]", "named twice"},
+        {"\"replicas\": [\"cpu:0\", {}]", "replicas[1]"},
         {"\"deal\": \"round_robin\"", "only a stage with replicas"},
         {"\"replicas\": \"all\", \"deal\": \"random\"", "least_loaded"},
         {"\"handoff\": \"teleport\"", "in_place"},

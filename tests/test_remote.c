@@ -124,7 +124,6 @@ static kp_status two_stage_flow(side *t, kp__stage_made *m, bool receiver) {
         return s;
     }
     TRY(kp__flow_own(t->flow, m->user, m->free_fn));
-    kp__flow_set_remote(t->flow, receiver ? 0 : 1, m->user);
     return KP_OK;
 }
 

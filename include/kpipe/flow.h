@@ -152,6 +152,9 @@ typedef struct kp_flow_stage {
     size_t n_replicas;
     void *const *replica_users;
     kp_deal deal;
+    /* Optional: the flow owns `user` and frees it with free_fn when it is
+     * destroyed, or when kp_flow_create fails. */
+    void (*free_fn)(void *user);
 } kp_flow_stage;
 
 typedef struct kp_flow_config {
@@ -197,8 +200,8 @@ kp_status kp_flow_cancel(kp_flow_t f);
 
 typedef struct kp_flow_stage_stats {
     const char *name;
-    const char *device; /* its device's name ("cuda:1"); the first replica's */
-    size_t replicas;    /* 1, or how many replicas run it */
+    const char *device;              /* its device's name ("cuda:1"); the first replica's */
+    size_t replicas;                 /* 1, or how many replicas run it */
     uint64_t in, out;                /* frames taken and passed on (or finished) */
     uint64_t batches;                /* micro-batching: batches run */
     double host_p50_us, host_p99_us; /* the stage function's host time, recent frames */
@@ -257,13 +260,27 @@ typedef struct kp_flow_remote_stats {
     /* the receiver's address with the port it listens on (the one the
      * system chose where the file gave port 0); the sender's as given */
     char address[128];
-    bool receiver; /* the source end */
-    bool direct;   /* frames go from and to device memory (UCX built with CUDA) */
+    bool receiver;   /* the source end */
+    bool direct;     /* frames go from and to device memory (UCX built with CUDA) */
     size_t capacity; /* frames in flight at most: the receiver's (0 before the sender connects) */
     uint64_t frames, bytes;
     uint64_t max_in_flight; /* sender: the most frames sent and not yet consumed */
     uint64_t credit_waits;  /* sender: frames that waited for the receiver to consume one */
 } kp_flow_remote_stats;
+
+/* The two ends of a remote queue as stages, for flows made from C (the
+ * JSON form's "remote" source and sink; README, "Remote queues"): fn, user,
+ * end_fn, free_fn and dev are filled in, name is "remote", and the flow
+ * owns the state. The source listens on `listen` ("host:port", port 0: a
+ * free one, see kp_flow_remote) from now on, for one sender whose frames
+ * (up to frame_bytes) it takes, capacity (1 .. 1024) in flight, waiting
+ * for it up to timeout_ms (0: for ever). The sink connects at its first
+ * frame, trying for up to timeout_ms (0: for ever) while nobody listens.
+ * KP_ERR_UNSUPPORTED where kpipe was built without UCX. */
+kp_status kp_flow_remote_source(kp_device_t dev, const char *listen, size_t frame_bytes,
+                                size_t capacity, int timeout_ms, kp_flow_stage *out);
+kp_status kp_flow_remote_sink(kp_device_t dev, const char *connect, size_t frame_bytes,
+                              int timeout_ms, kp_flow_stage *out);
 
 /* The figures of stage `stage`, a remote queue's end; KP_ERR_INVALID_ARG
  * for another stage. From any thread, at any time after creation. */

@@ -63,7 +63,7 @@ kp_status kp__stage_remote_source(kp_device_t dev, const char *listen, size_t fr
 kp_status kp__stage_remote_sink(kp_device_t dev, const char *connect, size_t frame_bytes,
                                 int timeout_ms, kp__stage_made *out);
 kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out);
-/* Marks stage i's state (user) as a remote queue's, for kp_flow_remote. */
-void kp__flow_set_remote(kp_flow_t f, size_t i, void *user);
+/* Whether fn is a remote queue end's stage function. */
+bool kp__remote_stage(kp_flow_stage_fn fn);
 
 #endif

@@ -106,7 +106,6 @@ typedef struct kp__lstage {
     uint64_t ro_next; /* the ticket to pass on next */
     bool ro_pushing;  /* a replica is passing frames on */
     bool ro_init;
-    void *remote; /* a remote queue's end: its state */
 } kp__lstage;
 
 /* Frames from one device to another. */
@@ -166,7 +165,7 @@ struct kp_flow {
     struct kp__owned {
         void *obj;
         void (*free_fn)(void *);
-    } owned[2 * KP_FLOW_MAX_STAGES];
+    } owned[KP_FLOW_MAX_STAGES * (KP_FLOW_MAX_REPLICAS + 1) + KP_FLOW_MAX_DEVICES];
     size_t n_owned;
 };
 
@@ -785,7 +784,21 @@ const char *kp_handoff_str(kp_handoff h) {
 
 bool kp_flow_cancelled(kp_flow_t f) { return f && atomic_load(&f->cancel); }
 
-void kp__flow_set_remote(kp_flow_t f, size_t i, void *user) { f->ls[i].remote = user; }
+#ifndef KP_HAVE_UCX
+kp_status kp_flow_remote_source(kp_device_t dev, const char *listen, size_t frame_bytes,
+                                size_t capacity, int timeout_ms, kp_flow_stage *out) {
+    KP_API_ENTRY();
+    if (out) memset(out, 0, sizeof *out);
+    return kp__error(KP_ERR_UNSUPPORTED, "remote queues: this kpipe was built without UCX");
+}
+
+kp_status kp_flow_remote_sink(kp_device_t dev, const char *connect, size_t frame_bytes,
+                              int timeout_ms, kp_flow_stage *out) {
+    KP_API_ENTRY();
+    if (out) memset(out, 0, sizeof *out);
+    return kp__error(KP_ERR_UNSUPPORTED, "remote queues: this kpipe was built without UCX");
+}
+#endif
 
 kp_status kp_flow_remote(kp_flow_t f, size_t stage, kp_flow_remote_stats *out) {
     KP_API_ENTRY();
@@ -793,14 +806,12 @@ kp_status kp_flow_remote(kp_flow_t f, size_t stage, kp_flow_remote_stats *out) {
     memset(out, 0, sizeof *out);
     if (stage >= f->n)
         return kp__error(KP_ERR_INVALID_ARG, "stage %zu: the flow has %zu stages", stage, f->n);
-    if (!f->ls[stage].remote)
-        return kp__error(KP_ERR_INVALID_ARG, "stage %zu (%s) is not a remote queue's end", stage,
-                         f->st[f->ls[stage].first].name);
+    const kp__stage *s = &f->st[f->ls[stage].first];
 #ifdef KP_HAVE_UCX
-    return kp__remote_stats(f->ls[stage].remote, out);
-#else
-    return kp__error(KP_ERR_UNSUPPORTED, "this kpipe was built without UCX");
+    if (kp__remote_stage(s->fn)) return kp__remote_stats(s->user, out);
 #endif
+    return kp__error(KP_ERR_INVALID_ARG, "stage %zu (%s) is not a remote queue's end", stage,
+                     s->name);
 }
 
 /* The devices stage i runs on: its replicas, or its one device. */
@@ -1040,8 +1051,30 @@ static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
     return kp__make_frames(f, staging);
 }
 
+static kp_status kp__flow_create(const kp_flow_config *config, kp_flow_t *out);
+
+/* The flow takes the stages' users that come with a free_fn: freed at
+ * kp_flow_destroy, or here when creation fails. */
 kp_status kp_flow_create(const kp_flow_config *config, kp_flow_t *out) {
     KP_API_ENTRY();
+    kp_status st = kp__flow_create(config, out);
+    const kp_flow_stage *cs =
+        config && config->stages && config->n_stages <= KP_FLOW_MAX_STAGES ? config->stages : NULL;
+    for (size_t i = 0; cs && i < config->n_stages; i++) {
+        if (!cs[i].free_fn) continue;
+        if (st == KP_OK)
+            st = kp__flow_own(*out, cs[i].user, cs[i].free_fn);
+        else
+            cs[i].free_fn(cs[i].user);
+    }
+    if (st != KP_OK && out && *out) {
+        kp_flow_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+static kp_status kp__flow_create(const kp_flow_config *config, kp_flow_t *out) {
     KP_ARG_CHECK(out);
     *out = NULL;
     KP_ARG_CHECK(config);

@@ -33,7 +33,6 @@ typedef struct kp__flow_build {
     void *users[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS];
     kp_device_t rep_devs[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS];
     kp_device_t opened[KP_FLOW_MAX_DEVICES]; /* devices the file names, opened here */
-    bool remote[KP_FLOW_MAX_STAGES];         /* the stage is a remote queue's end */
     size_t n_opened;
     size_t n;
     size_t frame_bytes, budget, trace;
@@ -305,6 +304,21 @@ static kp_status kp__named_device(kp__flow_build *b, const char *name, const cha
     return KP_OK;
 }
 
+/* A device given as a name ("cuda:1") or as an ordinal of the flow's
+ * backend (1: "cuda:1" for a flow on cuda, "cpu:1" on cpu). */
+static kp_status kp__device_value(kp__flow_build *b, json_t *v, const char *path,
+                                  kp_device_t *out) {
+    char name[64];
+    if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < 4096) {
+        snprintf(name, sizeof name, "%s:%lld", kp_device_backend(b->dev),
+                 (long long)json_integer_value(v));
+        return kp__named_device(b, name, path, out);
+    }
+    if (!json_is_string(v))
+        return KP__PERR("%s: expected a device name (\"cuda:1\") or ordinal (1)", path);
+    return kp__named_device(b, json_string_value(v), path, out);
+}
+
 /* Where stage i runs: "device" (one), or "replicas" ("all", or a list of
  * devices: pipelines only) dealt by "deal"; "handoff" says how frames from
  * other devices reach it. */
@@ -318,8 +332,7 @@ static kp_status kp__placement(kp__flow_build *b, json_t *s, const char *path, s
     if (dv && rp) return KP__PERR("%s: a stage takes \"device\" or \"replicas\", not both", path);
     if (dv) {
         snprintf(sub, sizeof sub, "%s.device", path);
-        if (!json_is_string(dv)) return KP__PERR("%s: expected a device name (\"cuda:1\")", sub);
-        KP_CHECK(kp__named_device(b, json_string_value(dv), sub, &b->rep_devs[i][0]));
+        KP_CHECK(kp__device_value(b, dv, sub, &b->rep_devs[i][0]));
     }
     if (rp) {
         snprintf(sub, sizeof sub, "%s.replicas", path);
@@ -340,9 +353,7 @@ static kp_status kp__placement(kp__flow_build *b, json_t *s, const char *path, s
             for (size_t r = 0; r < *n_rep; r++) {
                 json_t *e = json_array_get(rp, r);
                 snprintf(sub, sizeof sub, "%s.replicas[%zu]", path, r);
-                if (!json_is_string(e))
-                    return KP__PERR("%s: expected a device name (\"cuda:1\")", sub);
-                KP_CHECK(kp__named_device(b, json_string_value(e), sub, &b->rep_devs[i][r]));
+                KP_CHECK(kp__device_value(b, e, sub, &b->rep_devs[i][r]));
                 for (size_t q = 0; q < r; q++)
                     if (b->rep_devs[i][q] == b->rep_devs[i][r])
                         return KP__PERR("%s: %s is named twice", sub,
@@ -390,8 +401,6 @@ static kp_status kp__stage_made_all(kp__flow_build *b, json_t *s, const char *pa
         else
             KP_CHECK(kp__pipeline(b, dev, s, path, m, deadline_us));
         b->users[i][r] = m->user;
-        json_t *kind = json_object_get(s, src ? "source" : "sink");
-        b->remote[i] = json_is_string(kind) && strcmp(json_string_value(kind), "remote") == 0;
         if (!snk && m->frame_bytes > b->frame_bytes) b->frame_bytes = m->frame_bytes;
     }
     kp__stage_made *m = &b->made[i][0];
@@ -501,7 +510,6 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
     for (size_t i = 0; i < b->n && st == KP_OK; i++)
         for (size_t r = 0; r < KP_FLOW_MAX_REPLICAS && st == KP_OK; r++) {
             kp__stage_made *m = &b->made[i][r];
-            if (r == 0 && b->remote[i]) kp__flow_set_remote(*out, i, m->user);
             st = kp__flow_own(*out, m->user, m->free_fn);
             m->free_fn = NULL; /* the flow has it (or freed it) */
         }

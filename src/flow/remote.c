@@ -561,8 +561,8 @@ static kp_status kp__sender_ready(kp__remote *r, kp_flow_t flow) {
             struct timespec t = {0, 20 * 1000 * 1000};
             nanosleep(&t, NULL);
         } else if (late) {
-            return kp__error(KP_ERR_IO, "remote %s: no receiver within %d ms (no answer)",
-                             r->addr, r->timeout_ms);
+            return kp__error(KP_ERR_IO, "remote %s: no receiver within %d ms (no answer)", r->addr,
+                             r->timeout_ms);
         }
     }
     const kp__welcome *w = &r->welcome;
@@ -865,6 +865,53 @@ kp_status kp__stage_remote_sink(kp_device_t dev, const char *connect, size_t fra
     /* the receiver's capacity comes with its welcome; at most the queue limit */
     KP_CHECK(kp__remote_new(dev, false, connect, frame_bytes, KP__MAX_CAPACITY, timeout_ms, &r));
     *out = (kp__stage_made){kp__sink_fn, NULL, r, kp__remote_free, 0, 1, kp__sink_end};
+    return KP_OK;
+}
+
+bool kp__remote_stage(kp_flow_stage_fn fn) { return fn == kp__source_fn || fn == kp__sink_fn; }
+
+/* --- the C form --------------------------------------------------------------------- */
+kp_status kp_flow_remote_source(kp_device_t dev, const char *listen, size_t frame_bytes,
+                                size_t capacity, int timeout_ms, kp_flow_stage *out) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(out);
+    memset(out, 0, sizeof *out);
+    KP_ARG_CHECK(dev && listen);
+    if (capacity < 1 || capacity > KP__MAX_CAPACITY || timeout_ms < 0 ||
+        frame_bytes > KP__MAX_ALLOC_BYTES)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "remote source: capacity %zu (1 .. %d), timeout_ms %d (>= 0), "
+                         "frame_bytes %zu",
+                         capacity, KP__MAX_CAPACITY, timeout_ms, frame_bytes);
+    kp__stage_made m;
+    KP_CHECK(kp__stage_remote_source(dev, listen, frame_bytes, capacity, timeout_ms, &m));
+    *out = (kp_flow_stage){.name = "remote",
+                           .fn = m.fn,
+                           .user = m.user,
+                           .end_fn = m.end_fn,
+                           .free_fn = m.free_fn,
+                           .dev = dev};
+    return KP_OK;
+}
+
+kp_status kp_flow_remote_sink(kp_device_t dev, const char *connect, size_t frame_bytes,
+                              int timeout_ms, kp_flow_stage *out) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(out);
+    memset(out, 0, sizeof *out);
+    KP_ARG_CHECK(dev && connect);
+    if (timeout_ms < 0 || frame_bytes > KP__MAX_ALLOC_BYTES)
+        return kp__error(KP_ERR_INVALID_ARG, "remote sink: timeout_ms %d (>= 0), frame_bytes %zu",
+                         timeout_ms, frame_bytes);
+    kp__stage_made m;
+    KP_CHECK(kp__stage_remote_sink(dev, connect, frame_bytes, timeout_ms, &m));
+    *out = (kp_flow_stage){.name = "remote",
+                           .fn = m.fn,
+                           .user = m.user,
+                           .end_fn = m.end_fn,
+                           .free_fn = m.free_fn,
+                           .queue_capacity = 4,
+                           .dev = dev};
     return KP_OK;
 }
 

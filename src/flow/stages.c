@@ -64,7 +64,8 @@ kp_status kp__stage_synthetic(kp_device_t dev, int64_t frames, int ndim, const i
         return st;
     }
     s->frames = frames;
-    *out = (kp__stage_made){kp__synthetic_fn, NULL, s, kp__free, (size_t)s->n * sizeof(float), 1, NULL};
+    *out = (kp__stage_made){
+        kp__synthetic_fn, NULL, s, kp__free, (size_t)s->n * sizeof(float), 1, NULL};
     return KP_OK;
 }
 

@@ -304,7 +304,8 @@ kp_status kp__stage_testsrc(int64_t frames, int64_t width, int64_t height, kp__s
         kp__free(s);
         return st;
     }
-    *out = (kp__stage_made){kp__testsrc_fn, NULL, s, kp__free, (size_t)(width * height / 2 * 3), 1, NULL};
+    *out = (kp__stage_made){
+        kp__testsrc_fn, NULL, s, kp__free, (size_t)(width * height / 2 * 3), 1, NULL};
     return KP_OK;
 }
 

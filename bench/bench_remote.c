@@ -1,0 +1,178 @@
+/* A remote queue over loopback against an in-process queue.
+ *
+ *   bench_remote DEVICE [KIB] [FRAMES]
+ *
+ * Both runs send FRAMES frames of KIB KiB from a source to a sink that
+ * only counts them, with a queue of 4 between them: in one process, then
+ * through a remote queue to a second process (this program again, started
+ * with --rx). Each frame carries the time it was made (CLOCK_MONOTONIC,
+ * one clock for both processes); the sink takes its latency. Prints
+ * frames/s, bytes/s and the p50 and p99 latency of both, and memcpy's
+ * bandwidth on this host as the floor for the bytes. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kpipe/kpipe.h"
+
+#define KK(x)                                                                        \
+    do {                                                                             \
+        kp_status s_ = (x);                                                          \
+        if (s_ != KP_OK) {                                                           \
+            fprintf(stderr, "%s: %s: %s\n", #x, kp_status_str(s_), kp_last_error()); \
+            exit(1);                                                                 \
+        }                                                                            \
+    } while (0)
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+typedef struct run {
+    uint64_t frames, seen;
+    size_t bytes;
+    uint64_t first_ns, last_ns;
+    uint64_t *lat_ns;
+} run;
+
+static kp_status source(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    run *r = user;
+    if (f->seq == r->frames) {
+        *eos = true;
+        return KP_OK;
+    }
+    f->bytes = r->bytes;
+    f->user[1] = (int64_t)now_ns();
+    return KP_OK;
+}
+
+static kp_status sink(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    run *r = user;
+    KK(kp_stream_sync(c->stream)); /* the frame's bytes have landed */
+    uint64_t t = now_ns();
+    if (!r->seen) r->first_ns = t;
+    r->last_ns = t;
+    if (r->seen < r->frames) r->lat_ns[r->seen] = t - (uint64_t)f->user[1];
+    r->seen++;
+    return KP_OK;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void report(const char *what, run *r) {
+    qsort(r->lat_ns, r->seen, sizeof *r->lat_ns, cmp_u64);
+    double secs = (double)(r->last_ns - r->first_ns) * 1e-9;
+    double fps = secs > 0 ? (double)(r->seen - 1) / secs : 0;
+    printf("  %-22s %10.1f frames/s %9.2f GB/s   latency p50 %9.1f us  p99 %9.1f us\n", what, fps,
+           fps * (double)r->bytes * 1e-9, r->lat_ns[(r->seen - 1) / 2] * 1e-3,
+           r->lat_ns[(size_t)((double)(r->seen - 1) * 0.99)] * 1e-3);
+}
+
+static kp_flow_t make(kp_device_t dev, kp_flow_stage *st, size_t frame_bytes) {
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    cfg.dev = dev;
+    cfg.stages = st;
+    cfg.n_stages = 2;
+    cfg.frame_bytes = frame_bytes;
+    kp_flow_t f;
+    KK(kp_flow_create(&cfg, &f));
+    return f;
+}
+
+static void run_flow(kp_flow_t f) {
+    KK(kp_flow_start(f));
+    KK(kp_flow_wait(f));
+    kp_flow_destroy(f);
+}
+
+/* The receiving process: a remote source on a free port (written to fd),
+ * the timing sink; prints its line. */
+static int receiver(kp_device_t dev, run *r, int fd) {
+    kp_flow_stage st[2];
+    KK(kp_flow_remote_source(dev, "127.0.0.1:0", r->bytes, 4, 30000, &st[0]));
+    st[1] = (kp_flow_stage){.name = "sink", .fn = sink, .user = r, .queue_capacity = 4};
+    kp_flow_t f = make(dev, st, r->bytes);
+    kp_flow_remote_stats rs;
+    KK(kp_flow_remote(f, 0, &rs));
+    int port = atoi(strrchr(rs.address, ':') + 1);
+    if (write(fd, &port, sizeof port) != sizeof port) return 1;
+    close(fd);
+    run_flow(f);
+    report("remote queue, loopback", r);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_remote DEVICE [KIB] [FRAMES]\n");
+        return 2;
+    }
+    const char *device = argv[1];
+    size_t kib = argc > 2 ? (size_t)atol(argv[2]) : 64;
+    uint64_t frames = argc > 3 ? (uint64_t)atol(argv[3]) : 2000;
+    size_t bytes = kib << 10;
+    kp_device_t dev;
+    KK(kp_device_open(device, &dev));
+    run r = {frames, 0, bytes, 0, 0, calloc(frames, sizeof(uint64_t))};
+    if (argc == 6 && strcmp(argv[4], "--rx") == 0) {
+        int rc = receiver(dev, &r, atoi(argv[5]));
+        kp_device_close(dev);
+        return rc;
+    }
+    printf("%llu frames of %zu KiB on %s, a queue of 4:\n", (unsigned long long)frames, kib,
+           device);
+    /* the floor: memcpy of a frame on this host */
+    char *a = malloc(bytes), *b = malloc(bytes);
+    memset(a, 1, bytes);
+    memset(b, 2, bytes);
+    uint64_t t0 = now_ns();
+    for (uint64_t k = 0; k < frames; k++) {
+        a[k % bytes]++;
+        memcpy(b, a, bytes);
+    }
+    double mc = (double)bytes * (double)frames / ((double)(now_ns() - t0) * 1e-9) * 1e-9;
+    printf("  %-22s %10s %19.2f GB/s (b[0] %d)\n", "memcpy, one frame", "", mc, b[0]);
+    free(a);
+    free(b);
+    /* in one process */
+    kp_flow_stage st[2] = {{.name = "source", .fn = source, .user = &r},
+                           {.name = "sink", .fn = sink, .user = &r, .queue_capacity = 4}};
+    run_flow(make(dev, st, bytes));
+    report("in-process queue", &r);
+    /* across two: this program again as the receiver */
+    int pp[2];
+    if (pipe(pp) != 0) return 1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pp[0]);
+        char fd[16];
+        snprintf(fd, sizeof fd, "%d", pp[1]);
+        execl("/proc/self/exe", argv[0], argv[1], argc > 2 ? argv[2] : "64",
+              argc > 3 ? argv[3] : "2000", "--rx", fd, (char *)NULL);
+        _exit(127);
+    }
+    close(pp[1]);
+    int port = 0;
+    if (read(pp[0], &port, sizeof port) != sizeof port) return 1;
+    close(pp[0]);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    kp_flow_stage tx[2] = {{.name = "source", .fn = source, .user = &r}};
+    KK(kp_flow_remote_sink(dev, addr, bytes, 30000, &tx[1]));
+    fflush(stdout);
+    run_flow(make(dev, tx, bytes));
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    kp_device_close(dev);
+    free(r.lat_ns);
+    return WIFEXITED(ws) && WEXITSTATUS(ws) == 0 ? 0 : 1;
+}
