@@ -164,6 +164,8 @@ static kp_status gemm_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *e
     return kp_memcpy_async(c->stream, f->data, g->out, f->bytes);
 }
 
+static kp_deal g_deal = KP_DEAL_LEAST_LOADED;
+
 static void gemms(const char *what, int n, uint64_t frames) {
     kp_device_t d[2];
     KK(kp_device_open("cuda:0", &d[0]));
@@ -186,7 +188,8 @@ static void gemms(const char *what, int n, uint64_t frames) {
                                          .queue_capacity = 4,
                                          .replicas = two ? d : NULL,
                                          .n_replicas = two ? 2 : 0,
-                                         .replica_users = two ? users : NULL};
+                                         .replica_users = two ? users : NULL,
+                                         .deal = g_deal};
         } else {
             st[n_st++] = (kp_flow_stage){
                 .name = "gemm_a", .fn = gemm_fn, .user = &g[0][0], .queue_capacity = 4};
@@ -228,7 +231,9 @@ static void gemms(const char *what, int n, uint64_t frames) {
     printf("  flow, one GPU                %9.1f frames/s  (%.3f x hand-written)\n", fps[0],
            fps[0] / hand);
     printf("  flow, %s      %9.1f frames/s  (%.3f x one GPU)\n",
-           replicas ? "2 replicas, 2 GPUs" : "stage per GPU, 2 GPUs", fps[1], fps[1] / fps[0]);
+           replicas ? (g_deal ? "2 replicas, round robin" : "2 replicas, least loaded")
+                    : "stage per GPU, 2 GPUs",
+           fps[1], fps[1] / fps[0]);
     CK(cudaFree(a));
     CK(cudaStreamDestroy(s0));
     for (int i = 0; i < 2; i++)
@@ -247,6 +252,7 @@ int main(int argc, char **argv) {
     if (strcmp(what, "handoff") == 0) {
         handoff(argc > 2 ? (size_t)atol(argv[2]) : 64, argc > 3 ? (uint64_t)atol(argv[3]) : 200);
     } else if (strcmp(what, "replicas") == 0 || strcmp(what, "staged") == 0) {
+        if (argc > 4 && strcmp(argv[4], "round_robin") == 0) g_deal = KP_DEAL_ROUND_ROBIN;
         gemms(what, argc > 2 ? atoi(argv[2]) : 4096, argc > 3 ? (uint64_t)atol(argv[3]) : 400);
     } else {
         fprintf(stderr, "usage: bench_flow_devices handoff|replicas|staged [SIZE] [FRAMES]\n");

@@ -248,7 +248,8 @@ stage_multigpu() {
     && row "test_flow_devices cuda BIG (to 16M)" PASS "$(grep -c ' OK ' "$out/flow_devices.log") tests" \
     || row "test_flow_devices cuda BIG (to 16M)" FAIL "see flow_devices.log"
   sanitize_one build-gpu/tests/test_flow_devices cuda
-  for a in "handoff 64 200" "handoff 256 50" "replicas 4096 400" "staged 4096 400"; do
+  for a in "handoff 64 200" "handoff 256 50" "replicas 4096 400" "replicas 4096 400 round_robin" \
+           "staged 4096 400"; do
     build-gpu/bench/bench_flow_devices $a >>"$log" 2>&1 \
       && row "bench_flow_devices $a" PASS "multigpu.log" || row "bench_flow_devices $a" FAIL "see multigpu.log"
   done

@@ -32,6 +32,7 @@
 #define KP__SPIN_US 20       /* spin before sleeping, where cores allow (spin_us 0) */
 #define KP__GPU_EVERY 8      /* one frame in this many gets its device time measured */
 #define KP__GPU_SLOTS 4      /* measurements in flight per stage */
+#define KP__REP_DEPTH 2      /* frames a replica has on its device at most: one runs, one waits */
 
 typedef struct kp__fframe {
     kp_frame f;
@@ -87,6 +88,10 @@ typedef struct kp__stage {
         bool pending;
     } gpu[KP__GPU_SLOTS];
     uint64_t gpu_next, frames_run;
+    /* a replica's frames on its device: the event after each of the last
+     * KP__REP_DEPTH, so it takes a frame only when its device has room */
+    kp_event_t issued[KP__REP_DEPTH];
+    uint64_t n_issued;
     bool busy; /* the last run left work on the stream: its runs are measured */
     _Atomic uint32_t gpu_lat[KP__LAT_SAMPLES];
     _Atomic uint64_t n_gpu_lat;
@@ -692,12 +697,35 @@ static void kp__source_loop(kp__stage *s) {
     }
 }
 
+/* A replica takes its next frame only once its device has finished all
+ * but KP__REP_DEPTH - 1 of its earlier ones: frames then go to the replica
+ * whose device has room, not to the thread that happens to ask first (the
+ * host enqueues far faster than a device runs). */
+static kp_status kp__replica_room(kp__stage *s) {
+    if (!s->issued[0] || s->n_issued < KP__REP_DEPTH) return KP_OK;
+    return kp_event_sync(s->issued[s->n_issued % KP__REP_DEPTH]);
+}
+
+static kp_status kp__replica_issued(kp__stage *s) {
+    if (!s->issued[0]) return KP_OK;
+    KP_CHECK(kp_event_record(s->issued[s->n_issued % KP__REP_DEPTH], s->ctx.stream));
+    s->n_issued++;
+    return KP_OK;
+}
+
 static void kp__stage_loop(kp__stage *s) {
     struct kp_flow *f = s->flow;
     kp__fframe *fr;
-    while ((fr = kp__queue_pop(f, &f->q[s->index], s->replica)) != NULL) {
+    for (;;) {
+        kp_status rst = kp__replica_room(s);
+        if (rst != KP_OK) {
+            kp__fail(f, s, rst);
+            return;
+        }
+        if (!(fr = kp__queue_pop(f, &f->q[s->index], s->replica))) return;
         atomic_fetch_add(&s->in, 1);
         kp_status st = kp__run_frames(s, &fr, 1, NULL);
+        if (st == KP_OK) st = kp__replica_issued(s);
         if (st != KP_OK) {
             kp__frame_put(f, fr, false);
             kp__fail(f, s, st);
@@ -995,6 +1023,8 @@ static kp_status kp__stage_init(struct kp_flow *f, kp__stage *s, const kp_flow_s
     s->ctx.replica = r;
     s->ctx.flow = f;
     KP_CHECK(kp_stream_create(dev, &s->ctx.stream));
+    for (size_t k = 0; cs->n_replicas > 1 && k < KP__REP_DEPTH; k++)
+        KP_CHECK(kp_event_create_untimed(dev, &s->issued[k]));
     for (size_t k = 0; k < KP__GPU_SLOTS; k++) {
         KP_CHECK(kp_event_create(dev, &s->gpu[k].start));
         KP_CHECK(kp_event_create(dev, &s->gpu[k].end));
@@ -1341,6 +1371,7 @@ void kp_flow_destroy(kp_flow_t f) {
             kp_event_destroy(f->st[i].gpu[k].start);
             kp_event_destroy(f->st[i].gpu[k].end);
         }
+        for (size_t k = 0; k < KP__REP_DEPTH; k++) kp_event_destroy(f->st[i].issued[k]);
         kp_stream_destroy(f->st[i].ctx.stream);
         kp__free(f->st[i].batch);
         kp__free(f->st[i].batch_frames);
