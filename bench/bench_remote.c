@@ -1,6 +1,12 @@
 /* A remote queue over loopback against an in-process queue.
  *
- *   bench_remote DEVICE [KIB] [FRAMES]
+ *   bench_remote DEVICE [KIB] [FRAMES] [FPS]
+ *
+ * Without FPS the source sends as fast as the queues let it: frames/s is
+ * the throughput, and a frame's latency includes its wait in the full
+ * queues (about their depth times the frame period). With FPS the source
+ * sends at that rate, below what either queue sustains: the latency is
+ * the hand-over's own.
  *
  * Both runs send FRAMES frames of KIB KiB from a source to a sink that
  * only counts them, with a queue of 4 between them: in one process, then
@@ -35,6 +41,7 @@ static uint64_t now_ns(void) {
 }
 
 typedef struct run {
+    uint64_t period_ns, t0_ns; /* a paced source: frame s leaves at t0 + s * period */
     uint64_t frames, seen;
     size_t bytes;
     uint64_t first_ns, last_ns;
@@ -48,6 +55,12 @@ static kp_status source(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eo
         return KP_OK;
     }
     f->bytes = r->bytes;
+    if (r->period_ns) {
+        if (f->seq == 0) r->t0_ns = now_ns();
+        uint64_t at = r->t0_ns + f->seq * r->period_ns;
+        while (now_ns() < at) {
+        }
+    }
     f->user[1] = (int64_t)now_ns();
     return KP_OK;
 }
@@ -119,17 +132,26 @@ int main(int argc, char **argv) {
     const char *device = argv[1];
     size_t kib = argc > 2 ? (size_t)atol(argv[2]) : 64;
     uint64_t frames = argc > 3 ? (uint64_t)atol(argv[3]) : 2000;
+    double fps_target = argc > 4 && strcmp(argv[4], "--rx") != 0 ? atof(argv[4]) : 0;
     size_t bytes = kib << 10;
     kp_device_t dev;
     KK(kp_device_open(device, &dev));
-    run r = {frames, 0, bytes, 0, 0, calloc(frames, sizeof(uint64_t))};
+    run r = {fps_target > 0 ? (uint64_t)(1e9 / fps_target) : 0,
+             0,
+             frames,
+             0,
+             bytes,
+             0,
+             0,
+             calloc(frames, sizeof(uint64_t))};
     if (argc == 6 && strcmp(argv[4], "--rx") == 0) {
         int rc = receiver(dev, &r, atoi(argv[5]));
         kp_device_close(dev);
         return rc;
     }
-    printf("%llu frames of %zu KiB on %s, a queue of 4:\n", (unsigned long long)frames, kib,
-           device);
+    printf("%llu frames of %zu KiB on %s, a queue of 4, %s:\n", (unsigned long long)frames, kib,
+           device, fps_target > 0 ? "paced" : "as fast as they go");
+    if (fps_target > 0) printf("  (the source sends %.0f frames/s)\n", fps_target);
     /* the floor: memcpy of a frame on this host */
     char *a = malloc(bytes), *b = malloc(bytes);
     memset(a, 1, bytes);
@@ -148,6 +170,7 @@ int main(int argc, char **argv) {
                            {.name = "sink", .fn = sink, .user = &r, .queue_capacity = 4}};
     run_flow(make(dev, st, bytes));
     report("in-process queue", &r);
+    r.seen = 0;
     /* across two: this program again as the receiver */
     int pp[2];
     if (pipe(pp) != 0) return 1;

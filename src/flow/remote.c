@@ -637,6 +637,11 @@ static bool kp__slot_free(const kp__remote *r) {
     return sl->hdr_op.done && sl->data_op.done;
 }
 
+static bool kp__last_sent(const kp__remote *r) {
+    const kp__slot *sl = &r->slots[(r->sent - 1) % r->capacity];
+    return sl->hdr_op.done && sl->data_op.done;
+}
+
 static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     kp__remote *r = user;
     bool stop = false;
@@ -675,7 +680,10 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
         atomic_store_explicit(&r->max_in_flight, in_flight, memory_order_relaxed);
     atomic_fetch_add_explicit(&r->frames, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&r->bytes, f->bytes, memory_order_relaxed);
-    return KP_OK;
+    /* The frame leaves now: only this thread progresses the link, and it
+     * may sit in the flow's queue for a long time before the next frame
+     * (a large send needs the sender to answer the receiver). */
+    return kp__wait(r, c->flow, kp__last_sent, &stop);
 }
 
 static bool kp__all_sent(const kp__remote *r) {
