@@ -30,6 +30,14 @@
  * not yet done at the sink or dropped) never exceed the sum of the queue
  * capacities plus one per stage; with a byte budget, their bytes never exceed
  * it: the source waits.
+ *
+ * Stages may sit on different devices of one backend (kp_flow_stage.dev),
+ * or run as replicas on several (replicas, n_replicas): a frame made on
+ * one device reaches a stage on another by kp_flow_stage.handoff, and a
+ * replicated stage's frames leave it in the order they came. Every frame
+ * holds a buffer and an event on every device of the flow. A remote queue
+ * (kp_flow_remote_source / _sink, UCX) joins a flow's sink to another
+ * process's source.
  */
 #ifndef KPIPE_FLOW_H
 #define KPIPE_FLOW_H
