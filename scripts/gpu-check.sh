@@ -254,7 +254,7 @@ stage_multigpu() {
       && row "bench_flow_devices $a" PASS "multigpu.log" || row "bench_flow_devices $a" FAIL "see multigpu.log"
   done
   for d in cpu cuda; do
-    for a in "64 20000" "8192 300"; do
+    for a in "64 20000" "8192 300" "64 2000 1000" "8192 200 50"; do
       build-gpu/bench/bench_remote $d $a >>"$log" 2>&1 \
         && row "bench_remote $d $a" PASS "multigpu.log" || row "bench_remote $d $a" FAIL "see multigpu.log"
     done
