@@ -33,6 +33,7 @@
 #define KP__GPU_EVERY 8      /* one frame in this many gets its device time measured */
 #define KP__GPU_SLOTS 4      /* measurements in flight per stage */
 #define KP__REP_DEPTH 2      /* frames a replica has on its device at most: one runs, one waits */
+#define KP__PROBE_N 8        /* frames timed per way of an automatic hand-over */
 
 typedef struct kp__fframe {
     kp_frame f;
@@ -65,6 +66,18 @@ typedef struct kp__stage {
     size_t replica;                      /* of it */
     int dev_i;                           /* its device in flow->devs */
     kp_handoff how[KP_FLOW_MAX_DEVICES]; /* frames from each other device: resolved */
+    bool auto_how[KP_FLOW_MAX_DEVICES];  /* ... by "auto", with peer access: probed */
+    /* An automatic hand-over between devices that reach each other is
+     * timed both ways on the first frames from one device (`from`): the
+     * copy and the stage's work on its own buffer, against the stage's work
+     * read in place; the faster way stays. Events are read once done,
+     * never waited for. */
+    struct kp__probe {
+        int from;      /* the device probed; -1: none (yet) */
+        unsigned next; /* frames timed: copy first, then in place */
+        kp_event_t start[2 * KP__PROBE_N], end[2 * KP__PROBE_N];
+        bool decided;
+    } probe;
     char name[64];
     kp_flow_end_fn end_fn;
     kp_flow_stage_fn fn;
@@ -607,6 +620,45 @@ static kp_status kp__timed_call(kp__stage *s, kp__fframe *const *frs, size_t n, 
     return st;
 }
 
+static int kp__cmp_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Once every timed frame has finished: the way with the lower median
+ * stays (in place only where it is faster). A failed measurement keeps
+ * the copy. */
+static void kp__probe_decide(kp__stage *s) {
+    struct kp__probe *p = &s->probe;
+    float t[2][KP__PROBE_N];
+    for (int k = 0; k < 2 * KP__PROBE_N; k++) {
+        bool done = false;
+        if (kp_event_query(p->end[k], &done) != KP_OK) {
+            kp_clear_error();
+            p->decided = true;
+            return;
+        }
+        if (!done) return; /* not yet: asked again after the next frame */
+        if (kp_event_elapsed_ms(p->start[k], p->end[k], &t[k / KP__PROBE_N][k % KP__PROBE_N]) !=
+            KP_OK) {
+            kp_clear_error();
+            p->decided = true;
+            return;
+        }
+    }
+    qsort(t[0], KP__PROBE_N, sizeof(float), kp__cmp_f);
+    qsort(t[1], KP__PROBE_N, sizeof(float), kp__cmp_f);
+    float copy = t[0][KP__PROBE_N / 2], in_place = t[1][KP__PROBE_N / 2];
+    p->decided = true;
+    if (in_place < copy) s->how[p->from] = KP_HANDOFF_IN_PLACE;
+    if (KP_LOG_ENABLED(KP_LOG_INFO))
+        kp__log(KP_LOG_INFO,
+                "flow: stage \"%s\" on %s takes frames from %s %s (median %.1f us by copy, "
+                "%.1f us in place)",
+                s->name, kp_device_name(s->ctx.dev), kp_device_name(s->flow->devs[p->from]),
+                in_place < copy ? "in place" : "by copy", copy * 1e3, in_place * 1e3);
+}
+
 /* Frames through one stage: wait for their earlier work on the device,
  * bring them over from other devices, run the function, mark the frames'
  * new work. A stream with nothing pending has nothing to hand over: the
@@ -615,10 +667,27 @@ static kp_status kp__run_frames(kp__stage *s, kp__fframe *const *frs, size_t n, 
     for (size_t i = 0; i < n; i++)
         if (frs[i]->ev_dev >= 0)
             KP_CHECK(kp_stream_wait_event(s->ctx.stream, frs[i]->ev[frs[i]->ev_dev]));
-    for (size_t i = 0; i < n; i++)
-        if (frs[i]->loc != s->dev_i && frs[i]->buf[0]) KP_CHECK(kp__handoff(s, frs[i]));
+    struct kp__probe *p = &s->probe;
+    int timed = -1; /* the probe's slot this run fills */
+    for (size_t i = 0; i < n; i++) {
+        if (frs[i]->loc == s->dev_i || !frs[i]->buf[0]) continue;
+        int from = frs[i]->loc;
+        if (n == 1 && p->start[0] && !p->decided && p->next < 2 * KP__PROBE_N &&
+            s->how[from] == KP_HANDOFF_COPY && s->auto_how[from] &&
+            (p->from < 0 || p->from == from)) {
+            p->from = from;
+            timed = (int)p->next++;
+            s->how[from] = timed < KP__PROBE_N ? KP_HANDOFF_COPY : KP_HANDOFF_IN_PLACE;
+            KP_CHECK(kp_event_record(p->start[timed], s->ctx.stream));
+        }
+        kp_status hst = kp__handoff(s, frs[i]);
+        if (timed >= 0) s->how[from] = KP_HANDOFF_COPY; /* until decided */
+        KP_CHECK(hst);
+    }
     bool idle = false;
     KP_CHECK(kp__timed_call(s, frs, n, eos, &idle));
+    if (timed >= 0) KP_CHECK(kp_event_record(p->end[timed], s->ctx.stream));
+    if (p->from >= 0 && !p->decided && p->next == 2 * KP__PROBE_N) kp__probe_decide(s);
     atomic_fetch_add_explicit(&s->flow->dev_runs[s->dev_i], 1, memory_order_relaxed);
     for (size_t i = 0; i < n; i++) {
         frs[i]->ev_dev = idle ? -1 : s->dev_i;
@@ -968,6 +1037,12 @@ static kp_status kp__resolve_handoffs(struct kp_flow *f, kp__stage *s, kp_handof
         }
         if (how == KP_HANDOFF_STAGED) *staging = true;
         s->how[d] = how;
+        s->auto_how[d] = want == KP_HANDOFF_AUTO && can;
+        if (s->auto_how[d] && !s->probe.start[0])
+            for (int k = 0; k < 2 * KP__PROBE_N; k++) {
+                KP_CHECK(kp_event_create(to, &s->probe.start[k]));
+                KP_CHECK(kp_event_create(to, &s->probe.end[k]));
+            }
     }
     return KP_OK;
 }
@@ -1006,6 +1081,7 @@ static kp_status kp__stage_init(struct kp_flow *f, kp__stage *s, const kp_flow_s
     s->flow = f;
     s->index = i;
     s->replica = r;
+    s->probe.from = -1;
     KP_CHECK(kp__device_index(f, dev, &s->dev_i));
     snprintf(s->name, sizeof s->name, "%s", cs->name);
     s->fn = cs->fn;
@@ -1372,6 +1448,10 @@ void kp_flow_destroy(kp_flow_t f) {
             kp_event_destroy(f->st[i].gpu[k].end);
         }
         for (size_t k = 0; k < KP__REP_DEPTH; k++) kp_event_destroy(f->st[i].issued[k]);
+        for (int k = 0; k < 2 * KP__PROBE_N; k++) {
+            kp_event_destroy(f->st[i].probe.start[k]);
+            kp_event_destroy(f->st[i].probe.end[k]);
+        }
         kp_stream_destroy(f->st[i].ctx.stream);
         kp__free(f->st[i].batch);
         kp__free(f->st[i].batch_frames);
