@@ -435,6 +435,44 @@ static void refusals_and_timeouts(void **state) {
     side_close(&v);
 }
 
+/* The C form: the two ends where they cannot go. */
+static void c_form_misuse(void **state) {
+    (void)state;
+    side t = {0};
+    KPT_OK(side_open(&t, 16));
+    kp_flow_stage rx, tx;
+    KPT_OK(kp_flow_remote_source(t.dev, "127.0.0.1:0", 64, 2, 200, &rx));
+    KPT_OK(kp_flow_remote_sink(t.dev, "127.0.0.1:9", 64, 200, &tx));
+    assert_non_null(rx.free_fn);
+    assert_true(rx.dev == t.dev);
+    /* a sink first, a source second: each fails its stage, by name */
+    kp_flow_stage st[2] = {tx, rx};
+    st[1].queue_capacity = 2;
+    st[0].name = "sink_first";
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    cfg.dev = t.dev;
+    cfg.stages = st;
+    cfg.n_stages = 2;
+    cfg.frame_bytes = 64;
+    kp_flow_t f;
+    KPT_OK(kp_flow_create(&cfg, &f)); /* the flow owns both now */
+    KPT_OK(kp_flow_start(f));
+    KPT_FAILS(kp_flow_wait(f), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "cannot be a flow's first stage"));
+    kp_flow_destroy(f);
+    /* replicas of a remote end: refused, and its state freed */
+    KPT_OK(kp_flow_remote_sink(t.dev, "127.0.0.1:9", 64, 200, &tx));
+    kp_device_t two[2] = {t.dev, t.dev};
+    kp_flow_stage gen_tx[2] = {{.name = "gen", .fn = gen, .user = &t}, tx};
+    gen_tx[1].replicas = two;
+    gen_tx[1].n_replicas = 2;
+    cfg.stages = gen_tx;
+    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "no replicas"));
+    assert_null(f);
+    side_close(&t);
+}
+
 /* The JSON form: what is refused, by name. */
 static void json_errors(void **state) {
     (void)state;
@@ -532,6 +570,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(cancel_from_the_sender),  cmocka_unit_test(cancel_from_the_receiver),
         cmocka_unit_test(receiver_killed),         cmocka_unit_test(sender_killed),
         cmocka_unit_test(refusals_and_timeouts),   cmocka_unit_test(json_errors),
+        cmocka_unit_test(c_form_misuse),
     };
     return cmocka_run_group_tests_name(g_device, tests, NULL, NULL) ? 1 : 0;
 }

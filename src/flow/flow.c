@@ -938,6 +938,12 @@ static kp_status kp__check_stage_devices(const kp_flow_config *c, size_t i) {
                              "stages[%zu] (%s): a replicated stage is not the first, does not "
                              "micro-batch, and has 2 to %d devices in replicas",
                              i, s->name, KP_FLOW_MAX_REPLICAS);
+#ifdef KP_HAVE_UCX
+        if (kp__remote_stage(s->fn))
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "stages[%zu] (%s): a remote queue's end has one link: no replicas", i,
+                             s->name);
+#endif
     } else if (s->replicas || s->replica_users) {
         return kp__error(KP_ERR_INVALID_ARG,
                          "stages[%zu] (%s): replicas or replica_users without n_replicas >= 2", i,

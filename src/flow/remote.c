@@ -670,6 +670,7 @@ static bool kp__last_sent(const kp__remote *r) {
 static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     kp__remote *r = user;
     bool stop = false;
+    if (eos) return kp__error(KP_ERR_INVALID_ARG, "a remote sink cannot be a flow's first stage");
     KP_CHECK(kp__sender_ready(r, c->flow));
     if (kp_flow_cancelled(c->flow)) return KP_OK;
     if (f->bytes > r->frame_bytes)
@@ -835,6 +836,7 @@ static kp_status kp__check_frame(kp__remote *r, const kp__slot *sl, kp_frame *f)
 static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     kp__remote *r = user;
     bool stop = false;
+    if (!eos) return kp__error(KP_ERR_INVALID_ARG, "a remote source must be a flow's first stage");
     KP_CHECK(kp__receiver_ready(r, c->flow, &stop));
     if (!stop) KP_CHECK(kp__recycle(r));
     if (!stop) KP_CHECK(kp__wait(r, c->flow, kp__frame_in, &stop));
