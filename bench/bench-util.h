@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kpipe/kpipe.h"
+#include "bench-check.h"
 
 #define CK(x)                                                        \
     do {                                                             \
@@ -16,15 +16,6 @@
             fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
             exit(1);                                                 \
         }                                                            \
-    } while (0)
-
-#define KK(x)                                                                        \
-    do {                                                                             \
-        kp_status s_ = (x);                                                          \
-        if (s_ != KP_OK) {                                                           \
-            fprintf(stderr, "%s: %s: %s\n", #x, kp_status_str(s_), kp_last_error()); \
-            exit(1);                                                                 \
-        }                                                                            \
     } while (0)
 
 #endif

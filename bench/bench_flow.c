@@ -22,38 +22,10 @@ int main(int argc, char **argv) {
     if (argc > 1) g_frames = atol(argv[1]);
     kp_device_t dev;
     if (kp_device_open("cpu", &dev) != KP_OK) return 1;
-    kp_flow_stage st[4] = {{.name = "source",
-                            .fn = empty,
-                            .user = NULL,
-                            .queue_capacity = 0,
-                            .policy = KP_QUEUE_BLOCK,
-                            .batch_fn = NULL,
-                            .max_batch = 0,
-                            .deadline_us = 0},
-                           {.name = "a",
-                            .fn = empty,
-                            .user = NULL,
-                            .queue_capacity = 4,
-                            .policy = KP_QUEUE_BLOCK,
-                            .batch_fn = NULL,
-                            .max_batch = 0,
-                            .deadline_us = 0},
-                           {.name = "b",
-                            .fn = empty,
-                            .user = NULL,
-                            .queue_capacity = 4,
-                            .policy = KP_QUEUE_BLOCK,
-                            .batch_fn = NULL,
-                            .max_batch = 0,
-                            .deadline_us = 0},
-                           {.name = "sink",
-                            .fn = empty,
-                            .user = NULL,
-                            .queue_capacity = 4,
-                            .policy = KP_QUEUE_BLOCK,
-                            .batch_fn = NULL,
-                            .max_batch = 0,
-                            .deadline_us = 0}};
+    kp_flow_stage st[4] = {{.name = "source", .fn = empty},
+                           {.name = "a", .fn = empty, .queue_capacity = 4},
+                           {.name = "b", .fn = empty, .queue_capacity = 4},
+                           {.name = "sink", .fn = empty, .queue_capacity = 4}};
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.dev = dev;
     cfg.stages = st;

@@ -23,16 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kpipe/kpipe.h"
-
-#define KK(x)                                                                        \
-    do {                                                                             \
-        kp_status s_ = (x);                                                          \
-        if (s_ != KP_OK) {                                                           \
-            fprintf(stderr, "%s: %s: %s\n", #x, kp_status_str(s_), kp_last_error()); \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
+#include "bench-check.h"
 
 static uint64_t now_ns(void) {
     struct timespec t;

@@ -21,16 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kpipe/kpipe.h"
-
-#define KK(x)                                                                        \
-    do {                                                                             \
-        kp_status s_ = (x);                                                          \
-        if (s_ != KP_OK) {                                                           \
-            fprintf(stderr, "%s: %s: %s\n", #x, kp_status_str(s_), kp_last_error()); \
-            exit(1);                                                                 \
-        }                                                                            \
-    } while (0)
+#include "bench-check.h"
 
 static double now_us(void) {
     struct timespec ts;

@@ -756,22 +756,8 @@ static void flow_calls(void **state) {
     (void)state;
     kp_flow_t f = NULL;
     kp_flow_snapshot h;
-    kp_flow_stage st[2] = {{.name = "a",
-                            .fn = flow_noop,
-                            .user = NULL,
-                            .queue_capacity = 0,
-                            .policy = KP_QUEUE_BLOCK,
-                            .batch_fn = NULL,
-                            .max_batch = 0,
-                            .deadline_us = 0},
-                           {.name = "b",
-                            .fn = flow_noop,
-                            .user = NULL,
-                            .queue_capacity = 1,
-                            .policy = KP_QUEUE_BLOCK,
-                            .batch_fn = NULL,
-                            .max_batch = 0,
-                            .deadline_us = 0}};
+    kp_flow_stage st[2] = {{.name = "a", .fn = flow_noop},
+                           {.name = "b", .fn = flow_noop, .queue_capacity = 1}};
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     KPT_FAILS(kp_flow_create(NULL, &f), BAD);
     KPT_FAILS(kp_flow_create(&cfg, &f), BAD);

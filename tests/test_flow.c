@@ -98,30 +98,10 @@ static kp_status sink(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos)
 
 static kp_flow_t make_flow(ctx *t, size_t cap1, kp_queue_policy p1, size_t cap2, kp_queue_policy p2,
                            size_t budget) {
-    kp_flow_stage st[3] = {{.name = "source",
-                            .fn = source,
-                            .user = t,
-                            .queue_capacity = 0,
-                            .policy = KP_QUEUE_BLOCK,
-                            .batch_fn = NULL,
-                            .max_batch = 0,
-                            .deadline_us = 0},
-                           {.name = "middle",
-                            .fn = middle,
-                            .user = t,
-                            .queue_capacity = cap1,
-                            .policy = p1,
-                            .batch_fn = NULL,
-                            .max_batch = 0,
-                            .deadline_us = 0},
-                           {.name = "sink",
-                            .fn = sink,
-                            .user = t,
-                            .queue_capacity = cap2,
-                            .policy = p2,
-                            .batch_fn = NULL,
-                            .max_batch = 0,
-                            .deadline_us = 0}};
+    kp_flow_stage st[3] = {
+        {.name = "source", .fn = source, .user = t},
+        {.name = "middle", .fn = middle, .user = t, .queue_capacity = cap1, .policy = p1},
+        {.name = "sink", .fn = sink, .user = t, .queue_capacity = cap2, .policy = p2}};
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.dev = g_dev;
     cfg.stages = st;
@@ -463,30 +443,15 @@ static void micro_batching(void **state) {
     for (int slow = 0; slow < 2; slow++) {
         batch_ctx b = {
             .frames = slow ? 40 : 1003, .ordered = true, .source_sleep_us = slow ? 2000 : 0};
-        kp_flow_stage st[3] = {{.name = "source",
-                                .fn = batch_source,
-                                .user = &b,
-                                .queue_capacity = 0,
-                                .policy = KP_QUEUE_BLOCK,
-                                .batch_fn = NULL,
-                                .max_batch = 0,
-                                .deadline_us = 0},
+        kp_flow_stage st[3] = {{.name = "source", .fn = batch_source, .user = &b},
                                {.name = "batch",
                                 .fn = NULL,
                                 .user = &b,
                                 .queue_capacity = 8,
-                                .policy = KP_QUEUE_BLOCK,
                                 .batch_fn = batch_stage,
                                 .max_batch = 4,
                                 .deadline_us = 300},
-                               {.name = "sink",
-                                .fn = batch_sink,
-                                .user = &b,
-                                .queue_capacity = 8,
-                                .policy = KP_QUEUE_BLOCK,
-                                .batch_fn = NULL,
-                                .max_batch = 0,
-                                .deadline_us = 0}};
+                               {.name = "sink", .fn = batch_sink, .user = &b, .queue_capacity = 8}};
         kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
         cfg.dev = g_dev;
         cfg.stages = st;
@@ -509,22 +474,13 @@ static void micro_batching(void **state) {
     }
     /* misuse: batch_fn with fn, max_batch past the queue, on the source */
     batch_ctx b = {.frames = 1};
-    kp_flow_stage st[2] = {{.name = "source",
-                            .fn = batch_source,
-                            .user = &b,
-                            .queue_capacity = 0,
-                            .policy = KP_QUEUE_BLOCK,
-                            .batch_fn = NULL,
-                            .max_batch = 0,
-                            .deadline_us = 0},
+    kp_flow_stage st[2] = {{.name = "source", .fn = batch_source, .user = &b},
                            {.name = "batch",
                             .fn = batch_sink,
                             .user = &b,
                             .queue_capacity = 2,
-                            .policy = KP_QUEUE_BLOCK,
                             .batch_fn = batch_stage,
-                            .max_batch = 4,
-                            .deadline_us = 0}};
+                            .max_batch = 4}};
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.dev = g_dev;
     cfg.stages = st;
@@ -602,22 +558,8 @@ static kp_status noop(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos)
 static void misuse(void **state) {
     (void)state;
     kp_flow_t f = NULL;
-    kp_flow_stage st[2] = {{.name = "a",
-                            .fn = noop,
-                            .user = NULL,
-                            .queue_capacity = 0,
-                            .policy = KP_QUEUE_BLOCK,
-                            .batch_fn = NULL,
-                            .max_batch = 0,
-                            .deadline_us = 0},
-                           {.name = "b",
-                            .fn = noop,
-                            .user = NULL,
-                            .queue_capacity = 2,
-                            .policy = KP_QUEUE_BLOCK,
-                            .batch_fn = NULL,
-                            .max_batch = 0,
-                            .deadline_us = 0}};
+    kp_flow_stage st[2] = {{.name = "a", .fn = noop},
+                           {.name = "b", .fn = noop, .queue_capacity = 2}};
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     KPT_FAILS(kp_flow_create(NULL, &f), KP_ERR_INVALID_ARG);
     KPT_FAILS(kp_flow_create(&cfg, NULL), KP_ERR_INVALID_ARG);
