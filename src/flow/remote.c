@@ -78,7 +78,6 @@ typedef struct kp__op {
     bool done;
     ucs_status_t status;
     size_t length;            /* received */
-    ucp_tag_t tag;            /* received */
     ucp_tag_recv_info_t info; /* a receive's size and tag */
     bool recv;
     uint64_t msg[2]; /* a control message: kind and value */
@@ -166,10 +165,7 @@ static void kp__op_poll(kp__op *op) {
                               : ucp_request_check_status(op->req);
     if (s == UCS_INPROGRESS) return;
     op->status = s;
-    if (op->recv && s == UCS_OK) {
-        op->length = op->info.length;
-        op->tag = op->info.sender_tag;
-    }
+    if (op->recv && s == UCS_OK) op->length = op->info.length;
     ucp_request_free(op->req);
     op->req = NULL;
     op->done = true;
@@ -210,7 +206,6 @@ static kp_status kp__link_error(kp__remote *r, ucs_status_t s);
 
 static kp_status kp__send(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag) {
     ucp_request_param_t p = {0};
-    op->length = len;
     if (kp__op_start(op, ucp_tag_send_nbx(r->ep, buf, len, tag, &p), false, "send") == KP_OK)
         return KP_OK;
     kp_clear_error();
