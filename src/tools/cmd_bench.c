@@ -80,6 +80,13 @@ static kp_status kpt_bench_mode(const char *device, const char *spec, int mode, 
     kp_status st = kpt_runner_open(&r, device, spec, mode);
     memset(res, 0, sizeof *res);
     if (st == KP_OK && shapes->n) {
+        bool any = false; /* a static spec would run its one shape every tick */
+        for (size_t i = 0; i < r.n_in; i++) any = any || r.dynamic[i];
+        if (!any)
+            st = kpt_error(KP_ERR_INVALID_ARG,
+                           "--shapes: %s has no dynamic dimension to cycle (its inputs are "
+                           "static; declare a size as {\"max\": N} to make one dynamic)",
+                           spec);
         memcpy(r.shapes, shapes->v, sizeof r.shapes);
         r.n_shapes = shapes->n;
     }

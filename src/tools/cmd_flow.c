@@ -183,7 +183,7 @@ int kpt_cmd_flow(int argc, char **argv) {
     kp_flow_t f = NULL;
     kp_status st = kp_device_open(device, &dev);
     if (st != KP_OK) return kpt_fail("flow", st);
-    st = kp_flow_create_from_file_traced(dev, file, trace ? 65536 : 0, &f);
+    st = kpt_keep_error(kp_flow_create_from_file_traced(dev, file, trace ? 65536 : 0, &f));
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = kpt_on_sigint;
@@ -198,7 +198,7 @@ int kpt_cmd_flow(int argc, char **argv) {
         else
             kp_clear_error();
     }
-    if (st == KP_OK) st = kp_flow_start(f);
+    if (st == KP_OK) st = kpt_keep_error(kp_flow_start(f));
     kp_flow_snapshot h;
     memset(&h, 0, sizeof h);
     /* poll the counters until every stage has stopped */
@@ -214,8 +214,9 @@ int kpt_cmd_flow(int argc, char **argv) {
         }
     }
     if (f) {
+        /* the detail is kept before the report below makes other calls */
         kp_status w = kp_flow_wait(f);
-        if (st == KP_OK) st = w;
+        if (st == KP_OK) st = kpt_keep_error(w);
     }
     double secs = (kpt_now_us() - t0) * 1e-6;
     if (live) fprintf(stderr, "\r%*s\r", 100, "");
@@ -226,8 +227,11 @@ int kpt_cmd_flow(int argc, char **argv) {
         kpt_report(&h, secs);
         kpt_report_remote(f, &h);
         if (json) rc = kpt_report_json(json, &h, secs);
-        if (trace && kp_flow_write_trace(f, trace) != KP_OK)
-            rc = kpt_fail("flow --trace", KP_ERR_IO);
+        kp_status ts = trace ? kp_flow_write_trace(f, trace) : KP_OK;
+        if (ts != KP_OK) { /* its own detail: a failed flow's is kept for below */
+            fprintf(stderr, "kpipe flow --trace: %s: %s\n", kp_status_str(ts), kp_last_error());
+            rc = 1;
+        }
     }
     if (st != KP_OK && kpt_interrupted) {
         fprintf(stderr, "kpipe flow: cancelled (Ctrl-C)\n");

@@ -19,6 +19,12 @@ kp_status kpt_error(kp_status st, const char *fmt, ...) {
     return st;
 }
 
+kp_status kpt_keep_error(kp_status st) {
+    if (st != KP_OK && !kpt_detail[0])
+        snprintf(kpt_detail, sizeof kpt_detail, "%s", kp_last_error());
+    return st;
+}
+
 int kpt_fail(const char *cmd, kp_status st) {
     const char *detail = kpt_detail[0] ? kpt_detail : kp_last_error();
     fprintf(stderr, "kpipe %s: %s%s%s\n", cmd, kp_status_str(st), *detail ? ": " : "", detail);

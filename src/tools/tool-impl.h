@@ -86,6 +86,10 @@ int kpt_cmd_flow(int argc, char **argv);
 /* Records the detail of a failure the command line found itself (kpt_fail
  * prints it in place of the library's) and returns `st`. */
 kp_status kpt_error(kp_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Keeps the library's detail of a failure (st) for kpt_fail, so that
+ * calls made after it (a health report, a clean-up), which may clear or
+ * replace the thread's error, cannot lose it; returns st. */
+kp_status kpt_keep_error(kp_status st);
 /* Prints "kpipe CMD: STATUS: detail" and returns 1. */
 int kpt_fail(const char *cmd, kp_status st);
 bool kpt_is_help(const char *arg);
