@@ -550,6 +550,141 @@ static void json_pipeline_batches(void **state) {
               KP_ERR_IO); /* the file first */
 }
 
+/* --- one set of rules for the C and the JSON form ------------------------------------- */
+#define RELU_SPEC(max)                                                                     \
+    "{\"kpipe_spec\": 1, \"modules\": [{\"type\": \"relu\", \"id\": \"r\", \"params\": " \
+    "{\"size\": {\"max\": " #max "}}}], \"inputs\": {\"x\": \"r.input\"}, \"outputs\": "  \
+    "{\"y\": \"r.output\"}}"
+
+/* What each form is given: a C configuration to spoil, and the same flow
+ * in JSON. */
+typedef struct rule_case {
+    const char *what, *json_stage1, *json_budget, *want;
+    void (*spoil)(kp_flow_config *cfg, kp_flow_stage *st);
+} rule_case;
+
+static kp_device_t g_two[2];
+static void spoil_replicas(kp_flow_config *cfg, kp_flow_stage *st) {
+    g_two[0] = g_two[1] = g_dev;
+    st[1].replicas = g_two;
+    st[1].n_replicas = 2;
+}
+static void spoil_names(kp_flow_config *cfg, kp_flow_stage *st) { st[2].name = "p"; }
+static void spoil_deal(kp_flow_config *cfg, kp_flow_stage *st) { st[1].deal = KP_DEAL_ROUND_ROBIN; }
+static void spoil_budget(kp_flow_config *cfg, kp_flow_stage *st) {
+    cfg->budget_bytes = cfg->frame_bytes; /* one frame; batches of 4 */
+}
+static void spoil_deadline(kp_flow_config *cfg, kp_flow_stage *st) {
+    st[1].deadline_us = KP_FLOW_MAX_DEADLINE_US + 1;
+}
+
+static void one_validation_for_both_forms(void **state) {
+    (void)state;
+    static const rule_case cases[] = {
+        {"a replica named twice", "\"replicas\": [0, 0], \"pipeline\": " RELU_SPEC(500), NULL,
+         "replicas[1]: ", spoil_replicas},
+        {"a stage name used twice", "\"pipeline\": " RELU_SPEC(500), NULL,
+         "stages[2].name: \"p\" is used twice", spoil_names},
+        {"a deal without replicas", "\"deal\": \"round_robin\", \"pipeline\": " RELU_SPEC(500),
+         NULL, "only a stage with replicas deals frames", spoil_deal},
+        {"a budget that starves a batch",
+         "\"batch\": {\"max\": 4, \"deadline_us\": 1000000}, \"pipeline\": " RELU_SPEC(2000),
+         "\"budget_bytes\": 2000, ", "admits 1 frames of 2000 bytes", spoil_budget},
+        {"a deadline past the maximum",
+         "\"batch\": {\"max\": 4, \"deadline_us\": 10000001}, \"pipeline\": " RELU_SPEC(2000), NULL,
+         "deadline_us", spoil_deadline},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const rule_case *c = &cases[k];
+        batch_ctx b = {.frames = 4, .ordered = true};
+        kp_flow_stage st[3] = {{.name = "s", .fn = batch_source, .user = &b},
+                               {.name = "p", .fn = batch_sink, .user = &b, .queue_capacity = 4},
+                               {.name = "k", .fn = batch_sink, .user = &b, .queue_capacity = 4}};
+        if (strstr(c->json_stage1, "batch")) {
+            st[1].fn = NULL;
+            st[1].batch_fn = batch_stage;
+            st[1].max_batch = 4;
+            st[1].deadline_us = 1000000;
+        }
+        kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+        cfg.dev = g_dev;
+        cfg.stages = st;
+        cfg.n_stages = 3;
+        cfg.frame_bytes = 2000;
+        kp_flow_t f = (kp_flow_t)1;
+        KPT_OK(kp_flow_create(&cfg, &f)); /* unspoilt, it is fine */
+        kp_flow_destroy(f);
+        c->spoil(&cfg, st);
+        f = (kp_flow_t)1;
+        kp_status cst = kp_flow_create(&cfg, &f);
+        char cerr[512];
+        snprintf(cerr, sizeof cerr, "%s", kp_last_error());
+        char json[2048];
+        snprintf(json, sizeof json,
+                 "{\"kpipe_flow\": 1, %s\"stages\": [{\"name\": \"s\", \"source\": \"synthetic\", "
+                 "\"frames\": 4, \"shape\": [500]}, {\"name\": \"p\", %s}, {\"name\": \"%s\", "
+                 "\"sink\": \"null\"}]}",
+                 c->json_budget ? c->json_budget : "", c->json_stage1,
+                 c->spoil == spoil_names ? "p" : "k");
+        kp_flow_t g = (kp_flow_t)1;
+        kp_status jst = kp_flow_create_from_json(g_dev, json, &g);
+        if (cst == KP_OK || jst == KP_OK || !strstr(cerr, c->want) ||
+            !strstr(kp_last_error(), c->want))
+            print_error("%s: C %s (%s); JSON %s (%s)\n", c->what, kp_status_name(cst), cerr,
+                        kp_status_name(jst), kp_last_error());
+        assert_int_equal(cst, KP_ERR_INVALID_ARG);
+        assert_int_equal(jst, KP_ERR_PARSE);
+        assert_non_null(strstr(cerr, c->want));
+        assert_non_null(strstr(kp_last_error(), c->want));
+        assert_null(f);
+        assert_null(g);
+    }
+}
+
+/* Budgets the rule admits run without waiting out a deadline: one batch
+ * of 4 in a budget of 4 frames, and two batching stages (2 each) in 3. */
+static void budget_fills_batches(void **state) {
+    (void)state;
+    for (int two = 0; two < 2; two++) {
+        batch_ctx b1 = {.frames = 200, .ordered = true}, b2 = {.ordered = true};
+        kp_flow_stage st[4] = {
+            {.name = "s", .fn = batch_source, .user = &b1},
+            {.name = "b1", .user = &b1, .queue_capacity = 4, .batch_fn = batch_stage,
+             .max_batch = two ? 2 : 4, .deadline_us = 1000000},
+            {.name = "b2", .user = &b2, .queue_capacity = 4, .batch_fn = batch_stage,
+             .max_batch = 2, .deadline_us = 1000000},
+            {.name = "k", .fn = batch_sink, .user = &b1, .queue_capacity = 4}};
+        if (!two) st[2] = st[3];
+        kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+        cfg.dev = g_dev;
+        cfg.stages = st;
+        cfg.n_stages = two ? 4 : 3;
+        cfg.frame_bytes = 64;
+        cfg.budget_bytes = (two ? 3 : 4) * 64;
+        kp_flow_t f;
+        cfg.budget_bytes -= 64; /* one frame fewer: refused */
+        KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG);
+        assert_non_null(strstr(kp_last_error(), two ? "need 3" : "need 4"));
+        cfg.budget_bytes += 64;
+        KPT_OK(kp_flow_create(&cfg, &f));
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        KPT_OK(kp_flow_start(f));
+        KPT_OK(kp_flow_wait(f));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        kp_flow_snapshot h;
+        KPT_OK(kp_flow_health(f, &h));
+        assert_int_equal(h.frames_done, 200);
+        assert_true(b1.ordered && b2.ordered);
+        assert_true(h.peak_bytes_in_flight <= cfg.budget_bytes);
+        /* 200 frames past 1 s deadlines: a starved batch would take minutes */
+        if (secs > 5) print_error("200 frames took %.2f s\n", secs);
+        assert_true(secs < 5);
+        kp_flow_destroy(f);
+    }
+}
+
 static kp_status noop(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     if (eos) *eos = f->seq == 10;
     return KP_OK;
@@ -636,6 +771,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(json_flow_errors),
         cmocka_unit_test(micro_batching),
         cmocka_unit_test(json_pipeline_batches),
+        cmocka_unit_test(one_validation_for_both_forms),
+        cmocka_unit_test(budget_fills_batches),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     kp_device_close(g_dev);

@@ -54,6 +54,7 @@ typedef struct kp_flow *kp_flow_t;
 #define KP_FLOW_MAX_DEVICES 8  /* distinct devices in one flow */
 #define KP_FLOW_MAX_REPLICAS 8 /* of one stage */
 #define KP_FLOW_MAX_LINKS (KP_FLOW_MAX_DEVICES * (KP_FLOW_MAX_DEVICES - 1))
+#define KP_FLOW_MAX_DEADLINE_US 10000000 /* a micro-batch's deadline: 10 s at most */
 
 /* What a queue does when it is full. */
 typedef enum kp_queue_policy {
@@ -142,7 +143,11 @@ typedef struct kp_flow_stage {
     /* Micro-batching (not for stage 0): batch_fn instead of fn gets up to
      * max_batch frames (2 .. queue_capacity), collected until the batch is
      * full or deadline_us after its first frame arrived, whichever comes
-     * first; end of stream flushes a partial batch. */
+     * first (deadline_us at most KP_FLOW_MAX_DEADLINE_US); end of stream
+     * flushes a partial batch. With a byte budget, the budget must admit
+     * 1 + the sum of (max_batch - 1) over the micro-batching stages
+     * frames: were fewer admitted, every frame could sit in a partial batch
+     * waiting out its deadline, and kp_flow_create refuses that. */
     kp_flow_batch_fn batch_fn;
     size_t max_batch;
     uint32_t deadline_us;
@@ -186,7 +191,10 @@ typedef struct kp_flow_config {
     { sizeof(kp_flow_config), NULL, NULL, 0, 0, 0, 0, 0 }
 
 /* Checks the configuration (KP_ERR_INVALID_ARG names the field), makes the
- * frames, buffers, streams and events; starts nothing. */
+ * frames, buffers, streams and events; starts nothing. Stage names are
+ * unique, a replicated stage names each device once, and `deal` is for
+ * replicated stages: the JSON form obeys the same rules, checked by the
+ * same code. */
 kp_status kp_flow_create(const kp_flow_config *cfg, kp_flow_t *out);
 /* The JSON form ("kpipe_flow": 1; README, "Flows"): a built-in source,
  * pipelines (a spec file, relative to the flow file, or inline) and a

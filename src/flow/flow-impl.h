@@ -12,6 +12,12 @@
  * stopped, in kp_flow_destroy; on failure free_fn(obj) has run. */
 kp_status kp__flow_own(kp_flow_t f, void *obj, void (*free_fn)(void *));
 
+/* The rules every flow's configuration obeys, whichever form made it: C
+ * (kp_flow_create) or JSON, which calls this before creating, so the two
+ * cannot drift apart. KP_ERR_INVALID_ARG names the field by its path in
+ * the configuration ("stages[2] (scale).replicas[1]: ..."). */
+kp_status kp__flow_check_config(const kp_flow_config *c);
+
 /* A built-in stage as made: its function and state, what frames it needs. */
 typedef struct kp__stage_made {
     kp_flow_stage_fn fn;

@@ -924,6 +924,8 @@ static size_t kp__stage_devices(const kp_flow_config *c, size_t i, const kp_devi
     return 1;
 }
 
+/* Where stage i runs: its devices exist, are of the flow's backend, and a
+ * replicated stage names each device once. */
 static kp_status kp__check_stage_devices(const kp_flow_config *c, size_t i) {
     const kp_flow_stage *s = &c->stages[i];
     if (s->handoff > KP_HANDOFF_STAGED)
@@ -948,6 +950,10 @@ static kp_status kp__check_stage_devices(const kp_flow_config *c, size_t i) {
         return kp__error(KP_ERR_INVALID_ARG,
                          "stages[%zu] (%s): replicas or replica_users without n_replicas >= 2", i,
                          s->name);
+    } else if (s->deal != KP_DEAL_LEAST_LOADED) {
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "stages[%zu] (%s).deal: only a stage with replicas deals frames", i,
+                         s->name);
     }
     kp_device_t one;
     const kp_device_t *devs;
@@ -960,44 +966,89 @@ static kp_status kp__check_stage_devices(const kp_flow_config *c, size_t i) {
             return kp__error(KP_ERR_INVALID_ARG,
                              "stages[%zu] (%s): device %s is not of the flow's backend (%s)", i,
                              s->name, kp_device_name(devs[r]), kp_device_backend(c->dev));
+        for (size_t q = 0; q < r; q++)
+            if (devs[q] == devs[r] || strcmp(kp_device_name(devs[q]), kp_device_name(devs[r])) == 0)
+                return kp__error(KP_ERR_INVALID_ARG,
+                                 "stages[%zu] (%s).replicas[%zu]: %s is named twice (replicas[%zu])",
+                                 i, s->name, r, kp_device_name(devs[r]), q);
     }
     return KP_OK;
 }
 
-static kp_status kp__check_config(const kp_flow_config *c) {
-    if (!c->dev) return kp__error(KP_ERR_INVALID_ARG, "config.dev is NULL");
+/* Stage i by itself and against the stages before it. */
+static kp_status kp__check_stage(const kp_flow_config *c, size_t i) {
+    const kp_flow_stage *s = &c->stages[i];
+    if (!s->name || !*s->name || strlen(s->name) >= 64)
+        return kp__error(KP_ERR_INVALID_ARG, "stages[%zu].name: 1 to 63 characters", i);
+    for (size_t j = 0; j < i; j++)
+        if (strcmp(c->stages[j].name, s->name) == 0)
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "stages[%zu].name: \"%s\" is used twice (stages[%zu] too)", i,
+                             s->name, j);
+    bool batching = s->batch_fn || s->max_batch > 1;
+    if (batching && (i == 0 || !s->batch_fn || s->fn || s->max_batch < 2 ||
+                     s->max_batch > s->queue_capacity))
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "stages[%zu] (%s): a micro-batching stage (not the first) sets batch_fn "
+                         "and not fn, and max_batch from 2 to its queue_capacity (%zu)",
+                         i, s->name, s->queue_capacity);
+    if (batching && s->deadline_us > KP_FLOW_MAX_DEADLINE_US)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "stages[%zu] (%s).deadline_us is %u (at most %d)", i, s->name,
+                         s->deadline_us, KP_FLOW_MAX_DEADLINE_US);
+    if (!batching && !s->fn)
+        return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).fn is NULL", i, s->name);
+    if (i && (s->queue_capacity < 1 || s->queue_capacity > KP__MAX_QUEUE))
+        return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).queue_capacity is %zu (1 .. %d)", i,
+                         s->name, s->queue_capacity, KP__MAX_QUEUE);
+    if (i && s->policy != KP_QUEUE_BLOCK && s->policy != KP_QUEUE_DROP_OLDEST &&
+        s->policy != KP_QUEUE_DROP_NEWEST)
+        return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).policy: unknown policy %d", i,
+                         s->name, (int)s->policy);
+    return kp__check_stage_devices(c, i);
+}
+
+/* A byte budget must let every micro-batching stage fill its batch: were
+ * all the frames it admits held in partial batches, none could arrive
+ * before each batch's deadline. With b frames admitted and batches of at
+ * most m_k, that cannot happen when b > sum(m_k - 1). */
+static kp_status kp__check_budget(const kp_flow_config *c) {
+    if (!c->budget_bytes || !c->frame_bytes) return KP_OK;
+    size_t admitted = c->budget_bytes / c->frame_bytes, need = 1;
+    const char *last = NULL;
+    for (size_t i = 0; i < c->n_stages; i++)
+        if (c->stages[i].batch_fn) {
+            need += c->stages[i].max_batch - 1;
+            last = c->stages[i].name;
+        }
+    if (admitted >= need) return KP_OK;
+    return kp__error(KP_ERR_INVALID_ARG,
+                     "budget_bytes (%zu) admits %zu frames of %zu bytes; the micro-batching "
+                     "stages (\"%s\" and any before it) need %zu, or frames would wait out each "
+                     "batch's deadline: raise budget_bytes to %zu or lower max_batch",
+                     c->budget_bytes, admitted, c->frame_bytes, last, need,
+                     need * c->frame_bytes);
+}
+
+kp_status kp__flow_check_config(const kp_flow_config *c) {
+    if (!c->dev) return kp__error(KP_ERR_INVALID_ARG, "dev is NULL");
     if (c->n_stages < 2 || c->n_stages > KP_FLOW_MAX_STAGES)
-        return kp__error(KP_ERR_INVALID_ARG, "config.n_stages is %zu (2 .. %d)", c->n_stages,
+        return kp__error(KP_ERR_INVALID_ARG, "n_stages is %zu (2 .. %d)", c->n_stages,
                          KP_FLOW_MAX_STAGES);
-    if (!c->stages) return kp__error(KP_ERR_INVALID_ARG, "config.stages is NULL");
+    if (!c->stages) return kp__error(KP_ERR_INVALID_ARG, "stages is NULL");
     if (c->frame_bytes > KP__MAX_ALLOC_BYTES || c->budget_bytes > KP__MAX_ALLOC_BYTES)
-        return kp__error(KP_ERR_INVALID_ARG, "config: frame_bytes or budget_bytes is too large");
+        return kp__error(KP_ERR_INVALID_ARG, "frame_bytes or budget_bytes is too large");
     if (c->budget_bytes && c->budget_bytes < c->frame_bytes)
         return kp__error(KP_ERR_INVALID_ARG,
-                         "config.budget_bytes (%zu) is smaller than one frame (%zu bytes)",
+                         "budget_bytes (%zu) is smaller than one frame (%zu bytes)",
                          c->budget_bytes, c->frame_bytes);
-    for (size_t i = 0; i < c->n_stages; i++) {
-        const kp_flow_stage *s = &c->stages[i];
-        bool batching = s->batch_fn || s->max_batch > 1;
-        if (batching && (i == 0 || !s->batch_fn || s->fn || s->max_batch < 2 ||
-                         s->max_batch > s->queue_capacity))
-            return kp__error(KP_ERR_INVALID_ARG,
-                             "stages[%zu]: a micro-batching stage (not the first) sets batch_fn "
-                             "and not fn, and max_batch from 2 to its queue_capacity (%zu)",
-                             i, s->queue_capacity);
-        if (!batching && !s->fn) return kp__error(KP_ERR_INVALID_ARG, "stages[%zu].fn is NULL", i);
-        if (!s->name || !*s->name || strlen(s->name) >= 64)
-            return kp__error(KP_ERR_INVALID_ARG, "stages[%zu].name: 1 to 63 characters", i);
-        if (i && (s->queue_capacity < 1 || s->queue_capacity > KP__MAX_QUEUE))
-            return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).queue_capacity is %zu (1 .. %d)",
-                             i, s->name, s->queue_capacity, KP__MAX_QUEUE);
-        if (i && s->policy != KP_QUEUE_BLOCK && s->policy != KP_QUEUE_DROP_OLDEST &&
-            s->policy != KP_QUEUE_DROP_NEWEST)
-            return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).policy: unknown policy %d", i,
-                             s->name, (int)s->policy);
-        KP_CHECK(kp__check_stage_devices(c, i));
-    }
-    return KP_OK;
+    if (c->spin_us > 1000000 || c->spin_us < -1)
+        return kp__error(KP_ERR_INVALID_ARG, "spin_us is %d (-1 .. 1000000)", c->spin_us);
+    if (c->trace_events > ((size_t)1 << 24))
+        return kp__error(KP_ERR_INVALID_ARG, "trace_events is %zu (at most 2^24)",
+                         c->trace_events);
+    for (size_t i = 0; i < c->n_stages; i++) KP_CHECK(kp__check_stage(c, i));
+    return kp__check_budget(c);
 }
 
 /* The index of dev in the flow's devices, added when new. */
@@ -1193,12 +1244,11 @@ static kp_status kp__flow_create(const kp_flow_config *config, kp_flow_t *out) {
     kp_flow_config c = KP_FLOW_CONFIG_INIT;
     KP_CHECK(kp__config_read(&c, sizeof c, config, KP__SIZE_THROUGH(kp_flow_config, budget_bytes),
                              "config", "KP_FLOW_CONFIG_INIT"));
-    KP_CHECK(kp__check_config(&c));
-    if (c.spin_us > 1000000 || c.spin_us < -1)
-        return kp__error(KP_ERR_INVALID_ARG, "config.spin_us is %d (-1 .. 1000000)", c.spin_us);
-    if (c.trace_events > ((size_t)1 << 24))
-        return kp__error(KP_ERR_INVALID_ARG, "config.trace_events is %zu (at most 2^24)",
-                         c.trace_events);
+    if (kp__flow_check_config(&c) != KP_OK) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", kp_last_error());
+        return kp__error(KP_ERR_INVALID_ARG, "config.%s", detail);
+    }
     struct kp_flow *f = kp__calloc(1, sizeof *f);
     if (!f) return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory");
     kp_status st = KP_OK;

@@ -354,10 +354,6 @@ static kp_status kp__placement(kp__flow_build *b, json_t *s, const char *path, s
                 json_t *e = json_array_get(rp, r);
                 snprintf(sub, sizeof sub, "%s.replicas[%zu]", path, r);
                 KP_CHECK(kp__device_value(b, e, sub, &b->rep_devs[i][r]));
-                for (size_t q = 0; q < r; q++)
-                    if (b->rep_devs[i][q] == b->rep_devs[i][r])
-                        return KP__PERR("%s: %s is named twice", sub,
-                                        kp_device_name(b->rep_devs[i][r]));
             }
         } else {
             return KP__PERR("%s: expected \"all\" or a list of 1 to %d devices", sub,
@@ -376,7 +372,6 @@ static kp_status kp__placement(kp__flow_build *b, json_t *s, const char *path, s
     }
     if (dl) {
         const char *v = json_string_value(dl);
-        if (!rp) return KP__PERR("%s.deal: only a stage with replicas deals frames", path);
         if (v && strcmp(v, "least_loaded") == 0)
             b->st[i].deal = KP_DEAL_LEAST_LOADED;
         else if (v && strcmp(v, "round_robin") == 0)
@@ -445,9 +440,6 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
         const char *name = json_string_value(json_object_get(s, "name"));
         if (!name || !*name || strlen(name) >= 64)
             return KP__PERR("%s.name: a name of 1 to 63 characters", path);
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(b->names[j], name) == 0)
-                return KP__PERR("%s.name: \"%s\" is used twice", path, name);
         snprintf(b->names[i], sizeof b->names[i], "%s", name);
         bool src = json_object_get(s, "source"), pipe = json_object_get(s, "pipeline"),
              snk = json_object_get(s, "sink");
@@ -501,6 +493,12 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
     cfg.frame_bytes = b->frame_bytes;
     cfg.budget_bytes = b->budget;
     cfg.trace_events = b->trace;
+    /* the rules the C form obeys, checked by the same code, named by path */
+    if (kp__flow_check_config(&cfg) != KP_OK) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", kp_last_error());
+        return KP__PERR("$.%s", detail);
+    }
     kp_status st = kp_flow_create(&cfg, out);
     if (st != KP_OK) return st;
     /* the devices first: the flow frees what it owns last first */
