@@ -2,8 +2,8 @@
  * source and three stages that do nothing, frames with no buffer, queues of
  * capacity 4 (block). Prints microseconds per frame and per frame and stage,
  * for comparison with tbb_flow (oneTBB parallel_pipeline, the same shape),
- * with stages spinning before they sleep (spin_us 0: the default, where
- * the host has the cores), never spinning (-1), and spinning up to 1 ms.
+ * with stages spinning before they sleep (spin_us 0: the default, 20 us),
+ * never spinning (-1), spinning 20 us and up to 1 ms.
  *   bench_flow [FRAMES] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,8 +30,8 @@ int main(int argc, char **argv) {
     cfg.dev = dev;
     cfg.stages = st;
     cfg.n_stages = 4;
-    static const int spins[] = {0, 0, 0, -1, -1, -1, 1000, 1000, 1000};
-    for (int rep = 0; rep < 9; rep++) {
+    static const int spins[] = {0, 0, 0, -1, -1, -1, 20, 20, 20, 1000, 1000, 1000};
+    for (int rep = 0; rep < 12; rep++) {
         cfg.spin_us = spins[rep];
         kp_flow_t f;
         if (kp_flow_create(&cfg, &f) != KP_OK) return 1;

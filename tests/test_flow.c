@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "support/kp_test.h"
@@ -685,6 +686,50 @@ static void budget_fills_batches(void **state) {
     }
 }
 
+static kp_status empty_stage(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    if (eos) *eos = f->seq == 3000;
+    return KP_OK;
+}
+
+/* Seconds for 3000 frames through n empty stages spinning spin_us. */
+static double empty_flow_secs(size_t n, int spin_us) {
+    kp_flow_stage st[KP_FLOW_MAX_STAGES];
+    static const char *const names[] = {"s0", "s1", "s2",  "s3",  "s4",  "s5",  "s6",  "s7",
+                                        "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15"};
+    for (size_t i = 0; i < n; i++)
+        st[i] = (kp_flow_stage){.name = names[i], .fn = empty_stage, .queue_capacity = 4};
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    cfg.dev = g_dev;
+    cfg.stages = st;
+    cfg.n_stages = n;
+    cfg.spin_us = spin_us;
+    kp_flow_t f;
+    KPT_OK(kp_flow_create(&cfg, &f));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    kp_flow_destroy(f);
+    return (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+}
+
+/* More stages than cores, each spinning up to 1 ms: a spinner must not
+ * hold off the thread it waits for. Pausing on the core made this 50
+ * times slower than not spinning at all; it must stay within a few times. */
+static void spinning_on_a_small_host(void **state) {
+    (void)state;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t n = cpus + 1 < 4 ? 4 : cpus + 1 > KP_FLOW_MAX_STAGES ? KP_FLOW_MAX_STAGES : (size_t)cpus + 1;
+    double quiet = empty_flow_secs(n, -1), spin = empty_flow_secs(n, 1000),
+           dflt = empty_flow_secs(n, 0);
+    printf("%zu empty stages on %ld cores, 3000 frames: %.1f us per frame sleeping, %.1f spinning "
+           "1 ms, %.1f by default\n",
+           n, cpus, quiet / 3e-3, spin / 3e-3, dflt / 3e-3);
+    assert_true(spin <= 4 * quiet + 0.05);
+    assert_true(dflt <= 4 * quiet + 0.05);
+}
+
 static kp_status noop(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     if (eos) *eos = f->seq == 10;
     return KP_OK;
@@ -773,6 +818,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(json_pipeline_batches),
         cmocka_unit_test(one_validation_for_both_forms),
         cmocka_unit_test(budget_fills_batches),
+        cmocka_unit_test(spinning_on_a_small_host),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     kp_device_close(g_dev);

@@ -182,8 +182,12 @@ typedef struct kp_flow_config {
     size_t trace_events;
     /* Microseconds a stage spins on an empty (or, under block, full) queue
      * before it sleeps: a frame handed over within that time costs no
-     * thread wake-up. 0: 20 where the host has more cores than the flow has
-     * stages, else none; -1: never spin; at most 10^6. */
+     * thread wake-up (a futex round trip of several microseconds). The
+     * cost: each waiting stage keeps a core busy for up to spin_us per
+     * wait. Where the flow's threads are at least as many as the host's
+     * cores, a spinning stage yields its core (sched_yield) between looks,
+     * so it never holds off the stage it waits for. 0: 20; -1: never
+     * spin; at most 10^6. */
     int spin_us;
 } kp_flow_config;
 

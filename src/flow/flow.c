@@ -15,6 +15,7 @@
  * two locks. Counters read by kp_flow_health are atomics. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@
 
 #define KP__MAX_QUEUE 1024
 #define KP__LAT_SAMPLES 1024 /* host-time samples kept per stage */
-#define KP__SPIN_US 20       /* spin before sleeping, where cores allow (spin_us 0) */
+#define KP__SPIN_US 20       /* spin before sleeping (spin_us 0) */
 #define KP__GPU_EVERY 8      /* one frame in this many gets its device time measured */
 #define KP__GPU_SLOTS 4      /* measurements in flight per stage */
 #define KP__REP_DEPTH 2      /* frames a replica has on its device at most: one runs, one waits */
@@ -175,7 +176,8 @@ struct kp_flow {
     size_t trace_cap;
     _Atomic uint64_t trace_n;
     double t_start_us;
-    double spin_us; /* kp_flow_config.spin_us, resolved */
+    double spin_us;  /* kp_flow_config.spin_us, resolved */
+    bool spin_yield; /* more threads than cores: a spin yields the core */
 #ifdef KP_HAVE_CUDA
     nvtxDomainHandle_t nvtx; /* "kpipe flow" */
 #endif
@@ -228,6 +230,17 @@ static void kp__pause(void) {
 #endif
 }
 
+/* One wait of a spin. Where the flow's threads outnumber the cores, a
+ * spinning thread would burn the very core that the thread it waits for
+ * needs (on 2 cores, 4 stages spinning for 1 ms each made a frame cost
+ * 50 times more): there it yields the core instead of pausing on it. */
+static void kp__spin_once(const struct kp_flow *f) {
+    if (f->spin_yield)
+        sched_yield();
+    else
+        kp__pause();
+}
+
 /* Spins while *v == blocked (a queue empty or full), up to the flow's spin
  * time, so that a hand-over arriving within it costs no sleep and wake-up
  * of a thread (a futex round trip of several microseconds). The caller
@@ -238,12 +251,12 @@ static void kp__spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked)
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(v, memory_order_relaxed) != blocked) return;
         if (atomic_load_explicit(&f->cancel, memory_order_relaxed)) return;
-        if (i % 64 == 0) {
+        if (i % 64 == 0 || f->spin_yield) {
             double now = kp__now_us();
             if (!until) until = now + f->spin_us;
             if (now >= until) return;
         }
-        kp__pause();
+        kp__spin_once(f);
     }
 }
 
@@ -251,9 +264,9 @@ static void kp__spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked)
  * just changed what we spun on still holds it: sleeping on it would cost
  * both threads a futex call. */
 static void kp__lock(struct kp_flow *f, pthread_mutex_t *mu) {
-    for (int i = 0; f->spin_us && i < 256; i++) {
+    for (int i = 0; f->spin_us && i < (f->spin_yield ? 4 : 256); i++) {
         if (pthread_mutex_trylock(mu) == 0) return;
-        kp__pause();
+        kp__spin_once(f);
     }
     pthread_mutex_lock(mu);
 }
@@ -1272,7 +1285,8 @@ static kp_status kp__flow_create(const kp_flow_config *config, kp_flow_t *out) {
 #endif
     KP_CHECK_GOTO(kp__make_stages(f, &c), st, fail);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    f->spin_us = c.spin_us < 0 ? 0 : c.spin_us ? c.spin_us : cpus > (long)f->n_st ? KP__SPIN_US : 0;
+    f->spin_us = c.spin_us < 0 ? 0 : c.spin_us ? c.spin_us : KP__SPIN_US;
+    f->spin_yield = cpus <= (long)f->n_st;
     *out = f;
     return KP_OK;
 fail:
