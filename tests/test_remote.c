@@ -3,7 +3,9 @@
  * floats; backpressure across the link (never more than the capacity in
  * flight); end of stream; cancellation from either side; either peer
  * killed mid-stream (an error, no hang); refusals and timeouts; the JSON
- * form's errors.
+ * form's errors; and, with both ends in this process, either end cancelled
+ * at random moments early in the stream (connecting, saying hello,
+ * sending): the other always stops promptly with KP_ERR_STATE.
  * The processes fork, which CUDA does not survive, so this runs on the cpu
  * backend; bench/bench_remote runs whole kpipe processes, on cuda too.
  *   test_remote */
@@ -435,6 +437,95 @@ static void refusals_and_timeouts(void **state) {
     side_close(&v);
 }
 
+/* Both ends in this process, a receiving flow on a free port and a
+ * sending flow that never ends; neither started. */
+static void pair_open(side *rx, side *tx, int rx_timeout_ms) {
+    KPT_OK(side_open(rx, 64));
+    kp__stage_made m;
+    KPT_OK(kp__stage_remote_source(rx->dev, "127.0.0.1:0", 256, 4, rx_timeout_ms, &m));
+    KPT_OK(two_stage_flow(rx, &m, true));
+    kp_flow_remote_stats rs;
+    KPT_OK(kp_flow_remote(rx->flow, 0, &rs));
+    KPT_OK(sender(tx, 64, 0, atoi(strrchr(rs.address, ':') + 1), 256, 20000));
+}
+
+/* Polls until the flow has stopped or `secs` passed; whether it stopped. */
+static bool stops_within(kp_flow_t f, double secs) {
+    kp_flow_snapshot h;
+    for (double until = now_s() + secs; now_s() < until; sleep_us(1000))
+        if (kp_flow_health(f, &h) == KP_OK && !h.running) return true;
+    return false;
+}
+
+/* The sender cancelled at random moments early in the stream, then waited
+ * for but not destroyed: the receiver must stop promptly with the reason,
+ * whatever the link was doing (connecting, saying hello, sending). A
+ * sender cancelled before its sink ever ran has not met the receiver, which
+ * is then still waiting for one; that round is counted, not judged. */
+static void sender_cancelled_early_stress(void **state) {
+    (void)state;
+    uint64_t seed = 0x5eed;
+    int judged = 0;
+    for (int round = 0; round < 40; round++) {
+        side rx = {0}, tx = {0};
+        pair_open(&rx, &tx, 0);
+        KPT_OK(kp_flow_start(rx.flow));
+        KPT_OK(kp_flow_start(tx.flow));
+        sleep_us((long)(kpt_rand(&seed) % 45000));
+        kp_flow_snapshot h;
+        KPT_OK(kp_flow_cancel(tx.flow));
+        KPT_OK(kp_flow_health(tx.flow, &h));
+        bool met = h.stages[1].in > 0; /* the sink ran: it has connected */
+        KPT_FAILS(kp_flow_wait(tx.flow), KP_ERR_STATE);
+        double t0 = now_s();
+        bool stopped = stops_within(rx.flow, 10);
+        if (met && !stopped) print_error("round %d: the receiver still waits\n", round);
+        if (met) {
+            judged++;
+            assert_true(stopped);
+            kp_status st = kp_flow_wait(rx.flow);
+            if (st != KP_ERR_STATE || !strstr(kp_last_error(), "cancel"))
+                print_error("round %d: %s: %s\n", round, kp_status_name(st), kp_last_error());
+            assert_int_equal(st, KP_ERR_STATE);
+            assert_non_null(strstr(kp_last_error(), "cancel"));
+            assert_true(now_s() - t0 < 5);
+        }
+        assert_true(rx.ordered && rx.data_ok);
+        side_close(&tx);
+        side_close(&rx);
+    }
+    printf("sender cancelled early: %d of 40 rounds had met the receiver\n", judged);
+    assert_true(judged >= 20);
+}
+
+/* The receiver cancelled within milliseconds of both starting: the sender
+ * stops promptly with KP_ERR_STATE, not at its 20 s connect timeout. */
+static void receiver_cancelled_early_stress(void **state) {
+    (void)state;
+    uint64_t seed = 0xcafe;
+    for (int round = 0; round < 30; round++) {
+        side rx = {0}, tx = {0};
+        pair_open(&rx, &tx, 0);
+        KPT_OK(kp_flow_start(tx.flow));
+        KPT_OK(kp_flow_start(rx.flow));
+        sleep_us((long)(kpt_rand(&seed) % 8000));
+        KPT_OK(kp_flow_cancel(rx.flow));
+        double t0 = now_s();
+        KPT_FAILS(kp_flow_wait(rx.flow), KP_ERR_STATE);
+        bool stopped = stops_within(tx.flow, 5);
+        if (!stopped) print_error("round %d: the sender still waits\n", round);
+        assert_true(stopped);
+        kp_status st = kp_flow_wait(tx.flow);
+        if (st != KP_ERR_STATE)
+            print_error("round %d: %s: %s\n", round, kp_status_name(st), kp_last_error());
+        assert_int_equal(st, KP_ERR_STATE);
+        assert_non_null(strstr(kp_last_error(), "cancel"));
+        assert_true(now_s() - t0 < 5);
+        side_close(&tx);
+        side_close(&rx);
+    }
+}
+
 /* The C form: the two ends where they cannot go. */
 static void c_form_misuse(void **state) {
     (void)state;
@@ -570,7 +661,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(cancel_from_the_sender),  cmocka_unit_test(cancel_from_the_receiver),
         cmocka_unit_test(receiver_killed),         cmocka_unit_test(sender_killed),
         cmocka_unit_test(refusals_and_timeouts),   cmocka_unit_test(json_errors),
-        cmocka_unit_test(c_form_misuse),
+        cmocka_unit_test(c_form_misuse),           cmocka_unit_test(sender_cancelled_early_stress),
+        cmocka_unit_test(receiver_cancelled_early_stress),
     };
     return cmocka_run_group_tests_name(g_device, tests, NULL, NULL) ? 1 : 0;
 }

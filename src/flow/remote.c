@@ -48,6 +48,14 @@
 
 enum { KP__T_HELLO = 1, KP__T_WELCOME = 2, KP__T_HDR = 3, KP__T_DATA = 4, KP__T_CTRL = 5 };
 enum { KP__C_CREDIT = 1, KP__C_EOS = 2, KP__C_DONE = 3, KP__C_CANCEL = 4, KP__C_BYE = 5 };
+/* Why a welcome refuses the sender: its frames are too large, or the
+ * receiving flow was cancelled before the stream began. */
+enum { KP__REFUSED_SIZE = 1, KP__REFUSED_CANCELLED = 2 };
+
+/* How long a receiving flow cancelled before its sender arrived keeps
+ * listening, so that a sender already connecting hears "cancelled" rather
+ * than nothing (it would otherwise try until its timeout). */
+#define KP__LATE_SENDER_MS 500
 
 #define KP__TYPE_MASK ((ucp_tag_t)0xff << 56)
 #define KP__TAG(type, v) (((ucp_tag_t)(type) << 56) | ((ucp_tag_t)(v) & ~KP__TYPE_MASK))
@@ -60,7 +68,7 @@ typedef struct kp__hello {
 typedef struct kp__welcome {
     uint32_t magic, version;
     uint64_t capacity, frame_bytes;
-    uint32_t refused; /* 1: the sender's frames are larger than the receiver's */
+    uint32_t refused; /* KP__REFUSED_*: why the receiver takes no frames; 0: it does */
     uint32_t pad_;
 } kp__welcome;
 
@@ -531,23 +539,36 @@ static kp_status kp__remote_new(kp_device_t dev, bool receiver, const char *addr
     return KP_OK;
 }
 
-/* After a last word to the peer (a cancel, a refusal): waits up to a
- * second for the peer to close its side, so the word is not cut off by
- * this side closing first. */
+/* Whether every small send (control messages, the welcome) has left. */
+static bool kp__words_sent(const kp__remote *r) {
+    for (size_t k = 0; k < sizeof r->ctl_send / sizeof r->ctl_send[0]; k++)
+        if (r->ctl_send[k].req) return false;
+    return !r->welcome_op.req;
+}
+
+/* After a last word to the peer (a cancel, a refusal): progresses until
+ * the word has left (up to a second; the peer closing first ends it too),
+ * so that closing this side cannot cut it off. Waiting for the peer to
+ * close instead cost a second per stop where the peer's close is not
+ * seen at once (both ends in one process, on shared memory). */
 static void kp__linger(kp__remote *r) {
     double until = kp__ms_now() + 1000;
     bool spun = false;
-    while (r->failed == UCS_OK && kp__ms_now() < until) kp__progress(r, &spun);
+    while (r->failed == UCS_OK && !kp__words_sent(r) && kp__ms_now() < until)
+        kp__progress(r, &spun);
 }
 
 /* A flow stopping early (cancelled, failed) tells its peer, which stops
- * too, and gives the message a moment to leave. */
+ * too, gives the message a moment to leave, and closes the link: a stopped
+ * flow that is not destroyed yet must not leave its peer waiting on a live
+ * endpoint. A sender that has said hello but not yet read the welcome
+ * tells it too: the receiver matches the word once it posts its control
+ * receive. */
 static void kp__tell_cancel(kp__remote *r) {
-    if (r->ep && r->ready && r->failed == UCS_OK && !r->cancel_seen &&
-        kp__ctrl(r, KP__C_CANCEL, 0) == KP_OK)
-        kp__linger(r);
-    else if (r->cancel_seen)
-        kp__ep_close(r, false); /* the peer waits for this */
+    bool told = r->ep && (r->ready || !r->receiver) && r->failed == UCS_OK && !r->cancel_seen &&
+                kp__ctrl(r, KP__C_CANCEL, 0) == KP_OK;
+    if (told) kp__linger(r);
+    kp__ep_close(r, false); /* the word has left; after a cancel seen, the peer waits for this */
     kp_clear_error();
 }
 
@@ -571,6 +592,11 @@ static kp_status kp__sender_ready(kp__remote *r, kp_flow_t flow) {
         if (r->welcome_op.done) break;
         if (kp_flow_cancelled(flow)) return KP_OK;
         bool late = r->timeout_ms && kp__ms_now() - start > r->timeout_ms;
+        if (r->failed == UCS_ERR_REJECTED)
+            return kp__error(KP_ERR_STATE,
+                             "remote %s: the receiver refused the connection (it has a sender "
+                             "already, or its flow has stopped)",
+                             r->addr);
         if (r->failed != UCS_OK || (r->hello_op.done && r->hello_op.status != UCS_OK)) {
             if (late)
                 return kp__error(KP_ERR_IO, "remote %s: no receiver within %d ms (%s)", r->addr,
@@ -592,6 +618,10 @@ static kp_status kp__sender_ready(kp__remote *r, kp_flow_t flow) {
                          "remote %s: the peer is not a kpipe remote source "
                          "(version %u)",
                          r->addr, KP__VERSION);
+    if (w->refused == KP__REFUSED_CANCELLED)
+        return kp__error(KP_ERR_STATE,
+                         "remote %s: the peer cancelled the stream (before its first frame)",
+                         r->addr);
     if (w->refused)
         return kp__error(KP_ERR_INVALID_ARG,
                          "remote %s: the receiver takes frames of %llu bytes, these are %zu",
@@ -738,23 +768,31 @@ static kp_status kp__sink_end(void *user, const kp_stage_ctx *c, kp_status why) 
 /* --- the receiver: a source --------------------------------------------------------------- */
 /* Takes the sender's connection and hello; welcomes it (or refuses frames
  * larger than ours) and posts the first window of receives. */
+/* Takes a sender's connection request, once, and posts the receive of its
+ * hello; whether the hello is in. */
+static kp_status kp__receiver_accept(kp__remote *r, bool *hello_in) {
+    *hello_in = false;
+    if (r->pending && !r->ep) {
+        ucp_conn_request_h req = r->pending;
+        r->pending = NULL;
+        KP_CHECK(kp__ep_create(r, req));
+    }
+    bool posted = r->hello_op.req || r->hello_op.done;
+    if (r->ep && !posted)
+        KP_CHECK(kp__recv(r, &r->hello_op, &r->hello, sizeof r->hello, KP__TAG(KP__T_HELLO, 0),
+                          KP__TYPE_MASK));
+    *hello_in = r->ep && r->hello_op.done;
+    return KP_OK;
+}
+
 static kp_status kp__receiver_ready(kp__remote *r, kp_flow_t flow, bool *stop) {
     *stop = false;
     if (r->ready) return KP_OK;
     double start = kp__ms_now();
-    bool spun = false, posted = false;
+    bool spun = false, hello_in = false;
     for (;;) {
-        if (r->pending && !r->ep) {
-            ucp_conn_request_h req = r->pending;
-            r->pending = NULL;
-            KP_CHECK(kp__ep_create(r, req));
-        }
-        if (r->ep && !posted) {
-            KP_CHECK(kp__recv(r, &r->hello_op, &r->hello, sizeof r->hello, KP__TAG(KP__T_HELLO, 0),
-                              KP__TYPE_MASK));
-            posted = true;
-        }
-        if (posted && r->hello_op.done) break;
+        KP_CHECK(kp__receiver_accept(r, &hello_in));
+        if (hello_in) break;
         if (r->failed != UCS_OK) return kp__link_error(r, r->failed);
         if (kp_flow_cancelled(flow)) {
             *stop = true;
@@ -770,7 +808,8 @@ static kp_status kp__receiver_ready(kp__remote *r, kp_flow_t flow, bool *stop) {
         h->version != KP__VERSION)
         return kp__error(KP_ERR_PARSE, "remote %s: the peer is not a kpipe remote sink", r->addr);
     r->welcome = (kp__welcome){
-        KP__MAGIC, KP__VERSION, r->capacity, r->frame_bytes, h->frame_bytes > r->frame_bytes, 0};
+        KP__MAGIC, KP__VERSION, r->capacity, r->frame_bytes,
+        h->frame_bytes > r->frame_bytes ? KP__REFUSED_SIZE : 0, 0};
     KP_CHECK(
         kp__send(r, &r->welcome_op, &r->welcome, sizeof r->welcome, KP__TAG(KP__T_WELCOME, 0)));
     if (r->welcome.refused) {
@@ -859,6 +898,30 @@ static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
     return KP_OK;
 }
 
+/* A receiving flow stopping before its stream began: a sender connecting
+ * now, or within KP__LATE_SENDER_MS, is welcomed with "cancelled" and
+ * stops at once (KP_ERR_STATE) instead of trying until its timeout. */
+static void kp__refuse_late_sender(kp__remote *r) {
+    double until = kp__ms_now() + KP__LATE_SENDER_MS;
+    bool spun = false, hello_in = false;
+    /* a sender already welcomed (and refused: its frames are too large)
+     * has had its answer */
+    while (!r->welcome.magic && r->failed == UCS_OK && kp__ms_now() < until) {
+        if (kp__receiver_accept(r, &hello_in) != KP_OK) break;
+        if (hello_in) {
+            r->welcome = (kp__welcome){KP__MAGIC,         KP__VERSION, 0, r->frame_bytes,
+                                       KP__REFUSED_CANCELLED, 0};
+            if (kp__send(r, &r->welcome_op, &r->welcome, sizeof r->welcome,
+                         KP__TAG(KP__T_WELCOME, 0)) == KP_OK)
+                kp__linger(r); /* until the welcome has left */
+            break;
+        }
+        kp__progress(r, &spun);
+    }
+    kp_clear_error();
+    kp__ep_close(r, false);
+}
+
 /* The receiving flow stopping early tells the sender. */
 static kp_status kp__source_end(void *user, const kp_stage_ctx *c, kp_status why) {
     kp__remote *r = user;
@@ -875,7 +938,10 @@ static kp_status kp__source_end(void *user, const kp_stage_ctx *c, kp_status why
         kp__ep_close(r, r->failed == UCS_OK);
         return KP_OK;
     }
-    kp__tell_cancel(r);
+    if (r->ready)
+        kp__tell_cancel(r);
+    else
+        kp__refuse_late_sender(r);
     return KP_OK;
 }
 
