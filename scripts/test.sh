@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds and runs every test: the plain build, then AddressSanitizer with
+# Builds and runs every test: the plain build, a build with every optional
+# part (CUDA, UCX, oneTBB) off, then AddressSanitizer with
 # UndefinedBehaviorSanitizer and ThreadSanitizer (gcc), then AddressSanitizer
 # with UndefinedBehaviorSanitizer under clang, whose build also holds the
 # libFuzzer harnesses (a short run of each is a test). Any failure fails the
@@ -20,6 +21,10 @@ echo "== plain build"
 run build "$@"
 # allocator_may_return_null: the misuse tests ask for sizes no machine has;
 # the library must see NULL there (as without ASan), not an ASan abort.
+# Every optional part off: the library and its whole suite must stand
+# without them (the options after "$@" win over CI's -DKP_CUDA=ON).
+echo "== every option off (no CUDA, no UCX, no oneTBB)"
+run build-off "$@" -DKP_CUDA=OFF -DKP_UCX=OFF -DKP_TBB=OFF
 echo "== address and undefined-behaviour sanitizers (gcc)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
   run build-asan "-DKP_SANITIZE=address;undefined" "$@"

@@ -814,6 +814,16 @@ static void flow_calls(void **state) {
     KPT_FAILS(kp_flow_remote_sink(g_dev, "127.0.0.1:9", 64, -5, &rst), BAD);
     KPT_FAILS(kp_flow_remote_sink(g_dev, "127.0.0.1:9", 64, 0, NULL), BAD);
     KPT_FAILS(kp_flow_remote_sink(g_dev, "nonsense", 64, 0, &rst), KP_ERR_PARSE);
+    /* well-formed ends: made where UCX is built, KP_ERR_UNSUPPORTED where not,
+     * after the same checks */
+#ifdef KP_HAVE_UCX
+    KPT_OK(kp_flow_remote_sink(g_dev, "127.0.0.1:9", 64, 0, &rst));
+    rst.free_fn(rst.user);
+#else
+    KPT_FAILS(kp_flow_remote_sink(g_dev, "127.0.0.1:9", 64, 0, &rst), KP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kp_last_error(), "without UCX"));
+    assert_null(rst.fn);
+#endif
     kp_flow_destroy(f);
     kp_flow_destroy(NULL);
 }

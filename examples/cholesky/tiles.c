@@ -169,6 +169,7 @@ static kp_status as_tile(const kp_task_view *v, const char *op, tile *t) {
 /* args: [0] INOUT A_kk, [1] OUT work, [2] OUT info[k] */
 static kp_status potrf_task(void *user, kp_stream_t s, const kp_task_view *v, size_t n) {
     const chol_lib *lib = user;
+    (void)lib; /* read only where the CUDA backend is built */
     tile a = {0};
     kp_status st = as_tile(&v[0], "potrf", &a);
     if (st != KP_OK) return st;
@@ -185,6 +186,7 @@ static kp_status potrf_task(void *user, kp_stream_t s, const kp_task_view *v, si
 /* args: [0] IN A_kk, [1] INOUT A_ik */
 static kp_status trsm_task(void *user, kp_stream_t s, const kp_task_view *v, size_t n) {
     const chol_lib *lib = user;
+    (void)lib; /* read only where the CUDA backend is built */
     tile l = {0}, b = {0};
     kp_status st = as_tile(&v[0], "trsm", &l);
     if (st == KP_OK) st = as_tile(&v[1], "trsm", &b);
@@ -200,6 +202,7 @@ static kp_status trsm_task(void *user, kp_stream_t s, const kp_task_view *v, siz
 /* args: [0] IN A_ik, [1] INOUT A_ii */
 static kp_status syrk_task(void *user, kp_stream_t s, const kp_task_view *v, size_t n) {
     const chol_lib *lib = user;
+    (void)lib; /* read only where the CUDA backend is built */
     tile a = {0}, c = {0};
     kp_status st = as_tile(&v[0], "syrk", &a);
     if (st == KP_OK) st = as_tile(&v[1], "syrk", &c);
@@ -215,6 +218,7 @@ static kp_status syrk_task(void *user, kp_stream_t s, const kp_task_view *v, siz
 /* args: [0] IN A_ik, [1] IN A_jk, [2] INOUT A_ij */
 static kp_status gemm_task(void *user, kp_stream_t s, const kp_task_view *v, size_t n) {
     const chol_lib *lib = user;
+    (void)lib; /* read only where the CUDA backend is built */
     tile a = {0}, b = {0}, c = {0};
     kp_status st = as_tile(&v[0], "gemm", &a);
     if (st == KP_OK) st = as_tile(&v[1], "gemm", &b);

@@ -112,9 +112,21 @@ int kp_device_count(const char *backend, char *why, size_t why_len) {
 }
 
 /* "cuda:1" -> the backend and 1; "cpu" -> the backend and 0. */
+/* The name's form is checked before its backend is looked up: a malformed
+ * name is KP_ERR_INVALID_ARG whichever backends this kpipe was built with. */
 kp_status kp__backend_resolve(const char *name, const kp_backend_reg **reg, int *ordinal) {
     const char *colon = strchr(name, ':');
     size_t len = colon ? (size_t)(colon - name) : strlen(name);
+    long v = 0;
+    if (colon) {
+        const char *d = colon + 1;
+        for (; *d >= '0' && *d <= '9' && v <= 4096; d++) v = v * 10 + (*d - '0');
+        if (d == colon + 1 || *d || v > 4096)
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "kp_device_open: device name \"%s\": expected \"%.*s\" "
+                             "or \"%.*s:N\"",
+                             name, (int)len, name, (int)len, name);
+    }
     *reg = kp__find_n(name, len);
     if (!*reg) {
         char list[256];
@@ -124,16 +136,6 @@ kp_status kp__backend_resolve(const char *name, const kp_backend_reg **reg, int 
                          "a device is \"backend\" or \"backend:N\")",
                          name, list);
     }
-    *ordinal = 0;
-    if (!colon) return KP_OK;
-    long v = 0;
-    const char *d = colon + 1;
-    for (; *d >= '0' && *d <= '9' && v <= 4096; d++) v = v * 10 + (*d - '0');
-    if (d == colon + 1 || *d || v > 4096)
-        return kp__error(KP_ERR_INVALID_ARG,
-                         "kp_device_open: device name \"%s\": expected \"%.*s\" "
-                         "or \"%.*s:N\"",
-                         name, (int)len, name, (int)len, name);
     *ordinal = (int)v;
     return KP_OK;
 }

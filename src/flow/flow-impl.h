@@ -3,6 +3,8 @@
 #ifndef KPIPE_FLOW_IMPL_H
 #define KPIPE_FLOW_IMPL_H
 
+#include <sys/socket.h>
+
 #include "kpipe/flow.h"
 #include "kpipe/npy.h"
 #include "kpipe/pipeline.h"
@@ -58,18 +60,28 @@ kp_status kp__stage_pipeline(kp_pipeline_t p, kp__stage_made *out);
 kp_status kp__stage_pipeline_batch(kp_device_t dev, kp_pipeline_t p, size_t max_batch,
                                    kp__stage_made *out);
 
-/* Remote queues over UCX (remote.c; KP_HAVE_UCX). Source "remote": listens
- * on `listen` ("host:port"; port 0: any free one) for one sender, whose
- * frames (up to frame_bytes) it receives, `capacity` in flight; waits for
- * the sender up to timeout_ms (0: for ever). Sink "remote": sends every
- * frame to `connect`, trying for up to timeout_ms while the receiver is not
- * up yet. */
+/* Remote queues (remote_end.c, always built; remote.c with UCX). Source
+ * "remote": listens on `listen` ("host:port"; port 0: any free one) for one
+ * sender, whose frames (up to frame_bytes) it receives, `capacity` in
+ * flight; waits for the sender up to timeout_ms (0: for ever). Sink
+ * "remote": sends every frame to `connect`, trying for up to timeout_ms
+ * while the receiver is not up yet. Both check every argument and the
+ * address whether or not UCX is built (KP_ERR_UNSUPPORTED without it). */
+#define KP__REMOTE_MAX_CAPACITY 1024
 kp_status kp__stage_remote_source(kp_device_t dev, const char *listen, size_t frame_bytes,
                                   size_t capacity, int timeout_ms, kp__stage_made *out);
 kp_status kp__stage_remote_sink(kp_device_t dev, const char *connect, size_t frame_bytes,
                                 int timeout_ms, kp__stage_made *out);
+/* "host:port" into a socket address; port 0 is for a receiver only. */
+kp_status kp__remote_addr_parse(const char *text, bool receiver, struct sockaddr_storage *sa,
+                                socklen_t *sa_len);
+#ifdef KP_HAVE_UCX
+/* remote.c: makes an end whose arguments were checked. */
+kp_status kp__remote_make(kp_device_t dev, bool receiver, const char *addr, size_t frame_bytes,
+                          size_t capacity, int timeout_ms, kp__stage_made *out);
 kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out);
 /* Whether fn is a remote queue end's stage function. */
 bool kp__remote_stage(kp_flow_stage_fn fn);
+#endif
 
 #endif

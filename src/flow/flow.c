@@ -894,22 +894,6 @@ const char *kp_handoff_str(kp_handoff h) {
 
 bool kp_flow_cancelled(kp_flow_t f) { return f && atomic_load(&f->cancel); }
 
-#ifndef KP_HAVE_UCX
-kp_status kp_flow_remote_source(kp_device_t dev, const char *listen, size_t frame_bytes,
-                                size_t capacity, int timeout_ms, kp_flow_stage *out) {
-    KP_API_ENTRY();
-    if (out) memset(out, 0, sizeof *out);
-    return kp__error(KP_ERR_UNSUPPORTED, "remote queues: this kpipe was built without UCX");
-}
-
-kp_status kp_flow_remote_sink(kp_device_t dev, const char *connect, size_t frame_bytes,
-                              int timeout_ms, kp_flow_stage *out) {
-    KP_API_ENTRY();
-    if (out) memset(out, 0, sizeof *out);
-    return kp__error(KP_ERR_UNSUPPORTED, "remote queues: this kpipe was built without UCX");
-}
-#endif
-
 kp_status kp_flow_remote(kp_flow_t f, size_t stage, kp_flow_remote_stats *out) {
     KP_API_ENTRY();
     KP_ARG_CHECK(f && out);

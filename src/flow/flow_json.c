@@ -144,12 +144,7 @@ static kp_status kp__remote_source(kp_device_t dev, json_t *s, const char *path,
     json_t *v = json_object_get(s, "capacity");
     snprintf(sub, sizeof sub, "%s.capacity", path);
     if (v) KP_CHECK(kp__count(v, sub, 1, 1024, &cap));
-#ifdef KP_HAVE_UCX
     return kp__stage_remote_source(dev, addr, (size_t)bytes, (size_t)cap, timeout_ms, m);
-#else
-    (void)dev, (void)m;
-    return kp__error(KP_ERR_UNSUPPORTED, "remote queues: this kpipe was built without UCX");
-#endif
 }
 
 static kp_status kp__remote_sink(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
@@ -157,12 +152,7 @@ static kp_status kp__remote_sink(kp__flow_build *b, kp_device_t dev, json_t *s, 
     const char *addr;
     int timeout_ms;
     KP_CHECK(kp__endpoint(s, path, "connect", 30000, &addr, &timeout_ms));
-#ifdef KP_HAVE_UCX
     return kp__stage_remote_sink(dev, addr, b->frame_bytes, timeout_ms, m);
-#else
-    (void)b, (void)dev, (void)m;
-    return kp__error(KP_ERR_UNSUPPORTED, "remote queues: this kpipe was built without UCX");
-#endif
 }
 
 static kp_status kp__source(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,

@@ -31,7 +31,6 @@
  * peer that is gone, and every wait also ends when the flow is cancelled. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -44,7 +43,6 @@
 
 #define KP__MAGIC 0x6b707271u /* "kprq" */
 #define KP__VERSION 1u
-#define KP__MAX_CAPACITY 1024
 
 enum { KP__T_HELLO = 1, KP__T_WELCOME = 2, KP__T_HDR = 3, KP__T_DATA = 4, KP__T_CTRL = 5 };
 enum { KP__C_CREDIT = 1, KP__C_EOS = 2, KP__C_DONE = 3, KP__C_CANCEL = 4, KP__C_BYE = 5 };
@@ -342,34 +340,9 @@ static void kp__ep_close(kp__remote *r, bool flush) {
 }
 
 /* --- set-up ---------------------------------------------------------------------- */
-/* "host:port" into a socket address; port 0 (listening) takes a free one. */
+/* "host:port" into the socket address (remote_end.c checked it already). */
 static kp_status kp__parse_addr(kp__remote *r, const char *text) {
-    char host[128];
-    const char *colon = strrchr(text, ':');
-    if (!colon || colon == text || (size_t)(colon - text) >= sizeof host)
-        return kp__error(KP_ERR_PARSE, "\"%s\": expected HOST:PORT", text);
-    char *end;
-    errno = 0;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || end == colon + 1 || errno || port < 0 || port > 65535)
-        return kp__error(KP_ERR_PARSE, "\"%s\": the port is not a number from 0 to 65535", text);
-    if (port == 0 && !r->receiver)
-        return kp__error(KP_ERR_PARSE, "\"%s\": a sender connects to a port, not 0", text);
-    snprintf(host, sizeof host, "%.*s", (int)(colon - text), text);
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    int rc = getaddrinfo(host, NULL, &hints, &res);
-    if (rc != 0 || !res)
-        return kp__error(KP_ERR_PARSE, "\"%s\": cannot resolve %s: %s", text, host,
-                         gai_strerror(rc));
-    memcpy(&r->sa, res->ai_addr, res->ai_addrlen);
-    r->sa_len = res->ai_addrlen;
-    freeaddrinfo(res);
-    if (r->sa.ss_family == AF_INET)
-        ((struct sockaddr_in *)&r->sa)->sin_port = htons((uint16_t)port);
-    else
-        ((struct sockaddr_in6 *)&r->sa)->sin6_port = htons((uint16_t)port);
+    KP_CHECK(kp__remote_addr_parse(text, r->receiver, &r->sa, &r->sa_len));
     snprintf(r->addr, sizeof r->addr, "%s", text);
     return KP_OK;
 }
@@ -945,71 +918,18 @@ static kp_status kp__source_end(void *user, const kp_stage_ctx *c, kp_status why
     return KP_OK;
 }
 
-/* --- made by the JSON reader ---------------------------------------------------------- */
-kp_status kp__stage_remote_source(kp_device_t dev, const char *listen, size_t frame_bytes,
-                                  size_t capacity, int timeout_ms, kp__stage_made *out) {
+/* --- made for remote_end.c ------------------------------------------------------------ */
+kp_status kp__remote_make(kp_device_t dev, bool receiver, const char *addr, size_t frame_bytes,
+                          size_t capacity, int timeout_ms, kp__stage_made *out) {
     kp__remote *r;
-    KP_CHECK(kp__remote_new(dev, true, listen, frame_bytes, capacity, timeout_ms, &r));
-    *out =
-        (kp__stage_made){kp__source_fn, NULL, r, kp__remote_free, frame_bytes, 1, kp__source_end};
-    return KP_OK;
-}
-
-kp_status kp__stage_remote_sink(kp_device_t dev, const char *connect, size_t frame_bytes,
-                                int timeout_ms, kp__stage_made *out) {
-    kp__remote *r;
-    /* the receiver's capacity comes with its welcome; at most the queue limit */
-    KP_CHECK(kp__remote_new(dev, false, connect, frame_bytes, KP__MAX_CAPACITY, timeout_ms, &r));
-    *out = (kp__stage_made){kp__sink_fn, NULL, r, kp__remote_free, 0, 1, kp__sink_end};
+    KP_CHECK(kp__remote_new(dev, receiver, addr, frame_bytes, capacity, timeout_ms, &r));
+    *out = receiver ? (kp__stage_made){kp__source_fn, NULL, r, kp__remote_free, frame_bytes, 1,
+                                       kp__source_end}
+                    : (kp__stage_made){kp__sink_fn, NULL, r, kp__remote_free, 0, 1, kp__sink_end};
     return KP_OK;
 }
 
 bool kp__remote_stage(kp_flow_stage_fn fn) { return fn == kp__source_fn || fn == kp__sink_fn; }
-
-/* --- the C form --------------------------------------------------------------------- */
-kp_status kp_flow_remote_source(kp_device_t dev, const char *listen, size_t frame_bytes,
-                                size_t capacity, int timeout_ms, kp_flow_stage *out) {
-    KP_API_ENTRY();
-    KP_ARG_CHECK(out);
-    memset(out, 0, sizeof *out);
-    KP_ARG_CHECK(dev && listen);
-    if (capacity < 1 || capacity > KP__MAX_CAPACITY || timeout_ms < 0 ||
-        frame_bytes > KP__MAX_ALLOC_BYTES)
-        return kp__error(KP_ERR_INVALID_ARG,
-                         "remote source: capacity %zu (1 .. %d), timeout_ms %d (>= 0), "
-                         "frame_bytes %zu",
-                         capacity, KP__MAX_CAPACITY, timeout_ms, frame_bytes);
-    kp__stage_made m;
-    KP_CHECK(kp__stage_remote_source(dev, listen, frame_bytes, capacity, timeout_ms, &m));
-    *out = (kp_flow_stage){.name = "remote",
-                           .fn = m.fn,
-                           .user = m.user,
-                           .end_fn = m.end_fn,
-                           .free_fn = m.free_fn,
-                           .dev = dev};
-    return KP_OK;
-}
-
-kp_status kp_flow_remote_sink(kp_device_t dev, const char *connect, size_t frame_bytes,
-                              int timeout_ms, kp_flow_stage *out) {
-    KP_API_ENTRY();
-    KP_ARG_CHECK(out);
-    memset(out, 0, sizeof *out);
-    KP_ARG_CHECK(dev && connect);
-    if (timeout_ms < 0 || frame_bytes > KP__MAX_ALLOC_BYTES)
-        return kp__error(KP_ERR_INVALID_ARG, "remote sink: timeout_ms %d (>= 0), frame_bytes %zu",
-                         timeout_ms, frame_bytes);
-    kp__stage_made m;
-    KP_CHECK(kp__stage_remote_sink(dev, connect, frame_bytes, timeout_ms, &m));
-    *out = (kp_flow_stage){.name = "remote",
-                           .fn = m.fn,
-                           .user = m.user,
-                           .end_fn = m.end_fn,
-                           .free_fn = m.free_fn,
-                           .queue_capacity = 4,
-                           .dev = dev};
-    return KP_OK;
-}
 
 kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out) {
     kp__remote *r = user;
