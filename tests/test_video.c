@@ -246,7 +246,7 @@ static void flat_picture_is_unchanged(void **state) {
     clip c;
     clip_read(out, &c);
     assert_int_equal(c.n, 1);
-    assert_string_equal(c.tags, " F25:1 Ip A1:1 C420mpeg2\n"); /* X tags are not kept */
+    assert_string_equal(c.tags, " F25:1 Ip A1:1 C420mpeg2 XYSCSS=420MPEG2\n"); /* all kept */
     assert_memory_equal(c.data, frame, (size_t)fb);
     clip_free(&c);
 }
@@ -327,6 +327,9 @@ static void bad_files_are_named_errors(void **state) {
                  "bad F tag");
     EXPECT_ERROR(run_source(write_file("i.y4m", "YUV4MPEG2 W4 H4 Iq\n", 0)), KP_ERR_PARSE,
                  "interlacing");
+    /* mixed interlacing: per-frame tags a flow does not carry, refused */
+    EXPECT_ERROR(run_source(write_file("im.y4m", "YUV4MPEG2 W4 H4 Im\nFRAME Ip\n", 24)),
+                 KP_ERR_UNSUPPORTED, "mixed interlacing (Im");
     EXPECT_ERROR(run_source(write_file("t.y4m", "YUV4MPEG2 W4 H4 Z9\n", 0)), KP_ERR_PARSE,
                  "unknown header tag");
     EXPECT_ERROR(run_source(write_file("nl.y4m", "YUV4MPEG2 W4 H4", 0)), KP_ERR_PARSE,

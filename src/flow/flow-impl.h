@@ -40,9 +40,9 @@ kp_status kp__stage_synthetic(kp_device_t dev, int64_t frames, int ndim, const i
 kp_status kp__stage_null(kp__stage_made *out);
 kp_status kp__stage_npy(kp_device_t dev, const char *path, size_t max_bytes, kp__stage_made *out);
 /* Video (video.c). Source "y4m": the frames of a YUV4MPEG2 file (8-bit
- * 4:2:0) as u8 [h*3/2, w], `frames` of them (0: all), from the start again
- * at the end when `loop`; its header's F, I, A and C tags go to `tags` for
- * the sink. Source "testsrc": `frames` moving test pictures of width x
+ * 4:2:0, not mixed interlacing) as u8 [h*3/2, w], `frames` of them (0:
+ * all), from the start again at the end when `loop`; its header's F, I, A,
+ * C and X tags go to `tags` for the sink. Source "testsrc": `frames` moving test pictures of width x
  * height. Sink "y4m": writes the frames to `path` with `tags` (NULL or "":
  * 30 frames/s, progressive, square pixels). */
 kp_status kp__stage_y4m_source(kp_device_t dev, const char *path, int64_t frames, bool loop,

@@ -76,7 +76,7 @@ static kp_status kp__y4m_line(FILE *f, const char *path, char *line) {
 
 typedef struct kp__y4m_info {
     int64_t width, height;
-    char tags[KP__Y4M_LINE]; /* F, I, A and C as read, for the sink to write back */
+    char tags[KP__Y4M_LINE]; /* F, I, A, C and X as read, for the sink to write back */
 } kp__y4m_info;
 
 /* Parses the stream header. Only 8-bit 4:2:0 is taken; other C tags are
@@ -123,6 +123,14 @@ static kp_status kp__y4m_header(FILE *f, const char *path, kp__y4m_info *info) {
             if (len != 2 || !strchr("ptbm", tok[1]))
                 return kp__error(KP_ERR_PARSE, "%s: bad interlacing tag \"%.*s\"", path, (int)len,
                                  tok);
+            /* Im gives each frame its own I tag on its FRAME line, which a
+             * flow's frames do not carry: written back as Im with bare
+             * FRAME lines, the file would not be valid YUV4MPEG2 */
+            if (tok[1] == 'm')
+                return kp__error(KP_ERR_UNSUPPORTED,
+                                 "%s: mixed interlacing (Im, an I tag on every FRAME line) is "
+                                 "not supported: kpipe reads Ip, It or Ib",
+                                 path);
             break;
         case 'C':
             if (!((len == 4 && !strncmp(tok, "C420", 4)) ||
@@ -134,7 +142,7 @@ static kp_status kp__y4m_header(FILE *f, const char *path, kp__y4m_info *info) {
                                  "C420jpeg, C420mpeg2, C420paldv)",
                                  path, (int)len, tok);
             break;
-        case 'X': continue; /* extensions are not kept */
+        case 'X': break; /* extensions go to the sink as they came */
         default:
             return kp__error(KP_ERR_PARSE, "%s: unknown header tag \"%.*s\"", path, (int)len, tok);
         }
