@@ -384,6 +384,87 @@ static void fallback_runs_without_graph(void **state) {
     kp_graph_cache_destroy(c);
 }
 
+/* The byte bound holds on the fallback path too: a fallback that grows
+ * the buffers evicts graphs until the cache is within max_bytes. */
+static void fallback_keeps_the_byte_bound(void **state) {
+    (void)state;
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    cfg.miss = KP_GRAPH_MISS_FALLBACK;
+    cfg.max_bytes = 8192;
+    kp_graph_cache_t c = cache(&cfg);
+    /* four one-node graphs (a copy) of small sizes, prepared: within bounds */
+    int64_t sizes[5] = {8, 16, 24, 32, 1500};
+    kp_port_info in[5], out[5];
+    kp_graph_call calls[5];
+    for (int i = 0; i < 5; i++) {
+        in[i] = (kp_port_info){"x", NULL, {0}};
+        KPT_OK(kp_desc_init(&in[i].desc, KP_F32, 1, &sizes[i], NULL));
+        out[i] = (kp_port_info){"out", NULL, in[i].desc};
+        calls[i] = (kp_graph_call)KP_GRAPH_CALL_INIT;
+        calls[i].enqueue = copy_work;
+        calls[i].inputs = &in[i];
+        calls[i].n_inputs = 1;
+        calls[i].outputs = &out[i];
+        calls[i].n_outputs = 1;
+    }
+    KPT_OK(kp_graph_cache_prepare(c, calls, 4, g_s));
+    kp_graph_stats s = stats(c);
+    assert_int_equal(s.graphs, 4);
+    assert_true(s.bytes <= cfg.max_bytes);
+    /* a 1500-float call falls back: its buffers (2 x 6000 bytes of the
+     * 8192) leave no room for the graphs */
+    bufs b;
+    bufs_open(&b, 1500, 21);
+    in[4].data = b.x;
+    KPT_OK(kp_graph_cache_run(c, &calls[4], g_s));
+    float *host = malloc(1500 * sizeof(float));
+    assert_non_null(host);
+    KPT_OK(kp_stream_sync(g_s));
+    KPT_OK(kp_memcpy_dtoh(g_dev, host, out[4].data, 1500 * sizeof(float)));
+    for (int i = 0; i < 1500; i++) assert_true(host[i] == b.hx[i]);
+    free(host);
+    s = stats(c);
+    if (s.bytes > cfg.max_bytes)
+        print_error("after a fallback: %zu bytes, %zu graphs, %llu evictions\n", s.bytes, s.graphs,
+                    (unsigned long long)s.evictions);
+    assert_int_equal(s.fallbacks, 1);
+    assert_true(s.bytes <= cfg.max_bytes);
+    assert_true(s.evictions >= 1);
+    assert_true(s.graphs < 4);
+    bufs_close(&b);
+    kp_graph_cache_destroy(c);
+}
+
+/* An inner dimension padded takes one copy per row, at most
+ * KP_GRAPH_MAX_COPY_RUNS: one row past it is refused, and the refused
+ * call changes nothing (no capture, no update, no counter). */
+static void padding_rows_bound_refuses_cleanly(void **state) {
+    (void)state;
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    int64_t caps[2] = {4, 8};
+    memcpy(cfg.capture_sizes, caps, sizeof caps);
+    cfg.n_capture_sizes = 2;
+    kp_graph_cache_t c = cache(&cfg);
+    int64_t rows = KP_GRAPH_MAX_COPY_RUNS;
+    bufs b;
+    bufs_open(&b, (rows + 1) * 3, 22);
+    int64_t ok[2] = {rows, 3}, over[2] = {rows + 1, 3};
+    KPT_OK(run_axpy(c, &b, 2, ok, 2, 1, 0)); /* every element checked */
+    KPT_OK(run_axpy(c, &b, 2, (int64_t[2]){rows, 2}, 2, 1, 0));
+    kp_graph_stats before = stats(c);
+    KPT_FAILS(run_axpy(c, &b, 2, over, 2, 1, 0), KP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kp_last_error(), "copies (at most 4096)"));
+    kp_graph_stats after = stats(c);
+    assert_memory_equal(&before, &after, sizeof before);
+    /* the kept graph still serves its own key */
+    KPT_OK(run_axpy(c, &b, 2, ok, 2, 1, 0));
+    assert_int_equal(stats(c).hits, before.hits + 1);
+    /* padded in the outer dimension instead: one copy, any number of rows */
+    KPT_OK(run_axpy(c, &b, 2, over, 1, 1, 0));
+    bufs_close(&b);
+    kp_graph_cache_destroy(c);
+}
+
 /* In place: a graph per input address set; rotating buffers hit; new
  * buffers past max_variants re-point the least recent variant. */
 static void in_place_variants(void **state) {
@@ -520,6 +601,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(padding_and_slicing),
         cmocka_unit_test(strict_and_prepare),
         cmocka_unit_test(fallback_runs_without_graph),
+        cmocka_unit_test(fallback_keeps_the_byte_bound),
+        cmocka_unit_test(padding_rows_bound_refuses_cleanly),
         cmocka_unit_test(in_place_variants),
         cmocka_unit_test(large_sizes),
         cmocka_unit_test(misuse),

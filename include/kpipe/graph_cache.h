@@ -25,6 +25,11 @@
  * Static buffers (one per port) grow when a larger shape arrives; growing
  * moves them, which makes every graph captured on the old buffers stale
  * (counted as invalidations; a stale graph is a cheap update target).
+ * Whatever grows them (a capture, a fallback run, prepare), the cache then
+ * evicts least recently used graphs until max_bytes holds again. A call
+ * refused for what it asks (bad arguments, too many copies) changes
+ * nothing, not even a counter; one refused by the byte budget or the
+ * strict policy counts as a call and a miss and changes no graph or buffer.
  * Outputs come back as views of the static output buffers sliced to the
  * shape asked for, valid until the next call that uses the cache.
  *
@@ -59,6 +64,12 @@ kp_status kp_graph_miss_parse(const char *text, kp_graph_miss *out);
 #define KP_GRAPH_MAX_PORTS 16
 /* Literals of one call. */
 #define KP_GRAPH_MAX_LITERALS 64
+/* Copies one input may take into its static buffer: a padded dimension
+ * other than the outermost is copied one run at a time (a [rows, n] input
+ * padded in n takes `rows` copies), so such a call may have at most this
+ * many runs; one past it is refused with KP_ERR_UNSUPPORTED before it
+ * changes anything. Pad an outer dimension, or use KP_GRAPH_IN_PLACE. */
+#define KP_GRAPH_MAX_COPY_RUNS 4096
 /* Bytes a kept graph is charged per node on top of the static buffers its
  * key needs: the driver does not report an executable graph's own memory. */
 #define KP_GRAPH_NODE_BYTES 1024

@@ -23,8 +23,6 @@
  * what its stats will then report. */
 #define KP__ALLOC_ROUND 512
 
-/* Copies one padded input may take (runs of the innermost padded dimension). */
-#define KP__MAX_COPY_RUNS 4096
 
 typedef struct kp__gentry {
     uint64_t hash;       /* of the whole key */
@@ -110,6 +108,28 @@ static int64_t kp__round_up(const kp_graph_cache_config *cfg, int64_t x) {
     return x;
 }
 
+/* How an input reaches its padded static buffer: one copy per run of the
+ * innermost padded dimension `inner` (-1: none padded, one copy). */
+typedef struct kp__copy_plan {
+    int inner;
+    int64_t runs, run_elems;
+} kp__copy_plan;
+
+/* Plans the copy of `a` into the layout of `pd`; returns the copies. */
+static int64_t kp__plan_copy(const kp_tensor_desc *a, const kp_tensor_desc *pd,
+                             kp__copy_plan *out) {
+    out->inner = -1;
+    for (int k = 0; k < a->ndim; k++)
+        if (a->shape[k] != pd->shape[k]) out->inner = k;
+    out->runs = 1;
+    out->run_elems = kp_desc_numel(a);
+    if (out->inner < 0 || out->run_elems == 0) return out->run_elems ? 1 : 0;
+    int i = out->inner;
+    out->run_elems = a->shape[i] * (i + 1 < a->ndim ? pd->strides[i] : 1);
+    for (int k = 0; k < i; k++) out->runs *= a->shape[k];
+    return out->runs;
+}
+
 /* Checks one port of a call and fills its padded descriptor. The hit path
  * runs this per port: nothing is formatted unless it fails. */
 static kp_status kp__port(kp_graph_cache_t c, kp__gcall *g, size_t p, const kp_port_info *pi,
@@ -143,6 +163,14 @@ static kp_status kp__port(kp_graph_cache_t c, kp__gcall *g, size_t p, const kp_p
         if (bytes < 0 || (uint64_t)bytes > KP__MAX_ALLOC_BYTES)
             return kp__error(KP_ERR_INVALID_ARG, "%s %zu: too large", side, idx);
         g->need[p] = (size_t)bytes;
+        /* refused here, before the call changes anything, not at its copy */
+        kp__copy_plan plan;
+        if (input && kp__plan_copy(d, pd, &plan) > KP_GRAPH_MAX_COPY_RUNS)
+            return kp__error(KP_ERR_UNSUPPORTED,
+                             "input %zu: padding dimension %d of %s takes %" PRId64
+                             " copies (at most %d); pad an outer dimension instead",
+                             idx, plan.inner, kp_desc_str(d, (char[96]){0}, 96), plan.runs,
+                             KP_GRAPH_MAX_COPY_RUNS);
     }
     if (mask >> d->ndim)
         return kp__error(KP_ERR_INVALID_ARG,
@@ -328,8 +356,12 @@ static void kp__enforce_bounds(kp_graph_cache_t c, const kp__gentry *keep) {
 }
 
 /* --- static buffers ----------------------------------------------------------------- */
-/* Grows the buffers to at least need[p] bytes; graphs on a moved buffer go stale. */
-static kp_status kp__grow(kp_graph_cache_t c, const size_t *need, size_t n_ports) {
+/* Grows the buffers to at least need[p] bytes; graphs on a moved buffer go
+ * stale. Every path that grows them comes here, so the bounds are enforced
+ * here: least recently used graphs (never `keep`) go until the cache's
+ * bytes are within max_bytes again. */
+static kp_status kp__grow(kp_graph_cache_t c, const size_t *need, size_t n_ports,
+                          const kp__gentry *keep) {
     size_t total = 0;
     bool grow = false;
     for (size_t p = 0; p < KP_GRAPH_MAX_PORTS; p++) {
@@ -361,7 +393,7 @@ static kp_status kp__grow(kp_graph_cache_t c, const size_t *need, size_t n_ports
     }
     /* the old blocks go back to the driver rather than wait in the cache */
     (void)kp_allocator_empty_cache(c->alloc);
-    kp__account(c);
+    kp__enforce_bounds(c, keep);
     return KP_OK;
 }
 
@@ -387,33 +419,25 @@ static void kp__args(kp_graph_cache_t c, kp__gcall *g, kp_graph_args *a, bool ex
 }
 
 /* Copies input p into its static buffer, laid out for the padded shape:
- * one copy per run of the innermost padded dimension. */
+ * one copy per run of the innermost padded dimension (kp__port bounded
+ * their number before the call changed anything). */
 static kp_status kp__copy_in(kp_graph_cache_t c, const kp__gcall *g, size_t p, kp_stream_t s) {
     const kp_port_info *in = &g->c.inputs[p];
     const kp_tensor_desc *a = &in->desc, *pd = &g->padded[p];
     size_t es = kp_dtype_size(a->dtype);
-    int inner = -1;
-    for (int k = 0; k < a->ndim; k++)
-        if (a->shape[k] != pd->shape[k]) inner = k;
-    int64_t n = kp_desc_numel(a);
-    if (n == 0) return KP_OK;
+    kp__copy_plan plan;
+    if (kp__plan_copy(a, pd, &plan) == 0) return KP_OK;
     const char *src = (const char *)in->data + a->offset * (int64_t)es;
-    if (inner < 0) return kp_memcpy_async(s, c->buf[p], src, (size_t)n * es);
-    int64_t runs = 1, run_elems = a->shape[inner] * (inner + 1 < a->ndim ? pd->strides[inner] : 1);
-    for (int k = 0; k < inner; k++) runs *= a->shape[k];
-    if (runs > KP__MAX_COPY_RUNS)
-        return kp__error(KP_ERR_UNSUPPORTED,
-                         "input %zu: padding dimension %d takes %" PRId64 " copies (at most %d); "
-                         "pad an outer dimension",
-                         p, inner, runs, KP__MAX_COPY_RUNS);
-    for (int64_t r = 0; r < runs; r++) {
+    if (plan.inner < 0) return kp_memcpy_async(s, c->buf[p], src, (size_t)plan.run_elems * es);
+    for (int64_t r = 0; r < plan.runs; r++) {
         int64_t dst_off = 0, rem = r;
-        for (int k = inner - 1; k >= 0; k--) {
+        for (int k = plan.inner - 1; k >= 0; k--) {
             dst_off += (rem % a->shape[k]) * pd->strides[k];
             rem /= a->shape[k];
         }
         KP_CHECK(kp_memcpy_async(s, (char *)c->buf[p] + dst_off * (int64_t)es,
-                                 src + r * run_elems * (int64_t)es, (size_t)run_elems * es));
+                                 src + r * plan.run_elems * (int64_t)es,
+                                 (size_t)plan.run_elems * es));
     }
     return KP_OK;
 }
@@ -686,7 +710,7 @@ static kp_status kp__fallback(kp_graph_cache_t c, kp_graph_call *call, kp_stream
         (void)kp_desc_init(&e, d->dtype, d->ndim, d->shape, NULL);
         need[g->c.n_inputs + j] = (size_t)kp_desc_bytes_needed(&e);
     }
-    KP_CHECK(kp__grow(c, need, g->n_ports));
+    KP_CHECK(kp__grow(c, need, g->n_ports, NULL));
     kp_graph_args a;
     kp__args(c, g, &a, true);
     c->st.fallbacks++;
@@ -720,7 +744,7 @@ kp_status kp_graph_cache_run(kp_graph_cache_t c, kp_graph_call *call, kp_stream_
                                  "policy fallback needs the call's enqueue function");
             return kp__fallback(c, call, s);
         }
-        KP_CHECK(kp__grow(c, g->need, g->n_ports));
+        KP_CHECK(kp__grow(c, g->need, g->n_ports, e));
         if (e && !e->stale && !kp__entry_current(c, e)) e->stale = true;
         kp_graph_args a;
         kp__args(c, g, &a, false);
@@ -756,7 +780,7 @@ kp_status kp_graph_cache_prepare(kp_graph_cache_t c, kp_graph_call *calls, size_
         for (size_t p = 0; p < c->cur.n_ports; p++)
             if (c->cur.need[p] > need[p]) need[p] = c->cur.need[p];
     }
-    KP_CHECK(kp__grow(c, need, KP_GRAPH_MAX_PORTS));
+    KP_CHECK(kp__grow(c, need, KP_GRAPH_MAX_PORTS, NULL));
     for (size_t i = 0; i < n; i++) {
         kp__gcall *g = &c->cur;
         KP_CHECK(kp__resolve(c, &calls[i], true, g, c->key));
