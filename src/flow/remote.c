@@ -45,7 +45,14 @@
 #define KP__VERSION 1u
 
 enum { KP__T_HELLO = 1, KP__T_WELCOME = 2, KP__T_HDR = 3, KP__T_DATA = 4, KP__T_CTRL = 5 };
-enum { KP__C_CREDIT = 1, KP__C_EOS = 2, KP__C_DONE = 3, KP__C_CANCEL = 4, KP__C_BYE = 5 };
+enum {
+    KP__C_CREDIT = 1,
+    KP__C_EOS = 2,
+    KP__C_DONE = 3,
+    KP__C_CANCEL = 4,
+    KP__C_BYE = 5,
+    KP__C_CANCEL_SEEN = 6, /* the answer to a CANCEL: its sender may close now */
+};
 /* Why a welcome refuses the sender: its frames are too large, or the
  * receiving flow was cancelled before the stream began. */
 enum { KP__REFUSED_SIZE = 1, KP__REFUSED_CANCELLED = 2 };
@@ -121,7 +128,7 @@ typedef struct kp__remote {
     kp__slot *slots;
     uint64_t sent, consumed; /* sender: frames sent; the receiver's last credit */
     uint64_t next;           /* receiver: the next frame; consumed: slots reposted */
-    bool eos_seen, cancel_seen, done_seen, bye_seen;
+    bool eos_seen, cancel_seen, done_seen, bye_seen, cancel_answered;
     uint64_t eos_total;
     /* figures, read by kp_flow_remote from any thread */
     _Atomic uint64_t frames, bytes, max_in_flight, credit_waits, credits;
@@ -269,6 +276,7 @@ static kp_status kp__ctrl_poll(kp__remote *r) {
         if (kind == KP__C_DONE) r->done_seen = true;
         if (kind == KP__C_CANCEL) r->cancel_seen = true;
         if (kind == KP__C_BYE) r->bye_seen = true;
+        if (kind == KP__C_CANCEL_SEEN) r->cancel_answered = true;
         KP_CHECK(kp__recv(r, &r->ctrl_op, r->ctrl_op.msg, sizeof r->ctrl_op.msg,
                           KP__TAG(KP__T_CTRL, 0), KP__TYPE_MASK));
     }
@@ -519,29 +527,41 @@ static bool kp__words_sent(const kp__remote *r) {
     return !r->welcome_op.req;
 }
 
-/* After a last word to the peer (a cancel, a refusal): progresses until
- * the word has left (up to a second; the peer closing first ends it too),
- * so that closing this side cannot cut it off. Waiting for the peer to
- * close instead cost a second per stop where the peer's close is not
- * seen at once (both ends in one process, on shared memory). */
+/* After a last word to the peer (a cancel, a refusal): waits, up to a
+ * second, until the peer has read it: it answers a cancel (CANCEL_SEEN),
+ * cancels itself (a refused sender does), or closes. Closing this side
+ * first could otherwise cut the word off, or let the peer see a lost link
+ * before the word. A cancel from the peer is answered here. */
 static void kp__linger(kp__remote *r) {
     double until = kp__ms_now() + 1000;
     bool spun = false;
-    while (r->failed == UCS_OK && !kp__words_sent(r) && kp__ms_now() < until)
+    while (r->failed == UCS_OK && !r->cancel_answered && kp__ms_now() < until) {
+        if (kp__ctrl_poll(r) != KP_OK) break;
+        if (r->cancel_seen) {
+            if (kp__ctrl(r, KP__C_CANCEL_SEEN, 0) == KP_OK)
+                while (r->failed == UCS_OK && !kp__words_sent(r) && kp__ms_now() < until)
+                    kp__progress(r, &spun);
+            break;
+        }
         kp__progress(r, &spun);
+    }
+    kp_clear_error();
 }
 
 /* A flow stopping early (cancelled, failed) tells its peer, which stops
- * too, gives the message a moment to leave, and closes the link: a stopped
+ * too, waits until the peer has read it, and closes the link: a stopped
  * flow that is not destroyed yet must not leave its peer waiting on a live
  * endpoint. A sender that has said hello but not yet read the welcome
- * tells it too: the receiver matches the word once it posts its control
- * receive. */
+ * tells it too: the receiver matches the word once it reads its control
+ * messages. A flow the peer cancelled answers, so the peer may close. */
 static void kp__tell_cancel(kp__remote *r) {
-    bool told = r->ep && (r->ready || !r->receiver) && r->failed == UCS_OK && !r->cancel_seen &&
-                kp__ctrl(r, KP__C_CANCEL, 0) == KP_OK;
-    if (told) kp__linger(r);
-    kp__ep_close(r, false); /* the word has left; after a cancel seen, the peer waits for this */
+    if (r->ep && r->failed == UCS_OK) {
+        if (!r->cancel_seen && (r->ready || !r->receiver) && kp__ctrl(r, KP__C_CANCEL, 0) == KP_OK)
+            kp__linger(r);
+        else if (r->cancel_seen)
+            kp__linger(r); /* answers at once */
+    }
+    kp__ep_close(r, false);
     kp_clear_error();
 }
 
@@ -558,6 +578,10 @@ static kp_status kp__sender_ready(kp__remote *r, kp_flow_t flow) {
             r->hello = (kp__hello){KP__MAGIC, KP__VERSION, r->frame_bytes};
             KP_CHECK(kp__recv(r, &r->welcome_op, &r->welcome, sizeof r->welcome,
                               KP__TAG(KP__T_WELCOME, 0), KP__TYPE_MASK));
+            /* control messages from the start: a refused or cancelled
+             * sender hears the receiver's answer to its cancel */
+            KP_CHECK(kp__recv(r, &r->ctrl_op, r->ctrl_op.msg, sizeof r->ctrl_op.msg,
+                              KP__TAG(KP__T_CTRL, 0), KP__TYPE_MASK));
             KP_CHECK(
                 kp__send(r, &r->hello_op, &r->hello, sizeof r->hello, KP__TAG(KP__T_HELLO, 0)));
         }
@@ -576,6 +600,8 @@ static kp_status kp__sender_ready(kp__remote *r, kp_flow_t flow) {
                                  r->timeout_ms, ucs_status_string(r->failed));
             kp__op_cancel(r, &r->welcome_op);
             kp__op_cancel(r, &r->hello_op);
+            kp__op_cancel(r, &r->ctrl_op);
+            r->ctrl_op.done = false;
             kp__ep_close(r, false);
             struct timespec t = {0, 20 * 1000 * 1000};
             nanosleep(&t, NULL);
@@ -604,8 +630,6 @@ static kp_status kp__sender_ready(kp__remote *r, kp_flow_t flow) {
                          (unsigned long long)w->capacity, r->capacity);
     r->capacity = (size_t)w->capacity; /* the receiver's queue sets the credits */
     KP_CHECK(kp__make_slots(r));
-    KP_CHECK(kp__recv(r, &r->ctrl_op, r->ctrl_op.msg, sizeof r->ctrl_op.msg, KP__TAG(KP__T_CTRL, 0),
-                      KP__TYPE_MASK));
     r->ready = true;
     return KP_OK;
 }
@@ -751,9 +775,14 @@ static kp_status kp__receiver_accept(kp__remote *r, bool *hello_in) {
         KP_CHECK(kp__ep_create(r, req));
     }
     bool posted = r->hello_op.req || r->hello_op.done;
-    if (r->ep && !posted)
+    if (r->ep && !posted) {
         KP_CHECK(kp__recv(r, &r->hello_op, &r->hello, sizeof r->hello, KP__TAG(KP__T_HELLO, 0),
                           KP__TYPE_MASK));
+        /* control messages from the start: a sender cancelled before it read
+         * the welcome says so, and hears the answer to its cancel */
+        KP_CHECK(kp__recv(r, &r->ctrl_op, r->ctrl_op.msg, sizeof r->ctrl_op.msg,
+                          KP__TAG(KP__T_CTRL, 0), KP__TYPE_MASK));
+    }
     *hello_in = r->ep && r->hello_op.done;
     return KP_OK;
 }
@@ -792,8 +821,6 @@ static kp_status kp__receiver_ready(kp__remote *r, kp_flow_t flow, bool *stop) {
                          "source's frame_bytes (%zu)",
                          r->addr, (unsigned long long)h->frame_bytes, r->frame_bytes);
     }
-    KP_CHECK(kp__recv(r, &r->ctrl_op, r->ctrl_op.msg, sizeof r->ctrl_op.msg, KP__TAG(KP__T_CTRL, 0),
-                      KP__TYPE_MASK));
     for (uint64_t s = 0; s < r->capacity; s++) KP_CHECK(kp__post_frame(r, s));
     r->ready = true;
     return KP_OK;
@@ -886,7 +913,7 @@ static void kp__refuse_late_sender(kp__remote *r) {
                                        KP__REFUSED_CANCELLED, 0};
             if (kp__send(r, &r->welcome_op, &r->welcome, sizeof r->welcome,
                          KP__TAG(KP__T_WELCOME, 0)) == KP_OK)
-                kp__linger(r); /* until the welcome has left */
+                kp__linger(r); /* until the sender has read it */
             break;
         }
         kp__progress(r, &spun);
