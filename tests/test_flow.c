@@ -642,6 +642,16 @@ static void one_validation_for_both_forms(void **state) {
     }
 }
 
+/* Seconds from starting the flow until it has ended well. */
+static double run_secs(kp_flow_t f) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+}
+
 /* Budgets the rule admits run without waiting out a deadline: one batch
  * of 4 in a budget of 4 frames, and two batching stages (2 each) in 3. */
 static void budget_fills_batches(void **state) {
@@ -668,12 +678,7 @@ static void budget_fills_batches(void **state) {
         assert_non_null(strstr(kp_last_error(), two ? "need 3" : "need 4"));
         cfg.budget_bytes += 64;
         KPT_OK(kp_flow_create(&cfg, &f));
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        KPT_OK(kp_flow_start(f));
-        KPT_OK(kp_flow_wait(f));
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        double secs = run_secs(f);
         kp_flow_snapshot h;
         KPT_OK(kp_flow_health(f, &h));
         assert_int_equal(h.frames_done, 200);
@@ -705,13 +710,9 @@ static double empty_flow_secs(size_t n, int spin_us) {
     cfg.spin_us = spin_us;
     kp_flow_t f;
     KPT_OK(kp_flow_create(&cfg, &f));
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    KPT_OK(kp_flow_start(f));
-    KPT_OK(kp_flow_wait(f));
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = run_secs(f);
     kp_flow_destroy(f);
-    return (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return secs;
 }
 
 /* More stages than cores, each spinning up to 1 ms: a spinner must not
