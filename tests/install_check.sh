@@ -22,6 +22,14 @@ consume() { # PREFIX LABEL [--static]
 
 cmake --install "$build" --prefix "$work/static" >/dev/null
 consume "$work/static" static --static
+# by hand: the archive itself and the libraries it needs, no linker flags
+# of kpipe's (the built-in modules are kept by the registry's table)
+libs=$(PKG_CONFIG_PATH="$work/static/lib/pkgconfig" pkg-config --static --libs-only-L --libs-only-l kpipe |
+  sed 's/-lkpipe//')
+cc "$src/tests/install/use.c" -I"$work/static/include" "$work/static/lib/libkpipe.a" $libs \
+  -o "$work/use_by_hand"
+echo "cc use.c libkpipe.a $libs"
+"$work/use_by_hand"
 
 gen=""
 command -v ninja >/dev/null && gen="-G Ninja"

@@ -13,18 +13,18 @@
  * checks its range. */
 kp_status kp__param_size(const kp_module_env *env, int64_t *n, bool *dynamic);
 
-/* Registers a built-in module type when the library loads, through
- * kp_module_register as a program would; `on_load` (or NULL) runs first, to
- * note libraries. CMake's kp_builtin_module() keeps the defining object in
- * static links (where nothing else refers to it) by asking the linker for
- * the symbol kp__module_<type>. */
-#define KP__BUILTIN_MODULE(type, create, on_load)                                    \
-    const char kp__module_##type = 0;                                                \
-    __attribute__((constructor)) static void kp__register_##type(void) {             \
-        void (*load_)(void) = on_load;                                               \
-        if (load_) load_();                                                          \
-        if (kp_module_register(#type, create) != KP_OK)                              \
-            kp__log(KP_LOG_ERROR, "built-in module %s: %s", #type, kp_last_error()); \
+/* Defines kp__builtin_<type>(), which registers a built-in module type
+ * through kp_module_register as a program would; `on_load` (or NULL) runs
+ * first, to note libraries. CMake's kp_builtin_module() lists the type in
+ * the generated builtin_modules.c, whose table the registry calls once,
+ * before its first use: a static link keeps every built-in module because
+ * that table names it, with no linker flags. */
+#define KP__BUILTIN_MODULE(type, create, on_load)                          \
+    kp_status kp__builtin_##type(void);                                    \
+    kp_status kp__builtin_##type(void) {                                   \
+        void (*load_)(void) = on_load;                                     \
+        if (load_) load_();                                                \
+        return kp_module_register(#type, create);                          \
     }
 
 /* The vendor computation behind the engine module: c = a + b over n floats.

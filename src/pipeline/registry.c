@@ -17,6 +17,22 @@ static struct {
 static size_t kp__n_types;
 static pthread_mutex_t kp__reg_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* Registers the built-in modules once, through the same kp_module_register
+ * a program uses, before anything reads or adds to the registry. */
+static pthread_once_t kp__builtins_once = PTHREAD_ONCE_INIT;
+static _Thread_local bool kp__in_builtins; /* their kp_module_register calls */
+static void kp__register_builtins(void) {
+    kp__in_builtins = true;
+    for (size_t i = 0; kp__builtin_modules[i]; i++)
+        if (kp__builtin_modules[i]() != KP_OK)
+            kp__log(KP_LOG_ERROR, "built-in module: %s", kp_last_error());
+    kp__in_builtins = false;
+    kp_clear_error();
+}
+static void kp__builtins(void) {
+    if (!kp__in_builtins) pthread_once(&kp__builtins_once, kp__register_builtins);
+}
+
 static kp_status kp__register_locked(const char *type, kp_module_create_fn fn) {
     for (size_t i = 0; i < kp__n_types; i++)
         if (strcmp(kp__types[i].type, type) == 0)
@@ -35,6 +51,7 @@ kp_status kp_module_register(const char *type, kp_module_create_fn create) {
     if (strlen(type) >= KP_NAME_MAX || strchr(type, '.'))
         return kp__error(KP_ERR_INVALID_ARG, "module type \"%s\": at most %d characters, no '.'",
                          type, KP_NAME_MAX - 1);
+    kp__builtins(); /* the built-ins first, whoever comes first */
     pthread_mutex_lock(&kp__reg_mu);
     kp_status st = kp__register_locked(type, create);
     pthread_mutex_unlock(&kp__reg_mu);
@@ -43,6 +60,7 @@ kp_status kp_module_register(const char *type, kp_module_create_fn create) {
 
 kp_module_create_fn kp__module_lookup(const char *type) {
     kp_module_create_fn fn = NULL;
+    kp__builtins();
     pthread_mutex_lock(&kp__reg_mu);
     for (size_t i = 0; i < kp__n_types && !fn; i++)
         if (strcmp(kp__types[i].type, type) == 0) fn = kp__types[i].create;
@@ -51,6 +69,7 @@ kp_module_create_fn kp__module_lookup(const char *type) {
 }
 
 size_t kp_module_type_count(void) {
+    kp__builtins();
     pthread_mutex_lock(&kp__reg_mu);
     size_t n = kp__n_types;
     pthread_mutex_unlock(&kp__reg_mu);

@@ -53,11 +53,12 @@ int kpt_cmd_info(int argc, char **argv) {
         return help ? 0 : 2;
     }
     char versions[512];
+    size_t n_types = kp_module_type_count(); /* first: loading the modules notes their libraries */
     printf("kpipe %s (%s)\nbackends:", kp_version_str(),
            kp_library_versions(versions, sizeof versions));
     for (size_t i = 0; kp_backend_name(i); i++) printf(" %s", kp_backend_name(i));
     printf("\nmodule types:");
-    for (size_t i = 0; i < kp_module_type_count(); i++) printf(" %s", kp_module_type_name(i));
+    for (size_t i = 0; i < n_types; i++) printf(" %s", kp_module_type_name(i));
     printf("\ndevices:\n");
     for (size_t i = 0; kp_backend_name(i); i++) kpt_info_backend(kp_backend_name(i));
     return 0;

@@ -1,6 +1,8 @@
 /* A program outside the tree, built against an installed kpipe: runs one
- * relu tick on the cpu backend and checks it. */
+ * relu tick on the cpu backend and checks it, and that every built-in
+ * module type is there. */
 #include <stdio.h>
+#include <string.h>
 #include <kpipe/kpipe.h>
 
 static const char spec[] = "{\"kpipe_spec\": 1, \"execution\": \"stream\", \"modules\": "
@@ -36,6 +38,17 @@ int main(void) {
         return 1;
     }
     int rc = run(d, s, p, x);
+    /* every built-in module, also in a static link made by hand */
+    static const char *const builtins[] = {"engine", "relu", "i420_rgb", "sharpen", "rgb_i420"};
+    for (size_t k = 0; k < sizeof builtins / sizeof builtins[0]; k++) {
+        int found = 0;
+        for (size_t i = 0; i < kp_module_type_count(); i++)
+            found |= strcmp(kp_module_type_name(i), builtins[k]) == 0;
+        if (!found) {
+            fprintf(stderr, "built-in module %s is missing\n", builtins[k]);
+            rc = 1;
+        }
+    }
     printf("kpipe %s: relu tick %s%s%s\n", kp_version_str(), rc ? "FAILED: " : "ok",
            rc ? kp_last_error() : "", "");
     kp_pipeline_destroy(p);
