@@ -54,6 +54,9 @@ void kp__api_leave(const kp__api_scope *s);
 #define KP_API_ENTRY() \
     kp__api_scope kp__api __attribute__((cleanup(kp__api_leave), unused)) = kp__api_enter(__func__)
 
+/* "1.50 MiB": a byte count for people, into buf (core/log.c). */
+const char *kp__bytes_str(size_t bytes, char *buf, size_t len);
+
 /* Logs at `level` if enabled; never called in a per-tick path. */
 void kp__log(kp_log_level level, const char *fmt, ...) KP__PRINTF(2, 3);
 #define KP_LOG_ENABLED(lvl) ((lvl) >= kp_log_get_level())

@@ -1,4 +1,5 @@
-/* The one log sink. The level is read from KP_LOG_LEVEL once, on first use. */
+/* The one log sink, and the text it formats for people. The level is read
+ * from KP_LOG_LEVEL once, on first use. */
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -51,4 +52,17 @@ void kp__log(kp_log_level level, const char *fmt, ...) {
         kp__log_fn(level, msg, kp__log_user);
     else
         fprintf(stderr, "kpipe %s: %s\n", kp_log_level_str(level), msg);
+}
+
+/* --- text for people ------------------------------------------------------------ */
+const char *kp__bytes_str(size_t bytes, char *buf, size_t len) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+    return buf;
 }

@@ -5,18 +5,6 @@
 
 #include "memory-impl.h"
 
-const char *kp__bytes_str(size_t bytes, char *buf, size_t len) {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", v, units[u]);
-    return buf;
-}
-
 static const char *const kp__kind_names[] = {"host", "pinned", "device"};
 
 kp_status kp_allocator_create(kp_device_t dev, kp_allocator_kind kind,

@@ -35,9 +35,6 @@ kp_status kp__host_allocator_init(kp_allocator_t a, const kp_allocator_config *c
 kp_status kp__pinned_allocator_init(kp_allocator_t a, const kp_allocator_config *cfg);
 kp_status kp__caching_allocator_init(kp_allocator_t a, const kp_allocator_config *cfg);
 
-/* "1.50 MiB" */
-const char *kp__bytes_str(size_t bytes, char *buf, size_t len);
-
 /* --- pointer -> value map (open addressing, grows by doubling) ---------------- */
 typedef struct kp__ptrmap {
     size_t cap, used, tomb;
