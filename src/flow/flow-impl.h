@@ -20,6 +20,20 @@ kp_status kp__flow_own(kp_flow_t f, void *obj, void (*free_fn)(void *));
  * the configuration ("stages[2] (scale).replicas[1]: ..."). */
 kp_status kp__flow_check_config(const kp_flow_config *c);
 
+/* What a flow asks of a kind of stage beyond running it, found by the
+ * stage's function: the flow sees every source and sink through this,
+ * never by name. A stage file adds its kinds (once) before it makes a
+ * stage; kinds are never removed. */
+typedef struct kp__stage_kind {
+    kp_flow_stage_fn fn;
+    bool one_link; /* the stage has one peer: no replicas */
+    /* optional: the figures of a remote queue's end (kp_flow_remote) */
+    kp_status (*remote_stats)(void *user, kp_flow_remote_stats *out);
+} kp__stage_kind;
+kp_status kp__stage_kind_add(const kp__stage_kind *kind);
+/* The kind of a stage function, or NULL for a plain one. */
+const kp__stage_kind *kp__stage_kind_find(kp_flow_stage_fn fn);
+
 /* A built-in stage as made: its function and state, what frames it needs. */
 typedef struct kp__stage_made {
     kp_flow_stage_fn fn;
@@ -79,9 +93,6 @@ kp_status kp__remote_addr_parse(const char *text, bool receiver, struct sockaddr
 /* remote.c: makes an end whose arguments were checked. */
 kp_status kp__remote_make(kp_device_t dev, bool receiver, const char *addr, size_t frame_bytes,
                           size_t capacity, int timeout_ms, kp__stage_made *out);
-kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out);
-/* Whether fn is a remote queue end's stage function. */
-bool kp__remote_stage(kp_flow_stage_fn fn);
 #endif
 
 #endif

@@ -894,6 +894,35 @@ const char *kp_handoff_str(kp_handoff h) {
 
 bool kp_flow_cancelled(kp_flow_t f) { return f && atomic_load(&f->cancel); }
 
+/* --- kinds of stage --------------------------------------------------------------- */
+#define KP__MAX_KINDS 16
+static kp__stage_kind kp__kinds[KP__MAX_KINDS];
+static _Atomic size_t kp__n_kinds; /* entries below it are complete and never change */
+static pthread_mutex_t kp__kinds_mu = PTHREAD_MUTEX_INITIALIZER;
+
+kp_status kp__stage_kind_add(const kp__stage_kind *kind) {
+    kp_status st = KP_OK;
+    pthread_mutex_lock(&kp__kinds_mu);
+    size_t n = atomic_load(&kp__n_kinds);
+    bool known = false;
+    for (size_t i = 0; i < n && !known; i++) known = kp__kinds[i].fn == kind->fn;
+    if (!known && n == KP__MAX_KINDS)
+        st = kp__error(KP_ERR_INTERNAL, "flow: more than %d kinds of stage", KP__MAX_KINDS);
+    else if (!known) {
+        kp__kinds[n] = *kind;
+        atomic_store(&kp__n_kinds, n + 1);
+    }
+    pthread_mutex_unlock(&kp__kinds_mu);
+    return st;
+}
+
+const kp__stage_kind *kp__stage_kind_find(kp_flow_stage_fn fn) {
+    size_t n = atomic_load(&kp__n_kinds);
+    for (size_t i = 0; fn && i < n; i++)
+        if (kp__kinds[i].fn == fn) return &kp__kinds[i];
+    return NULL;
+}
+
 kp_status kp_flow_remote(kp_flow_t f, size_t stage, kp_flow_remote_stats *out) {
     KP_API_ENTRY();
     KP_ARG_CHECK(f && out);
@@ -901,9 +930,8 @@ kp_status kp_flow_remote(kp_flow_t f, size_t stage, kp_flow_remote_stats *out) {
     if (stage >= f->n)
         return kp__error(KP_ERR_INVALID_ARG, "stage %zu: the flow has %zu stages", stage, f->n);
     const kp__stage *s = &f->st[f->ls[stage].first];
-#ifdef KP_HAVE_UCX
-    if (kp__remote_stage(s->fn)) return kp__remote_stats(s->user, out);
-#endif
+    const kp__stage_kind *k = kp__stage_kind_find(s->fn);
+    if (k && k->remote_stats) return k->remote_stats(s->user, out);
     return kp__error(KP_ERR_INVALID_ARG, "stage %zu (%s) is not a remote queue's end", stage,
                      s->name);
 }
@@ -937,12 +965,12 @@ static kp_status kp__check_stage_devices(const kp_flow_config *c, size_t i) {
                              "stages[%zu] (%s): a replicated stage is not the first, does not "
                              "micro-batch, and has 2 to %d devices in replicas",
                              i, s->name, KP_FLOW_MAX_REPLICAS);
-#ifdef KP_HAVE_UCX
-        if (kp__remote_stage(s->fn))
+        const kp__stage_kind *k = kp__stage_kind_find(s->fn);
+        if (k && k->one_link)
             return kp__error(KP_ERR_INVALID_ARG,
-                             "stages[%zu] (%s): a remote queue's end has one link: no replicas", i,
-                             s->name);
-#endif
+                             "stages[%zu] (%s): a stage with one link (a remote queue's end) has "
+                             "no replicas",
+                             i, s->name);
     } else if (s->replicas || s->replica_users) {
         return kp__error(KP_ERR_INVALID_ARG,
                          "stages[%zu] (%s): replicas or replica_users without n_replicas >= 2", i,

@@ -946,8 +946,15 @@ static kp_status kp__source_end(void *user, const kp_stage_ctx *c, kp_status why
 }
 
 /* --- made for remote_end.c ------------------------------------------------------------ */
+static kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out);
+
 kp_status kp__remote_make(kp_device_t dev, bool receiver, const char *addr, size_t frame_bytes,
                           size_t capacity, int timeout_ms, kp__stage_made *out) {
+    /* how the flow sees the two ends: one link each, figures to report */
+    static const kp__stage_kind kinds[2] = {{kp__source_fn, true, kp__remote_stats},
+                                            {kp__sink_fn, true, kp__remote_stats}};
+    KP_CHECK(kp__stage_kind_add(&kinds[0]));
+    KP_CHECK(kp__stage_kind_add(&kinds[1]));
     kp__remote *r;
     KP_CHECK(kp__remote_new(dev, receiver, addr, frame_bytes, capacity, timeout_ms, &r));
     *out = receiver ? (kp__stage_made){kp__source_fn, NULL, r, kp__remote_free, frame_bytes, 1,
@@ -956,9 +963,7 @@ kp_status kp__remote_make(kp_device_t dev, bool receiver, const char *addr, size
     return KP_OK;
 }
 
-bool kp__remote_stage(kp_flow_stage_fn fn) { return fn == kp__source_fn || fn == kp__sink_fn; }
-
-kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out) {
+static kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out) {
     kp__remote *r = user;
     snprintf(out->address, sizeof out->address, "%s", r->addr);
     out->receiver = r->receiver;
