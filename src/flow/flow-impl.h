@@ -86,13 +86,20 @@ kp_status kp__stage_remote_source(kp_device_t dev, const char *listen, size_t fr
                                   size_t capacity, int timeout_ms, kp__stage_made *out);
 kp_status kp__stage_remote_sink(kp_device_t dev, const char *connect, size_t frame_bytes,
                                 int timeout_ms, kp__stage_made *out);
-/* "host:port" into a socket address; port 0 is for a receiver only. */
-kp_status kp__remote_addr_parse(const char *text, bool receiver, struct sockaddr_storage *sa,
-                                socklen_t *sa_len);
+/* A remote end as checked by remote_end.c: its arguments and the parsed
+ * address. */
+typedef struct kp__remote_end {
+    kp_device_t dev;
+    bool receiver;
+    const char *addr; /* as given, "host:port" */
+    struct sockaddr_storage sa;
+    socklen_t sa_len;
+    size_t frame_bytes, capacity;
+    int timeout_ms;
+} kp__remote_end;
 #ifdef KP_HAVE_UCX
-/* remote.c: makes an end whose arguments were checked. */
-kp_status kp__remote_make(kp_device_t dev, bool receiver, const char *addr, size_t frame_bytes,
-                          size_t capacity, int timeout_ms, kp__stage_made *out);
+/* remote.c: makes an end remote_end.c has checked. */
+kp_status kp__remote_make(const kp__remote_end *end, kp__stage_made *out);
 #endif
 
 #endif

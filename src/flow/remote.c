@@ -348,13 +348,6 @@ static void kp__ep_close(kp__remote *r, bool flush) {
 }
 
 /* --- set-up ---------------------------------------------------------------------- */
-/* "host:port" into the socket address (remote_end.c checked it already). */
-static kp_status kp__parse_addr(kp__remote *r, const char *text) {
-    KP_CHECK(kp__remote_addr_parse(text, r->receiver, &r->sa, &r->sa_len));
-    snprintf(r->addr, sizeof r->addr, "%s", text);
-    return KP_OK;
-}
-
 static void kp__conn_cb(ucp_conn_request_h req, void *arg) {
     kp__remote *r = arg;
     if (r->pending || r->ep) { /* one sender per remote source */
@@ -437,18 +430,20 @@ static kp_status kp__make_slots(kp__remote *r) {
     return KP_OK;
 }
 
-static kp_status kp__remote_new(kp_device_t dev, bool receiver, const char *addr,
-                                size_t frame_bytes, size_t capacity, int timeout_ms,
-                                kp__remote **out) {
+static kp_status kp__remote_new(const kp__remote_end *e, kp__remote **out) {
     kp__remote *r = kp__calloc(1, sizeof *r);
     if (!r) return kp__error(KP_ERR_OUT_OF_MEMORY, "remote: no memory");
-    r->receiver = receiver;
-    r->dev = dev;
-    r->frame_bytes = frame_bytes;
-    r->capacity = capacity;
-    r->timeout_ms = timeout_ms;
+    bool receiver = r->receiver = e->receiver;
+    kp_device_t dev = r->dev = e->dev;
+    const char *addr = e->addr;
+    r->frame_bytes = e->frame_bytes;
+    r->capacity = e->capacity;
+    r->timeout_ms = e->timeout_ms;
     r->efd = -1;
-    kp_status st = kp__parse_addr(r, addr);
+    r->sa = e->sa;
+    r->sa_len = e->sa_len;
+    snprintf(r->addr, sizeof r->addr, "%s", addr);
+    kp_status st = KP_OK;
     ucp_config_t *cfg = NULL;
     ucs_status_t s = UCS_OK;
     if (st == KP_OK && (s = ucp_config_read(NULL, NULL, &cfg)) != UCS_OK)
@@ -948,17 +943,16 @@ static kp_status kp__source_end(void *user, const kp_stage_ctx *c, kp_status why
 /* --- made for remote_end.c ------------------------------------------------------------ */
 static kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out);
 
-kp_status kp__remote_make(kp_device_t dev, bool receiver, const char *addr, size_t frame_bytes,
-                          size_t capacity, int timeout_ms, kp__stage_made *out) {
+kp_status kp__remote_make(const kp__remote_end *e, kp__stage_made *out) {
     /* how the flow sees the two ends: one link each, figures to report */
     static const kp__stage_kind kinds[2] = {{kp__source_fn, true, kp__remote_stats},
                                             {kp__sink_fn, true, kp__remote_stats}};
     KP_CHECK(kp__stage_kind_add(&kinds[0]));
     KP_CHECK(kp__stage_kind_add(&kinds[1]));
     kp__remote *r;
-    KP_CHECK(kp__remote_new(dev, receiver, addr, frame_bytes, capacity, timeout_ms, &r));
-    *out = receiver ? (kp__stage_made){kp__source_fn, NULL, r, kp__remote_free, frame_bytes, 1,
-                                       kp__source_end}
+    KP_CHECK(kp__remote_new(e, &r));
+    *out = e->receiver ? (kp__stage_made){kp__source_fn, NULL, r, kp__remote_free, e->frame_bytes,
+                                          1, kp__source_end}
                     : (kp__stage_made){kp__sink_fn, NULL, r, kp__remote_free, 0, 1, kp__sink_end};
     return KP_OK;
 }

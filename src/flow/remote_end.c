@@ -12,7 +12,8 @@
 
 #include "flow-impl.h"
 
-kp_status kp__remote_addr_parse(const char *text, bool receiver, struct sockaddr_storage *sa,
+/* "host:port" into a socket address; port 0 is for a receiver only. */
+static kp_status kp__addr_parse(const char *text, bool receiver, struct sockaddr_storage *sa,
                                 socklen_t *sa_len) {
     char host[128];
     const char *colon = strrchr(text, ':');
@@ -45,48 +46,56 @@ kp_status kp__remote_addr_parse(const char *text, bool receiver, struct sockaddr
 
 /* What both ends take: a device, an address that parses, a frame size
  * that can be allocated, a timeout of 0 (for ever) or more. */
-static kp_status kp__remote_args(kp_device_t dev, const char *addr, bool receiver,
-                                 size_t frame_bytes, size_t capacity, int timeout_ms) {
-    const char *end = receiver ? "remote source" : "remote sink";
-    if (!dev || !addr)
+static kp_status kp__remote_check(kp__remote_end *e) {
+    const char *end = e->receiver ? "remote source" : "remote sink";
+    if (!e->dev || !e->addr)
         return kp__error(KP_ERR_INVALID_ARG, "%s: a device and an address are required", end);
-    if (capacity < 1 || capacity > KP__REMOTE_MAX_CAPACITY)
-        return kp__error(KP_ERR_INVALID_ARG, "%s: capacity %zu (1 .. %d)", end, capacity,
+    if (strlen(e->addr) >= 128)
+        return kp__error(KP_ERR_INVALID_ARG, "%s: an address of at most 127 characters", end);
+    if (e->capacity < 1 || e->capacity > KP__REMOTE_MAX_CAPACITY)
+        return kp__error(KP_ERR_INVALID_ARG, "%s: capacity %zu (1 .. %d)", end, e->capacity,
                          KP__REMOTE_MAX_CAPACITY);
-    if (timeout_ms < 0)
+    if (e->timeout_ms < 0)
         return kp__error(KP_ERR_INVALID_ARG, "%s: timeout_ms %d (0: for ever, or more)", end,
-                         timeout_ms);
-    if (frame_bytes > KP__MAX_ALLOC_BYTES)
+                         e->timeout_ms);
+    if (e->frame_bytes > KP__MAX_ALLOC_BYTES)
         return kp__error(KP_ERR_INVALID_ARG, "%s: frame_bytes %zu is more than can be allocated",
-                         end, frame_bytes);
-    struct sockaddr_storage sa;
-    socklen_t len;
-    return kp__remote_addr_parse(addr, receiver, &sa, &len);
+                         end, e->frame_bytes);
+    return kp__addr_parse(e->addr, e->receiver, &e->sa, &e->sa_len);
 }
 
-kp_status kp__stage_remote_source(kp_device_t dev, const char *listen, size_t frame_bytes,
-                                  size_t capacity, int timeout_ms, kp__stage_made *out) {
-    KP_CHECK(kp__remote_args(dev, listen, true, frame_bytes, capacity, timeout_ms));
+/* Checks the end, then makes it where UCX is built. */
+static kp_status kp__remote_end_make(kp__remote_end *e, kp__stage_made *out) {
+    KP_CHECK(kp__remote_check(e));
 #ifdef KP_HAVE_UCX
-    return kp__remote_make(dev, true, listen, frame_bytes, capacity, timeout_ms, out);
+    return kp__remote_make(e, out);
 #else
     (void)out;
     return kp__error(KP_ERR_UNSUPPORTED, "remote queues: this kpipe was built without UCX");
 #endif
+}
+
+kp_status kp__stage_remote_source(kp_device_t dev, const char *listen, size_t frame_bytes,
+                                  size_t capacity, int timeout_ms, kp__stage_made *out) {
+    kp__remote_end e = {.dev = dev,
+                        .receiver = true,
+                        .addr = listen,
+                        .frame_bytes = frame_bytes,
+                        .capacity = capacity,
+                        .timeout_ms = timeout_ms};
+    return kp__remote_end_make(&e, out);
 }
 
 kp_status kp__stage_remote_sink(kp_device_t dev, const char *connect, size_t frame_bytes,
                                 int timeout_ms, kp__stage_made *out) {
     /* the receiver's capacity comes with its welcome; at most the queue limit */
-    KP_CHECK(kp__remote_args(dev, connect, false, frame_bytes, KP__REMOTE_MAX_CAPACITY,
-                             timeout_ms));
-#ifdef KP_HAVE_UCX
-    return kp__remote_make(dev, false, connect, frame_bytes, KP__REMOTE_MAX_CAPACITY, timeout_ms,
-                           out);
-#else
-    (void)out;
-    return kp__error(KP_ERR_UNSUPPORTED, "remote queues: this kpipe was built without UCX");
-#endif
+    kp__remote_end e = {.dev = dev,
+                        .receiver = false,
+                        .addr = connect,
+                        .frame_bytes = frame_bytes,
+                        .capacity = KP__REMOTE_MAX_CAPACITY,
+                        .timeout_ms = timeout_ms};
+    return kp__remote_end_make(&e, out);
 }
 
 /* A made end as a stage of the C form; the flow owns its state. */

@@ -1,9 +1,10 @@
 /* Shared by the built-in modules. Modules see the library as a program
- * does -- the public headers -- plus core's internal helpers. */
+ * does -- the public headers up to the pipeline's, the layer below them
+ * (tests/layering.py) -- plus core's internal helpers. */
 #ifndef KPIPE_MODULES_IMPL_H
 #define KPIPE_MODULES_IMPL_H
 
-#include "kpipe/kpipe.h"
+#include "kpipe/pipeline.h"
 #include "../core/core-impl.h"
 
 /* Elements a 1-D module accepts: 1 .. 2^31. */

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""The layer check (DESIGN.md, "What the system is made of").
+
+Fails, naming the file and the line, when:
+  - a file includes a public header of a higher layer (the order below);
+  - a file includes another layer's private header (src/LAYER/*.h other
+    than core's core-impl.h, which every layer shares);
+  - a lower layer names a built-in module;
+  - files form a circle: by their #include lines, or by calling each
+    other's functions (file A defines a function B calls, and B one that
+    A calls, directly or around a longer loop).
+
+    layering.py SOURCE_DIR
+"""
+import os
+import re
+import sys
+
+# Lowest first. module.h (the module interface and its ports) sits below
+# the graph cache, which takes ports; kpipe.h includes everything and is
+# for programs and the command line only.
+ORDER = ["core", "backend", "memory", "module", "graph", "pipeline", "modules", "flow",
+         "tasks", "tools"]
+PUBLIC = {"core.h": "core", "tensor.h": "core", "npy.h": "core", "device.h": "backend",
+          "memory.h": "memory", "module.h": "module", "graph_cache.h": "graph",
+          "pipeline.h": "pipeline", "flow.h": "flow", "tasks.h": "tasks", "kpipe.h": "tools"}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+DEFINES = re.compile(r"^(?!static\b)(?:[A-Za-z_][\w \*]*?\s\**)(kp_{1,2}\w+)\s*\([^;{]*\)\s*\{",
+                     re.M)
+CALLS = re.compile(r"\b(kp_{1,2}\w+)\s*\(")
+
+
+def files_under(root, exts):
+    out = []
+    for d, _, names in os.walk(root):
+        out += [os.path.join(d, n) for n in names if n.endswith(exts)]
+    return sorted(out)
+
+
+def layer_of(path, src, inc):
+    if path.startswith(inc + os.sep):
+        return PUBLIC.get(os.path.basename(path))
+    rel = os.path.relpath(path, src)
+    return rel.split(os.sep)[0]
+
+
+def resolve(f, name, src, inc):
+    if name.startswith("kpipe/"):
+        return os.path.join(inc, name[len("kpipe/"):])
+    return os.path.normpath(os.path.join(os.path.dirname(f), name))
+
+
+def circles(graph):
+    """Strongly connected components of more than one node (Tarjan)."""
+    index, low, on, stack, out, n = {}, {}, set(), [], [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def main(top):
+    src, inc = os.path.join(top, "src"), os.path.join(top, "include", "kpipe")
+    files = files_under(src, (".c", ".h", ".cu")) + files_under(inc, (".h",))
+    rel = lambda p: os.path.relpath(p, top)
+    bad = []
+    includes = {}
+    for f in files:
+        text = open(f, encoding="utf-8").read()
+        me = layer_of(f, src, inc)
+        includes[f] = set()
+        for m in INCLUDE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            target = resolve(f, m.group(1), src, inc)
+            if not os.path.exists(target):
+                continue  # a generated or system header
+            includes[f].add(target)
+            them = layer_of(target, src, inc)
+            where = "%s:%d" % (rel(f), line)
+            if target.startswith(inc + os.sep):
+                if me in ORDER and them in ORDER and ORDER.index(them) > ORDER.index(me):
+                    bad.append("%s: layer %s includes %s of the higher layer %s"
+                               % (where, me, m.group(1), them))
+            elif them != me and rel(target) != os.path.join("src", "core", "core-impl.h"):
+                bad.append("%s: includes %s, a private header of layer %s"
+                           % (where, m.group(1), them))
+    for comp in circles(includes):
+        bad.append("an include circle: " + " -> ".join(rel(c) for c in comp))
+
+    sources = files_under(src, (".c", ".cu"))
+    defined, calls = {}, {}
+    for f in sources:
+        text = COMMENT.sub("", open(f, encoding="utf-8").read())
+        for name in DEFINES.findall(text):
+            defined.setdefault(name, set()).add(f)
+        calls[f] = set(CALLS.findall(text))
+    uses = {f: {g for name in calls[f] for g in defined.get(name, ()) if g != f}
+            for f in sources}
+    for comp in circles(uses):
+        pairs = ["%s calls %s" % (rel(a), ", ".join(sorted(
+            n for n in calls[a] if b in defined.get(n, ())))) + " of " + rel(b)
+                 for a in comp for b in comp if b in uses[a]]
+        bad.append("a circle of files calling each other: " + "; ".join(pairs))
+
+    lower = ["pipeline", "backend", "memory", "core", "graph"]
+    module_names = re.compile(r"kp__(engine|relu)_|kp__module_(engine|relu)")
+    for f in sources:
+        if layer_of(f, src, inc) in lower and module_names.search(open(f).read()):
+            bad.append("%s: a lower layer names a built-in module" % rel(f))
+
+    for b in bad:
+        print("FAIL: " + b)
+    if not bad:
+        print("PASS: layers in order (%s), no private header across layers, no circle"
+              % " < ".join(ORDER))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "."))

@@ -1,0 +1,32 @@
+#!/bin/sh
+# The layer check must fail on what it forbids: in a copy of the tree,
+# plants an include of a higher layer's header, another layer's private
+# header, and a circle of calls, one at a time, and expects a FAIL naming
+# each; the copy as it is must pass.
+#   layering_planted.sh SOURCE_DIR WORK_DIR
+set -u
+src=$1 work=$2
+check() { # WHAT EXPECTED-TEXT
+  out=$(python3 "$src/tests/layering.py" "$work" 2>&1)
+  rc=$?
+  echo "$out"
+  if [ $rc -eq 0 ] || ! printf '%s\n' "$out" | grep -q -- "$2"; then
+    echo "FAIL: the check did not catch $1"
+    exit 1
+  fi
+}
+fresh() { rm -rf "$work"; mkdir -p "$work"; cp -r "$src/src" "$src/include" "$work/"; }
+
+fresh
+python3 "$src/tests/layering.py" "$work" || { echo "FAIL: the copy itself does not pass"; exit 1; }
+fresh
+sed -i '0,/#include "core-impl.h"/s//#include "core-impl.h"\n#include "kpipe\/flow.h"/' "$work/src/core/dtype.c"
+check "core including flow.h" "src/core/dtype.c:.*layer core includes kpipe/flow.h of the higher layer flow"
+fresh
+sed -i '0,/#include "flow-impl.h"/s//#include "flow-impl.h"\n#include "..\/pipeline\/pipeline-impl.h"/' "$work/src/flow/stages.c"
+check "a private header across layers" "src/flow/stages.c:.*pipeline-impl.h, a private header of layer pipeline"
+fresh
+printf '\nvoid kp__planted(void);\nvoid kp__planted(void) { (void)kp_flow_cancelled(NULL); }\n' >> "$work/src/flow/remote_end.c"
+printf '\nvoid kp__planted(void);\nvoid kp__planted_too(void);\nvoid kp__planted_too(void) { kp__planted(); }\n' >> "$work/src/flow/flow.c"
+check "a circle of calls" "a circle of files calling each other"
+echo "PASS: every planted fault was caught"
