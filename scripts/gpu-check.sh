@@ -8,7 +8,7 @@
 #   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench] [taskbench]
 #                        [multigpu]
 #   (none: all but multigpu, which needs two GPUs: the 2 x H200 machine)
-# Unpack carried Debian packages first (see README, "GPU machine").
+# Unpack carried Debian packages first (see docs/gpu-machine.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-check-out}
@@ -65,7 +65,7 @@ stage_test() {
   else
     row "kpipe flow examples/flow.json (cuda)" FAIL "$(tail -1 "$out/flow.log")"
   fi
-  # the README's video example on cuda and on cpu: the clip (integer stages)
+  # the video example of docs/video.md on cuda and on cpu: the clip (integer stages)
   # must be identical, the sharpened output within 1 of 255 per sample
   local dev
   for dev in cuda cpu; do
@@ -233,7 +233,7 @@ stage_taskbench() {
 
 # Two GPUs: the multi-device flow test at 16M floats, its sanitizer runs,
 # hand-over bandwidth against cudaMemcpyPeerAsync, replicas and a stage per
-# GPU against one GPU, the README's two-GPU and two-process flows, and a
+# GPU against one GPU, the two-GPU and two-process flows of docs/devices-and-hosts.md, and a
 # remote queue over loopback against an in-process queue (cpu and cuda).
 stage_multigpu() {
   local log="$out/multigpu.log" n

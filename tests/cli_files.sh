@@ -52,7 +52,7 @@ python3 -c 'import json,sys; json.load(open("trace.json"))' 2>/dev/null || \
 grep -q '2000 frames in' flow.txt || { cat flow.txt; exit 1; }
 grep -q '"frames": 2000' flow.json || { cat flow.json; exit 1; }
 [ "$(wc -c < flow_out.npy)" -eq $((128 + 16384 * 4)) ]
-# the README's video example: a clip drawn on the device, sharpened; the
+# the video example of docs/video.md: a clip drawn on the device, sharpened; the
 # output has the clip's header and size, and differs where it sharpened
 "$kpipe" flow "$src/examples/make_clip.json" --device cpu --quiet > clip.txt
 "$kpipe" flow "$src/examples/video.json" --device cpu --quiet > video.txt

@@ -200,7 +200,7 @@ typedef struct kp_flow_config {
  * replicated stages: the JSON form obeys the same rules, checked by the
  * same code. */
 kp_status kp_flow_create(const kp_flow_config *cfg, kp_flow_t *out);
-/* The JSON form ("kpipe_flow": 1; README, "Flows"): a built-in source,
+/* The JSON form ("kpipe_flow": 1; docs/flows.md): a built-in source,
  * pipelines (a spec file, relative to the flow file, or inline) and a
  * built-in sink. KP_ERR_PARSE names the line and column or the JSON path. */
 kp_status kp_flow_create_from_json(kp_device_t dev, const char *json_text, kp_flow_t *out);
@@ -275,7 +275,7 @@ typedef struct kp_flow_snapshot {
 
 /* A snapshot from counters, at any time, from any thread. */
 kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out);
-/* A remote queue's end: a "remote" source or sink (README, "Remote queues"). */
+/* A remote queue's end: a "remote" source or sink (docs/devices-and-hosts.md, "Remote queues"). */
 typedef struct kp_flow_remote_stats {
     /* the receiver's address with the port it listens on (the one the
      * system chose where the file gave port 0); the sender's as given */
@@ -289,7 +289,7 @@ typedef struct kp_flow_remote_stats {
 } kp_flow_remote_stats;
 
 /* The two ends of a remote queue as stages, for flows made from C (the
- * JSON form's "remote" source and sink; README, "Remote queues"): fn, user,
+ * JSON form's "remote" source and sink; docs/devices-and-hosts.md, "Remote queues"): fn, user,
  * end_fn, free_fn and dev are filled in, name is "remote", and the flow
  * owns the state. The source listens on `listen` ("host:port", port 0: a
  * free one, see kp_flow_remote) from now on, for one sender whose frames

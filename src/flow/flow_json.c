@@ -131,7 +131,7 @@ static kp_status kp__endpoint(json_t *s, const char *path, const char *key, int6
     return KP_OK;
 }
 
-/* A remote queue's receiving end (README, "Remote queues"). */
+/* A remote queue's receiving end (docs/devices-and-hosts.md, "Remote queues"). */
 static kp_status kp__remote_source(kp_device_t dev, json_t *s, const char *path,
                                    kp__stage_made *m) {
     char sub[96];

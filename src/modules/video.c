@@ -1,4 +1,4 @@
-/* The video modules, for flows over raw video (README, "Video"):
+/* The video modules, for flows over raw video (docs/video.md):
  *
  *   i420_rgb  u8 [h*3/2, w] (I420)   -> f32 [3*h*w] (planar RGB in [0, 1])
  *   sharpen   f32 [3*h*w]            -> f32 [3*h*w]: amount * (4 p - neighbours),

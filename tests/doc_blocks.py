@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Runs every command block of the docs marked as runnable on cpu (a fenced
+block whose info string is "sh cpu"), in README.md and docs/*.md, each in a
+scratch folder where `build` is the build under test and `examples` the
+source tree's: a block that fails, or hangs past its limit, fails the test
+with the file and line of the block. The C block of README.md ("c
+compile") is built and run as its own test (tests/CMakeLists.txt).
+
+    doc_blocks.py SOURCE_DIR BUILD_DIR WORK_DIR
+"""
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+BLOCK = re.compile(r"^```sh cpu\n(.*?)^```", re.S | re.M)
+
+
+def blocks(top):
+    files = [os.path.join(top, "README.md")] + sorted(glob.glob(os.path.join(top, "docs", "*.md")))
+    for f in files:
+        text = open(f, encoding="utf-8").read()
+        for m in BLOCK.finditer(text):
+            yield os.path.relpath(f, top), text.count("\n", 0, m.start()) + 1, m.group(1)
+
+
+def main(top, build, work):
+    top, build = os.path.abspath(top), os.path.abspath(build)
+    found = failed = 0
+    for name, line, code in blocks(top):
+        found += 1
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+        os.symlink(build, os.path.join(work, "build"))
+        os.symlink(os.path.join(top, "examples"), os.path.join(work, "examples"))
+        print("== %s:%d\n%s" % (name, line, code), flush=True)
+        try:
+            r = subprocess.run(["bash", "-eo", "pipefail", "-c", code], cwd=work, timeout=600,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            out, rc = r.stdout, r.returncode
+        except subprocess.TimeoutExpired as e:
+            out, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
+                else (e.stdout or ""), "timed out"
+        print(out[-3000:])
+        if rc != 0:
+            failed += 1
+            print("FAIL: %s:%d: exit %s" % (name, line, rc))
+    print("%d passed, %d failed" % (found - failed, failed))
+    return 1 if failed or not found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:4]))
