@@ -73,6 +73,17 @@ void kp__probe_decide(kp__stage *s) {
                 in_place < copy ? "in place" : "by copy", copy * 1e3, in_place * 1e3);
 }
 
+/* A frame done at stage i goes to the next stage's queue, or, at the sink,
+ * back to the free list. */
+static void kp__pass_on(struct kp_flow *f, size_t i, kp__fframe *fr) {
+    if (i + 1 < f->n) {
+        kp__queue_push(f, &f->q[i + 1], fr);
+        return;
+    }
+    atomic_fetch_add(&f->done, 1);
+    kp__frame_put(f, fr, false);
+}
+
 void kp__forward(kp__stage *s, kp__fframe *fr) {
     struct kp_flow *f = s->flow;
     kp__lstage *ls = &f->ls[s->index];

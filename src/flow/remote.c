@@ -804,9 +804,12 @@ static kp_status kp__receiver_ready(kp__remote *r, kp_flow_t flow, bool *stop) {
     if (r->hello_op.status != UCS_OK || r->hello_op.length != sizeof *h || h->magic != KP__MAGIC ||
         h->version != KP__VERSION)
         return kp__error(KP_ERR_PARSE, "remote %s: the peer is not a kpipe remote sink", r->addr);
-    r->welcome = (kp__welcome){
-        KP__MAGIC, KP__VERSION, r->capacity, r->frame_bytes,
-        h->frame_bytes > r->frame_bytes ? KP__REFUSED_SIZE : 0, 0};
+    r->welcome = (kp__welcome){KP__MAGIC,
+                               KP__VERSION,
+                               r->capacity,
+                               r->frame_bytes,
+                               h->frame_bytes > r->frame_bytes ? KP__REFUSED_SIZE : 0,
+                               0};
     KP_CHECK(
         kp__send(r, &r->welcome_op, &r->welcome, sizeof r->welcome, KP__TAG(KP__T_WELCOME, 0)));
     if (r->welcome.refused) {
@@ -904,8 +907,8 @@ static void kp__refuse_late_sender(kp__remote *r) {
     while (!r->welcome.magic && r->failed == UCS_OK && kp__ms_now() < until) {
         if (kp__receiver_accept(r, &hello_in) != KP_OK) break;
         if (hello_in) {
-            r->welcome = (kp__welcome){KP__MAGIC,         KP__VERSION, 0, r->frame_bytes,
-                                       KP__REFUSED_CANCELLED, 0};
+            r->welcome =
+                (kp__welcome){KP__MAGIC, KP__VERSION, 0, r->frame_bytes, KP__REFUSED_CANCELLED, 0};
             if (kp__send(r, &r->welcome_op, &r->welcome, sizeof r->welcome,
                          KP__TAG(KP__T_WELCOME, 0)) == KP_OK)
                 kp__linger(r); /* until the sender has read it */
@@ -951,9 +954,10 @@ kp_status kp__remote_make(const kp__remote_end *e, kp__stage_made *out) {
     KP_CHECK(kp__stage_kind_add(&kinds[1]));
     kp__remote *r;
     KP_CHECK(kp__remote_new(e, &r));
-    *out = e->receiver ? (kp__stage_made){kp__source_fn, NULL, r, kp__remote_free, e->frame_bytes,
-                                          1, kp__source_end}
-                    : (kp__stage_made){kp__sink_fn, NULL, r, kp__remote_free, 0, 1, kp__sink_end};
+    *out = e->receiver
+               ? (kp__stage_made){kp__source_fn, NULL, r, kp__remote_free, e->frame_bytes, 1,
+                                  kp__source_end}
+               : (kp__stage_made){kp__sink_fn, NULL, r, kp__remote_free, 0, 1, kp__sink_end};
     return KP_OK;
 }
 

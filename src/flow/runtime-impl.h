@@ -1,7 +1,9 @@
 /* The flow runtime's own: the frame, queue, stage and flow structures and
- * the functions its files share. Only src/flow/{flow,queue,frames,devices,
- * stage,health}.c include it; the built-in stages and the JSON reader see
- * flows through flow-impl.h.
+ * the functions its files share. Only src/flow/{flow,spin,queue,frames,
+ * devices,stage,health}.c include it; the built-in stages and the JSON
+ * reader see flows through flow-impl.h. The files call each other in one
+ * direction, from the public calls down: flow -> stage -> devices ->
+ * queue -> frames -> spin (health is called from stage and flow).
  *
  * Frames live in a free list made at creation. The source takes one (waiting
  * while none is free or the byte budget would be passed), its stage function
@@ -207,7 +209,7 @@ static inline void kp__atomic_max(_Atomic size_t *m, size_t v) {
     }
 }
 
-/* --- queues (queue.c) -------------------------------------------------- */
+/* --- spinning (spin.c) --------------------------------------------------- */
 /* Spins while *v == blocked (a queue empty or full), up to the flow's spin
  * time, so that a hand-over arriving within it costs no sleep and wake-up
  * of a thread (a futex round trip of several microseconds). The caller
@@ -217,6 +219,8 @@ void kp__spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked);
  * just changed what we spun on still holds it: sleeping on it would cost
  * both threads a futex call. */
 void kp__lock(struct kp_flow *f, pthread_mutex_t *mu);
+
+/* --- queues (queue.c) -------------------------------------------------- */
 /* A queue of `cap` frames by `policy`; kp__queue_fini frees it. */
 kp_status kp__queue_init(kp__queue *q, size_t cap, kp_queue_policy policy);
 void kp__queue_fini(kp__queue *q);
@@ -287,9 +291,6 @@ void kp__fail(struct kp_flow *f, kp__stage *s, kp_status st);
 /* Reads a completed device-time measurement; false while it is running.
  * `force` (after the streams are synchronised) reads it regardless. */
 bool kp__gpu_harvest(kp__stage *s, struct kp__gpu_slot *g, bool force);
-/* A frame done at stage i goes to the next stage's queue, or, at the sink,
- * back to the free list. */
-void kp__pass_on(struct kp_flow *f, size_t i, kp__fframe *fr);
 /* A stage thread: its loop, its end function, then end of stream downstream. */
 void *kp__stage_main(void *arg);
 /* One thread of logical stage i: replica r on device dev. */

@@ -133,15 +133,6 @@ static kp_status kp__run_frames(kp__stage *s, kp__fframe *const *frs, size_t n, 
     return KP_OK;
 }
 
-void kp__pass_on(struct kp_flow *f, size_t i, kp__fframe *fr) {
-    if (i + 1 < f->n) {
-        kp__queue_push(f, &f->q[i + 1], fr);
-        return;
-    }
-    atomic_fetch_add(&f->done, 1);
-    kp__frame_put(f, fr, false);
-}
-
 static void kp__source_loop(kp__stage *s) {
     struct kp_flow *f = s->flow;
     for (uint64_t seq = 0;; seq++) {
