@@ -26,7 +26,7 @@ PUBLIC = {"core.h": "core", "tensor.h": "core", "npy.h": "core", "device.h": "ba
           "pipeline.h": "pipeline", "flow.h": "flow", "tasks.h": "tasks", "kpipe.h": "tools"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
-DEFINES = re.compile(r"^(?!static\b)(?:[A-Za-z_][\w \*]*?\s\**)(kp_{1,2}\w+)\s*\([^;{]*\)\s*\{",
+DEFINES = re.compile(r"^(static\s+)?(?:[A-Za-z_][\w \*]*?\s\**)(kp_{1,2}\w+)\s*\([^;{]*\)\s*\{",
                      re.M)
 CALLS = re.compile(r"\b(kp_{1,2}\w+)\s*\(")
 
@@ -116,9 +116,12 @@ def main(top):
     defined, calls = {}, {}
     for f in sources:
         text = COMMENT.sub("", open(f, encoding="utf-8").read())
-        for name in DEFINES.findall(text):
-            defined.setdefault(name, set()).add(f)
-        calls[f] = set(CALLS.findall(text))
+        own = set()
+        for static, name in DEFINES.findall(text):
+            own.add(name)  # a call of a name the file defines is its own
+            if not static:
+                defined.setdefault(name, set()).add(f)
+        calls[f] = set(CALLS.findall(text)) - own
     uses = {f: {g for name in calls[f] for g in defined.get(name, ()) if g != f}
             for f in sources}
     for comp in circles(uses):
