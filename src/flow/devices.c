@@ -7,7 +7,7 @@
 
 #include "runtime-impl.h"
 
-kp_status kp__handoff(kp__stage *s, kp__fframe *fr) {
+kp_status kp__flow_handoff(kp__stage *s, kp__fframe *fr) {
     struct kp_flow *f = s->flow;
     int from = fr->loc, to = s->dev_i;
     kp__link *l = &f->link[from][to];
@@ -42,7 +42,7 @@ static int kp__cmp_f(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-void kp__probe_decide(kp__stage *s) {
+void kp__flow_probe_decide(kp__stage *s) {
     struct kp__probe *p = &s->probe;
     float t[2][KP__PROBE_N];
     for (int k = 0; k < 2 * KP__PROBE_N; k++) {
@@ -84,7 +84,7 @@ static void kp__pass_on(struct kp_flow *f, size_t i, kp__fframe *fr) {
     kp__frame_put(f, fr, false);
 }
 
-void kp__forward(kp__stage *s, kp__fframe *fr) {
+void kp__flow_forward(kp__stage *s, kp__fframe *fr) {
     struct kp_flow *f = s->flow;
     kp__lstage *ls = &f->ls[s->index];
     atomic_fetch_add(&s->out, 1);
@@ -108,12 +108,12 @@ void kp__forward(kp__stage *s, kp__fframe *fr) {
     pthread_mutex_unlock(&ls->ro_mu);
 }
 
-kp_status kp__replica_room(kp__stage *s) {
+kp_status kp__flow_replica_room(kp__stage *s) {
     if (!s->issued[0] || s->n_issued < KP__REP_DEPTH) return KP_OK;
     return kp_event_sync(s->issued[s->n_issued % KP__REP_DEPTH]);
 }
 
-kp_status kp__replica_issued(kp__stage *s) {
+kp_status kp__flow_replica_issued(kp__stage *s) {
     if (!s->issued[0]) return KP_OK;
     KP_CHECK(kp_event_record(s->issued[s->n_issued % KP__REP_DEPTH], s->ctx.stream));
     s->n_issued++;
@@ -130,7 +130,7 @@ const char *kp_handoff_str(kp_handoff h) {
     return "invalid";
 }
 
-kp_status kp__device_index(struct kp_flow *f, kp_device_t dev, int *out) {
+kp_status kp__flow_device_index(struct kp_flow *f, kp_device_t dev, int *out) {
     for (size_t d = 0; d < f->n_devs; d++)
         if (f->devs[d] == dev) {
             *out = (int)d;
@@ -143,7 +143,8 @@ kp_status kp__device_index(struct kp_flow *f, kp_device_t dev, int *out) {
     return KP_OK;
 }
 
-kp_status kp__resolve_handoffs(struct kp_flow *f, kp__stage *s, kp_handoff want, bool *staging) {
+kp_status kp__flow_resolve_handoffs(struct kp_flow *f, kp__stage *s, kp_handoff want,
+                                    bool *staging) {
     kp_device_t to = f->devs[s->dev_i];
     for (size_t d = 0; d < f->n_devs; d++) {
         if ((int)d == s->dev_i) continue;
@@ -178,7 +179,7 @@ kp_status kp__resolve_handoffs(struct kp_flow *f, kp__stage *s, kp_handoff want,
     return KP_OK;
 }
 
-void kp__ring_drain(struct kp_flow *f, kp__lstage *ls) {
+void kp__flow_ring_drain(struct kp_flow *f, kp__lstage *ls) {
     for (size_t k = 0; ls->ro && k < ls->ro_cap; k++)
         if (ls->ro[k]) {
             kp__frame_put(f, ls->ro[k], false);

@@ -221,7 +221,7 @@ static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
         ls->n_rep = kp__stage_devices(c, i, &devs, &one);
         atomic_store(&ls->live, ls->n_rep);
         for (size_t r = 0; r < ls->n_rep; r++, k++)
-            KP_CHECK(kp__stage_init(f, &f->st[k], cs, i, r, devs[r]));
+            KP_CHECK(kp__flow_stage_init(f, &f->st[k], cs, i, r, devs[r]));
         f->n_frames += ls->n_rep;
         if (i) {
             KP_CHECK(kp__queue_init(&f->q[i], cs->queue_capacity, cs->policy));
@@ -241,11 +241,12 @@ static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
     }
     bool staging = false;
     for (size_t j = 0; j < f->n_st; j++)
-        KP_CHECK(kp__resolve_handoffs(f, &f->st[j], c->stages[f->st[j].index].handoff, &staging));
+        KP_CHECK(
+            kp__flow_resolve_handoffs(f, &f->st[j], c->stages[f->st[j].index].handoff, &staging));
     if (f->frame_bytes && f->n_frames > KP__MAX_ALLOC_BYTES / f->frame_bytes / f->n_devs)
         return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: %zu frames of %zu bytes on %zu devices",
                          f->n_frames, f->frame_bytes, f->n_devs);
-    return kp__make_frames(f, staging);
+    return kp__flow_make_frames(f, staging);
 }
 
 static kp_status kp__flow_create(const kp_flow_config *config, kp_flow_t *out);
@@ -322,10 +323,10 @@ kp_status kp_flow_start(kp_flow_t f) {
         return kp__error(KP_ERR_STATE, "the flow was started already");
     atomic_store(&f->running, (int)f->n_st);
     for (size_t i = 0; i < f->n_st; i++) {
-        if (pthread_create(&f->st[i].thread, NULL, kp__stage_main, &f->st[i]) != 0) {
+        if (pthread_create(&f->st[i].thread, NULL, kp__flow_stage_main, &f->st[i]) != 0) {
             /* the stages already running stop; the ones never started count as stopped */
             atomic_fetch_sub(&f->running, (int)(f->n_st - i));
-            kp__fail(f, &f->st[i], kp__error(KP_ERR_INTERNAL, "cannot start its thread"));
+            kp__flow_fail(f, &f->st[i], kp__error(KP_ERR_INTERNAL, "cannot start its thread"));
             return KP_ERR_INTERNAL;
         }
         f->st[i].started = true;
@@ -341,7 +342,7 @@ kp_status kp_flow_wait(kp_flow_t f) {
         for (size_t i = 0; i < f->n_st; i++)
             if (f->st[i].started) pthread_join(f->st[i].thread, NULL);
         for (size_t i = 1; i < f->n; i++) kp__queue_drain(f, &f->q[i]);
-        for (size_t i = 0; i < f->n; i++) kp__ring_drain(f, &f->ls[i]);
+        for (size_t i = 0; i < f->n; i++) kp__flow_ring_drain(f, &f->ls[i]);
         for (size_t i = 0; i < f->n_st; i++) {
             kp_status st = kp_stream_sync(f->st[i].ctx.stream);
             if (st != KP_OK && f->status == KP_OK) {
@@ -350,7 +351,7 @@ kp_status kp_flow_wait(kp_flow_t f) {
                          kp_last_error());
             }
             for (size_t k = 0; st == KP_OK && k < KP__GPU_SLOTS; k++)
-                kp__gpu_harvest(&f->st[i], &f->st[i].gpu[k], true);
+                kp__flow_gpu_harvest(&f->st[i], &f->st[i].gpu[k], true);
         }
     }
     if (f->status != KP_OK) return kp__error(f->status, "%s", f->error);
@@ -364,7 +365,7 @@ kp_status kp_flow_cancel(kp_flow_t f) {
     /* a flow whose stages have all stopped (end of stream) stays finished */
     if (atomic_load(&f->started) && atomic_load(&f->running) == 0) return KP_OK;
     atomic_store(&f->cancel, true);
-    kp__wake_all(f);
+    kp__flow_wake_all(f);
     return KP_OK;
 }
 

@@ -7,7 +7,7 @@
 #include "runtime-impl.h"
 
 void kp__frame_put(struct kp_flow *f, kp__fframe *fr, bool dropped) {
-    kp__lock(f, &f->mu);
+    kp__flow_lock(f, &f->mu);
     fr->next_free = f->free_list;
     f->free_list = fr;
     atomic_fetch_sub(&f->in_flight, 1);
@@ -19,8 +19,8 @@ void kp__frame_put(struct kp_flow *f, kp__fframe *fr, bool dropped) {
 
 kp__fframe *kp__frame_take(struct kp_flow *f) {
     kp__fframe *fr = NULL;
-    kp__spin_while(f, &f->in_flight, f->n_frames);
-    kp__lock(f, &f->mu);
+    kp__flow_spin_while(f, &f->in_flight, f->n_frames);
+    kp__flow_lock(f, &f->mu);
     for (;;) {
         if (atomic_load(&f->cancel)) break;
         bool budget_ok = !f->budget || atomic_load(&f->bytes) + f->frame_bytes <= f->budget;
@@ -52,7 +52,7 @@ void *kp__frame_data(const kp__fframe *fr, int d) {
     return fr->buf[d] ? kp_buffer_data(fr->buf[d]) : NULL;
 }
 
-kp_status kp__make_frames(struct kp_flow *f, bool staging) {
+kp_status kp__flow_make_frames(struct kp_flow *f, bool staging) {
     kp_pool_config pc = KP_POOL_CONFIG_INIT;
     for (size_t d = 0; d < f->n_devs; d++)
         KP_CHECK(kp_buffer_pool_create(f->devs[d], &pc, &f->pools[d]));

@@ -8,7 +8,7 @@
 
 #include "runtime-impl.h"
 
-void kp__trace(kp__stage *s, uint64_t seq, double t0, double t1) {
+void kp__flow_trace(kp__stage *s, uint64_t seq, double t0, double t1) {
     struct kp_flow *f = s->flow;
     if (!f->trace) return;
     uint64_t k = atomic_fetch_add(&f->trace_n, 1) % f->trace_cap;
@@ -18,7 +18,7 @@ void kp__trace(kp__stage *s, uint64_t seq, double t0, double t1) {
     atomic_store(&f->trace[k].t1_ns, (uint64_t)((t1 - f->t_start_us) * 1e3));
 }
 
-void kp__nvtx_push(kp__stage *s, uint64_t seq, size_t n) {
+void kp__flow_nvtx_push(kp__stage *s, uint64_t seq, size_t n) {
 #ifdef KP_HAVE_CUDA
     if (!s->flow->nvtx) return;
     nvtxEventAttributes_t a = {0};
@@ -35,7 +35,7 @@ void kp__nvtx_push(kp__stage *s, uint64_t seq, size_t n) {
 #endif
 }
 
-void kp__nvtx_pop(kp__stage *s) {
+void kp__flow_nvtx_pop(kp__stage *s) {
 #ifdef KP_HAVE_CUDA
     if (s->flow->nvtx) nvtxDomainRangePop(s->flow->nvtx);
 #endif

@@ -51,8 +51,8 @@ void kp__queue_fini(kp__queue *q) {
 void kp__queue_push(struct kp_flow *f, kp__queue *q, kp__fframe *fr) {
     kp__fframe *drop = NULL;
     bool in = false;
-    if (q->policy == KP_QUEUE_BLOCK) kp__spin_while(f, &q->depth, q->cap);
-    kp__lock(f, &q->mu);
+    if (q->policy == KP_QUEUE_BLOCK) kp__flow_spin_while(f, &q->depth, q->cap);
+    kp__flow_lock(f, &q->mu);
     while (q->count == q->cap && q->policy == KP_QUEUE_BLOCK && !q->closed &&
            !atomic_load(&f->cancel))
         pthread_cond_wait(&q->not_full, &q->mu);
@@ -102,8 +102,8 @@ static kp__fframe *kp__queue_take_head(kp__queue *q) {
 
 kp__fframe *kp__queue_pop(struct kp_flow *f, kp__queue *q, size_t r) {
     kp__fframe *fr = NULL;
-    kp__spin_while(f, &q->depth, 0);
-    kp__lock(f, &q->mu);
+    kp__flow_spin_while(f, &q->depth, 0);
+    kp__flow_lock(f, &q->mu);
     while ((q->count == 0 || !kp__my_turn(q, r)) && !(q->closed && q->count == 0) &&
            !atomic_load(&f->cancel))
         pthread_cond_wait(&q->not_empty, &q->mu);

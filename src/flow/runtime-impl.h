@@ -214,11 +214,11 @@ static inline void kp__atomic_max(_Atomic size_t *m, size_t v) {
  * time, so that a hand-over arriving within it costs no sleep and wake-up
  * of a thread (a futex round trip of several microseconds). The caller
  * then takes the lock and checks for itself. */
-void kp__spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked);
+void kp__flow_spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked);
 /* Takes a lock; a spinning flow tries it a while first, as the thread that
  * just changed what we spun on still holds it: sleeping on it would cost
  * both threads a futex call. */
-void kp__lock(struct kp_flow *f, pthread_mutex_t *mu);
+void kp__flow_lock(struct kp_flow *f, pthread_mutex_t *mu);
 
 /* --- queues (queue.c) -------------------------------------------------- */
 /* A queue of `cap` frames by `policy`; kp__queue_fini frees it. */
@@ -251,61 +251,62 @@ kp_status kp__frame_buffer(struct kp_flow *f, kp__fframe *fr);
 /* The frame's buffer on device d (NULL for frames without one). */
 void *kp__frame_data(const kp__fframe *fr, int d);
 /* The flow's frames, with their events, pools and (staging) pinned memory. */
-kp_status kp__make_frames(struct kp_flow *f, bool staging);
+kp_status kp__flow_make_frames(struct kp_flow *f, bool staging);
 
 /* --- devices and replicas (devices.c) ---------------------------------- */
 /* Brings a frame made on another device to stage s, on s's stream (which
  * already waits for the frame's earlier work), by the link's kind. */
-kp_status kp__handoff(kp__stage *s, kp__fframe *fr);
+kp_status kp__flow_handoff(kp__stage *s, kp__fframe *fr);
 /* Once every timed frame has finished: the way with the lower median
  * stays (in place only where it is faster). A failed measurement keeps
  * the copy. */
-void kp__probe_decide(kp__stage *s);
+void kp__flow_probe_decide(kp__stage *s);
 /* Passes a processed frame on, or finishes it at the sink. A replicated
  * stage's frames go on in ticket order: a frame done out of turn waits in
  * the ring, and one replica at a time passes on what is in turn, without
  * holding the ring's lock while it pushes (which may block). The ring never
  * overflows: its tickets are of frames in flight, fewer than its size. */
-void kp__forward(kp__stage *s, kp__fframe *fr);
+void kp__flow_forward(kp__stage *s, kp__fframe *fr);
 /* A replica takes its next frame only once its device has finished all
  * but KP__REP_DEPTH - 1 of its earlier ones: frames then go to the replica
  * whose device has room, not to the thread that happens to ask first (the
  * host enqueues far faster than a device runs). */
-kp_status kp__replica_room(kp__stage *s);
-/* Marks a replica's frame as issued on its device (see kp__replica_room). */
-kp_status kp__replica_issued(kp__stage *s);
+kp_status kp__flow_replica_room(kp__stage *s);
+/* Marks a replica's frame as issued on its device (see kp__flow_replica_room). */
+kp_status kp__flow_replica_issued(kp__stage *s);
 /* The index of dev in the flow's devices, added when new. */
-kp_status kp__device_index(struct kp_flow *f, kp_device_t dev, int *out);
+kp_status kp__flow_device_index(struct kp_flow *f, kp_device_t dev, int *out);
 /* How stage s takes frames from each other device: peer access is turned
  * on both ways where the devices have it; without it a copy goes through
  * host memory (said once). */
-kp_status kp__resolve_handoffs(struct kp_flow *f, kp__stage *s, kp_handoff want, bool *staging);
+kp_status kp__flow_resolve_handoffs(struct kp_flow *f, kp__stage *s, kp_handoff want,
+                                    bool *staging);
 /* Frames left in the reordering rings at a stop go back to the free list. */
-void kp__ring_drain(struct kp_flow *f, kp__lstage *ls);
+void kp__flow_ring_drain(struct kp_flow *f, kp__lstage *ls);
 
 /* --- stage threads (stage.c) ------------------------------------------- */
 /* Closes every queue and wakes the source, so that every thread stops. */
-void kp__wake_all(struct kp_flow *f);
+void kp__flow_wake_all(struct kp_flow *f);
 /* The first error wins; it cancels the flow. */
-void kp__fail(struct kp_flow *f, kp__stage *s, kp_status st);
+void kp__flow_fail(struct kp_flow *f, kp__stage *s, kp_status st);
 /* Reads a completed device-time measurement; false while it is running.
  * `force` (after the streams are synchronised) reads it regardless. */
-bool kp__gpu_harvest(kp__stage *s, struct kp__gpu_slot *g, bool force);
+bool kp__flow_gpu_harvest(kp__stage *s, struct kp__gpu_slot *g, bool force);
 /* A stage thread: its loop, its end function, then end of stream downstream. */
-void *kp__stage_main(void *arg);
+void *kp__flow_stage_main(void *arg);
 /* One thread of logical stage i: replica r on device dev. */
-kp_status kp__stage_init(struct kp_flow *f, kp__stage *s, const kp_flow_stage *cs, size_t i,
-                         size_t r, kp_device_t dev);
+kp_status kp__flow_stage_init(struct kp_flow *f, kp__stage *s, const kp_flow_stage *cs, size_t i,
+                              size_t r, kp_device_t dev);
 
 /* --- health (health.c) ------------------------------------------------- */
 /* One stage run into the trace ring (lock-free; the oldest is overwritten). */
-void kp__trace(kp__stage *s, uint64_t seq, double t0, double t1);
+void kp__flow_trace(kp__stage *s, uint64_t seq, double t0, double t1);
 /* NVTX: one range per stage run, named by the stage, its payload the
  * first frame's sequence number (its colour tells the stages apart in
  * Nsight Systems). Without a tool attached each call is a test and a
  * return; nothing is formatted per frame. */
-void kp__nvtx_push(kp__stage *s, uint64_t seq, size_t n);
-/* Ends the range kp__nvtx_push began. */
-void kp__nvtx_pop(kp__stage *s);
+void kp__flow_nvtx_push(kp__stage *s, uint64_t seq, size_t n);
+/* Ends the range kp__flow_nvtx_push began. */
+void kp__flow_nvtx_pop(kp__stage *s);
 
 #endif

@@ -26,7 +26,7 @@ static void kp__spin_once(const struct kp_flow *f) {
         kp__pause();
 }
 
-void kp__spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked) {
+void kp__flow_spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked) {
     if (!f->spin_us) return;
     double until = 0;
     for (unsigned i = 1;; i++) {
@@ -41,7 +41,7 @@ void kp__spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked) {
     }
 }
 
-void kp__lock(struct kp_flow *f, pthread_mutex_t *mu) {
+void kp__flow_lock(struct kp_flow *f, pthread_mutex_t *mu) {
     for (int i = 0; f->spin_us && i < (f->spin_yield ? 4 : 256); i++) {
         if (pthread_mutex_trylock(mu) == 0) return;
         kp__spin_once(f);

@@ -9,14 +9,14 @@
 
 #include "runtime-impl.h"
 
-void kp__wake_all(struct kp_flow *f) {
+void kp__flow_wake_all(struct kp_flow *f) {
     for (size_t i = 1; i < f->n; i++) kp__queue_close(&f->q[i]);
     pthread_mutex_lock(&f->mu);
     pthread_cond_broadcast(&f->freed);
     pthread_mutex_unlock(&f->mu);
 }
 
-void kp__fail(struct kp_flow *f, kp__stage *s, kp_status st) {
+void kp__flow_fail(struct kp_flow *f, kp__stage *s, kp_status st) {
     pthread_mutex_lock(&f->mu);
     if (f->status == KP_OK) {
         f->status = st;
@@ -25,7 +25,7 @@ void kp__fail(struct kp_flow *f, kp__stage *s, kp_status st) {
     }
     pthread_mutex_unlock(&f->mu);
     atomic_store(&f->cancel, true);
-    kp__wake_all(f);
+    kp__flow_wake_all(f);
 }
 
 static void kp__record_sample(_Atomic uint32_t *ring, _Atomic uint64_t *n, double us) {
@@ -34,7 +34,7 @@ static void kp__record_sample(_Atomic uint32_t *ring, _Atomic uint64_t *n, doubl
     atomic_store(&ring[k % KP__LAT_SAMPLES], tenths > 4e9 ? 4000000000u : (uint32_t)tenths);
 }
 
-bool kp__gpu_harvest(kp__stage *s, struct kp__gpu_slot *g, bool force) {
+bool kp__flow_gpu_harvest(kp__stage *s, struct kp__gpu_slot *g, bool force) {
     if (!g->pending) return true;
     bool done = force;
     if (!force && kp_event_query(g->end, &done) != KP_OK) {
@@ -57,7 +57,7 @@ bool kp__gpu_harvest(kp__stage *s, struct kp__gpu_slot *g, bool force) {
 static struct kp__gpu_slot *kp__gpu_begin(kp__stage *s) {
     if (!s->busy || s->frames_run++ % KP__GPU_EVERY) return NULL; /* host-only: no events */
     struct kp__gpu_slot *g = &s->gpu[s->gpu_next % KP__GPU_SLOTS];
-    if (!kp__gpu_harvest(s, g, false)) return NULL;
+    if (!kp__flow_gpu_harvest(s, g, false)) return NULL;
     if (kp_event_record(g->start, s->ctx.stream) != KP_OK) {
         kp_clear_error();
         return NULL;
@@ -73,7 +73,7 @@ static kp_status kp__timed_call(kp__stage *s, kp__fframe *const *frs, size_t n, 
                                 bool *idle) {
     struct kp__gpu_slot *g = kp__gpu_begin(s);
     double t0 = kp__now_us();
-    kp__nvtx_push(s, frs[0]->f.seq, n);
+    kp__flow_nvtx_push(s, frs[0]->f.seq, n);
     kp_status st;
     if (s->batch_fn) {
         for (size_t i = 0; i < n; i++) s->batch_frames[i] = &frs[i]->f;
@@ -82,10 +82,10 @@ static kp_status kp__timed_call(kp__stage *s, kp__fframe *const *frs, size_t n, 
     } else {
         st = s->fn(s->user, &s->ctx, &frs[0]->f, eos);
     }
-    kp__nvtx_pop(s);
+    kp__flow_nvtx_pop(s);
     double t1 = kp__now_us();
     kp__record_sample(s->lat, &s->n_lat, t1 - t0);
-    for (size_t i = 0; i < n; i++) kp__trace(s, frs[i]->f.seq, t0, t1);
+    for (size_t i = 0; i < n; i++) kp__flow_trace(s, frs[i]->f.seq, t0, t1);
     if (st == KP_OK) st = kp_stream_query(s->ctx.stream, idle);
     s->busy = !*idle;
     if (g) {
@@ -117,14 +117,14 @@ static kp_status kp__run_frames(kp__stage *s, kp__fframe *const *frs, size_t n, 
             s->how[from] = timed < KP__PROBE_N ? KP_HANDOFF_COPY : KP_HANDOFF_IN_PLACE;
             KP_CHECK(kp_event_record(p->start[timed], s->ctx.stream));
         }
-        kp_status hst = kp__handoff(s, frs[i]);
+        kp_status hst = kp__flow_handoff(s, frs[i]);
         if (timed >= 0) s->how[from] = KP_HANDOFF_COPY; /* until decided */
         KP_CHECK(hst);
     }
     bool idle = false;
     KP_CHECK(kp__timed_call(s, frs, n, eos, &idle));
     if (timed >= 0) KP_CHECK(kp_event_record(p->end[timed], s->ctx.stream));
-    if (p->from >= 0 && !p->decided && p->next == 2 * KP__PROBE_N) kp__probe_decide(s);
+    if (p->from >= 0 && !p->decided && p->next == 2 * KP__PROBE_N) kp__flow_probe_decide(s);
     atomic_fetch_add_explicit(&s->flow->dev_runs[s->dev_i], 1, memory_order_relaxed);
     for (size_t i = 0; i < n; i++) {
         frs[i]->ev_dev = idle ? -1 : s->dev_i;
@@ -141,7 +141,7 @@ static void kp__source_loop(kp__stage *s) {
         kp_status bst = kp__frame_buffer(f, fr);
         if (bst != KP_OK) {
             kp__frame_put(f, fr, false);
-            kp__fail(f, s, bst);
+            kp__flow_fail(f, s, bst);
             return;
         }
         memset(&fr->f.desc, 0, sizeof fr->f.desc);
@@ -155,7 +155,7 @@ static void kp__source_loop(kp__stage *s) {
         kp_status st = kp__run_frames(s, &fr, 1, &eos);
         if (st != KP_OK || eos) {
             kp__frame_put(f, fr, false);
-            if (st != KP_OK) kp__fail(f, s, st);
+            if (st != KP_OK) kp__flow_fail(f, s, st);
             return;
         }
         atomic_fetch_add(&s->out, 1);
@@ -167,21 +167,21 @@ static void kp__stage_loop(kp__stage *s) {
     struct kp_flow *f = s->flow;
     kp__fframe *fr;
     for (;;) {
-        kp_status rst = kp__replica_room(s);
+        kp_status rst = kp__flow_replica_room(s);
         if (rst != KP_OK) {
-            kp__fail(f, s, rst);
+            kp__flow_fail(f, s, rst);
             return;
         }
         if (!(fr = kp__queue_pop(f, &f->q[s->index], s->replica))) return;
         atomic_fetch_add(&s->in, 1);
         kp_status st = kp__run_frames(s, &fr, 1, NULL);
-        if (st == KP_OK) st = kp__replica_issued(s);
+        if (st == KP_OK) st = kp__flow_replica_issued(s);
         if (st != KP_OK) {
             kp__frame_put(f, fr, false);
-            kp__fail(f, s, st);
+            kp__flow_fail(f, s, st);
             return;
         }
-        kp__forward(s, fr);
+        kp__flow_forward(s, fr);
     }
 }
 
@@ -206,10 +206,10 @@ static void kp__batch_loop(kp__stage *s) {
         kp_status st = atomic_load(&f->cancel) ? KP_OK : kp__run_frames(s, s->batch, n, NULL);
         if (st != KP_OK || atomic_load(&f->cancel)) {
             for (size_t i = 0; i < n; i++) kp__frame_put(f, s->batch[i], false);
-            if (st != KP_OK) kp__fail(f, s, st);
+            if (st != KP_OK) kp__flow_fail(f, s, st);
             return;
         }
-        for (size_t i = 0; i < n; i++) kp__forward(s, s->batch[i]);
+        for (size_t i = 0; i < n; i++) kp__flow_forward(s, s->batch[i]);
     }
 }
 
@@ -224,17 +224,17 @@ static void kp__stage_end(kp__stage *s) {
     if (why == KP_OK && atomic_load(&f->cancel)) why = KP_ERR_STATE;
     kp_status st = s->end_fn(s->user, &s->ctx, why);
     if (st != KP_OK && why == KP_OK)
-        kp__fail(f, s, st);
+        kp__flow_fail(f, s, st);
     else if (st != KP_OK)
         kp_clear_error();
 }
 
-void *kp__stage_main(void *arg) {
+void *kp__flow_stage_main(void *arg) {
     kp__stage *s = arg;
     struct kp_flow *f = s->flow;
     kp_status st = kp_device_bind_thread(s->ctx.dev);
     if (st != KP_OK)
-        kp__fail(f, s, st);
+        kp__flow_fail(f, s, st);
     else if (s->index == 0)
         kp__source_loop(s);
     else if (s->batch_fn)
@@ -249,13 +249,13 @@ void *kp__stage_main(void *arg) {
     return NULL;
 }
 
-kp_status kp__stage_init(struct kp_flow *f, kp__stage *s, const kp_flow_stage *cs, size_t i,
-                         size_t r, kp_device_t dev) {
+kp_status kp__flow_stage_init(struct kp_flow *f, kp__stage *s, const kp_flow_stage *cs, size_t i,
+                              size_t r, kp_device_t dev) {
     s->flow = f;
     s->index = i;
     s->replica = r;
     s->probe.from = -1;
-    KP_CHECK(kp__device_index(f, dev, &s->dev_i));
+    KP_CHECK(kp__flow_device_index(f, dev, &s->dev_i));
     snprintf(s->name, sizeof s->name, "%s", cs->name);
     s->fn = cs->fn;
     s->batch_fn = cs->batch_fn;
