@@ -98,8 +98,9 @@ typedef struct kp__remote_end {
     int timeout_ms;
 } kp__remote_end;
 #ifdef KP_HAVE_UCX
-/* remote.c: makes an end remote_end.c has checked. */
-kp_status kp__remote_make(const kp__remote_end *end, kp__stage_made *out);
+/* remote_rx.c and remote_tx.c: make an end remote_end.c has checked. */
+kp_status kp__remote_source_make(const kp__remote_end *end, kp__stage_made *out);
+kp_status kp__remote_sink_make(const kp__remote_end *end, kp__stage_made *out);
 #endif
 
 #endif

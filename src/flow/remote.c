@@ -129,6 +129,9 @@ typedef struct kp__remote {
     uint64_t sent, consumed; /* sender: frames sent; the receiver's last credit */
     uint64_t next;           /* receiver: the next frame; consumed: slots reposted */
     bool eos_seen, cancel_seen, done_seen, bye_seen, cancel_answered;
+    /* optional: work an end does each time round a wait (the receiver
+     * reposts slots and gives credits back while it waits) */
+    kp_status (*serve)(struct kp__remote *r);
     uint64_t eos_total;
     /* figures, read by kp_flow_remote from any thread */
     _Atomic uint64_t frames, bytes, max_in_flight, credit_waits, credits;
@@ -560,6 +563,20 @@ static void kp__tell_cancel(kp__remote *r) {
     kp_clear_error();
 }
 
+/* A remote end's figures, for kp_flow_remote: from any thread. */
+kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out) {
+    kp__remote *r = user;
+    snprintf(out->address, sizeof out->address, "%s", r->addr);
+    out->receiver = r->receiver;
+    out->direct = r->direct;
+    out->capacity = (size_t)atomic_load(&r->credits);
+    out->frames = atomic_load(&r->frames);
+    out->bytes = atomic_load(&r->bytes);
+    out->max_in_flight = atomic_load(&r->max_in_flight);
+    out->credit_waits = atomic_load(&r->credit_waits);
+    return KP_OK;
+}
+
 /* --- the sender: a sink ----------------------------------------------------------------- */
 /* Connects (again and again while the receiver is not up yet, within the
  * timeout), says hello and reads the welcome. */
@@ -659,7 +676,7 @@ static kp_status kp__wait(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__
     *stop = false;
     for (;;) {
         KP_CHECK(kp__ctrl_poll(r));
-        if (r->receiver) KP_CHECK(kp__recycle(r)); /* the sender waits for these credits */
+        if (r->serve) KP_CHECK(r->serve(r)); /* the receiver's credits, which the sender waits for */
         if (cond(r)) return KP_OK;
         if (r->cancel_seen)
             return kp__error(KP_ERR_STATE, "remote %s: the peer cancelled the stream", r->addr);
@@ -754,6 +771,16 @@ static kp_status kp__sink_end(void *user, const kp_stage_ctx *c, kp_status why) 
         }
     }
     kp__tell_cancel(r);
+    return KP_OK;
+}
+
+kp_status kp__remote_sink_make(const kp__remote_end *e, kp__stage_made *out) {
+    /* how the flow sees the end: one link, figures to report */
+    static const kp__stage_kind kind = {kp__sink_fn, true, kp__remote_stats};
+    KP_CHECK(kp__stage_kind_add(&kind));
+    kp__remote *r;
+    KP_CHECK(kp__remote_new(e, &r));
+    *out = (kp__stage_made){kp__sink_fn, NULL, r, kp__remote_free, 0, 1, kp__sink_end};
     return KP_OK;
 }
 
@@ -943,33 +970,13 @@ static kp_status kp__source_end(void *user, const kp_stage_ctx *c, kp_status why
     return KP_OK;
 }
 
-/* --- made for remote_end.c ------------------------------------------------------------ */
-static kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out);
-
-kp_status kp__remote_make(const kp__remote_end *e, kp__stage_made *out) {
-    /* how the flow sees the two ends: one link each, figures to report */
-    static const kp__stage_kind kinds[2] = {{kp__source_fn, true, kp__remote_stats},
-                                            {kp__sink_fn, true, kp__remote_stats}};
-    KP_CHECK(kp__stage_kind_add(&kinds[0]));
-    KP_CHECK(kp__stage_kind_add(&kinds[1]));
+kp_status kp__remote_source_make(const kp__remote_end *e, kp__stage_made *out) {
+    static const kp__stage_kind kind = {kp__source_fn, true, kp__remote_stats};
+    KP_CHECK(kp__stage_kind_add(&kind));
     kp__remote *r;
     KP_CHECK(kp__remote_new(e, &r));
-    *out = e->receiver
-               ? (kp__stage_made){kp__source_fn, NULL, r, kp__remote_free, e->frame_bytes, 1,
-                                  kp__source_end}
-               : (kp__stage_made){kp__sink_fn, NULL, r, kp__remote_free, 0, 1, kp__sink_end};
-    return KP_OK;
-}
-
-static kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out) {
-    kp__remote *r = user;
-    snprintf(out->address, sizeof out->address, "%s", r->addr);
-    out->receiver = r->receiver;
-    out->direct = r->direct;
-    out->capacity = (size_t)atomic_load(&r->credits);
-    out->frames = atomic_load(&r->frames);
-    out->bytes = atomic_load(&r->bytes);
-    out->max_in_flight = atomic_load(&r->max_in_flight);
-    out->credit_waits = atomic_load(&r->credit_waits);
+    r->serve = kp__recycle;
+    *out = (kp__stage_made){kp__source_fn, NULL,           r, kp__remote_free, e->frame_bytes, 1,
+                            kp__source_end};
     return KP_OK;
 }

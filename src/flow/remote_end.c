@@ -68,7 +68,7 @@ static kp_status kp__remote_check(kp__remote_end *e) {
 static kp_status kp__remote_end_make(kp__remote_end *e, kp__stage_made *out) {
     KP_CHECK(kp__remote_check(e));
 #ifdef KP_HAVE_UCX
-    return kp__remote_make(e, out);
+    return e->receiver ? kp__remote_source_make(e, out) : kp__remote_sink_make(e, out);
 #else
     (void)out;
     return kp__error(KP_ERR_UNSUPPORTED, "remote queues: this kpipe was built without UCX");
