@@ -38,11 +38,11 @@ def main(top, build, work):
         print("== %s:%d\n%s" % (name, line, code), flush=True)
         try:
             r = subprocess.run(["bash", "-eo", "pipefail", "-c", code], cwd=work, timeout=600,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             out, rc = r.stdout, r.returncode
         except subprocess.TimeoutExpired as e:
-            out, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) \
-                else (e.stdout or ""), "timed out"
+            out, rc = e.stdout or b"", "timed out after 600 s"
+        out = out.decode(errors="replace")
         print(out[-3000:])
         if rc != 0:
             failed += 1

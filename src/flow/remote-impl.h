@@ -175,6 +175,11 @@ void kp__remote_tell_cancel(kp__remote *r);
  * cancelled (*stop). */
 kp_status kp__remote_wait(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__remote *),
                           bool *stop);
+/* Makes an end checked by remote_end.c as a stage: its kind added for the
+ * flow (once), its state, its stage and end functions, and (optional) the
+ * work it does each time round a wait. */
+kp_status kp__remote_stage_made(const kp__remote_end *e, kp_flow_stage_fn fn, kp_flow_end_fn end_fn,
+                                kp_status (*serve)(kp__remote *r), kp__stage_made *out);
 /* An end's figures, for kp_flow_remote: from any thread. */
 kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out);
 

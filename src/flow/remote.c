@@ -92,7 +92,6 @@ static kp_status kp__op_start(kp__op *op, ucs_status_ptr_t sp, bool recv, const 
     return KP_OK;
 }
 
-
 kp_status kp__remote_send(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag) {
     ucp_request_param_t p = {0};
     if (kp__op_start(op, ucp_tag_send_nbx(r->ep, buf, len, tag, &p), false, "send") == KP_OK)
@@ -414,6 +413,19 @@ void kp__remote_tell_cancel(kp__remote *r) {
     }
     kp__remote_ep_close(r, false);
     kp_clear_error();
+}
+
+kp_status kp__remote_stage_made(const kp__remote_end *e, kp_flow_stage_fn fn, kp_flow_end_fn end_fn,
+                                kp_status (*serve)(kp__remote *r), kp__stage_made *out) {
+    /* how the flow sees an end: one link, figures to report */
+    const kp__stage_kind kind = {fn, true, kp__remote_stats};
+    KP_CHECK(kp__stage_kind_add(&kind));
+    kp__remote *r;
+    KP_CHECK(kp__remote_new(e, &r));
+    r->serve = serve;
+    *out =
+        (kp__stage_made){fn, NULL, r, kp__remote_free, e->receiver ? e->frame_bytes : 0, 1, end_fn};
+    return KP_OK;
 }
 
 /* A remote end's figures, for kp_flow_remote: from any thread. */

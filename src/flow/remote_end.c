@@ -1,7 +1,7 @@
 /* The two ends of a remote queue as the rest of kpipe sees them, built
  * with or without UCX: every argument and address is checked here, in one
  * place for the C form (kp_flow_remote_source / _sink) and the JSON form,
- * before remote.c (UCX) makes anything. Without UCX a well-formed end is
+ * before remote_rx.c or remote_tx.c (UCX) makes it. Without UCX a well-formed end is
  * KP_ERR_UNSUPPORTED; a malformed one fails as it would with UCX. */
 #include <arpa/inet.h>
 #include <errno.h>

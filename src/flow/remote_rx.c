@@ -216,12 +216,5 @@ static kp_status kp__source_end(void *user, const kp_stage_ctx *c, kp_status why
 }
 
 kp_status kp__remote_source_make(const kp__remote_end *e, kp__stage_made *out) {
-    static const kp__stage_kind kind = {kp__source_fn, true, kp__remote_stats};
-    KP_CHECK(kp__stage_kind_add(&kind));
-    kp__remote *r;
-    KP_CHECK(kp__remote_new(e, &r));
-    r->serve = kp__recycle;
-    *out = (kp__stage_made){kp__source_fn, NULL, r, kp__remote_free, e->frame_bytes, 1,
-                            kp__source_end};
-    return KP_OK;
+    return kp__remote_stage_made(e, kp__source_fn, kp__source_end, kp__recycle, out);
 }

@@ -163,11 +163,5 @@ static kp_status kp__sink_end(void *user, const kp_stage_ctx *c, kp_status why) 
 }
 
 kp_status kp__remote_sink_make(const kp__remote_end *e, kp__stage_made *out) {
-    /* how the flow sees the end: one link, figures to report */
-    static const kp__stage_kind kind = {kp__sink_fn, true, kp__remote_stats};
-    KP_CHECK(kp__stage_kind_add(&kind));
-    kp__remote *r;
-    KP_CHECK(kp__remote_new(e, &r));
-    *out = (kp__stage_made){kp__sink_fn, NULL, r, kp__remote_free, 0, 1, kp__sink_end};
-    return KP_OK;
+    return kp__remote_stage_made(e, kp__sink_fn, kp__sink_end, NULL, out);
 }
