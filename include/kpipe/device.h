@@ -205,6 +205,22 @@ kp_status kp_memcpy_dtod(kp_device_t dev, void *dst, const void *src, size_t byt
 /* Waits for all work on the device. */
 kp_status kp_device_sync(kp_device_t dev);
 
+/* Copies between host and device memory, counted. Every copy kpipe makes
+ * (kp_memcpy_async, kp_memcpy_htod, kp_memcpy_dtoh) passes here: while a
+ * thread watches (counts non-NULL), each one it makes between host memory
+ * and a device's memory adds to `counts`; copies within a device, and
+ * everything on the cpu backend whose both ends are kp_malloc memory, do
+ * not. Watching costs a pointer lookup per copy (cuda:
+ * cudaPointerGetAttributes); not watching costs nothing. Flows watch each
+ * stage this way (kp_flow_stage_stats, "strict_no_host_copies"). */
+typedef struct kp_copy_counts {
+    uint64_t htod, dtoh;             /* copies host to device, device to host */
+    uint64_t htod_bytes, dtoh_bytes; /* their bytes */
+} kp_copy_counts;
+/* Starts (counts) or stops (NULL) watching the calling thread's copies;
+ * returns the counts watched before, so watches nest. */
+kp_copy_counts *kp_copy_count_watch(kp_copy_counts *counts);
+
 /* --- streams --------------------------------------------------------------------- */
 /* An in-order queue of work. Streams do not synchronize with each other
  * except through events. */

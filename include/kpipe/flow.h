@@ -43,6 +43,7 @@
 #define KPIPE_FLOW_H
 
 #include "kpipe/memory.h"
+#include "kpipe/video.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -99,6 +100,10 @@ typedef struct kp_frame {
     size_t bytes;        /* bytes in use */
     kp_tensor_desc desc; /* what it holds, as the stages agree */
     int64_t user[4];     /* free for the stages */
+    /* A video frame's format, size, pitch and timestamps, set by a video
+     * source and read by a video sink; stages between keep it (format
+     * KP_PIXEL_NONE: not video). */
+    kp_video_frame video;
 } kp_frame;
 
 /* A stage's own resources, for the work it enqueues. */
@@ -189,10 +194,16 @@ typedef struct kp_flow_config {
      * so it never holds off the stage it waits for. 0: 20; -1: never
      * spin; at most 10^6. */
     int spin_us;
+    /* Every copy between host and device memory each stage makes is
+     * counted (kp_flow_stage_stats); with this set, one made after the
+     * first lap of frames (the flow's frame set) stops the flow with
+     * KP_ERR_STATE naming the stage: the profile of a flow whose frames
+     * stay on the device. */
+    bool strict_no_host_copies;
 } kp_flow_config;
 
 #define KP_FLOW_CONFIG_INIT \
-    { sizeof(kp_flow_config), NULL, NULL, 0, 0, 0, 0, 0 }
+    { sizeof(kp_flow_config), NULL, NULL, 0, 0, 0, 0, 0, false }
 
 /* Checks the configuration (KP_ERR_INVALID_ARG names the field), makes the
  * frames, buffers, streams and events; starts nothing. Stage names are
@@ -228,6 +239,9 @@ typedef struct kp_flow_stage_stats {
     /* the device time of the stage's work on its stream (from events, one
      * frame in 8), recent frames; 0 before the first measurement */
     double gpu_p50_us, gpu_p99_us;
+    /* copies between host and device memory made while the stage ran
+     * (its function and any hand-over), over all its frames */
+    kp_copy_counts copies;
 } kp_flow_stage_stats;
 
 typedef struct kp_flow_queue_stats {

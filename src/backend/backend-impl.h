@@ -28,6 +28,10 @@ struct kp_device_i {
     void (*free_host)(void *ctx, void *ptr);
     /* Synchronous copy in any direction. */
     kp_status (*memcpy)(void *ctx, void *dst, const void *src, size_t bytes);
+    /* Optional: whether ptr lies in this device's memory (kp_malloc) rather
+     * than host memory; asked only while a thread counts its copies
+     * (kp_copy_count_watch). Default: never. */
+    bool (*is_device_memory)(void *ctx, const void *ptr);
     /* Waits for all work on the device. */
     kp_status (*sync)(void *ctx);
 

@@ -210,12 +210,38 @@ void kp_free_host(kp_device_t dev, void *ptr) {
     if (dev && ptr) dev->iface->free_host(dev->ctx, ptr);
 }
 
+/* --- counted copies -------------------------------------------------------------- */
+static _Thread_local kp_copy_counts *kp__watch;
+
+kp_copy_counts *kp_copy_count_watch(kp_copy_counts *counts) {
+    kp_copy_counts *old = kp__watch;
+    kp__watch = counts;
+    return old;
+}
+
+/* Every copy passes here before it is made (the one place that counts). */
+static inline void kp__count_copy(kp_device_t dev, const void *dst, const void *src,
+                                  size_t bytes) {
+    kp_copy_counts *c = kp__watch;
+    if (!c || !dev->iface->is_device_memory) return;
+    bool to = dev->iface->is_device_memory(dev->ctx, dst),
+         from = dev->iface->is_device_memory(dev->ctx, src);
+    if (to && !from) {
+        c->htod++;
+        c->htod_bytes += bytes;
+    } else if (from && !to) {
+        c->dtoh++;
+        c->dtoh_bytes += bytes;
+    }
+}
+
 static kp_status kp__memcpy(kp_device_t dev, void *dst, const void *src, size_t bytes,
                             const char *fn) {
     if (!dev) return kp__error(KP_ERR_INVALID_ARG, "%s: device is NULL", fn);
     if (bytes == 0) return KP_OK;
     if (!dst || !src)
         return kp__error(KP_ERR_INVALID_ARG, "%s: %s is NULL", fn, dst ? "src" : "dst");
+    kp__count_copy(dev, dst, src, bytes);
     return dev->iface->memcpy(dev->ctx, dst, src, bytes);
 }
 
@@ -271,6 +297,7 @@ kp_status kp_memcpy_async(kp_stream_t s, void *dst, const void *src, size_t byte
     KP__HANDLE(s, "stream");
     if (bytes == 0) return KP_OK;
     KP_ARG_CHECK(dst && src);
+    kp__count_copy(s->h.dev, dst, src, bytes);
     return KP__CALL(s, memcpy_async, s->h.impl, dst, src, bytes);
 }
 

@@ -64,6 +64,17 @@ kp_status kp__stage_y4m_source(kp_device_t dev, const char *path, int64_t frames
 kp_status kp__stage_testsrc(int64_t frames, int64_t width, int64_t height, kp__stage_made *out);
 kp_status kp__stage_y4m_sink(kp_device_t dev, const char *path, size_t max_bytes, const char *tags,
                              kp__stage_made *out);
+/* Video files (video_files.c). Source "video": the frames of `path`
+ * through a kp_video_reader_t (`frames` of them, 0: all); `info` (may be
+ * NULL) gets the reader's. Sink "video": writes them through a
+ * kp_video_writer_t, as `format` (KP_PIXEL_NONE: the frames' own, which
+ * the source set; a pipeline that turns I420 into NV12 names it). */
+kp_status kp__stage_video_source(kp_device_t dev, const char *path,
+                                 const kp_video_reader_config *cfg, int64_t frames,
+                                 kp__stage_made *out, kp_video_reader_info *info);
+kp_status kp__stage_video_sink(kp_device_t dev, const char *path,
+                               const kp_video_writer_config *cfg, kp_pixel_format format,
+                               kp__stage_made *out);
 /* A stage running pipeline `p` (taken over, set up here) on each frame:
  * the frame feeds its one external input, its one external output is copied
  * back into the frame. `in_bytes` bounds the frames it receives. */

@@ -309,6 +309,7 @@ static kp_status kp__flow_create(const kp_flow_config *config, kp_flow_t *out) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     f->spin_us = c.spin_us < 0 ? 0 : c.spin_us ? c.spin_us : KP__SPIN_US;
     f->spin_yield = cpus <= (long)f->n_st;
+    f->strict_copies = c.strict_no_host_copies;
     *out = f;
     return KP_OK;
 fail:

@@ -8,7 +8,9 @@
  *      {"name": "out", "sink": "npy", "path": "out.npy", "queue": {"capacity": 2}}]}
  *
  * Sources: "synthetic" (frames, shape), "testsrc" (frames, width, height),
- * "y4m" (path, frames, loop). Sinks: "null", "npy" (path), "y4m" (path).
+ * "y4m" (path, frames, loop), "video" (path, frames, decoder, pitch,
+ * threads). Sinks: "null", "npy" (path), "y4m" (path), "video" (path,
+ * codec, encoder, bitrate or crf, preset, bframes, gop, threads, format).
  *
  * The first stage is a source, the last a sink, those between pipelines (a
  * spec file, relative to the flow file, or a spec inline). A queue defaults
@@ -106,9 +108,11 @@ static kp_status kp__synthetic(kp_device_t dev, json_t *s, const char *path, int
  * (files). */
 static kp_status kp__kind_keys(json_t *s, const char *path, const char *kind,
                                const char *const *allowed) {
-    static const char *const optional[] = {"frames",      "shape",    "width",      "height",
-                                           "loop",        "path",     "listen",     "connect",
-                                           "frame_bytes", "capacity", "timeout_ms", NULL};
+    static const char *const optional[] = {
+        "frames",  "shape",   "width",   "height",  "loop",    "path",  "listen",
+        "connect", "frame_bytes", "capacity", "timeout_ms", "decoder", "pitch", "codec",
+        "encoder", "bitrate", "crf",     "preset",  "bframes", "gop",   "threads",
+        "format",  NULL};
     for (const char *const *k = optional; *k; k++) {
         bool ok = false;
         for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, *k) == 0;
@@ -155,6 +159,92 @@ static kp_status kp__remote_sink(kp__flow_build *b, kp_device_t dev, json_t *s, 
     return kp__stage_remote_sink(dev, addr, b->frame_bytes, timeout_ms, m);
 }
 
+/* An optional integer key into *out (left as it is when absent). */
+static kp_status kp__opt_int(json_t *s, const char *path, const char *key, int64_t lo, int64_t hi,
+                             int64_t *out) {
+    char sub[96];
+    json_t *v = json_object_get(s, key);
+    snprintf(sub, sizeof sub, "%s.%s", path, key);
+    return v ? kp__count(v, sub, lo, hi, out) : KP_OK;
+}
+
+/* An optional string key, one of `allowed` (NULL-ended; NULL: any). */
+static kp_status kp__opt_str(json_t *s, const char *path, const char *key,
+                             const char *const *allowed, const char **out) {
+    json_t *v = json_object_get(s, key);
+    if (!v) return KP_OK;
+    const char *t = json_string_value(v);
+    bool ok = t != NULL;
+    if (ok && allowed) {
+        ok = false;
+        for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, t) == 0;
+    }
+    if (!ok) {
+        char list[160] = "";
+        for (const char *const *a = allowed; a && *a; a++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"",
+                     a == allowed ? "" : ", ", *a);
+        return KP__PERR("%s.%s: expected %s%s", path, key, allowed ? "one of " : "a string",
+                        list);
+    }
+    *out = t;
+    return KP_OK;
+}
+
+/* A video file in (docs/video.md): path, decoder, pitch, threads. */
+static kp_status kp__video_source(kp_device_t dev, json_t *s, const char *path, int64_t frames,
+                                  kp__stage_made *m) {
+    KP_CHECK(kp__kind_keys(s, path, "video",
+                           (const char *const[]){"frames", "path", "decoder", "pitch", "threads",
+                                                 "format", NULL}));
+    kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
+    const char *file = json_string_value(json_object_get(s, "path")), *dec = "auto";
+    if (!file) return KP__PERR("%s.path: the video source needs a file path", path);
+    KP_CHECK(kp__opt_str(s, path, "decoder", (const char *const[]){"auto", "nvdec", "software", NULL},
+                         &dec));
+    cfg.decoder = dec[0] == 'a' ? KP_VIDEO_DECODE_AUTO
+                  : dec[0] == 'n' ? KP_VIDEO_DECODE_NVDEC
+                                  : KP_VIDEO_DECODE_SOFTWARE;
+    int64_t pitch = 0, threads = 0;
+    KP_CHECK(kp__opt_int(s, path, "pitch", 0, 2 * KP_VIDEO_MAX_SIDE, &pitch));
+    KP_CHECK(kp__opt_int(s, path, "threads", 0, 256, &threads));
+    const char *format = NULL;
+    KP_CHECK(kp__opt_str(s, path, "format", (const char *const[]){"nv12", "i420", NULL}, &format));
+    cfg.format = !format ? KP_PIXEL_NONE : format[0] == 'n' ? KP_PIXEL_NV12 : KP_PIXEL_I420;
+    cfg.pitch = pitch;
+    cfg.threads = (int)threads;
+    return kp__stage_video_source(dev, file, &cfg, frames, m, NULL);
+}
+
+/* A video file out: path, codec, encoder, bitrate or crf, preset, bframes,
+ * gop, threads, format. */
+static kp_status kp__video_sink(kp_device_t dev, json_t *s, const char *path, kp__stage_made *m) {
+    KP_CHECK(kp__kind_keys(s, path, "video",
+                           (const char *const[]){"path", "codec", "encoder", "bitrate", "crf",
+                                                 "preset", "bframes", "gop", "threads", "format",
+                                                 NULL}));
+    kp_video_writer_config cfg = KP_VIDEO_WRITER_CONFIG_INIT;
+    const char *file = json_string_value(json_object_get(s, "path")), *format = NULL;
+    if (!file) return KP__PERR("%s.path: the video sink needs a file path", path);
+    KP_CHECK(kp__opt_str(s, path, "codec", (const char *const[]){"h264", NULL}, &cfg.codec));
+    KP_CHECK(kp__opt_str(s, path, "encoder", (const char *const[]){"auto", "nvenc", "libx264", NULL},
+                         &cfg.encoder));
+    KP_CHECK(kp__opt_str(s, path, "preset", NULL, &cfg.preset));
+    KP_CHECK(kp__opt_str(s, path, "format", (const char *const[]){"nv12", "i420", NULL}, &format));
+    int64_t crf = -1, bframes = -1, gop = 0, threads = 0;
+    KP_CHECK(kp__opt_int(s, path, "bitrate", 1, 2000000000, &cfg.bitrate));
+    KP_CHECK(kp__opt_int(s, path, "crf", 0, 51, &crf));
+    KP_CHECK(kp__opt_int(s, path, "bframes", 0, 16, &bframes));
+    KP_CHECK(kp__opt_int(s, path, "gop", 1, 10000, &gop));
+    KP_CHECK(kp__opt_int(s, path, "threads", 0, 256, &threads));
+    cfg.crf = (int)crf;
+    cfg.bframes = (int)bframes;
+    cfg.gop = (int)gop;
+    cfg.threads = (int)threads;
+    kp_pixel_format pf = !format ? KP_PIXEL_NONE : format[0] == 'n' ? KP_PIXEL_NV12 : KP_PIXEL_I420;
+    return kp__stage_video_sink(dev, file, &cfg, pf, m);
+}
+
 static kp_status kp__source(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
                             kp__stage_made *m) {
     const char *kind = json_string_value(json_object_get(s, "source"));
@@ -185,14 +275,16 @@ static kp_status kp__source(kp__flow_build *b, kp_device_t dev, json_t *s, const
             return KP__PERR("%s.loop: expected true or false", path);
         st = kp__stage_y4m_source(dev, file, frames, json_is_true(loop), m, b->y4m_tags,
                                   sizeof b->y4m_tags);
+    } else if (kind && strcmp(kind, "video") == 0) {
+        st = kp__video_source(dev, s, path, frames, m);
     } else if (kind && strcmp(kind, "remote") == 0) {
         KP_CHECK(kp__kind_keys(
             s, path, kind,
             (const char *const[]){"listen", "frame_bytes", "capacity", "timeout_ms", NULL}));
         st = kp__remote_source(dev, s, path, m);
     } else {
-        return KP__PERR("%s.source: expected \"synthetic\", \"testsrc\", \"y4m\" or "
-                        "\"remote\"",
+        return KP__PERR("%s.source: expected \"synthetic\", \"testsrc\", \"y4m\", "
+                        "\"video\" or \"remote\"",
                         path);
     }
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
@@ -211,8 +303,14 @@ static kp_status kp__sink(kp__flow_build *b, kp_device_t dev, json_t *s, const c
         kp_status st = kp__remote_sink(b, dev, s, path, m);
         return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
     }
+    if (kind && strcmp(kind, "video") == 0) {
+        kp_status st = kp__video_sink(dev, s, path, m);
+        return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
+    }
     if (!kind || (strcmp(kind, "npy") != 0 && strcmp(kind, "y4m") != 0))
-        return KP__PERR("%s.sink: expected \"null\", \"npy\", \"y4m\" or \"remote\"", path);
+        return KP__PERR("%s.sink: expected \"null\", \"npy\", \"y4m\", \"video\" or "
+                        "\"remote\"",
+                        path);
     KP_CHECK(kp__kind_keys(s, path, kind, (const char *const[]){"path", NULL}));
     const char *file = json_string_value(json_object_get(s, "path"));
     if (!file) return KP__PERR("%s.path: the %s sink needs a file path", path, kind);
@@ -417,7 +515,9 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
         "name",        "source",   "pipeline",   "sink",    "queue",  "batch",
         "frames",      "shape",    "width",      "height",  "loop",   "path",
         "device",      "replicas", "deal",       "handoff", "listen", "connect",
-        "frame_bytes", "capacity", "timeout_ms", NULL};
+        "frame_bytes", "capacity", "timeout_ms", "decoder",  "pitch",      "codec",
+        "encoder",     "bitrate",  "crf",        "preset",  "bframes", "gop",
+        "threads",     "format",   NULL};
     size_t n = json_array_size(arr);
     if (!json_is_array(arr) || n < 2 || n > KP_FLOW_MAX_STAGES)
         return KP__PERR("$.stages: expected an array of 2 to %d stages", KP_FLOW_MAX_STAGES);
@@ -456,7 +556,8 @@ static void kp__close_device(void *dev) { kp_device_close(dev); }
 
 static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *out) {
     static const char *const keys[] = {"kpipe_flow",   "name",   "budget_bytes",
-                                       "trace_events", "stages", NULL};
+                                       "trace_events", "stages", "strict_no_host_copies",
+                                       NULL};
     if (!json_is_object(root)) return KP__PERR("$: expected an object");
     json_t *ver = json_object_get(root, "kpipe_flow");
     if (!ver) return KP__PERR("$.kpipe_flow: missing (this kpipe reads version 1)");
@@ -475,8 +576,14 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
         KP_CHECK(kp__count(v, "$.trace_events", 0, (int64_t)1 << 24, &n));
         b->trace = (size_t)n;
     }
+    bool strict = false;
+    if ((v = json_object_get(root, "strict_no_host_copies"))) {
+        if (!json_is_boolean(v)) return KP__PERR("$.strict_no_host_copies: expected true or false");
+        strict = json_is_true(v);
+    }
     KP_CHECK(kp__stages(b, json_object_get(root, "stages")));
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    cfg.strict_no_host_copies = strict;
     cfg.dev = b->dev;
     cfg.stages = b->st;
     cfg.n_stages = b->n;

@@ -87,6 +87,14 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
         }
         kp__latency(f, ls, false, &o->host_p50_us, &o->host_p99_us);
         kp__latency(f, ls, true, &o->gpu_p50_us, &o->gpu_p99_us);
+        o->copies = (kp_copy_counts){0, 0, 0, 0};
+        for (size_t r = 0; r < o->replicas; r++) {
+            const kp__stage *rs = &f->st[ls->first + r];
+            o->copies.htod += atomic_load_explicit(&rs->cp_htod, memory_order_relaxed);
+            o->copies.dtoh += atomic_load_explicit(&rs->cp_dtoh, memory_order_relaxed);
+            o->copies.htod_bytes += atomic_load_explicit(&rs->cp_htod_bytes, memory_order_relaxed);
+            o->copies.dtoh_bytes += atomic_load_explicit(&rs->cp_dtoh_bytes, memory_order_relaxed);
+        }
         if (o->in < o->out) out->consistent = false;
         if (i) {
             kp__queue *q = &f->q[i];

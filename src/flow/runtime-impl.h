@@ -109,6 +109,8 @@ typedef struct kp__stage {
     kp_event_t issued[KP__REP_DEPTH];
     uint64_t n_issued;
     bool busy; /* the last run left work on the stream: its runs are measured */
+    /* host<->device copies made while it ran (kp_copy_count_watch) */
+    _Atomic uint64_t cp_htod, cp_dtoh, cp_htod_bytes, cp_dtoh_bytes;
     _Atomic uint32_t gpu_lat[KP__LAT_SAMPLES];
     _Atomic uint64_t n_gpu_lat;
 #ifdef KP_HAVE_CUDA
@@ -179,6 +181,7 @@ struct kp_flow {
     _Atomic uint64_t trace_n;
     double t_start_us;
     double spin_us;  /* kp_flow_config.spin_us, resolved */
+    bool strict_copies; /* kp_flow_config.strict_no_host_copies */
     bool spin_yield; /* more threads than cores: a spin yields the core */
 #ifdef KP_HAVE_CUDA
     nvtxDomainHandle_t nvtx; /* "kpipe flow" */

@@ -100,7 +100,8 @@ static kp_status kp__timed_call(kp__stage *s, kp__fframe *const *frs, size_t n, 
  * bring them over from other devices, run the function, mark the frames'
  * new work. A stream with nothing pending has nothing to hand over: the
  * next user need not wait (host-only stages cost no event traffic). */
-static kp_status kp__run_frames(kp__stage *s, kp__fframe *const *frs, size_t n, bool *eos) {
+static kp_status kp__run_frames_watched(kp__stage *s, kp__fframe *const *frs, size_t n,
+                                        bool *eos) {
     for (size_t i = 0; i < n; i++)
         if (frs[i]->ev_dev >= 0)
             KP_CHECK(kp_stream_wait_event(s->ctx.stream, frs[i]->ev[frs[i]->ev_dev]));
@@ -133,6 +134,29 @@ static kp_status kp__run_frames(kp__stage *s, kp__fframe *const *frs, size_t n, 
     return KP_OK;
 }
 
+/* The same, counting the host<->device copies the stage makes (through
+ * kp_copy_count_watch, where every copy passes): strict_no_host_copies
+ * turns one after the first lap of frames into the flow's error. */
+static kp_status kp__run_frames(kp__stage *s, kp__fframe *const *frs, size_t n, bool *eos) {
+    kp_copy_counts c = {0, 0, 0, 0};
+    kp_copy_counts *outer = kp_copy_count_watch(&c);
+    kp_status st = kp__run_frames_watched(s, frs, n, eos);
+    kp_copy_count_watch(outer);
+    if (!c.htod && !c.dtoh) return st;
+    atomic_fetch_add_explicit(&s->cp_htod, c.htod, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->cp_dtoh, c.dtoh, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->cp_htod_bytes, c.htod_bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->cp_dtoh_bytes, c.dtoh_bytes, memory_order_relaxed);
+    if (st == KP_OK && s->flow->strict_copies && frs[0]->f.seq >= s->flow->n_frames)
+        st = kp__error(KP_ERR_STATE,
+                       "stage \"%s\": frame %llu made %llu host-to-device and %llu "
+                       "device-to-host copies (%llu bytes) under strict_no_host_copies",
+                       s->name, (unsigned long long)frs[0]->f.seq, (unsigned long long)c.htod,
+                       (unsigned long long)c.dtoh,
+                       (unsigned long long)(c.htod_bytes + c.dtoh_bytes));
+    return st;
+}
+
 static void kp__source_loop(kp__stage *s) {
     struct kp_flow *f = s->flow;
     for (uint64_t seq = 0;; seq++) {
@@ -146,6 +170,8 @@ static void kp__source_loop(kp__stage *s) {
         }
         memset(&fr->f.desc, 0, sizeof fr->f.desc);
         memset(fr->f.user, 0, sizeof fr->f.user);
+        memset(&fr->f.video, 0, sizeof fr->f.video);
+        fr->f.video.pts = KP_VIDEO_NO_PTS;
         fr->f.seq = seq;
         fr->f.bytes = 0;
         fr->loc = s->dev_i;

@@ -76,6 +76,7 @@ static kp_status kp__y4m_line(FILE *f, const char *path, char *line) {
 
 typedef struct kp__y4m_info {
     int64_t width, height;
+    int32_t rate[2]; /* the F tag; 0/0 without one */
     char tags[KP__Y4M_LINE]; /* F, I, A, C and X as read, for the sink to write back */
 } kp__y4m_info;
 
@@ -117,6 +118,10 @@ static kp_status kp__y4m_header(FILE *f, const char *path, kp__y4m_info *info) {
                 (!kp__y4m_number(&v, &a) || *v++ != ':' || !kp__y4m_number(&v, &b) || v != p))
                 return kp__error(KP_ERR_PARSE, "%s: bad %c tag \"%.*s\" (n:d)", path, *tok,
                                  (int)len, tok);
+            if (*tok == 'F' && a <= INT32_MAX && b <= INT32_MAX) {
+                info->rate[0] = (int32_t)a;
+                info->rate[1] = (int32_t)b;
+            }
             break;
         }
         case 'I':
@@ -232,6 +237,9 @@ static kp_status kp__y4m_src_fn(void *user, const kp_stage_ctx *c, kp_frame *f, 
     s->next++;
     f->desc = s->desc;
     f->bytes = s->frame_bytes;
+    f->video = (kp_video_frame){KP_PIXEL_I420,     (int32_t)s->info.width, (int32_t)s->info.height,
+                                s->info.width,     KP_VIDEO_NO_PTS,        {0, 0},
+                                {s->info.rate[0], s->info.rate[1]}, false};
     return KP_OK;
 }
 
@@ -297,6 +305,8 @@ static kp_status kp__testsrc_fn(void *user, const kp_stage_ctx *c, kp_frame *f, 
         &kp__testsrc_kernel, {(uint32_t)(blocks < 8192 ? blocks : 8192), 1, 1}, {256, 1, 1}, 0, &p};
     f->desc = s->desc;
     f->bytes = (size_t)bytes;
+    f->video = (kp_video_frame){KP_PIXEL_I420, (int32_t)s->width, (int32_t)s->height, s->width,
+                                (int64_t)f->seq, {1, 30}, {30, 1}, false};
     return kp_launch_kernel(c->stream, &l);
 }
 

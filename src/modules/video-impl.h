@@ -15,6 +15,8 @@ typedef enum kp__video_op {
     KP__VIDEO_I420_RGB = 0, /* I420 -> planar RGB */
     KP__VIDEO_SHARPEN = 1,  /* RGB -> amount * (4 p - its 4 neighbours), edges clamped */
     KP__VIDEO_RGB_I420 = 2, /* planar RGB -> I420, chroma from each 2x2 block's mean */
+    KP__VIDEO_NV12_RGB = 3, /* NV12 with a pitch -> planar RGB, f32 or f16 */
+    KP__VIDEO_RGB_NV12 = 4, /* planar RGB, f32 or f16 -> NV12 with a pitch (padding zeroed) */
 } kp__video_op;
 
 /* Fixed after setup. */
@@ -22,6 +24,12 @@ typedef struct kp__video_static {
     void *output;
     int64_t width, height;
     float amount;
+    /* NV12 ops: the pitch, f16 RGB, and the colour matrix (kp__video_coefs) */
+    int64_t pitch;
+    int f16;
+    float yoff, yscale;           /* to RGB: (Y - yoff) * yscale */
+    float rv, gu, gv, bu;         /* to RGB: chroma weights */
+    float ky[3], ku[3], kv[3];    /* to YUV: weights of R, G, B in [0, 1] */
 } kp__video_static;
 
 /* Rewritten each tick: the input is read in place, wherever it is. */
@@ -47,11 +55,53 @@ typedef struct kp__video_params {
 #define KP__VADD(a, b) ((a) + (b))
 #endif
 
-/* Items each op's kernel covers: pixels, samples, or 2x2 blocks. */
-KP__VHD int64_t kp__video_items(int op, int64_t w, int64_t h) {
-    return op == KP__VIDEO_I420_RGB  ? w * h
-           : op == KP__VIDEO_SHARPEN ? 3 * w * h
-                                     : (w / 2) * (h / 2);
+/* Items each op's kernel covers: pixels, samples, or 2x2 blocks (NV12:
+ * over the whole pitch, so the padding is written too). */
+KP__VHD int64_t kp__video_items(int op, int64_t w, int64_t h, int64_t pitch) {
+    return op == KP__VIDEO_I420_RGB || op == KP__VIDEO_NV12_RGB ? w * h
+           : op == KP__VIDEO_SHARPEN                            ? 3 * w * h
+           : op == KP__VIDEO_RGB_NV12                           ? (pitch / 2) * (h / 2)
+                                                                : (w / 2) * (h / 2);
+}
+
+/* IEEE half from float, rounded to nearest even (the same bits on both
+ * backends), and back. */
+KP__VHD uint16_t kp__f32_to_f16(float f) {
+    union {
+        float f;
+        uint32_t u;
+    } v;
+    v.f = f;
+    const uint32_t sign = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
+    if (a >= 0x7f800000u) return (uint16_t)(sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 */
+    if (a < 0x38800000u) {                                   /* a subnormal half, or 0 */
+        if (a < 0x33000000u) return (uint16_t)sign;
+        const uint32_t m = (a & 0x7fffffu) | 0x800000u, shift = 126u - (a >> 23);
+        uint32_t h = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (h & 1u))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((a >> 13) - (112u << 10));
+    const uint32_t rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+}
+
+KP__VHD float kp__f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    union {
+        float f;
+        uint32_t u;
+    } v;
+    if (e == 0) {
+        v.f = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
+        v.u |= sign;
+        return v.f;
+    }
+    v.u = sign | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112u) << 23) | (m << 13));
+    return v.f;
 }
 
 KP__VHD float kp__clamp01(float v) { return v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v; }
@@ -90,6 +140,65 @@ KP__VHD void kp__video_item(const kp__video_static *st, const void *input, int o
         const float d = in[base + (y + 1 < h ? y + 1 : y) * w + x];
         const float edge = KP__VADD(KP__VADD(KP__VADD(l, r), u), d);
         ((float *)st->output)[i] = KP__VMUL(st->amount, KP__VADD(KP__VMUL(4.0f, c), -edge));
+    } else if (op == KP__VIDEO_NV12_RGB) {
+        const uint8_t *in = (const uint8_t *)input;
+        const int64_t P = st->pitch, x = i % w, y = i / w;
+        const int64_t c = h * P + (y / 2) * P + (x / 2) * 2;
+        const float Y = KP__VMUL((float)in[y * P + x] - st->yoff, st->yscale);
+        const float U = (float)in[c] - 128.0f, V = (float)in[c + 1] - 128.0f;
+        const float k = 1.0f / 255.0f;
+        const float R = kp__clamp01(KP__VMUL(kp__dot3(st->rv, V, 0.0f, 0.0f, 0.0f, 0.0f, Y), k));
+        const float G = kp__clamp01(KP__VMUL(kp__dot3(-st->gu, U, -st->gv, V, 0.0f, 0.0f, Y), k));
+        const float B = kp__clamp01(KP__VMUL(kp__dot3(st->bu, U, 0.0f, 0.0f, 0.0f, 0.0f, Y), k));
+        if (st->f16) {
+            uint16_t *out = (uint16_t *)st->output;
+            out[i] = kp__f32_to_f16(R);
+            out[plane + i] = kp__f32_to_f16(G);
+            out[2 * plane + i] = kp__f32_to_f16(B);
+        } else {
+            float *out = (float *)st->output;
+            out[i] = R;
+            out[plane + i] = G;
+            out[2 * plane + i] = B;
+        }
+    } else if (op == KP__VIDEO_RGB_NV12) {
+        uint8_t *out = (uint8_t *)st->output;
+        const int64_t P = st->pitch, hp = P / 2, bx = i % hp, by = i / hp;
+        uint8_t *uv = out + h * P + by * P + 2 * bx;
+        if (2 * bx >= w) { /* the pitch's padding */
+            out[(2 * by) * P + 2 * bx] = out[(2 * by) * P + 2 * bx + 1] = 0;
+            out[(2 * by + 1) * P + 2 * bx] = out[(2 * by + 1) * P + 2 * bx + 1] = 0;
+            uv[0] = uv[1] = 0;
+            return;
+        }
+        float sr = 0.0f, sg = 0.0f, sb = 0.0f;
+        for (int k = 0; k < 4; k++) {
+            const int64_t y = 2 * by + k / 2, x = 2 * bx + k % 2, px = y * w + x;
+            float R, G, B;
+            if (st->f16) {
+                const uint16_t *in = (const uint16_t *)input;
+                R = kp__f16_to_f32(in[px]);
+                G = kp__f16_to_f32(in[plane + px]);
+                B = kp__f16_to_f32(in[2 * plane + px]);
+            } else {
+                const float *in = (const float *)input;
+                R = in[px];
+                G = in[plane + px];
+                B = in[2 * plane + px];
+            }
+            R = kp__clamp01(R);
+            G = kp__clamp01(G);
+            B = kp__clamp01(B);
+            out[y * P + x] = kp__to_u8(kp__dot3(st->ky[0], R, st->ky[1], G, st->ky[2], B, st->yoff));
+            sr = KP__VADD(sr, R);
+            sg = KP__VADD(sg, G);
+            sb = KP__VADD(sb, B);
+        }
+        sr = KP__VMUL(sr, 0.25f);
+        sg = KP__VMUL(sg, 0.25f);
+        sb = KP__VMUL(sb, 0.25f);
+        uv[0] = kp__to_u8(kp__dot3(st->ku[0], sr, st->ku[1], sg, st->ku[2], sb, 128.0f));
+        uv[1] = kp__to_u8(kp__dot3(st->kv[0], sr, st->kv[1], sg, st->kv[2], sb, 128.0f));
     } else {
         const float *in = (const float *)input;
         uint8_t *out = (uint8_t *)st->output;

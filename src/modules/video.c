@@ -4,6 +4,13 @@
  *   sharpen   f32 [3*h*w]            -> f32 [3*h*w]: amount * (4 p - neighbours),
  *             the detail an unsharp mask adds back (through the engine)
  *   rgb_i420  f32 [3*h*w]            -> u8 [h*3/2, w]
+ *   nv12_rgb  u8 [h*3/2, pitch] (NV12, as NVDEC gives) -> f32 or f16 [3*h*w]
+ *   rgb_nv12  f32 or f16 [3*h*w]    -> u8 [h*3/2, pitch] (NV12, padding zeroed)
+ *
+ * nv12_rgb and rgb_nv12 take "pitch" (default: the width), "matrix"
+ * ("bt601" or "bt709"), "range" ("limited" or "full") and "dtype" ("f32"
+ * or "f16"), and round as the I420 modules do: step by step, so cuda
+ * equals cpu.
  *
  * Parameters: "width" and "height" (even, 2 .. 16384); sharpen's "amount"
  * (default 0.5). Each module is one kernel that reads its input's address
@@ -16,7 +23,8 @@
 #include "video-impl.h"
 
 #ifdef KP_HAVE_CUDA
-extern const kp_device_kernel kp__i420_rgb_cuda, kp__sharpen_cuda, kp__rgb_i420_cuda; /* video.cu */
+extern const kp_device_kernel kp__i420_rgb_cuda, kp__sharpen_cuda, kp__rgb_i420_cuda,
+    kp__nv12_rgb_cuda, kp__rgb_nv12_cuda; /* video.cu */
 #define KP__VCUDA(k) {"cuda", &k},
 #else
 #define KP__VCUDA(k)
@@ -28,7 +36,7 @@ static void kp__video_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t
                            int op) {
     const kp__video_params *p = pp;
     uint64_t lo, hi;
-    int64_t items = kp__video_items(op, p->st->width, p->st->height);
+    int64_t items = kp__video_items(op, p->st->width, p->st->height, p->st->pitch);
     kp_host_block_span((uint64_t)items, grid, first, n, &lo, &hi);
     for (uint64_t i = lo; i < hi; i++) kp__video_item(p->st, p->dyn->input, op, (int64_t)i);
 }
@@ -44,11 +52,14 @@ static void kp__video_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t
 KP__VIDEO_KERNEL(i420_rgb, KP__VIDEO_I420_RGB)
 KP__VIDEO_KERNEL(sharpen, KP__VIDEO_SHARPEN)
 KP__VIDEO_KERNEL(rgb_i420, KP__VIDEO_RGB_I420)
+KP__VIDEO_KERNEL(nv12_rgb, KP__VIDEO_NV12_RGB)
+KP__VIDEO_KERNEL(rgb_nv12, KP__VIDEO_RGB_NV12)
 
 typedef struct kp__video {
     kp__video_op op;
     int64_t width, height;
     float amount;
+    kp__video_static colour; /* NV12 ops: pitch, f16 and matrix, copied at setup */
     size_t out_bytes;
     void *out;
     kp_tensor_desc out_desc;
@@ -72,14 +83,17 @@ static kp_status kp__video_setup(void *self, const kp_mem_slice *s) {
     kp__video_static *st = s->static_host;
     m->out = s->device;
     st->output = s->device;
+    *st = m->colour;
+    st->output = s->device;
     st->width = m->width;
     st->height = m->height;
     st->amount = m->amount;
     m->params.st = s->static_dev;
     m->params.dyn = s->dynamic_dev;
     static const kp_kernel *const kernels[] = {&kp__i420_rgb_kernel, &kp__sharpen_kernel,
-                                               &kp__rgb_i420_kernel};
-    int64_t blocks = (kp__video_items(m->op, m->width, m->height) + 255) / 256;
+                                               &kp__rgb_i420_kernel, &kp__nv12_rgb_kernel,
+                                               &kp__rgb_nv12_kernel};
+    int64_t blocks = (kp__video_items(m->op, m->width, m->height, m->colour.pitch) + 255) / 256;
     if (blocks > 8192) blocks = 8192; /* grid-stride past that */
     m->launch = (kp_launch){kernels[m->op], {(uint32_t)blocks, 1, 1}, {256, 1, 1}, 0, &m->params};
     return KP_OK;
@@ -119,11 +133,71 @@ static kp_status kp__i420_port(kp_port_decl *p, const char *name, int64_t w, int
     return kp_desc_init(&p->desc, KP_U8, 2, shape, NULL);
 }
 
+/* An NV12 frame's port with pitch p: u8 [h*3/2, p]. */
+static kp_status kp__nv12_port(kp_port_decl *p, const char *name, int64_t pitch, int64_t h) {
+    return kp__i420_port(p, name, pitch, h);
+}
+
+/* The colour matrix: BT.601 or BT.709, limited (16..235, 16..240) or full
+ * range. To RGB: R = Y' + rv V', G = Y' - gu U' - gv V', B = Y' + bu U'
+ * with Y' = (Y - yoff) * yscale and U', V' centred on 128 (the chroma
+ * weights scaled by 255/224 in limited range); to YUV the inverse weights
+ * of R, G, B in [0, 1]. */
+static kp_status kp__video_coefs(const kp_module_env *env, kp__video_static *c) {
+    const char *matrix = NULL, *range = NULL;
+    KP_CHECK(kp_param_str(env, "matrix", "bt601", &matrix));
+    KP_CHECK(kp_param_str(env, "range", "limited", &range));
+    bool b709 = strcmp(matrix, "bt709") == 0, full = strcmp(range, "full") == 0;
+    if (!b709 && strcmp(matrix, "bt601") != 0)
+        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": matrix \"%s\" (bt601 or bt709)",
+                         env->id, matrix);
+    if (!full && strcmp(range, "limited") != 0)
+        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": range \"%s\" (limited or full)",
+                         env->id, range);
+    const double kr = b709 ? 0.2126 : 0.299, kb = b709 ? 0.0722 : 0.114, kg = 1.0 - kr - kb;
+    const double ys = full ? 255.0 : 219.0, cs = full ? 255.0 : 224.0;
+    const double cu = 255.0 / cs; /* chroma code values to unit range, times 255 */
+    c->yoff = full ? 0.0f : 16.0f;
+    c->yscale = (float)(255.0 / ys);
+    c->rv = (float)(2.0 * (1.0 - kr) * cu);
+    c->gu = (float)(2.0 * kb * (1.0 - kb) / kg * cu);
+    c->gv = (float)(2.0 * kr * (1.0 - kr) / kg * cu);
+    c->bu = (float)(2.0 * (1.0 - kb) * cu);
+    const double w[3] = {kr, kg, kb};
+    for (int i = 0; i < 3; i++) {
+        c->ky[i] = (float)(ys * w[i]);
+        /* Cb = (B - Y) / (2 (1 - kb)), Cr = (R - Y) / (2 (1 - kr)) */
+        c->ku[i] = (float)(cs * ((i == 2 ? 1.0 : 0.0) - w[i]) / (2.0 * (1.0 - kb)));
+        c->kv[i] = (float)(cs * ((i == 0 ? 1.0 : 0.0) - w[i]) / (2.0 * (1.0 - kr)));
+    }
+    return KP_OK;
+}
+
 static kp_status kp__video_create(const kp_module_env *env, kp_module_def *def, kp__video_op op) {
-    int64_t w = 0, h = 0;
+    int64_t w = 0, h = 0, pitch = 0;
     double amount = 0.5;
+    kp__video_static colour;
+    memset(&colour, 0, sizeof colour);
+    const bool nv12 = op == KP__VIDEO_NV12_RGB || op == KP__VIDEO_RGB_NV12;
     KP_CHECK(kp_param_int(env, "width", false, 0, &w));
     KP_CHECK(kp_param_int(env, "height", false, 0, &h));
+    if (nv12) {
+        const char *dtype = NULL;
+        KP_CHECK(kp_param_int(env, "pitch", true, 0, &pitch));
+        KP_CHECK(kp_param_str(env, "dtype", "f32", &dtype));
+        if (strcmp(dtype, "f32") && strcmp(dtype, "f16"))
+            return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": dtype \"%s\" (f32 or f16)",
+                             env->id, dtype);
+        colour.f16 = strcmp(dtype, "f16") == 0;
+        KP_CHECK(kp__video_coefs(env, &colour));
+        if (!pitch) pitch = w;
+        if (pitch < w || pitch % 2 || pitch > 2 * KP__VIDEO_MAX_SIDE)
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "module \"%s\": pitch %lld for width %lld (even, >= the width, "
+                             "at most %d)",
+                             env->id, (long long)pitch, (long long)w, 2 * KP__VIDEO_MAX_SIDE);
+        colour.pitch = pitch;
+    }
     if (op == KP__VIDEO_SHARPEN) {
         KP_CHECK(kp_param_double(env, "amount", true, 0.5, &amount));
         if (amount < -16.0 || amount > 16.0)
@@ -140,13 +214,16 @@ static kp_status kp__video_create(const kp_module_env *env, kp_module_def *def, 
     m->width = w;
     m->height = h;
     m->amount = (float)amount;
+    m->colour = colour;
     const int64_t rgb = 3 * w * h; /* at most 3 * 2^28, under KP__MAX_ELEMENTS */
-    kp_status st = op == KP__VIDEO_I420_RGB
-                       ? kp__i420_port(&def->inputs[0], "input", w, h)
-                       : kp_port_decl_1d(&def->inputs[0], "input", KP_F32, rgb);
+    const kp_dtype rgb_t = colour.f16 ? KP_F16 : KP_F32;
+    kp_status st = op == KP__VIDEO_I420_RGB   ? kp__i420_port(&def->inputs[0], "input", w, h)
+                   : op == KP__VIDEO_NV12_RGB ? kp__nv12_port(&def->inputs[0], "input", pitch, h)
+                                              : kp_port_decl_1d(&def->inputs[0], "input", rgb_t, rgb);
     if (st == KP_OK)
-        st = op == KP__VIDEO_RGB_I420 ? kp__i420_port(&def->outputs[0], "output", w, h)
-                                      : kp_port_decl_1d(&def->outputs[0], "output", KP_F32, rgb);
+        st = op == KP__VIDEO_RGB_I420   ? kp__i420_port(&def->outputs[0], "output", w, h)
+             : op == KP__VIDEO_RGB_NV12 ? kp__nv12_port(&def->outputs[0], "output", pitch, h)
+                                        : kp_port_decl_1d(&def->outputs[0], "output", rgb_t, rgb);
     if (st != KP_OK) {
         kp__free(m);
         return st;
@@ -171,6 +248,15 @@ static kp_status kp__rgb_i420_create(const kp_module_env *env, kp_module_def *de
     return kp__video_create(env, def, KP__VIDEO_RGB_I420);
 }
 
+static kp_status kp__nv12_rgb_create(const kp_module_env *env, kp_module_def *def) {
+    return kp__video_create(env, def, KP__VIDEO_NV12_RGB);
+}
+static kp_status kp__rgb_nv12_create(const kp_module_env *env, kp_module_def *def) {
+    return kp__video_create(env, def, KP__VIDEO_RGB_NV12);
+}
+
 KP__BUILTIN_MODULE(i420_rgb, kp__i420_rgb_create, NULL)
+KP__BUILTIN_MODULE(nv12_rgb, kp__nv12_rgb_create, NULL)
+KP__BUILTIN_MODULE(rgb_nv12, kp__rgb_nv12_create, NULL)
 KP__BUILTIN_MODULE(sharpen, kp__sharpen_create, NULL)
 KP__BUILTIN_MODULE(rgb_i420, kp__rgb_i420_create, NULL)

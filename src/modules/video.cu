@@ -7,7 +7,7 @@
 template <int Op> __global__ void kp_video_kernel(kp__video_params p) {
     const kp__video_static *st = p.st;
     const void *in = p.dyn->input;
-    const int64_t n = kp__video_items(Op, st->width, st->height);
+    const int64_t n = kp__video_items(Op, st->width, st->height, st->pitch);
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         kp__video_item(st, in, Op, i);
@@ -19,3 +19,7 @@ extern "C" const kp_device_kernel kp__sharpen_cuda = {
     reinterpret_cast<const void *>(kp_video_kernel<KP__VIDEO_SHARPEN>)};
 extern "C" const kp_device_kernel kp__rgb_i420_cuda = {
     reinterpret_cast<const void *>(kp_video_kernel<KP__VIDEO_RGB_I420>)};
+extern "C" const kp_device_kernel kp__nv12_rgb_cuda = {
+    reinterpret_cast<const void *>(kp_video_kernel<KP__VIDEO_NV12_RGB>)};
+extern "C" const kp_device_kernel kp__rgb_nv12_cuda = {
+    reinterpret_cast<const void *>(kp_video_kernel<KP__VIDEO_RGB_NV12>)};

@@ -76,8 +76,8 @@ static void kpt_report(const kp_flow_snapshot *h, double secs) {
            "(limit %zu)\n",
            (unsigned long long)h->frames_done, secs, secs > 0 ? (double)h->frames_done / secs : 0,
            (unsigned long long)h->frames_dropped, h->max_frames_in_flight, h->frame_limit);
-    printf("  %-16s %-10s %10s %10s %11s %11s %11s %11s   %s\n", "stage", "device", "in", "out",
-           "host p50 us", "host p99 us", "dev p50 us", "dev p99 us",
+    printf("  %-16s %-10s %10s %10s %11s %11s %11s %11s %13s   %s\n", "stage", "device", "in",
+           "out", "host p50 us", "host p99 us", "dev p50 us", "dev p99 us", "h2d/d2h copies",
            "queue in front (depth max/cap, policy, drops)");
     for (size_t i = 0; i < h->n_stages; i++) {
         const kp_flow_stage_stats *s = &h->stages[i];
@@ -86,9 +86,12 @@ static void kpt_report(const kp_flow_snapshot *h, double secs) {
             snprintf(where, sizeof where, "%zu devices", s->replicas);
         else
             snprintf(where, sizeof where, "%s", s->device ? s->device : "-");
-        printf("  %-16s %-10s %10llu %10llu %11.1f %11.1f %11.1f %11.1f", s->name, where,
+        char copies[32];
+        snprintf(copies, sizeof copies, "%llu/%llu", (unsigned long long)s->copies.htod,
+                 (unsigned long long)s->copies.dtoh);
+        printf("  %-16s %-10s %10llu %10llu %11.1f %11.1f %11.1f %11.1f %13s", s->name, where,
                (unsigned long long)s->in, (unsigned long long)s->out, s->host_p50_us,
-               s->host_p99_us, s->gpu_p50_us, s->gpu_p99_us);
+               s->host_p99_us, s->gpu_p50_us, s->gpu_p99_us, copies);
         if (i)
             printf("   %zu/%zu, %s, %llu", h->queues[i].max_depth, h->queues[i].capacity,
                    kp_queue_policy_str(h->queues[i].policy),
@@ -112,6 +115,13 @@ static int kpt_report_json(const char *path, const kp_flow_snapshot *h, double s
                               (json_int_t)s->in, "out", (json_int_t)s->out, "host_p50_us",
                               s->host_p50_us, "host_p99_us", s->host_p99_us, "gpu_p50_us",
                               s->gpu_p50_us, "gpu_p99_us", s->gpu_p99_us);
+        if (j)
+            json_object_set_new(
+                j, "copies",
+                json_pack("{s:I,s:I,s:I,s:I}", "htod", (json_int_t)s->copies.htod, "dtoh",
+                          (json_int_t)s->copies.dtoh, "htod_bytes",
+                          (json_int_t)s->copies.htod_bytes, "dtoh_bytes",
+                          (json_int_t)s->copies.dtoh_bytes));
         if (i && j)
             json_object_set_new(j, "queue",
                                 json_pack("{s:I,s:I,s:s,s:I}", "capacity",

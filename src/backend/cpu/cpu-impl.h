@@ -93,6 +93,12 @@ typedef struct kp__cpu_device {
     kp__cpu_stream *streams;
     int workers;
     kp__cpu_pool *pool; /* NULL with one worker */
+    /* the live kp_malloc blocks, sorted by address, so a copy can tell
+     * device memory from host memory as cuda does (is_device_memory) */
+    struct kp__cpu_block {
+        uintptr_t lo, hi;
+    } *blocks;
+    size_t n_blocks, cap_blocks;
 } kp__cpu_device;
 
 void kp__cpu_kcall_set(kp__cpu_kcall *c, const kp_launch *l);

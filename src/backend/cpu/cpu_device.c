@@ -15,14 +15,65 @@ static kp_status kp__cpu_alloc(kp_mem_kind kind, size_t bytes, void **out) {
     return KP_OK;
 }
 
+/* The first block whose start is above p. Under d->mu. */
+static size_t kp__cpu_block_after(const kp__cpu_device *d, uintptr_t p) {
+    size_t lo = 0, hi = d->n_blocks;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (d->blocks[mid].lo <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 static kp_status kp__cpu_malloc(void *ctx, size_t bytes, void **out) {
-    return kp__cpu_alloc(KP_MEM_DEVICE, bytes, out);
+    kp__cpu_device *d = ctx;
+    KP_CHECK(kp__cpu_alloc(KP_MEM_DEVICE, bytes, out));
+    pthread_mutex_lock(&d->mu);
+    if (d->n_blocks == d->cap_blocks) {
+        size_t cap = d->cap_blocks ? 2 * d->cap_blocks : 64;
+        struct kp__cpu_block *b = kp__malloc(cap * sizeof *b);
+        if (!b) {
+            pthread_mutex_unlock(&d->mu);
+            kp__aligned_free(KP_MEM_DEVICE, *out);
+            *out = NULL;
+            return kp__error(KP_ERR_OUT_OF_MEMORY, "cpu: no memory to track a block");
+        }
+        if (d->n_blocks) memcpy(b, d->blocks, d->n_blocks * sizeof *b);
+        kp__free(d->blocks);
+        d->blocks = b;
+        d->cap_blocks = cap;
+    }
+    uintptr_t p = (uintptr_t)*out;
+    size_t i = kp__cpu_block_after(d, p);
+    memmove(d->blocks + i + 1, d->blocks + i, (d->n_blocks - i) * sizeof *d->blocks);
+    d->blocks[i] = (struct kp__cpu_block){p, p + (bytes ? bytes : 1)};
+    d->n_blocks++;
+    pthread_mutex_unlock(&d->mu);
+    return KP_OK;
 }
 /* Like cudaFree and cudaFreeHost, freeing waits for the device's pending
  * work, so code that is correct on CUDA is correct here. */
 static void kp__cpu_free(void *ctx, void *p) {
+    kp__cpu_device *d = ctx;
     (void)kp__cpu_device_sync(ctx);
+    pthread_mutex_lock(&d->mu);
+    size_t i = kp__cpu_block_after(d, (uintptr_t)p);
+    if (i > 0 && d->blocks[i - 1].lo == (uintptr_t)p) {
+        memmove(d->blocks + i - 1, d->blocks + i, (d->n_blocks - i) * sizeof *d->blocks);
+        d->n_blocks--;
+    }
+    pthread_mutex_unlock(&d->mu);
     kp__aligned_free(KP_MEM_DEVICE, p);
+}
+static bool kp__cpu_is_device_memory(void *ctx, const void *ptr) {
+    kp__cpu_device *d = ctx;
+    uintptr_t p = (uintptr_t)ptr;
+    pthread_mutex_lock(&d->mu);
+    size_t i = kp__cpu_block_after(d, p);
+    bool in = i > 0 && p < d->blocks[i - 1].hi;
+    pthread_mutex_unlock(&d->mu);
+    return in;
 }
 static kp_status kp__cpu_malloc_host(void *ctx, size_t bytes, void **out) {
     return kp__cpu_alloc(KP_MEM_PINNED, bytes, out);
@@ -49,6 +100,7 @@ static void kp__cpu_close(void *ctx) {
     kp__cpu_device *d = ctx;
     kp__cpu_streams_close(ctx);
     kp__cpu_pool_free(d->pool);
+    kp__free(d->blocks);
     pthread_mutex_destroy(&d->mu);
     kp__free(d);
 }
@@ -67,6 +119,7 @@ static const kp_device_i kp__cpu_iface = {
     .stream_sync = kp__cpu_stream_sync,
     .stream_query = kp__cpu_stream_query,
     .memcpy_async = kp__cpu_memcpy_async,
+    .is_device_memory = kp__cpu_is_device_memory,
     .memset_async = kp__cpu_memset_async,
     .launch = kp__cpu_launch,
     .host_func = kp__cpu_host_func,

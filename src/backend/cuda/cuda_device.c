@@ -163,6 +163,17 @@ static kp_status kp__cuda_memcpy_async(void *ctx, void *s, void *dst, const void
     return KP_OK;
 }
 
+/* Device or managed memory of any device (a copy from another GPU is not a
+ * host copy); host memory, pinned or not, is not. */
+static bool kp__cuda_is_device_memory(void *ctx, const void *ptr) {
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 static kp_status kp__cuda_memset_async(void *ctx, void *s, void *dst, int v, size_t bytes) {
     KP_CUDA_CHECK(cudaMemsetAsync(dst, v, bytes, s));
     return KP_OK;
@@ -269,6 +280,7 @@ static const kp_device_i kp__cuda_iface = {
     .stream_sync = kp__cuda_stream_sync,
     .stream_query = kp__cuda_stream_query,
     .memcpy_async = kp__cuda_memcpy_async,
+    .is_device_memory = kp__cuda_is_device_memory,
     .memset_async = kp__cuda_memset_async,
     .launch = kp__cuda_launch,
     .host_func = kp__cuda_host_func,

@@ -1,0 +1,133 @@
+/* Video files in and out: containers through FFmpeg's libavformat, decode
+ * on NVDEC (cuda, H.264 and HEVC) or in software (libavcodec), encode with
+ * NVENC where the device has one or libx264 through libavcodec. A reader
+ * and a writer usable on their own; the flow's "video" source and sink
+ * wrap them (docs/video.md).
+ *
+ *   kp_video_reader_t r;
+ *   kp_video_reader_open(dev, "in.mp4", NULL, &r);
+ *   kp_video_reader_info info;  kp_video_reader_get_info(r, &info);
+ *   // a device buffer of info.frame_bytes, then for each frame:
+ *   kp_video_frame vf;  bool eos;
+ *   kp_video_reader_next(r, stream, buf, info.frame_bytes, &vf, &eos);
+ *   kp_video_writer_write(w, stream, buf, info.frame_bytes, &vf);
+ *
+ * A frame lives in device memory as 8-bit 4:2:0 with a pitch P (bytes per
+ * luma row, even, >= width): `height` rows of luma, then NV12's `height/2`
+ * rows of interleaved U,V of P bytes, or I420's U then V planes of
+ * `height/2` rows of P/2 bytes. Either way P * height * 3 / 2 bytes, which
+ * a flow describes as u8 [height*3/2, P].
+ *
+ * Built with KP_VIDEO (FFmpeg found); without it every call checks its
+ * arguments and returns KP_ERR_UNSUPPORTED. */
+#ifndef KPIPE_VIDEO_H
+#define KPIPE_VIDEO_H
+
+#include "kpipe/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kp_pixel_format {
+    KP_PIXEL_NONE = 0, /* not a video frame */
+    KP_PIXEL_I420 = 1, /* planar Y, U, V (software decode, y4m) */
+    KP_PIXEL_NV12 = 2, /* Y, then interleaved UV (NVDEC) */
+} kp_pixel_format;
+
+/* What a video frame is, with the timestamps carried from demux to mux. */
+typedef struct kp_video_frame {
+    kp_pixel_format format;
+    int32_t width, height; /* even, 2 .. KP_VIDEO_MAX_SIDE */
+    int64_t pitch;         /* bytes per luma row */
+    int64_t pts;           /* in time_base units; KP_VIDEO_NO_PTS: none */
+    int32_t time_base[2];  /* numerator, denominator */
+    int32_t rate[2];       /* frames per second as n/d; 0/0: unknown */
+    bool full_range;       /* samples span 0..255 (JPEG range) rather than 16..235 */
+} kp_video_frame;
+#define KP_VIDEO_NO_PTS INT64_MIN
+#define KP_VIDEO_MAX_SIDE 16384
+
+bool kp_video_built(void); /* whether this build reads and writes video files */
+
+/* --- reading ----------------------------------------------------------------------- */
+typedef struct kp_video_reader *kp_video_reader_t;
+
+typedef enum kp_video_decoder {
+    KP_VIDEO_DECODE_AUTO = 0,     /* NVDEC where the device and codec allow, else software */
+    KP_VIDEO_DECODE_NVDEC = 1,    /* NVDEC or a named error (cuda, H.264 or HEVC) */
+    KP_VIDEO_DECODE_SOFTWARE = 2, /* libavcodec, frames uploaded through pinned memory */
+} kp_video_decoder;
+
+typedef struct kp_video_reader_config {
+    kp_video_decoder decoder;
+    int64_t pitch; /* 0: the width */
+    int threads;   /* software decode threads; 0: one per core */
+    /* The frames' format: KP_PIXEL_NONE, the decoder's own (NVDEC: NV12,
+     * software: I420); NV12 from software decode interleaves the chroma as
+     * it copies (no extra pass); I420 takes software decode. */
+    kp_pixel_format format;
+} kp_video_reader_config;
+#define KP_VIDEO_READER_CONFIG_INIT {KP_VIDEO_DECODE_AUTO, 0, 0, KP_PIXEL_NONE}
+
+typedef struct kp_video_reader_info {
+    int32_t width, height;
+    int64_t pitch;
+    kp_pixel_format format;
+    size_t frame_bytes;   /* pitch * height * 3 / 2 */
+    int32_t time_base[2]; /* of the stream's timestamps */
+    int32_t rate[2];      /* frames per second; 0/0: unknown */
+    int64_t frames;       /* as the container says; 0: unknown */
+    char codec[32];       /* "h264" */
+    char decoder[48];     /* "nvdec" or "libavcodec" */
+    char fallback[160];   /* why NVDEC was not used, when AUTO chose software */
+} kp_video_reader_info;
+
+/* Opens `path` (any container FFmpeg reads) for frames on `dev`; cfg NULL:
+ * defaults. Named errors: KP_ERR_IO (cannot open), KP_ERR_PARSE (not a
+ * container, no video stream, truncated), KP_ERR_UNSUPPORTED (codec,
+ * pixel format or size kpipe does not take; NVDEC asked for and absent). */
+kp_status kp_video_reader_open(kp_device_t dev, const char *path,
+                               const kp_video_reader_config *cfg, kp_video_reader_t *out);
+kp_status kp_video_reader_get_info(kp_video_reader_t r, kp_video_reader_info *out);
+/* Decodes the next frame into dst (device memory of at least
+ * info.frame_bytes), enqueued on `s`; *eos at the end (dst untouched).
+ * `frame` gets its description and timestamp. A corrupt bitstream, or a
+ * size change mid-stream, is a named error. */
+kp_status kp_video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, size_t capacity,
+                               kp_video_frame *frame, bool *eos);
+void kp_video_reader_close(kp_video_reader_t r);
+
+/* --- writing ----------------------------------------------------------------------- */
+typedef struct kp_video_writer *kp_video_writer_t;
+
+typedef struct kp_video_writer_config {
+    const char *codec;   /* "h264" (NULL: h264) */
+    const char *encoder; /* "auto" (NVENC where there is one, else libx264), "nvenc", "libx264" */
+    int64_t bitrate;     /* bits per second; 0: constant quality (crf) */
+    int crf;             /* 0 .. 51; -1: 23 */
+    const char *preset;  /* libx264's ("ultrafast" .. "veryslow"); NULL: "veryfast" */
+    int bframes;         /* -1: the preset's */
+    int gop;             /* frames between key frames; 0: the encoder's */
+    int threads;         /* 0: one per core */
+} kp_video_writer_config;
+#define KP_VIDEO_WRITER_CONFIG_INIT {NULL, NULL, 0, -1, NULL, -1, 0, 0}
+
+/* Makes a writer for `path`; the container follows the extension (.mp4,
+ * .mkv, .ts). The file is made at the first frame, whose size, format,
+ * time base and rate the stream keeps. cfg NULL: defaults. */
+kp_status kp_video_writer_open(kp_device_t dev, const char *path,
+                               const kp_video_writer_config *cfg, kp_video_writer_t *out);
+/* Encodes one frame read from src (device memory, `bytes` of it) after the
+ * work on `s`. Frames without a pts are numbered from the last one. */
+kp_status kp_video_writer_write(kp_video_writer_t w, kp_stream_t s, const void *src, size_t bytes,
+                                const kp_video_frame *frame);
+/* The encoder in use ("libx264"), once the first frame has opened it. */
+const char *kp_video_writer_encoder(kp_video_writer_t w);
+/* Drains the encoder and finishes the file; frees the writer either way. */
+kp_status kp_video_writer_close(kp_video_writer_t w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

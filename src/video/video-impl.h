@@ -1,0 +1,36 @@
+/* The video layer's internals: the rules every frame and configuration
+ * obeys (video.c, shared by every entry), and what the FFmpeg-backed files
+ * (reader.c, nvdec.c, writer.c; built with KP_VIDEO) give video.c. */
+#ifndef KPIPE_VIDEO_IMPL_H
+#define KPIPE_VIDEO_IMPL_H
+
+#include "kpipe/memory.h"
+#include "kpipe/video.h"
+#include "../core/core-impl.h"
+
+#define KP__VIDEO_PATH_MAX 1024
+
+/* A frame description a writer or a module can take: format, even sides
+ * within KP_VIDEO_MAX_SIDE, an even pitch >= width, a time base > 0 when
+ * there is a pts, and pitch * height * 3 / 2 within `bytes` (0: not
+ * checked). `what` starts the detail. */
+kp_status kp__video_frame_check(const kp_video_frame *f, size_t bytes, const char *what);
+/* pitch * height * 3 / 2, checked: KP_ERR_INVALID_ARG on overflow. */
+kp_status kp__video_frame_bytes(int64_t pitch, int64_t height, size_t *out);
+
+#ifdef KP_HAVE_VIDEO
+kp_status kp__video_reader_make(kp_device_t dev, const char *path,
+                                const kp_video_reader_config *cfg, kp_video_reader_t *out);
+kp_status kp__video_reader_info(kp_video_reader_t r, kp_video_reader_info *out);
+kp_status kp__video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, size_t capacity,
+                                kp_video_frame *frame, bool *eos);
+void kp__video_reader_free(kp_video_reader_t r);
+kp_status kp__video_writer_make(kp_device_t dev, const char *path,
+                                const kp_video_writer_config *cfg, kp_video_writer_t *out);
+kp_status kp__video_writer_write(kp_video_writer_t w, kp_stream_t s, const void *src,
+                                 size_t bytes, const kp_video_frame *frame);
+const char *kp__video_writer_encoder(kp_video_writer_t w);
+kp_status kp__video_writer_finish(kp_video_writer_t w);
+#endif
+
+#endif

@@ -1,0 +1,174 @@
+/* The video layer's public entry points, built with or without FFmpeg:
+ * each checks its arguments here, by the same rules whichever way it is
+ * reached, then goes to reader.c and writer.c (KP_VIDEO) or answers
+ * KP_ERR_UNSUPPORTED. */
+#include <string.h>
+
+#include "video-impl.h"
+
+#ifdef KP_HAVE_VIDEO
+#define KP__VIDEO_OR(call) return (call)
+#else
+#define KP__VIDEO_OR(call) \
+    return kp__error(KP_ERR_UNSUPPORTED, "video files are not built in (KP_VIDEO: FFmpeg's libraries were not found)")
+#endif
+
+bool kp_video_built(void) {
+#ifdef KP_HAVE_VIDEO
+    return true;
+#else
+    return false;
+#endif
+}
+
+kp_status kp__video_frame_bytes(int64_t pitch, int64_t height, size_t *out) {
+    if (pitch <= 0 || height <= 0 || pitch > KP_VIDEO_MAX_SIDE * 2 || height > KP_VIDEO_MAX_SIDE)
+        return kp__error(KP_ERR_INVALID_ARG, "a frame of pitch %lld and height %lld",
+                         (long long)pitch, (long long)height);
+    *out = (size_t)(pitch * height / 2 * 3); /* at most 32768 * 16384 * 3 / 2: no overflow */
+    return KP_OK;
+}
+
+kp_status kp__video_frame_check(const kp_video_frame *f, size_t bytes, const char *what) {
+    if (!f) return kp__error(KP_ERR_INVALID_ARG, "%s: the frame description is NULL", what);
+    if (f->format != KP_PIXEL_I420 && f->format != KP_PIXEL_NV12)
+        return kp__error(KP_ERR_INVALID_ARG, "%s: pixel format %d (expected I420 or NV12)", what,
+                         (int)f->format);
+    if (f->width < 2 || f->height < 2 || f->width > KP_VIDEO_MAX_SIDE ||
+        f->height > KP_VIDEO_MAX_SIDE || f->width % 2 || f->height % 2)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "%s: a frame of %dx%d (width and height even, 2 .. %d)", what,
+                         (int)f->width, (int)f->height, KP_VIDEO_MAX_SIDE);
+    if (f->pitch < f->width || f->pitch % 2 || f->pitch > 2 * KP_VIDEO_MAX_SIDE)
+        return kp__error(KP_ERR_INVALID_ARG, "%s: pitch %lld for width %d (even, >= the width)",
+                         what, (long long)f->pitch, (int)f->width);
+    if (f->pts != KP_VIDEO_NO_PTS && (f->time_base[0] <= 0 || f->time_base[1] <= 0))
+        return kp__error(KP_ERR_INVALID_ARG, "%s: a pts with time base %d/%d", what,
+                         (int)f->time_base[0], (int)f->time_base[1]);
+    if (f->rate[0] < 0 || f->rate[1] < 0 || (f->rate[0] > 0) != (f->rate[1] > 0))
+        return kp__error(KP_ERR_INVALID_ARG, "%s: frame rate %d/%d", what, (int)f->rate[0],
+                         (int)f->rate[1]);
+    size_t need = (size_t)(f->pitch * f->height / 2 * 3);
+    if (bytes && need > bytes)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "%s: a %dx%d frame of pitch %lld needs %zu bytes; %zu given", what,
+                         (int)f->width, (int)f->height, (long long)f->pitch, need, bytes);
+    return KP_OK;
+}
+
+static kp_status kp__path_check(const char *path, const char *what) {
+    if (!path || !*path) return kp__error(KP_ERR_INVALID_ARG, "%s: no path", what);
+    if (strlen(path) >= KP__VIDEO_PATH_MAX)
+        return kp__error(KP_ERR_INVALID_ARG, "%s: a path of at most %d characters", what,
+                         KP__VIDEO_PATH_MAX - 1);
+    return KP_OK;
+}
+
+/* --- the reader -------------------------------------------------------------------- */
+kp_status kp_video_reader_open(kp_device_t dev, const char *path,
+                               const kp_video_reader_config *cfg, kp_video_reader_t *out) {
+    KP_API_ENTRY();
+    if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (!dev) return kp__error(KP_ERR_INVALID_ARG, "device is NULL");
+    KP_CHECK(kp__path_check(path, "video reader"));
+    kp_video_reader_config c = KP_VIDEO_READER_CONFIG_INIT;
+    if (cfg) c = *cfg;
+    if (c.decoder != KP_VIDEO_DECODE_AUTO && c.decoder != KP_VIDEO_DECODE_NVDEC &&
+        c.decoder != KP_VIDEO_DECODE_SOFTWARE)
+        return kp__error(KP_ERR_INVALID_ARG, "decoder %d (auto, nvdec or software)", (int)c.decoder);
+    if (c.pitch < 0 || c.pitch % 2 || c.pitch > 2 * KP_VIDEO_MAX_SIDE)
+        return kp__error(KP_ERR_INVALID_ARG, "pitch %lld (0, or even and at most %d)",
+                         (long long)c.pitch, 2 * KP_VIDEO_MAX_SIDE);
+    if (c.threads < 0 || c.threads > 256)
+        return kp__error(KP_ERR_INVALID_ARG, "threads %d (0 .. 256)", c.threads);
+    if (c.format != KP_PIXEL_NONE && c.format != KP_PIXEL_I420 && c.format != KP_PIXEL_NV12)
+        return kp__error(KP_ERR_INVALID_ARG, "format %d (none, I420 or NV12)", (int)c.format);
+    if (c.format == KP_PIXEL_I420 && c.decoder == KP_VIDEO_DECODE_NVDEC)
+        return kp__error(KP_ERR_UNSUPPORTED, "NVDEC gives NV12, not I420");
+    KP__VIDEO_OR(kp__video_reader_make(dev, path, &c, out));
+}
+
+kp_status kp_video_reader_get_info(kp_video_reader_t r, kp_video_reader_info *out) {
+    KP_API_ENTRY();
+    if (!r || !out) return kp__error(KP_ERR_INVALID_ARG, "%s is NULL", r ? "out" : "reader");
+    KP__VIDEO_OR(kp__video_reader_info(r, out));
+}
+
+kp_status kp_video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, size_t capacity,
+                               kp_video_frame *frame, bool *eos) {
+    KP_API_ENTRY();
+    if (!r || !s || !dst || !frame || !eos)
+        return kp__error(KP_ERR_INVALID_ARG, "%s is NULL",
+                         !r ? "reader" : !s ? "stream" : !dst ? "dst" : !frame ? "frame" : "eos");
+    KP__VIDEO_OR(kp__video_reader_next(r, s, dst, capacity, frame, eos));
+}
+
+void kp_video_reader_close(kp_video_reader_t r) {
+#ifdef KP_HAVE_VIDEO
+    if (r) kp__video_reader_free(r);
+#else
+    (void)r;
+#endif
+}
+
+/* --- the writer -------------------------------------------------------------------- */
+kp_status kp_video_writer_open(kp_device_t dev, const char *path,
+                               const kp_video_writer_config *cfg, kp_video_writer_t *out) {
+    KP_API_ENTRY();
+    if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (!dev) return kp__error(KP_ERR_INVALID_ARG, "device is NULL");
+    KP_CHECK(kp__path_check(path, "video writer"));
+    kp_video_writer_config c = KP_VIDEO_WRITER_CONFIG_INIT;
+    if (cfg) c = *cfg;
+    if (c.codec && strcmp(c.codec, "h264") != 0)
+        return kp__error(KP_ERR_UNSUPPORTED, "codec \"%.32s\": kpipe encodes \"h264\"", c.codec);
+    if (c.encoder && strcmp(c.encoder, "auto") && strcmp(c.encoder, "nvenc") &&
+        strcmp(c.encoder, "libx264"))
+        return kp__error(KP_ERR_INVALID_ARG, "encoder \"%.32s\" (auto, nvenc or libx264)",
+                         c.encoder);
+    if (c.bitrate < 0 || c.bitrate > 2000000000)
+        return kp__error(KP_ERR_INVALID_ARG, "bitrate %lld (0 .. 2e9 bits per second)",
+                         (long long)c.bitrate);
+    if (c.crf < -1 || c.crf > 51) return kp__error(KP_ERR_INVALID_ARG, "crf %d (0 .. 51)", c.crf);
+    if (c.bitrate && c.crf >= 0)
+        return kp__error(KP_ERR_INVALID_ARG, "both a bitrate and a crf: give one");
+    if (c.bframes < -1 || c.bframes > 16)
+        return kp__error(KP_ERR_INVALID_ARG, "bframes %d (0 .. 16)", c.bframes);
+    if (c.gop < 0 || c.gop > 10000) return kp__error(KP_ERR_INVALID_ARG, "gop %d (0 .. 10000)", c.gop);
+    if (c.threads < 0 || c.threads > 256)
+        return kp__error(KP_ERR_INVALID_ARG, "threads %d (0 .. 256)", c.threads);
+    static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster", "fast",
+                                          "medium",    "slow",      "slower",   "veryslow"};
+    bool known = !c.preset;
+    for (size_t i = 0; !known && i < sizeof presets / sizeof *presets; i++)
+        known = strcmp(c.preset, presets[i]) == 0;
+    if (!known)
+        return kp__error(KP_ERR_INVALID_ARG, "preset \"%.32s\" (ultrafast .. veryslow)", c.preset);
+    KP__VIDEO_OR(kp__video_writer_make(dev, path, &c, out));
+}
+
+kp_status kp_video_writer_write(kp_video_writer_t w, kp_stream_t s, const void *src, size_t bytes,
+                                const kp_video_frame *frame) {
+    KP_API_ENTRY();
+    if (!w || !s || !src)
+        return kp__error(KP_ERR_INVALID_ARG, "%s is NULL", !w ? "writer" : !s ? "stream" : "src");
+    KP_CHECK(kp__video_frame_check(frame, bytes, "frame"));
+    KP__VIDEO_OR(kp__video_writer_write(w, s, src, bytes, frame));
+}
+
+const char *kp_video_writer_encoder(kp_video_writer_t w) {
+#ifdef KP_HAVE_VIDEO
+    return w ? kp__video_writer_encoder(w) : "";
+#else
+    (void)w;
+    return "";
+#endif
+}
+
+kp_status kp_video_writer_close(kp_video_writer_t w) {
+    KP_API_ENTRY();
+    if (!w) return KP_OK;
+    KP__VIDEO_OR(kp__video_writer_finish(w));
+}

@@ -1,0 +1,259 @@
+/* Writing video files: encode with NVENC (FFmpeg's h264_nvenc, where the
+ * device has an encoder) or libx264 through libavcodec, and mux through
+ * libavformat into the container the extension names.
+ *
+ * Each frame comes back from the device once, into a pinned buffer that
+ * the encoder reads in place (an AVFrame over it, no further copy): x264
+ * copies the picture into its own frames before avcodec hands back
+ * control, so the buffer is free again when the packets are drained. The
+ * encoder runs on its own threads (x264: frame and lookahead threads, one
+ * set per core by default). Timestamps are the frames' own, in their time
+ * base, so a dropped frame leaves a gap rather than a retimed stream. */
+#include <stdio.h>
+#include <string.h>
+
+#include <libavutil/opt.h>
+
+#include "ffmpeg-impl.h"
+
+struct kp_video_writer {
+    kp_device_t dev;
+    char path[KP__VIDEO_PATH_MAX];
+    kp_video_writer_config cfg;
+    char encoder_pref[16], preset[16];
+    const AVOutputFormat *ofmt;
+    AVFormatContext *oc;
+    AVStream *st;
+    AVCodecContext *enc;
+    AVFrame *frame;
+    AVPacket *pkt;
+    AVBufferRef *buf; /* over host: frames reference it, never free it */
+    kp_allocator_t pinned;
+    void *host;
+    kp_video_frame first; /* the stream's size, format and time base */
+    int64_t last_pts, step;
+    uint64_t frames;
+    bool opened, header, failed;
+    char encoder[32], note[200];
+};
+
+static void kp__no_free(void *opaque, uint8_t *data) {}
+
+kp_status kp__video_writer_make(kp_device_t dev, const char *path,
+                                const kp_video_writer_config *cfg, kp_video_writer_t *out) {
+    kp__av_log_capture();
+    const AVOutputFormat *of = av_guess_format(NULL, path, NULL);
+    if (!of)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "%s: no container for this extension (.mp4, .mkv or .ts)", path);
+    if (avformat_query_codec(of, AV_CODEC_ID_H264, FF_COMPLIANCE_NORMAL) == 0)
+        return kp__error(KP_ERR_UNSUPPORTED, "%s: the %s container does not hold H.264", path,
+                         of->name);
+    kp_video_writer_t w = kp__calloc(1, sizeof *w);
+    if (!w) return kp__error(KP_ERR_OUT_OF_MEMORY, "video writer: no memory");
+    w->dev = dev;
+    w->ofmt = of;
+    w->cfg = *cfg;
+    memcpy(w->path, path, strlen(path) + 1);
+    snprintf(w->encoder_pref, sizeof w->encoder_pref, "%s", cfg->encoder ? cfg->encoder : "auto");
+    snprintf(w->preset, sizeof w->preset, "%s", cfg->preset ? cfg->preset : "veryfast");
+    w->cfg.encoder = w->encoder_pref;
+    w->cfg.preset = w->preset;
+    w->cfg.codec = NULL;
+    kp_status st = kp_device_allocator(dev, KP_ALLOCATOR_PINNED, &w->pinned);
+    if (st == KP_OK && (!(w->frame = av_frame_alloc()) || !(w->pkt = av_packet_alloc())))
+        st = kp__error(KP_ERR_OUT_OF_MEMORY, "video writer: no memory");
+    if (st != KP_OK) {
+        av_frame_free(&w->frame);
+        av_packet_free(&w->pkt);
+        kp__free(w);
+        return st;
+    }
+    *out = w;
+    return KP_OK;
+}
+
+/* Opens one encoder by FFmpeg's name for the first frame; KP_ERR_UNSUPPORTED
+ * with the reason when it cannot. */
+static kp_status kp__open_encoder(kp_video_writer_t w, const char *name) {
+    const kp_video_frame *f = &w->first;
+    const AVCodec *codec = avcodec_find_encoder_by_name(name);
+    if (!codec) return kp__error(KP_ERR_UNSUPPORTED, "this FFmpeg has no %s encoder", name);
+    AVCodecContext *c = avcodec_alloc_context3(codec);
+    if (!c) return kp__error(KP_ERR_OUT_OF_MEMORY, "video writer: no memory");
+    c->width = f->width;
+    c->height = f->height;
+    c->pix_fmt = f->format == KP_PIXEL_NV12 ? AV_PIX_FMT_NV12 : AV_PIX_FMT_YUV420P;
+    c->color_range = f->full_range ? AVCOL_RANGE_JPEG : AVCOL_RANGE_MPEG;
+    c->time_base = (AVRational){f->time_base[0], f->time_base[1]};
+    if (f->rate[0] > 0) c->framerate = (AVRational){f->rate[0], f->rate[1]};
+    c->thread_count = w->cfg.threads;
+    if (w->cfg.gop) c->gop_size = w->cfg.gop;
+    if (w->cfg.bframes >= 0) c->max_b_frames = w->cfg.bframes;
+    if (w->ofmt->flags & AVFMT_GLOBALHEADER) c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+    int crf = w->cfg.crf >= 0 ? w->cfg.crf : 23;
+    if (w->cfg.bitrate) c->bit_rate = w->cfg.bitrate;
+    if (strcmp(name, "libx264") == 0) {
+        av_opt_set(c->priv_data, "preset", w->preset, 0);
+        if (!w->cfg.bitrate) av_opt_set_double(c->priv_data, "crf", crf, 0);
+    } else if (!w->cfg.bitrate) { /* NVENC: constant quality */
+        av_opt_set_int(c->priv_data, "cq", crf, 0);
+    }
+    int e = avcodec_open2(c, codec, NULL);
+    if (e < 0) {
+        avcodec_free_context(&c);
+        return kp__av_error(e, KP_ERR_UNSUPPORTED, "cannot open the %s encoder", name);
+    }
+    w->enc = c;
+    snprintf(w->encoder, sizeof w->encoder, "%s", name);
+    return KP_OK;
+}
+
+/* At the first frame: the encoder, the file, the header, the host buffer. */
+static kp_status kp__writer_start(kp_video_writer_t w, const kp_video_frame *f) {
+    w->first = *f;
+    if (f->pts == KP_VIDEO_NO_PTS) { /* frames numbered at their rate (30/s unknown) */
+        w->first.time_base[0] = f->rate[0] ? f->rate[1] : 1;
+        w->first.time_base[1] = f->rate[0] ? f->rate[0] : 30;
+    }
+    AVRational tb = {w->first.time_base[0], w->first.time_base[1]};
+    w->step = f->rate[0] ? av_rescale_q(1, (AVRational){f->rate[1], f->rate[0]}, tb) : 1;
+    if (w->step < 1) w->step = 1;
+    bool cuda = strcmp(kp_device_backend(w->dev), "cuda") == 0;
+    const char *pref = w->encoder_pref;
+    kp_status st = KP_ERR_UNSUPPORTED;
+    if (strcmp(pref, "nvenc") == 0 || (strcmp(pref, "auto") == 0 && cuda)) {
+        st = kp__open_encoder(w, "h264_nvenc");
+        if (st != KP_OK && strcmp(pref, "nvenc") == 0) return st;
+        if (st != KP_OK) {
+            snprintf(w->note, sizeof w->note, "no NVENC: %s", kp_last_error());
+            kp_clear_error();
+        }
+    }
+    if (st != KP_OK) KP_CHECK(kp__open_encoder(w, "libx264"));
+    int e = avformat_alloc_output_context2(&w->oc, w->ofmt, NULL, w->path);
+    if (e < 0) return kp__av_error(e, KP_ERR_IO, "%s: cannot make the container", w->path);
+    if (!(w->st = avformat_new_stream(w->oc, NULL)))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "video writer: no memory");
+    if ((e = avcodec_parameters_from_context(w->st->codecpar, w->enc)) < 0)
+        return kp__av_error(e, KP_ERR_STATE, "%s: the stream's parameters", w->path);
+    w->st->time_base = tb;
+    if (f->rate[0]) w->st->avg_frame_rate = (AVRational){f->rate[0], f->rate[1]};
+    KP_CHECK(kp_allocator_alloc(w->pinned, (size_t)(f->pitch * f->height / 2 * 3), NULL, &w->host));
+    if (!(w->buf = av_buffer_create(w->host, (size_t)(f->pitch * f->height / 2 * 3), kp__no_free,
+                                    NULL, 0)))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "video writer: no memory");
+    if ((e = avio_open(&w->oc->pb, w->path, AVIO_FLAG_WRITE)) < 0)
+        return kp__av_error(e, KP_ERR_IO, "%s: cannot write", w->path);
+    w->opened = true;
+    if ((e = avformat_write_header(w->oc, NULL)) < 0)
+        return kp__av_error(e, KP_ERR_IO, "%s: cannot write the header", w->path);
+    w->header = true;
+    return KP_OK;
+}
+
+/* Sends a frame (NULL: the end) and writes every packet the encoder has. */
+static kp_status kp__writer_encode(kp_video_writer_t w, AVFrame *fr) {
+    int e = avcodec_send_frame(w->enc, fr);
+    if (e < 0) return kp__av_error(e, KP_ERR_STATE, "%s: encoding frame %llu", w->path,
+                                   (unsigned long long)w->frames);
+    for (;;) {
+        e = avcodec_receive_packet(w->enc, w->pkt);
+        if (e == AVERROR(EAGAIN) || e == AVERROR_EOF) return KP_OK;
+        if (e < 0) return kp__av_error(e, KP_ERR_STATE, "%s: encoding", w->path);
+        av_packet_rescale_ts(w->pkt, w->enc->time_base, w->st->time_base);
+        w->pkt->stream_index = w->st->index;
+        e = av_interleaved_write_frame(w->oc, w->pkt); /* takes the packet */
+        if (e < 0) return kp__av_error(e, KP_ERR_IO, "%s: cannot write", w->path);
+    }
+}
+
+static kp_status kp__writer_frame(kp_video_writer_t w, kp_stream_t s, const void *src,
+                                  const kp_video_frame *f) {
+    if (!w->enc) KP_CHECK(kp__writer_start(w, f));
+    const kp_video_frame *a = &w->first;
+    if (f->format != a->format || f->width != a->width || f->height != a->height ||
+        f->pitch != a->pitch)
+        return kp__error(KP_ERR_MISMATCH,
+                         "%s: frame %llu is %dx%d %s, pitch %lld; the stream is %dx%d %s, pitch "
+                         "%lld",
+                         w->path, (unsigned long long)w->frames, (int)f->width, (int)f->height,
+                         f->format == KP_PIXEL_NV12 ? "NV12" : "I420", (long long)f->pitch,
+                         (int)a->width, (int)a->height, a->format == KP_PIXEL_NV12 ? "NV12" : "I420",
+                         (long long)a->pitch);
+    int64_t pts = f->pts;
+    if (pts == KP_VIDEO_NO_PTS || a->pts == KP_VIDEO_NO_PTS) {
+        pts = w->frames ? w->last_pts + w->step : 0;
+    } else if (f->time_base[0] != a->time_base[0] || f->time_base[1] != a->time_base[1]) {
+        pts = av_rescale_q(pts, (AVRational){f->time_base[0], f->time_base[1]},
+                           (AVRational){a->time_base[0], a->time_base[1]});
+    }
+    if (w->frames && pts <= w->last_pts)
+        return kp__error(KP_ERR_INVALID_ARG, "%s: frame %llu has pts %lld, not after %lld",
+                         w->path, (unsigned long long)w->frames, (long long)pts,
+                         (long long)w->last_pts);
+    if (av_buffer_get_ref_count(w->buf) != 1)
+        return kp__error(KP_ERR_STATE, "%s: the encoder still holds the last frame", w->path);
+    const int64_t p = f->pitch, h = f->height;
+    KP_CHECK(kp_memcpy_async(s, w->host, src, (size_t)(p * h / 2 * 3)));
+    KP_CHECK(kp_stream_sync(s));
+    AVFrame *fr = w->frame;
+    av_frame_unref(fr);
+    fr->format = w->enc->pix_fmt;
+    fr->width = f->width;
+    fr->height = f->height;
+    fr->color_range = w->enc->color_range;
+    uint8_t *b = w->host;
+    fr->data[0] = b;
+    fr->linesize[0] = (int)p;
+    fr->data[1] = b + p * h;
+    if (f->format == KP_PIXEL_NV12) {
+        fr->linesize[1] = (int)p;
+    } else {
+        fr->linesize[1] = fr->linesize[2] = (int)(p / 2);
+        fr->data[2] = b + p * h + p / 2 * (h / 2);
+    }
+    if (!(fr->buf[0] = av_buffer_ref(w->buf)))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "video writer: no memory");
+    fr->pts = pts;
+    kp_status st = kp__writer_encode(w, fr);
+    av_frame_unref(fr);
+    KP_CHECK(st);
+    w->last_pts = pts;
+    w->frames++;
+    return KP_OK;
+}
+
+kp_status kp__video_writer_write(kp_video_writer_t w, kp_stream_t s, const void *src,
+                                 size_t bytes, const kp_video_frame *frame) {
+    if (w->failed) return kp__error(KP_ERR_STATE, "%s: an earlier frame failed", w->path);
+    if (kp_stream_device(s) != w->dev)
+        return kp__error(KP_ERR_INVALID_ARG, "the stream is on %s, the writer on %s",
+                         kp_device_name(kp_stream_device(s)), kp_device_name(w->dev));
+    kp_status st = kp__writer_frame(w, s, src, frame);
+    /* a refused frame (wrong size, order) changes nothing; a failed encode stops */
+    if (st != KP_OK && st != KP_ERR_MISMATCH && st != KP_ERR_INVALID_ARG) w->failed = true;
+    return st;
+}
+
+const char *kp__video_writer_encoder(kp_video_writer_t w) {
+    return w->encoder[0] ? w->encoder : "";
+}
+
+kp_status kp__video_writer_finish(kp_video_writer_t w) {
+    kp_status st = KP_OK;
+    if (w->enc && w->header && !w->failed) {
+        st = kp__writer_encode(w, NULL);
+        int e = av_write_trailer(w->oc);
+        if (st == KP_OK && e < 0) st = kp__av_error(e, KP_ERR_IO, "%s: cannot finish", w->path);
+    }
+    if (w->oc && w->opened) avio_closep(&w->oc->pb);
+    avformat_free_context(w->oc);
+    avcodec_free_context(&w->enc);
+    av_frame_free(&w->frame);
+    av_packet_free(&w->pkt);
+    av_buffer_unref(&w->buf);
+    if (w->host && kp_allocator_free(w->pinned, w->host) != KP_OK) kp_clear_error();
+    kp__free(w);
+    return st;
+}

@@ -1,0 +1,420 @@
+/* Video files: the reader and writer (src/video) and the flow's "video"
+ * source and sink, on the device named on the command line. Clips are
+ * made here with the writer (libx264) from pictures drawn here, so no
+ * download is needed, then read back and checked frame by frame: every
+ * byte of NVDEC's output against libavcodec's software decode of the same
+ * file (cuda), PSNR against the pictures drawn, timestamps and counts.
+ *
+ *   test_video_files DEVICE [BIG]   (cpu or cuda; exit 77 without the
+ *                                    device; BIG: also 1920x1080, 3840x2160) */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "support/kp_test.h"
+
+static kp_device_t g_dev;
+static bool g_big, g_cuda;
+static char g_dir[256];
+
+static const char *tmp_path(char *buf, size_t len, const char *name) {
+    snprintf(buf, len, "%s/%s", g_dir, name);
+    return buf;
+}
+
+/* Picture i of a smooth moving pattern, I420 at pitch w (what x264 keeps well). */
+static void draw(uint8_t *p, int w, int h, int i) {
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            p[y * w + x] = (uint8_t)(64 + 60 * sin((x + 3 * i) * 0.05) + 40 * cos((y - 2 * i) * 0.07));
+    uint8_t *u = p + w * h, *v = u + w / 2 * (h / 2);
+    for (int y = 0; y < h / 2; y++)
+        for (int x = 0; x < w / 2; x++) {
+            u[y * (w / 2) + x] = (uint8_t)(128 + 50 * sin((x + i) * 0.09));
+            v[y * (w / 2) + x] = (uint8_t)(128 + 50 * cos((y + i) * 0.08));
+        }
+}
+
+/* Writes n drawn frames (pts[i], or i when pts is NULL; time base 1/30). */
+static void make_clip(const char *path, int w, int h, int n, const int64_t *pts, int crf,
+                      int bframes, const char *encoder) {
+    size_t bytes = (size_t)w * h * 3 / 2;
+    uint8_t *host = malloc(bytes);
+    void *dev = NULL;
+    kp_stream_t s;
+    kp_video_writer_t wr;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_malloc(g_dev, bytes, &dev));
+    kp_video_writer_config cfg = KP_VIDEO_WRITER_CONFIG_INIT;
+    cfg.crf = crf;
+    cfg.bframes = bframes;
+    cfg.encoder = encoder;
+    cfg.preset = "veryfast";
+    KPT_OK(kp_video_writer_open(g_dev, path, &cfg, &wr));
+    for (int i = 0; i < n; i++) {
+        draw(host, w, h, i);
+        KPT_OK(kp_memcpy_htod(g_dev, dev, host, bytes));
+        kp_video_frame f = {KP_PIXEL_I420, w, h, w, pts ? pts[i] : i, {1, 30}, {30, 1}, false};
+        KPT_OK(kp_video_writer_write(wr, s, dev, bytes, &f));
+    }
+    KPT_OK(kp_video_writer_close(wr));
+    kp_free(g_dev, dev);
+    kp_stream_destroy(s);
+    free(host);
+}
+
+/* Every frame of a file: host copies of the frames, their pts. */
+typedef struct frames {
+    int n;
+    size_t bytes;
+    uint8_t *data;
+    int64_t pts[512];
+    kp_video_reader_info info;
+} frames;
+
+static kp_status read_all(const char *path, kp_video_decoder dec, kp_pixel_format fmt, frames *out) {
+    memset(out, 0, sizeof *out);
+    kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
+    cfg.decoder = dec;
+    cfg.format = fmt;
+    kp_video_reader_t r;
+    kp_status st = kp_video_reader_open(g_dev, path, &cfg, &r);
+    if (st != KP_OK) return st;
+    KPT_OK(kp_video_reader_get_info(r, &out->info));
+    out->bytes = out->info.frame_bytes;
+    kp_stream_t s;
+    void *dev;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_malloc(g_dev, out->bytes, &dev));
+    for (;;) {
+        kp_video_frame f;
+        bool eos = false;
+        st = kp_video_reader_next(r, s, dev, out->bytes, &f, &eos);
+        if (st != KP_OK || eos) break;
+        assert_true(out->n < 512);
+        out->data = realloc(out->data, out->bytes * (size_t)(out->n + 1));
+        KPT_OK(kp_stream_sync(s));
+        KPT_OK(kp_memcpy_dtoh(g_dev, out->data + out->bytes * (size_t)out->n, dev, out->bytes));
+        assert_int_equal(f.width, out->info.width);
+        assert_int_equal(f.format, out->info.format);
+        out->pts[out->n++] = f.pts;
+    }
+    kp_free(g_dev, dev);
+    kp_stream_destroy(s);
+    kp_video_reader_close(r);
+    return st;
+}
+
+static double psnr(const uint8_t *a, const uint8_t *b, size_t n) {
+    double se = 0;
+    for (size_t i = 0; i < n; i++) se += (double)(a[i] - b[i]) * (a[i] - b[i]);
+    return se == 0 ? 99.0 : 10.0 * log10(255.0 * 255.0 * (double)n / se);
+}
+
+/* Round trip: drawn frames -> libx264 at crf 10 -> decode: PSNR >= 40 dB
+ * on every frame, every frame there, timestamps in order at one step. */
+static void round_trip(void **state) {
+    char path[512];
+    const int w = 320, h = 240, n = 40;
+    make_clip(tmp_path(path, sizeof path, "rt.mp4"), w, h, n, NULL, 10, 2, "libx264");
+    frames f;
+    KPT_OK(read_all(path, KP_VIDEO_DECODE_SOFTWARE, KP_PIXEL_I420, &f));
+    assert_int_equal(f.n, n);
+    assert_int_equal(f.info.width, w);
+    uint8_t *want = malloc(f.bytes);
+    double worst = 99;
+    for (int i = 0; i < n; i++) {
+        draw(want, w, h, i);
+        double p = psnr(want, f.data + f.bytes * (size_t)i, f.bytes);
+        worst = p < worst ? p : worst;
+        if (i) assert_true(f.pts[i] - f.pts[i - 1] == f.pts[1] - f.pts[0]);
+    }
+    print_message("round trip 320x240 crf 10: worst PSNR %.2f dB\n", worst);
+    assert_true(worst >= 40.0);
+    free(want);
+    free(f.data);
+}
+
+/* Frames missing from the timestamps (a drop) stay gaps, in every container. */
+static void gaps_and_containers(void **state) {
+    static const char *const names[] = {"gaps.mp4", "gaps.mkv", "gaps.ts"};
+    const int64_t pts[] = {0, 1, 2, 4, 5, 8, 9, 10, 11, 13};
+    for (int c = 0; c < 3; c++) {
+        char path[512];
+        make_clip(tmp_path(path, sizeof path, names[c]), 64, 48, 10, pts, 20, 0, "libx264");
+        frames f;
+        KPT_OK(read_all(path, KP_VIDEO_DECODE_AUTO, KP_PIXEL_NONE, &f));
+        assert_int_equal(f.n, 10);
+        /* in seconds, to within one tick of the container's time base */
+        const double tick = (double)f.info.time_base[0] / f.info.time_base[1];
+        for (int i = 0; i < 10; i++)
+            assert_true(fabs((double)(f.pts[i] - f.pts[0]) * tick - pts[i] / 30.0) <= tick);
+        free(f.data);
+    }
+}
+
+/* NV12 from software decode is I420 with its chroma interleaved. */
+static void nv12_is_i420_interleaved(void **state) {
+    char path[512];
+    make_clip(tmp_path(path, sizeof path, "fmt.mkv"), 96, 64, 5, NULL, 20, 0, "libx264");
+    frames a, b;
+    KPT_OK(read_all(path, KP_VIDEO_DECODE_SOFTWARE, KP_PIXEL_I420, &a));
+    KPT_OK(read_all(path, KP_VIDEO_DECODE_SOFTWARE, KP_PIXEL_NV12, &b));
+    assert_int_equal(a.n, 5);
+    assert_int_equal(b.n, 5);
+    const size_t y = 96 * 64, q = y / 4;
+    for (int i = 0; i < 5; i++) {
+        const uint8_t *pa = a.data + a.bytes * (size_t)i, *pb = b.data + b.bytes * (size_t)i;
+        assert_memory_equal(pa, pb, y);
+        for (size_t k = 0; k < q; k++) {
+            assert_int_equal(pb[y + 2 * k], pa[y + k]);
+            assert_int_equal(pb[y + 2 * k + 1], pa[y + q + k]);
+        }
+    }
+    free(a.data);
+    free(b.data);
+}
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(p, 1, n, f), n);
+    fclose(f);
+}
+
+static uint8_t *read_bytes(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(*n);
+    assert_int_equal(fread(p, 1, *n, f), *n);
+    fclose(f);
+    return p;
+}
+
+/* Bad files and bad calls are named errors, and a refused call changes nothing. */
+static void bad_input(void **state) {
+    char path[512], bad[512];
+    kp_video_reader_t r = NULL;
+    kp_video_writer_t w = NULL;
+    frames f;
+    KPT_FAILS(kp_video_reader_open(g_dev, tmp_path(path, sizeof path, "none.mp4"), NULL, &r),
+              KP_ERR_IO);
+    assert_null(r);
+    write_bytes(tmp_path(bad, sizeof bad, "text.mp4"), "not a video at all\n", 19);
+    KPT_FAILS(kp_video_reader_open(g_dev, bad, NULL, &r), KP_ERR_PARSE);
+    /* cut in half: the mp4 index (at the end) is gone */
+    make_clip(tmp_path(path, sizeof path, "whole.mp4"), 128, 96, 20, NULL, 20, 2, "libx264");
+    size_t n;
+    uint8_t *bytes = read_bytes(path, &n);
+    write_bytes(tmp_path(bad, sizeof bad, "half.mp4"), bytes, n / 2);
+    KPT_FAILS(read_all(bad, KP_VIDEO_DECODE_AUTO, KP_PIXEL_NONE, &f), KP_ERR_PARSE);
+    free(bytes);
+    /* a damaged bitstream in a container that still parses */
+    make_clip(tmp_path(path, sizeof path, "whole.mkv"), 128, 96, 20, NULL, 20, 2, "libx264");
+    bytes = read_bytes(path, &n);
+    for (size_t i = n / 3; i < n / 3 + 600 && i < n; i++) bytes[i] = (uint8_t)(bytes[i] * 37 + 11);
+    write_bytes(tmp_path(bad, sizeof bad, "damaged.mkv"), bytes, n);
+    kp_status st = read_all(bad, KP_VIDEO_DECODE_SOFTWARE, KP_PIXEL_NONE, &f);
+    if (st == KP_OK) {
+        free(f.data);
+        fail_msg("a damaged bitstream decoded without an error");
+    }
+    assert_true(strstr(kp_last_error(), "damaged.mkv") != NULL);
+    free(bytes);
+    /* NVDEC where it cannot be: named */
+    if (!g_cuda)
+        KPT_FAILS(read_all(path, KP_VIDEO_DECODE_NVDEC, KP_PIXEL_NONE, &f), KP_ERR_UNSUPPORTED);
+    kp_video_reader_config rc = KP_VIDEO_READER_CONFIG_INIT;
+    rc.pitch = 3;
+    KPT_FAILS(kp_video_reader_open(g_dev, path, &rc, &r), KP_ERR_INVALID_ARG);
+    rc.pitch = 64; /* below the width */
+    KPT_FAILS(kp_video_reader_open(g_dev, path, &rc, &r), KP_ERR_INVALID_ARG);
+    /* writers: the extension, the settings, an unwritable place */
+    KPT_FAILS(kp_video_writer_open(g_dev, tmp_path(bad, sizeof bad, "x.unknownext"), NULL, &w),
+              KP_ERR_INVALID_ARG);
+    kp_video_writer_config wc = KP_VIDEO_WRITER_CONFIG_INIT;
+    wc.crf = 60;
+    KPT_FAILS(kp_video_writer_open(g_dev, path, &wc, &w), KP_ERR_INVALID_ARG);
+    wc.crf = 20;
+    wc.bitrate = 1000000;
+    KPT_FAILS(kp_video_writer_open(g_dev, path, &wc, &w), KP_ERR_INVALID_ARG);
+    wc = (kp_video_writer_config)KP_VIDEO_WRITER_CONFIG_INIT;
+    wc.codec = "vp9";
+    KPT_FAILS(kp_video_writer_open(g_dev, path, &wc, &w), KP_ERR_UNSUPPORTED);
+    assert_null(w);
+    kp_stream_t s;
+    void *dev;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_malloc(g_dev, 128 * 96 * 3 / 2, &dev));
+    KPT_OK(kp_memset_async(s, dev, 90, 128 * 96 * 3 / 2));
+    KPT_OK(kp_video_writer_open(g_dev, "/nonexistent-dir/out.mp4", NULL, &w));
+    kp_video_frame vf = {KP_PIXEL_I420, 128, 96, 128, 0, {1, 30}, {30, 1}, false};
+    KPT_FAILS(kp_video_writer_write(w, s, dev, 128 * 96 * 3 / 2, &vf), KP_ERR_IO);
+    assert_true(strstr(kp_last_error(), "/nonexistent-dir/out.mp4") != NULL);
+    KPT_OK(kp_video_writer_close(w));
+    /* a refused frame changes nothing: the stream goes on */
+    KPT_OK(kp_video_writer_open(g_dev, tmp_path(path, sizeof path, "refused.mkv"), NULL, &w));
+    KPT_OK(kp_video_writer_write(w, s, dev, 128 * 96 * 3 / 2, &vf));
+    kp_video_frame other = vf;
+    other.width = 64;
+    other.pitch = 64;
+    other.pts = 1;
+    KPT_FAILS(kp_video_writer_write(w, s, dev, 128 * 96 * 3 / 2, &other), KP_ERR_MISMATCH);
+    vf.pts = 0; /* not after the last */
+    KPT_FAILS(kp_video_writer_write(w, s, dev, 128 * 96 * 3 / 2, &vf), KP_ERR_INVALID_ARG);
+    vf.width = 7;
+    KPT_FAILS(kp_video_writer_write(w, s, dev, 128 * 96 * 3 / 2, &vf), KP_ERR_INVALID_ARG);
+    vf.width = 128;
+    vf.pts = 1;
+    KPT_OK(kp_video_writer_write(w, s, dev, 128 * 96 * 3 / 2, &vf));
+    KPT_OK(kp_video_writer_close(w));
+    KPT_OK(read_all(path, KP_VIDEO_DECODE_AUTO, KP_PIXEL_NONE, &f));
+    assert_int_equal(f.n, 2);
+    free(f.data);
+    kp_free(g_dev, dev);
+    kp_stream_destroy(s);
+}
+
+/* NVDEC's frames equal libavcodec's, byte for byte, every frame, with
+ * B-frames, at an odd macroblock count and (BIG) 1080p and 2160p; HEVC too. */
+static void nvdec_bit_exact(void **state) {
+    if (!g_cuda) skip();
+    static const int sizes[][2] = {{208, 120}, {1920, 1080}, {3840, 2160}};
+    for (int k = 0; k < (g_big ? 3 : 1); k++) {
+        char path[512], name[64];
+        const int w = sizes[k][0], h = sizes[k][1], n = k == 2 ? 24 : 48;
+        snprintf(name, sizeof name, "exact_%dx%d.mp4", w, h);
+        make_clip(tmp_path(path, sizeof path, name), w, h, n, NULL, 23, 3, "libx264");
+        frames hw, sw;
+        KPT_OK(read_all(path, KP_VIDEO_DECODE_NVDEC, KP_PIXEL_NONE, &hw));
+        KPT_OK(read_all(path, KP_VIDEO_DECODE_SOFTWARE, KP_PIXEL_NV12, &sw));
+        assert_string_equal(hw.info.decoder, "nvdec");
+        assert_int_equal(hw.n, n);
+        assert_int_equal(sw.n, n);
+        for (int i = 0; i < n; i++) {
+            assert_true(hw.pts[i] == sw.pts[i]);
+            if (memcmp(hw.data + hw.bytes * (size_t)i, sw.data + sw.bytes * (size_t)i, hw.bytes))
+                fail_msg("%dx%d frame %d: NVDEC differs from libavcodec", w, h, i);
+        }
+        print_message("NVDEC == libavcodec: %dx%d H.264 with B-frames, %d frames\n", w, h, n);
+        free(hw.data);
+        free(sw.data);
+    }
+}
+
+/* A flow decoding on NVDEC through nv12_rgb, sharpen and rgb_nv12 to a
+ * device-side sink makes no host copy after its first frames, under the
+ * strict profile; on cpu (software decode) the source's upload stops it. */
+static void strict_profile(void **state) {
+    char path[512], json[2048];
+    make_clip(tmp_path(path, sizeof path, "strict.mp4"), 256, 144, 60, NULL, 23, 2, "libx264");
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"strict_no_host_copies\": true, \"stages\": ["
+             "{\"name\": \"read\", \"source\": \"video\", \"path\": \"%s\", \"format\": \"nv12\"},"
+             "{\"name\": \"enhance\", \"pipeline\": {\"kpipe_spec\": 1, \"execution\": \"graph\","
+             " \"modules\": ["
+             "  {\"type\": \"nv12_rgb\", \"id\": \"rgb\", \"params\": {\"width\": 256, \"height\": 144}},"
+             "  {\"type\": \"sharpen\", \"id\": \"s\", \"params\": {\"width\": 256, \"height\": 144}},"
+             "  {\"type\": \"rgb_nv12\", \"id\": \"nv\", \"params\": {\"width\": 256, \"height\": 144}}],"
+             " \"connections\": [\"rgb.output -> s.input\", \"s.output -> nv.input\"],"
+             " \"inputs\": {\"frame\": \"rgb.input\"}, \"outputs\": {\"frame\": \"nv.output\"}}},"
+             "{\"name\": \"out\", \"sink\": \"null\"}]}",
+             path);
+    kp_flow_t f;
+    KPT_OK(kp_flow_create_from_json(g_dev, json, &f));
+    KPT_OK(kp_flow_start(f));
+    kp_status st = kp_flow_wait(f);
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_health(f, &h));
+    if (g_cuda) {
+        KPT_OK(st);
+        assert_int_equal(h.frames_done, 60);
+        for (size_t i = 0; i < h.n_stages; i++) {
+            print_message("%s: %llu h2d, %llu d2h\n", h.stages[i].name,
+                          (unsigned long long)h.stages[i].copies.htod,
+                          (unsigned long long)h.stages[i].copies.dtoh);
+            assert_true(h.stages[i].copies.htod + h.stages[i].copies.dtoh <= 2); /* set-up only */
+        }
+    } else {
+        assert_int_equal(st, KP_ERR_STATE);
+        assert_true(strstr(kp_last_error(), "stage \"read\"") != NULL);
+        assert_true(h.stages[0].copies.htod > 0);
+    }
+    kp_flow_destroy(f);
+}
+
+/* The flow's video source and sink end to end: timestamps and count survive. */
+static void flow_round_trip(void **state) {
+    char in[512], out[512], json[1024];
+    make_clip(tmp_path(in, sizeof in, "flow_in.mkv"), 160, 96, 30, NULL, 18, 2, "libx264");
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": ["
+             "{\"name\": \"read\", \"source\": \"video\", \"path\": \"%s\"},"
+             "{\"name\": \"write\", \"sink\": \"video\", \"path\": \"%s\", \"crf\": 10}]}",
+             in, tmp_path(out, sizeof out, "flow_out.mp4"));
+    kp_flow_t f;
+    KPT_OK(kp_flow_create_from_json(g_dev, json, &f));
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    kp_flow_destroy(f);
+    frames a, b;
+    KPT_OK(read_all(in, KP_VIDEO_DECODE_SOFTWARE, KP_PIXEL_I420, &a));
+    KPT_OK(read_all(out, KP_VIDEO_DECODE_SOFTWARE, KP_PIXEL_I420, &b));
+    assert_int_equal(a.n, 30);
+    assert_int_equal(b.n, 30);
+    for (int i = 0; i < 30; i++) {
+        double p = psnr(a.data + a.bytes * (size_t)i, b.data + b.bytes * (size_t)i, a.bytes);
+        assert_true(p >= 40.0);
+        /* same instants, in each file's time base */
+        assert_true(a.pts[i] * a.info.time_base[0] * (int64_t)b.info.time_base[1] ==
+                    b.pts[i] * b.info.time_base[0] * (int64_t)a.info.time_base[1]);
+    }
+    free(a.data);
+    free(b.data);
+}
+
+static void not_built(void **state) {
+    kp_video_reader_t r = NULL;
+    kp_video_writer_t w = NULL;
+    KPT_FAILS(kp_video_reader_open(g_dev, "x.mp4", NULL, &r), KP_ERR_UNSUPPORTED);
+    KPT_FAILS(kp_video_writer_open(g_dev, "x.mp4", NULL, &w), KP_ERR_UNSUPPORTED);
+    assert_null(r);
+    assert_null(w);
+}
+
+int main(int argc, char **argv) {
+    const char *name = argc > 1 ? argv[1] : "cpu";
+    g_big = argc > 2 && strcmp(argv[2], "BIG") == 0;
+    if (kp_device_open(name, &g_dev) != KP_OK) {
+        fprintf(stderr, "no %s device: %s\n", name, kp_last_error());
+        return 77;
+    }
+    g_cuda = strcmp(kp_device_backend(g_dev), "cuda") == 0;
+    snprintf(g_dir, sizeof g_dir, "/tmp/kp_video_files_XXXXXX");
+    if (!mkdtemp(g_dir)) return 1;
+    int rc;
+    if (!kp_video_built()) {
+        const struct CMUnitTest off[] = {cmocka_unit_test(not_built)};
+        rc = cmocka_run_group_tests(off, NULL, NULL);
+    } else {
+        const struct CMUnitTest tests[] = {
+            cmocka_unit_test(round_trip),       cmocka_unit_test(gaps_and_containers),
+            cmocka_unit_test(nv12_is_i420_interleaved), cmocka_unit_test(bad_input),
+            cmocka_unit_test(nvdec_bit_exact),  cmocka_unit_test(strict_profile),
+            cmocka_unit_test(flow_round_trip),
+        };
+        rc = cmocka_run_group_tests(tests, NULL, NULL);
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) rc = rc ? rc : 1;
+    kp_device_close(g_dev);
+    return rc;
+}
