@@ -100,7 +100,7 @@ stage_test() {
 gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/test_pipeline cuda"
            "tests/test_memory cuda" "tests/test_copies cuda 3 1048576" "tests/test_api_misuse cuda"
            "tests/test_graph_cache cuda" "tests/test_dynamic cuda 20" "tests/test_flow cuda 50"
-           "tests/test_video cuda" "tests/test_tasks cuda" "tests/test_cholesky cuda"
+           "tests/test_video cuda" "tests/test_video_files cuda" "tests/test_tasks cuda" "tests/test_cholesky cuda"
            "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
 
 # One program under compute-sanitizer's memcheck and racecheck: a row each.
@@ -131,6 +131,30 @@ stage_sanitize() {
     [[ -n "${KP_SANITIZE_ONLY:-}" && ! "$t" =~ $KP_SANITIZE_ONLY ]] && continue
     sanitize_one build-gpu/$t
   done
+}
+
+# Video files: the README's round trip on cuda (NVDEC in, libx264 out) and
+# cpu, then bench_video (decode against a hand NVDEC loop, end to end).
+stage_video() {
+  local dev
+  for dev in cuda cpu; do
+    mkdir -p "$out/mp4_$dev"
+    (cd "$out/mp4_$dev" && "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/make_clip_mp4.json" \
+       --device $dev --quiet && "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/video_mp4.json" \
+       --device $dev) >"$out/mp4_$dev.log" 2>&1 \
+      && row "kpipe flow examples/video_mp4.json ($dev)" PASS "$(grep -E 'frames in' "$out/mp4_$dev.log" | tail -1)" \
+      || row "kpipe flow examples/video_mp4.json ($dev)" FAIL "$(tail -1 "$out/mp4_$dev.log")"
+    cat "$out/mp4_$dev.log"
+    rm -f "$out/mp4_$dev"/*.mp4
+  done
+  mkdir -p /tmp/kp_bench_video
+  if build-gpu/bench/bench_video /tmp/kp_bench_video ${KP_VIDEO_FRAMES:-300 120} >"$out/bench_video.md" 2>&1; then
+    row "bench_video" PASS "bench_video.md"
+  else
+    row "bench_video" FAIL "see bench_video.md"
+  fi
+  cat "$out/bench_video.md"
+  rm -rf /tmp/kp_bench_video
 }
 
 stage_soak() {
@@ -279,7 +303,7 @@ stage_multigpu() {
 
 for stage in ${*:-build test sanitize soak bench cache flowbench taskbench}; do
   case $stage in
-    build|test|sanitize|soak|bench|cache|flowbench|taskbench|multigpu) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache|flowbench|taskbench|multigpu|video) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done

@@ -752,6 +752,60 @@ static kp_status flow_noop(void *user, const kp_stage_ctx *c, kp_frame *f, bool 
     return KP_OK;
 }
 
+/* Video files: every entry checks its arguments, built with FFmpeg or not. */
+static void video_calls(void **state) {
+    (void)state;
+    kp_video_reader_t r = NULL;
+    kp_video_writer_t w = NULL;
+    kp_video_reader_info info;
+    kp_video_frame vf = {KP_PIXEL_I420, 64, 48, 64, 0, {1, 30}, {30, 1}, false};
+    kp_stream_t s = NULL;
+    bool eos;
+    char buf[16];
+    (void)kp_video_built();
+    KPT_FAILS(kp_video_reader_open(NULL, "x.mp4", NULL, &r), BAD);
+    KPT_FAILS(kp_video_reader_open(g_dev, NULL, NULL, &r), BAD);
+    KPT_FAILS(kp_video_reader_open(g_dev, "", NULL, &r), BAD);
+    KPT_FAILS(kp_video_reader_open(g_dev, "x.mp4", NULL, NULL), BAD);
+    kp_video_reader_config rc = KP_VIDEO_READER_CONFIG_INIT;
+    rc.decoder = (kp_video_decoder)7;
+    KPT_FAILS(kp_video_reader_open(g_dev, "x.mp4", &rc, &r), BAD);
+    rc = (kp_video_reader_config)KP_VIDEO_READER_CONFIG_INIT;
+    rc.pitch = -2;
+    KPT_FAILS(kp_video_reader_open(g_dev, "x.mp4", &rc, &r), BAD);
+    assert_null(r);
+    KPT_FAILS(kp_video_reader_get_info(NULL, &info), BAD);
+    KPT_FAILS(kp_video_reader_next(NULL, s, buf, sizeof buf, &vf, &eos), BAD);
+    kp_video_reader_close(NULL);
+    KPT_FAILS(kp_video_writer_open(NULL, "x.mp4", NULL, &w), BAD);
+    KPT_FAILS(kp_video_writer_open(g_dev, NULL, NULL, &w), BAD);
+    KPT_FAILS(kp_video_writer_open(g_dev, "x.mp4", NULL, NULL), BAD);
+    kp_video_writer_config wc = KP_VIDEO_WRITER_CONFIG_INIT;
+    wc.threads = -1;
+    KPT_FAILS(kp_video_writer_open(g_dev, "x.mp4", &wc, &w), BAD);
+    wc = (kp_video_writer_config)KP_VIDEO_WRITER_CONFIG_INIT;
+    wc.preset = "warp";
+    KPT_FAILS(kp_video_writer_open(g_dev, "x.mp4", &wc, &w), BAD);
+    assert_null(w);
+    KPT_FAILS(kp_video_writer_write(NULL, s, buf, sizeof buf, &vf), BAD);
+    assert_string_equal(kp_video_writer_encoder(NULL), "");
+    KPT_OK(kp_video_writer_close(NULL));
+    /* copies are counted only while watched */
+    kp_copy_counts c = {0, 0, 0, 0};
+    void *dev = NULL;
+    KPT_OK(kp_malloc(g_dev, 64, &dev));
+    assert_null(kp_copy_count_watch(&c));
+    KPT_OK(kp_memcpy_htod(g_dev, dev, buf, sizeof buf));
+    KPT_OK(kp_memcpy_dtoh(g_dev, buf, dev, sizeof buf));
+    KPT_OK(kp_memcpy_dtod(g_dev, (char *)dev + 32, dev, sizeof buf));
+    assert_ptr_equal(kp_copy_count_watch(NULL), &c);
+    KPT_OK(kp_memcpy_htod(g_dev, dev, buf, sizeof buf));
+    assert_int_equal(c.htod, 1);
+    assert_int_equal(c.dtoh, 1);
+    assert_int_equal(c.htod_bytes, sizeof buf);
+    kp_free(g_dev, dev);
+}
+
 static void flow_calls(void **state) {
     (void)state;
     kp_flow_t f = NULL;
@@ -1016,7 +1070,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(module_calls),
         cmocka_unit_test(pipeline_calls),
         cmocka_unit_test(graph_cache_calls),
-        cmocka_unit_test(flow_calls),
+        cmocka_unit_test(video_calls), cmocka_unit_test(flow_calls),
         cmocka_unit_test(tasks_calls),
     };
     int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);

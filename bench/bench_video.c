@@ -1,0 +1,367 @@
+/* Video files on the GPU machine (bench/RESULTS.md, "Video files"):
+ *
+ *   decode only   the flow's video source (NVDEC) into a null sink, against
+ *                 a hand-written NVDEC loop through the same loader (the
+ *                 driver's parser and decoder, each picture mapped and
+ *                 copied to a device buffer: the hardware's ceiling for one
+ *                 session) and libavcodec's software decode on every core;
+ *   end to end    NVDEC -> nv12_rgb -> sharpen -> engine add -> rgb_nv12 ->
+ *                 libx264 (no NVENC on an H100), against each stage alone,
+ *                 and the same work from a .y4m file of the same frames.
+ *
+ *   bench_video DIR [FRAMES_1080 FRAMES_2160]   (DIR: where clips are made) */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <ffnvcodec/dynlink_loader.h>
+#include <libavcodec/avcodec.h>
+#include <libavcodec/bsf.h>
+#include <libavformat/avformat.h>
+
+#include "kpipe/kpipe.h"
+
+#define CHECK(x)                                                                          \
+    do {                                                                                  \
+        kp_status st_ = (x);                                                              \
+        if (st_ != KP_OK) {                                                               \
+            fprintf(stderr, "%s: %s: %s\n", #x, kp_status_name(st_), kp_last_error()); \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static kp_device_t g_dev;
+
+/* --- clips ------------------------------------------------------------------------- */
+static void make_clip(const char *path, int w, int h, int n, int64_t bitrate) {
+    size_t bytes = (size_t)w * h * 3 / 2;
+    uint8_t *host = malloc(bytes);
+    void *dev;
+    kp_stream_t s;
+    kp_video_writer_t wr;
+    CHECK(kp_stream_create(g_dev, &s));
+    CHECK(kp_malloc(g_dev, bytes, &dev));
+    kp_video_writer_config c = KP_VIDEO_WRITER_CONFIG_INIT;
+    c.bitrate = bitrate;
+    c.bframes = 3;
+    c.preset = "veryfast";
+    c.encoder = "libx264";
+    CHECK(kp_video_writer_open(g_dev, path, &c, &wr));
+    for (int i = 0; i < n; i++) {
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++)
+                host[(size_t)y * w + x] =
+                    (uint8_t)(110 + 50 * sin((x + 4 * i) * 0.02) + 40 * cos((y * 0.03) + i * 0.1) +
+                              ((x * 7 + y * 13 + i * 31) % 23));
+        for (size_t k = (size_t)w * h; k < bytes; k++) host[k] = (uint8_t)(128 + (k + i) % 17);
+        CHECK(kp_memcpy_htod(g_dev, dev, host, bytes));
+        kp_video_frame f = {KP_PIXEL_I420, w, h, w, i, {1, 30}, {30, 1}, false};
+        CHECK(kp_video_writer_write(wr, s, dev, bytes, &f));
+    }
+    CHECK(kp_video_writer_close(wr));
+    kp_free(g_dev, dev);
+    kp_stream_destroy(s);
+    free(host);
+}
+
+/* --- the hand-written NVDEC loop --------------------------------------------------------- */
+typedef struct hand {
+    CudaFunctions *cu;
+    CuvidFunctions *cv;
+    CUvideodecoder dec;
+    CUstream stream;
+    CUdeviceptr out;
+    unsigned w, h;
+    long frames;
+} hand;
+
+static int CUDAAPI hand_seq(void *u, CUVIDEOFORMAT *f) {
+    hand *H = u;
+    if (H->dec) return f->min_num_decode_surfaces;
+    CUVIDDECODECREATEINFO ci = {0};
+    ci.ulWidth = ci.ulMaxWidth = f->coded_width;
+    ci.ulHeight = ci.ulMaxHeight = f->coded_height;
+    ci.ulNumDecodeSurfaces = f->min_num_decode_surfaces + 4;
+    ci.CodecType = f->codec;
+    ci.ChromaFormat = f->chroma_format;
+    ci.ulCreationFlags = cudaVideoCreate_PreferCUVID;
+    ci.OutputFormat = cudaVideoSurfaceFormat_NV12;
+    ci.DeinterlaceMode = cudaVideoDeinterlaceMode_Weave;
+    H->w = (unsigned)(f->display_area.right - f->display_area.left);
+    H->h = (unsigned)(f->display_area.bottom - f->display_area.top);
+    ci.ulTargetWidth = H->w;
+    ci.ulTargetHeight = H->h;
+    ci.display_area.right = (short)f->display_area.right;
+    ci.display_area.bottom = (short)f->display_area.bottom;
+    ci.ulNumOutputSurfaces = 2;
+    if (H->cv->cuvidCreateDecoder(&H->dec, &ci) != CUDA_SUCCESS) return 0;
+    H->cu->cuMemAlloc(&H->out, (size_t)H->w * H->h * 3 / 2);
+    return (int)ci.ulNumDecodeSurfaces;
+}
+static int CUDAAPI hand_decode(void *u, CUVIDPICPARAMS *p) {
+    hand *H = u;
+    return H->cv->cuvidDecodePicture(H->dec, p) == CUDA_SUCCESS;
+}
+static int CUDAAPI hand_display(void *u, CUVIDPARSERDISPINFO *d) {
+    hand *H = u;
+    if (!d) return 1;
+    CUVIDPROCPARAMS pp = {0};
+    pp.progressive_frame = d->progressive_frame;
+    pp.output_stream = H->stream;
+    unsigned long long src;
+    unsigned pitch;
+    if (H->cv->cuvidMapVideoFrame(H->dec, d->picture_index, &src, &pitch, &pp) != CUDA_SUCCESS) return 0;
+    CUDA_MEMCPY2D c = {0};
+    c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = src;
+    c.srcPitch = pitch;
+    c.dstDevice = H->out;
+    c.dstPitch = H->w;
+    c.WidthInBytes = H->w;
+    c.Height = H->h * 3 / 2; /* luma and chroma: the sample's layout, surface height = h */
+    H->cu->cuMemcpy2DAsync(&c, H->stream);
+    H->cu->cuStreamSynchronize(H->stream);
+    H->cv->cuvidUnmapVideoFrame(H->dec, src);
+    H->frames++;
+    return 1;
+}
+
+static double hand_loop(const char *path, long *frames) {
+    hand H = {0};
+    if (cuda_load_functions(&H.cu, NULL) < 0 || cuvid_load_functions(&H.cv, NULL) < 0) return 0;
+    H.cu->cuInit(0);
+    CUdevice d;
+    CUcontext ctx, dummy;
+    H.cu->cuDeviceGet(&d, 0);
+    H.cu->cuDevicePrimaryCtxRetain(&ctx, d);
+    H.cu->cuCtxPushCurrent(ctx);
+    H.cu->cuStreamCreate(&H.stream, 0);
+    AVFormatContext *fmt = NULL;
+    avformat_open_input(&fmt, path, NULL, NULL);
+    avformat_find_stream_info(fmt, NULL);
+    int si = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
+    AVBSFContext *bsf;
+    bool hevc = fmt->streams[si]->codecpar->codec_id == AV_CODEC_ID_HEVC;
+    av_bsf_alloc(av_bsf_get_by_name(hevc ? "hevc_mp4toannexb" : "h264_mp4toannexb"), &bsf);
+    avcodec_parameters_copy(bsf->par_in, fmt->streams[si]->codecpar);
+    av_bsf_init(bsf);
+    CUVIDPARSERPARAMS pp = {0};
+    pp.CodecType = hevc ? cudaVideoCodec_HEVC : cudaVideoCodec_H264;
+    pp.ulMaxNumDecodeSurfaces = 1;
+    pp.ulMaxDisplayDelay = 4;
+    pp.pUserData = &H;
+    pp.pfnSequenceCallback = hand_seq;
+    pp.pfnDecodePicture = hand_decode;
+    pp.pfnDisplayPicture = hand_display;
+    CUvideoparser parser;
+    H.cv->cuvidCreateVideoParser(&parser, &pp);
+    AVPacket *pkt = av_packet_alloc();
+    double t0 = now_s();
+    for (bool more = true; more;) {
+        more = av_read_frame(fmt, pkt) >= 0;
+        if (more && pkt->stream_index != si) {
+            av_packet_unref(pkt);
+            continue;
+        }
+        av_bsf_send_packet(bsf, more ? pkt : NULL);
+        while (av_bsf_receive_packet(bsf, pkt) == 0) {
+            CUVIDSOURCEDATAPACKET p = {0};
+            p.payload = pkt->data;
+            p.payload_size = (unsigned long)pkt->size;
+            H.cv->cuvidParseVideoData(parser, &p);
+            av_packet_unref(pkt);
+        }
+    }
+    CUVIDSOURCEDATAPACKET eos = {0};
+    eos.flags = CUVID_PKT_ENDOFSTREAM;
+    H.cv->cuvidParseVideoData(parser, &eos);
+    double t = now_s() - t0;
+    H.cv->cuvidDestroyVideoParser(parser);
+    H.cv->cuvidDestroyDecoder(H.dec);
+    H.cu->cuMemFree(H.out);
+    H.cu->cuStreamDestroy(H.stream);
+    H.cu->cuCtxPopCurrent(&dummy);
+    H.cu->cuDevicePrimaryCtxRelease(d);
+    av_packet_free(&pkt);
+    av_bsf_free(&bsf);
+    avformat_close_input(&fmt);
+    *frames = H.frames;
+    return t > 0 ? H.frames / t : 0;
+}
+
+/* --- kpipe ---------------------------------------------------------------------------- */
+/* The reader alone into one device buffer: frames/s. */
+static double read_loop(const char *path, kp_video_decoder dec, long *frames) {
+    kp_video_reader_config c = KP_VIDEO_READER_CONFIG_INIT;
+    c.decoder = dec;
+    kp_video_reader_t r;
+    kp_video_reader_info in;
+    CHECK(kp_video_reader_open(g_dev, path, &c, &r));
+    CHECK(kp_video_reader_get_info(r, &in));
+    kp_stream_t s;
+    void *buf;
+    CHECK(kp_stream_create(g_dev, &s));
+    CHECK(kp_malloc(g_dev, in.frame_bytes, &buf));
+    long n = 0;
+    double t0 = now_s();
+    for (;;) {
+        kp_video_frame f;
+        bool eos;
+        CHECK(kp_video_reader_next(r, s, buf, in.frame_bytes, &f, &eos));
+        if (eos) break;
+        n++;
+    }
+    CHECK(kp_stream_sync(s));
+    double t = now_s() - t0;
+    kp_free(g_dev, buf);
+    kp_stream_destroy(s);
+    kp_video_reader_close(r);
+    *frames = n;
+    return n / t;
+}
+
+/* Runs a flow; frames/s, with its health. */
+static double run_flow(const char *json, kp_flow_snapshot *h, bool print) {
+    kp_flow_t f;
+    CHECK(kp_flow_create_from_json(g_dev, json, &f));
+    double t0 = now_s();
+    CHECK(kp_flow_start(f));
+    CHECK(kp_flow_wait(f));
+    double t = now_s() - t0;
+    CHECK(kp_flow_health(f, h));
+    if (print)
+        for (size_t i = 0; i < h->n_stages; i++)
+            printf("    %-8s device p50 %8.1f us, host p50 %8.1f us, copies h2d %llu d2h %llu\n",
+                   h->stages[i].name, h->stages[i].gpu_p50_us, h->stages[i].host_p50_us,
+                   (unsigned long long)h->stages[i].copies.htod,
+                   (unsigned long long)h->stages[i].copies.dtoh);
+    double fps = h->frames_done / t;
+    kp_flow_destroy(f);
+    return fps;
+}
+
+static const char *enhance(char *buf, size_t len, int w, int h, const char *fmt) {
+    const char *in = fmt[0] == 'n' ? "nv12_rgb" : "i420_rgb", *out = fmt[0] == 'n' ? "rgb_nv12" : "rgb_i420";
+    snprintf(buf, len,
+             "{\"kpipe_spec\": 1, \"execution\": \"graph\", \"modules\": ["
+             "{\"type\": \"%s\", \"id\": \"rgb\", \"params\": {\"width\": %d, \"height\": %d}},"
+             "{\"type\": \"sharpen\", \"id\": \"d\", \"params\": {\"width\": %d, \"height\": %d}},"
+             "{\"type\": \"engine\", \"id\": \"add\", \"params\": {\"size\": %d}},"
+             "{\"type\": \"%s\", \"id\": \"out\", \"params\": {\"width\": %d, \"height\": %d}}],"
+             "\"connections\": [\"rgb.output -> d.input\", \"rgb.output -> add.arg0\","
+             " \"d.output -> add.arg1\", \"add.result0 -> out.input\"],"
+             "\"inputs\": {\"frame\": \"rgb.input\"}, \"outputs\": {\"frame\": \"out.output\"}}",
+             in, w, h, w, h, 3 * w * h, out, w, h);
+    return buf;
+}
+
+static void bench_clip(const char *dir, int w, int h, int n, int64_t bitrate) {
+    char clip[512], y4m[512], out[512], json[4096], pipe[2048];
+    snprintf(clip, sizeof clip, "%s/clip_%d.mp4", dir, h);
+    snprintf(y4m, sizeof y4m, "%s/clip_%d.y4m", dir, h);
+    snprintf(out, sizeof out, "%s/out_%d.mp4", dir, h);
+    double t0 = now_s();
+    make_clip(clip, w, h, n, bitrate);
+    printf("\n## %dx%d H.264, %lld b/s, B-frames, %d frames (made in %.1f s)\n", w, h,
+           (long long)bitrate, n, now_s() - t0);
+    long fh = 0, fr = 0, fs = 0;
+    double hand_fps = hand_loop(clip, &fh);
+    double reader_fps = read_loop(clip, KP_VIDEO_DECODE_NVDEC, &fr);
+    double sw_fps = read_loop(clip, KP_VIDEO_DECODE_SOFTWARE, &fs);
+    kp_flow_snapshot h1;
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"strict_no_host_copies\": true, \"stages\": ["
+             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
+             "{\"name\": \"null\", \"sink\": \"null\"}]}", clip);
+    double flow_fps = run_flow(json, &h1, false);
+    printf("| decode only | frames/s | ratio to the hand loop |\n|---|---|---|\n");
+    printf("| hand NVDEC loop (%ld frames) | %.0f | 1.00 |\n", fh, hand_fps);
+    printf("| flow: video source (NVDEC) -> null, strict | %.0f | %.2f |\n", flow_fps, flow_fps / hand_fps);
+    printf("| kp_video_reader_next loop (NVDEC, %ld frames) | %.0f | %.2f |\n", fr, reader_fps, reader_fps / hand_fps);
+    printf("| libavcodec software, all cores (%ld frames) | %.0f | %.2f |\n", fs, sw_fps, sw_fps / hand_fps);
+    printf("  frames in flight at most %zu; frame buffers %zu bytes\n", h1.max_frames_in_flight,
+           h1.device_bytes);
+
+    /* each stage alone: the pipeline (flow: decode -> enhance -> null, minus
+     * decode by device time) and the encoder (flow: decode -> encode) */
+    kp_flow_snapshot h2, h3, h4, h5;
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": ["
+             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
+             "{\"name\": \"enhance\", \"pipeline\": %s},"
+             "{\"name\": \"null\", \"sink\": \"null\"}]}", clip, enhance(pipe, sizeof pipe, w, h, "nv12"));
+    double dec_enh_fps = run_flow(json, &h2, false);
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": ["
+             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
+             "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": \"ultrafast\"}]}",
+             clip, out);
+    double dec_enc_fps = run_flow(json, &h3, false);
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": ["
+             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
+             "{\"name\": \"enhance\", \"pipeline\": %s},"
+             "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": \"ultrafast\"}]}",
+             clip, enhance(pipe, sizeof pipe, w, h, "nv12"), out);
+    printf("| end to end (NVDEC -> enhance -> libx264 ultrafast) | frames/s |\n|---|---|\n");
+    double e2e_fps = run_flow(json, &h4, true);
+    double enh_alone = h2.stages[1].gpu_p50_us > 0 ? 1e6 / h2.stages[1].gpu_p50_us : 0;
+    double slowest = fmin(fmin(flow_fps, dec_enc_fps), enh_alone > 0 ? enh_alone : 1e12);
+    printf("| decode alone (flow) | %.0f |\n| enhance alone (1 / its device time) | %.0f |\n",
+           flow_fps, enh_alone);
+    printf("| decode -> encode (encode bound) | %.0f |\n| decode -> enhance -> null | %.0f |\n",
+           dec_enc_fps, dec_enh_fps);
+    printf("| **end to end** | **%.0f** (%.2f of the slowest stage alone, %.0f) |\n", e2e_fps,
+           e2e_fps / slowest, slowest);
+    uint64_t copies = 0;
+    for (size_t i = 0; i + 1 < h4.n_stages; i++) copies += h4.stages[i].copies.htod + h4.stages[i].copies.dtoh;
+    printf("  host copies before the sink: %llu over %llu frames; the sink: %llu d2h (one per frame, libx264 on the host)\n",
+           (unsigned long long)copies, (unsigned long long)h4.frames_done,
+           (unsigned long long)h4.stages[h4.n_stages - 1].copies.dtoh);
+    printf("  frames in flight at most %zu; frame buffers %zu bytes\n", h4.max_frames_in_flight,
+           h4.device_bytes);
+    /* the .y4m path on the same frames */
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": ["
+             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"software\"},"
+             "{\"name\": \"raw\", \"sink\": \"y4m\", \"path\": \"%s\"}]}", clip, y4m);
+    run_flow(json, &h5, false);
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": ["
+             "{\"name\": \"read\", \"source\": \"y4m\", \"path\": \"%s\"},"
+             "{\"name\": \"enhance\", \"pipeline\": %s},"
+             "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": \"ultrafast\"}]}",
+             y4m, enhance(pipe, sizeof pipe, w, h, "i420"), out);
+    double y4m_fps = run_flow(json, &h5, false);
+    printf("| .y4m in (the same frames, raw) -> enhance -> libx264 | %.0f (%.2f of the MP4 path) |\n",
+           y4m_fps, y4m_fps / e2e_fps);
+    remove(y4m);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_video DIR [FRAMES_1080 FRAMES_2160]\n");
+        return 2;
+    }
+    if (kp_device_open("cuda", &g_dev) != KP_OK) {
+        fprintf(stderr, "no cuda device: %s\n", kp_last_error());
+        return 77;
+    }
+    int n1 = argc > 2 ? atoi(argv[2]) : 600, n2 = argc > 3 ? atoi(argv[3]) : 240;
+    char desc[256];
+    kp_device_describe(g_dev, desc, sizeof desc);
+    printf("# bench_video on %s\n", desc);
+    bench_clip(argv[1], 1920, 1080, n1, 6000000);
+    bench_clip(argv[1], 3840, 2160, n2, 20000000);
+    kp_device_close(g_dev);
+    return 0;
+}

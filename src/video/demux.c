@@ -1,0 +1,82 @@
+/* What the FFmpeg-backed files share below the reader and the writer:
+ * FFmpeg's messages turned into error details, and demux. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ffmpeg-impl.h"
+
+/* --- FFmpeg's messages ----------------------------------------------------------------- */
+/* FFmpeg logs from its own threads too, so the last message is kept for the
+ * process, not per thread. */
+static pthread_mutex_t kp__av_mu = PTHREAD_MUTEX_INITIALIZER;
+static char kp__av_last[256];
+static bool kp__av_echo;
+
+static void kp__av_log(void *avcl, int level, const char *fmt, va_list vl) {
+    if (kp__av_echo) {
+        va_list copy;
+        va_copy(copy, vl);
+        av_log_default_callback(avcl, level, fmt, copy);
+        va_end(copy);
+    }
+    if (level > AV_LOG_ERROR) return;
+    char line[sizeof kp__av_last];
+    vsnprintf(line, sizeof line, fmt, vl);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == ' ')) line[--n] = '\0';
+    if (!n) return;
+    pthread_mutex_lock(&kp__av_mu);
+    memcpy(kp__av_last, line, n + 1);
+    pthread_mutex_unlock(&kp__av_mu);
+}
+
+static void kp__av_log_install(void) {
+    const char *e = getenv("KPIPE_FFMPEG_LOG");
+    kp__av_echo = e && *e == '1';
+    av_log_set_callback(kp__av_log);
+}
+
+void kp__av_log_capture(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, kp__av_log_install);
+}
+
+kp_status kp__av_error(int averr, kp_status st, const char *fmt, ...) {
+    char what[512], err[128] = "", last[sizeof kp__av_last];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (averr < 0) av_strerror(averr, err, sizeof err);
+    pthread_mutex_lock(&kp__av_mu);
+    memcpy(last, kp__av_last, sizeof last);
+    kp__av_last[0] = '\0';
+    pthread_mutex_unlock(&kp__av_mu);
+    return kp__error(st, "%s%s%s%s%s%s", what, *err ? ": " : "", err, *last ? " (FFmpeg: " : "",
+                     last, *last ? ")" : "");
+}
+
+/* --- demux --------------------------------------------------------------------------- */
+kp_status kp__demux_next(kp_video_reader_t r) {
+    for (;;) {
+        if (r->demux_eof) return KP_ERR_NOT_FOUND;
+        int e = av_read_frame(r->fmt, r->pkt);
+        if (e == AVERROR_EOF) {
+            r->demux_eof = true;
+            return KP_ERR_NOT_FOUND;
+        }
+        if (e < 0)
+            return kp__av_error(e, e == AVERROR(EIO) ? KP_ERR_IO : KP_ERR_PARSE,
+                                "%s: reading packet %llu", r->path,
+                                (unsigned long long)r->packets);
+        if (r->pkt->stream_index == r->st->index) {
+            r->packets++;
+            return KP_OK;
+        }
+        av_packet_unref(r->pkt);
+    }
+}
