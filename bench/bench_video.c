@@ -312,13 +312,27 @@ static void bench_clip(const char *dir, int w, int h, int n, int64_t bitrate) {
              "{\"name\": \"enhance\", \"pipeline\": %s},"
              "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": \"ultrafast\"}]}",
              clip, enhance(pipe, sizeof pipe, w, h, "nv12"), out);
-    printf("| end to end (NVDEC -> enhance -> libx264 ultrafast) | frames/s |\n|---|---|\n");
+    printf("| end to end (NVDEC -> enhance -> libx264 ultrafast), best of 2 | frames/s |\n|---|---|\n");
     double e2e_fps = run_flow(json, &h4, true);
+    e2e_fps = fmax(e2e_fps, run_flow(json, &h4, false));
+    /* the encoder alone on the frames it encodes end to end (sharpened
+     * pictures cost x264 more than the clip's own): decode that output
+     * (NVDEC runs 2-7x faster than libx264 here) into the encoder */
+    char out2[600];
+    snprintf(out2, sizeof out2, "%s.again.mp4", out);
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": ["
+             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
+             "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": \"ultrafast\"}]}",
+             out, out2);
+    double enc_alone = fmax(run_flow(json, &h5, false), run_flow(json, &h5, false));
+    remove(out2);
     double enh_alone = h2.stages[1].gpu_p50_us > 0 ? 1e6 / h2.stages[1].gpu_p50_us : 0;
-    double slowest = fmin(fmin(flow_fps, dec_enc_fps), enh_alone > 0 ? enh_alone : 1e12);
+    double slowest = fmin(fmin(flow_fps, enc_alone), enh_alone > 0 ? enh_alone : 1e12);
     printf("| decode alone (flow) | %.0f |\n| enhance alone (1 / its device time) | %.0f |\n",
            flow_fps, enh_alone);
-    printf("| decode -> encode (encode bound) | %.0f |\n| decode -> enhance -> null | %.0f |\n",
+    printf("| encode alone, on the enhanced frames (best of 2) | %.0f |\n", enc_alone);
+    printf("| decode -> encode of the clip itself | %.0f |\n| decode -> enhance -> null | %.0f |\n",
            dec_enc_fps, dec_enh_fps);
     printf("| **end to end** | **%.0f** (%.2f of the slowest stage alone, %.0f) |\n", e2e_fps,
            e2e_fps / slowest, slowest);

@@ -24,7 +24,7 @@ run build "$@"
 # Every optional part off: the library and its whole suite must stand
 # without them (the options after "$@" win over CI's -DKP_CUDA=ON).
 echo "== every option off (no CUDA, no UCX, no oneTBB)"
-run build-off "$@" -DKP_CUDA=OFF -DKP_UCX=OFF -DKP_TBB=OFF
+run build-off "$@" -DKP_CUDA=OFF -DKP_UCX=OFF -DKP_TBB=OFF -DKP_VIDEO=OFF
 echo "== address and undefined-behaviour sanitizers (gcc)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
   run build-asan "-DKP_SANITIZE=address;undefined" "$@"
