@@ -22,16 +22,10 @@
 #include <libavcodec/bsf.h>
 #include <libavformat/avformat.h>
 
+#include "bench-check.h"
 #include "kpipe/kpipe.h"
 
-#define CHECK(x)                                                                          \
-    do {                                                                                  \
-        kp_status st_ = (x);                                                              \
-        if (st_ != KP_OK) {                                                               \
-            fprintf(stderr, "%s: %s: %s\n", #x, kp_status_name(st_), kp_last_error()); \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
+#define CHECK(x) KK(x)
 
 static double now_s(void) {
     struct timespec t;
