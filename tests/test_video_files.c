@@ -30,7 +30,7 @@ static const char *tmp_path(char *buf, size_t len, const char *name) {
 static void draw(uint8_t *p, int w, int h, int i) {
     for (int y = 0; y < h; y++)
         for (int x = 0; x < w; x++)
-            p[y * w + x] = (uint8_t)(64 + 60 * sin((x + 3 * i) * 0.05) + 40 * cos((y - 2 * i) * 0.07));
+            p[y * w + x] = (uint8_t)(110 + 60 * sin((x + 3 * i) * 0.05) + 40 * cos((y - 2 * i) * 0.07));
     uint8_t *u = p + w * h, *v = u + w / 2 * (h / 2);
     for (int y = 0; y < h / 2; y++)
         for (int x = 0; x < w / 2; x++) {
@@ -228,6 +228,23 @@ static void bad_input(void **state) {
     }
     assert_true(strstr(kp_last_error(), "damaged.mkv") != NULL);
     free(bytes);
+    /* a size change mid-stream: two MPEG-TS clips end to end still parse */
+    {
+        char a[512], b[512];
+        make_clip(tmp_path(a, sizeof a, "size_a.ts"), 64, 48, 6, NULL, 20, 0, "libx264");
+        make_clip(tmp_path(b, sizeof b, "size_b.ts"), 96, 64, 6, NULL, 20, 0, "libx264");
+        size_t na, nb;
+        uint8_t *pa = read_bytes(a, &na), *pb = read_bytes(b, &nb);
+        pa = realloc(pa, na + nb);
+        memcpy(pa + na, pb, nb);
+        write_bytes(tmp_path(bad, sizeof bad, "size_change.ts"), pa, na + nb);
+        free(pa);
+        free(pb);
+        KPT_FAILS(read_all(bad, KP_VIDEO_DECODE_AUTO, KP_PIXEL_NONE, &f), KP_ERR_UNSUPPORTED);
+        assert_true(strstr(kp_last_error(), "size change mid-stream") != NULL);
+        assert_true(f.n <= 6); /* stopped at the change (the container may give either size) */
+        free(f.data);
+    }
     /* NVDEC where it cannot be: named */
     if (!g_cuda)
         KPT_FAILS(read_all(path, KP_VIDEO_DECODE_NVDEC, KP_PIXEL_NONE, &f), KP_ERR_UNSUPPORTED);

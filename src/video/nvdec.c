@@ -124,7 +124,8 @@ static int CUDAAPI kp__nv_sequence(void *user, CUVIDEOFORMAT *fmt) {
     if (w != in->width || h != in->height)
         return kp__nv_fail(nv, kp__error(KP_ERR_UNSUPPORTED,
                                          "%s: the bitstream's pictures are %dx%d, the "
-                                         "container says %dx%d",
+                                         "container says %dx%d (a size change mid-stream "
+                                         "is not supported)",
                                          nv->r->path, w, h, (int)in->width, (int)in->height));
     kp_status st = kp__nv_fits(nv, fmt->coded_width, fmt->coded_height);
     if (st != KP_OK) return kp__nv_fail(nv, st);
