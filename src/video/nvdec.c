@@ -14,9 +14,10 @@
  * Each output picture is mapped, copied on the caller's stream into the
  * destination (device to device, at the reader's pitch), and unmapped once
  * the copy has finished. The flush at the end drains the delayed pictures. */
-#include <stdio.h>
-#include <string.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <ffnvcodec/dynlink_loader.h>
 

@@ -34,7 +34,7 @@ struct kp_video_writer {
     int64_t last_pts, step;
     uint64_t frames;
     bool opened, header, failed;
-    char encoder[32], note[200];
+    char encoder[32];
 };
 
 static void kp__no_free(void *opaque, uint8_t *data) {}
@@ -125,8 +125,8 @@ static kp_status kp__writer_start(kp_video_writer_t w, const kp_video_frame *f) 
     if (strcmp(pref, "nvenc") == 0 || (strcmp(pref, "auto") == 0 && cuda)) {
         st = kp__open_encoder(w, "h264_nvenc");
         if (st != KP_OK && strcmp(pref, "nvenc") == 0) return st;
-        if (st != KP_OK) {
-            snprintf(w->note, sizeof w->note, "no NVENC: %s", kp_last_error());
+        if (st != KP_OK) { /* once per writer, at its first frame: why x264 encodes */
+            kp__log(KP_LOG_INFO, "%s: libx264 encodes (no NVENC: %s)", w->path, kp_last_error());
             kp_clear_error();
         }
     }

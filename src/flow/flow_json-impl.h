@@ -1,0 +1,41 @@
+/* What the JSON reader of flows (flow_json.c) shares with its sources and
+ * sinks (flow_json_ends.c). */
+#ifndef KPIPE_FLOW_JSON_IMPL_H
+#define KPIPE_FLOW_JSON_IMPL_H
+
+#include <jansson.h>
+
+#include "flow-impl.h"
+
+#define KP__PERR(...) kp__error(KP_ERR_PARSE, __VA_ARGS__)
+#define KP__DEFAULT_CAPACITY 4
+
+typedef struct kp__flow_build {
+    kp_device_t dev;
+    const char *base_dir; /* of the flow file; "" for text */
+    kp_flow_stage st[KP_FLOW_MAX_STAGES];
+    char names[KP_FLOW_MAX_STAGES][64];
+    kp__stage_made made[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS]; /* one per replica */
+    void *users[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS];
+    kp_device_t rep_devs[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS];
+    kp_device_t opened[KP_FLOW_MAX_DEVICES]; /* devices the file names, opened here */
+    size_t n_opened;
+    size_t n;
+    size_t frame_bytes, budget, trace;
+    char y4m_tags[256]; /* a y4m source's header tags, for a y4m sink */
+} kp__flow_build;
+
+/* An integer from lo to hi at `path`, else KP_ERR_PARSE naming it. */
+kp_status kp__json_count(json_t *v, const char *path, int64_t lo, int64_t hi, int64_t *out);
+/* Refuses the keys only some kinds of stage take ("frames", "path", ...)
+ * unless `allowed` (NULL-ended) names them. */
+kp_status kp__json_kind_keys(json_t *s, const char *path, const char *kind,
+                             const char *const *allowed);
+/* The first stage (a source) and the last (a sink), made into *m;
+ * errors named by `path`. */
+kp_status kp__json_source(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
+                          kp__stage_made *m);
+kp_status kp__json_sink(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
+                        kp__stage_made *m);
+
+#endif
