@@ -851,6 +851,17 @@ static void flow_calls(void **state) {
     KPT_OK(kp_flow_wait(f));
     assert_string_equal(kp_queue_policy_str((kp_queue_policy)-1), "invalid");
     assert_string_equal(kp_handoff_str((kp_handoff)-1), "invalid");
+    assert_string_equal(kp_route_str((kp_route)-1), "invalid");
+    size_t n_streams = 7;
+    kp_flow_stream_stats ss;
+    KPT_FAILS(kp_flow_streams(NULL, &ss, 1, &n_streams), BAD);
+    KPT_FAILS(kp_flow_streams(f, NULL, 1, &n_streams), BAD);
+    KPT_FAILS(kp_flow_streams(f, &ss, 1, NULL), BAD);
+    KPT_OK(kp_flow_streams(f, &ss, 1, &n_streams));
+    assert_int_equal(n_streams, 1);
+    KPT_FAILS(kp_flow_write_dot(NULL, "f.dot"), BAD);
+    KPT_FAILS(kp_flow_write_dot(f, NULL), BAD);
+    KPT_FAILS(kp_flow_write_dot(f, "/nonexistent/f.dot"), KP_ERR_IO);
     assert_false(kp_flow_cancelled(NULL));
     kp_flow_remote_stats rs;
     KPT_FAILS(kp_flow_remote(NULL, 0, &rs), BAD);

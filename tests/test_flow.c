@@ -350,7 +350,7 @@ static void json_flow_errors(void **state) {
         {"{\"kpipe_flow\": 1, \"stagez\": []}", "$.stagez: unknown key"},
         {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"sink\": \"null\"}, "
          "{\"name\": \"b\", \"sink\": \"null\"}]}",
-         "$.stages[0]: stage 0 must be a source"},
+         "$.stages[0]: a stage is one of a \"source\", a \"pipeline\", a \"split\" or a \"sink\", and the first is a source"},
         {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"synthetic\", "
          "\"shape\": [4]}, {\"name\": \"a\", \"sink\": \"null\"}]}",
          "$.stages[1].name: \"a\" is used twice"},

@@ -51,7 +51,8 @@ extern "C" {
 
 typedef struct kp_flow *kp_flow_t;
 
-#define KP_FLOW_MAX_STAGES 16
+#define KP_FLOW_MAX_STAGES 64
+#define KP_FLOW_MAX_STREAMS 256 /* threads of one source (kp_flow_stage.streams) */
 #define KP_FLOW_MAX_DEVICES 8  /* distinct devices in one flow */
 #define KP_FLOW_MAX_REPLICAS 8 /* of one stage */
 #define KP_FLOW_MAX_LINKS (KP_FLOW_MAX_DEVICES * (KP_FLOW_MAX_DEVICES - 1))
@@ -90,10 +91,21 @@ typedef enum kp_deal {
     KP_DEAL_ROUND_ROBIN = 1,  /* to replicas 0, 1, .., n-1, 0, .. in turn */
 } kp_deal;
 
+/* Where a stage with several downstream stages sends each frame: to the
+ * downstream stage k = (the field) % (their number), counted in the order
+ * of the stages array. */
+typedef enum kp_route {
+    KP_ROUTE_STREAM = 0, /* by kp_frame.stream: each stream keeps its own path */
+    KP_ROUTE_USER0 = 1,  /* by kp_frame.user[0], which a stage before sets */
+} kp_route;
+
+/* "stream", "user0"; "invalid" otherwise. */
+const char *kp_route_str(kp_route r);
+
 /* One frame as a stage sees it. Stages may rewrite everything but seq,
  * data and capacity. */
 typedef struct kp_frame {
-    uint64_t seq;        /* the source's order, from 0 */
+    uint64_t seq;        /* its stream's order, from 0 (each stream of each source counts its own) */
     void *data;          /* the frame's buffer: on the stage's device, or (handed over in
                           * place) the producer's; NULL without one */
     size_t capacity;     /* its bytes (the flow's frame_bytes) */
@@ -104,6 +116,14 @@ typedef struct kp_frame {
      * source and read by a video sink; stages between keep it (format
      * KP_PIXEL_NONE: not video). */
     kp_video_frame video;
+    /* The stream it belongs to: a source's thread r makes frames of stream
+     * (the source's first stream) + r, counted over the flow's sources in
+     * the order of the stages array (kp_flow_stage.streams). */
+    uint32_t stream;
+    /* Set by a source on the first frame after a gap in its input (a live
+     * source that reconnected): the frames before it are not the ones just
+     * before in time. Stages keep it. */
+    bool discontinuity;
 } kp_frame;
 
 /* A stage's own resources, for the work it enqueues. */
@@ -111,8 +131,8 @@ typedef struct kp_stage_ctx {
     kp_device_t dev;    /* the stage's (or replica's) device, current on its thread */
     kp_stream_t stream; /* the stage's stream: work on the frame goes here */
     const char *name;
-    size_t index;   /* position in the flow, 0 for the source */
-    size_t replica; /* which replica of the stage, from 0 */
+    size_t index;   /* position in the stages array */
+    size_t replica; /* which replica of the stage, or which stream of a source, from 0 */
     kp_flow_t flow; /* for kp_flow_cancelled */
 } kp_stage_ctx;
 
@@ -120,9 +140,9 @@ typedef struct kp_stage_ctx {
  * something outside the flow (a socket, a file) polls this and returns. */
 bool kp_flow_cancelled(kp_flow_t f);
 
-/* A stage's work on one frame. The source (stage 0) gets a fresh frame and
- * `eos`: setting *eos ends the stream (the frame is discarded). Other
- * stages get eos NULL. The frame's earlier work on other streams is ordered
+/* A stage's work on one frame. A source gets a fresh frame and `eos`:
+ * setting *eos ends its stream (the frame is discarded). Other stages get
+ * eos NULL. The frame's earlier work on other streams is ordered
  * before the stage's stream already; enqueue on ctx->stream and return
  * without waiting for the device. */
 typedef kp_status (*kp_flow_stage_fn)(void *user, const kp_stage_ctx *ctx, kp_frame *frame,
@@ -173,6 +193,26 @@ typedef struct kp_flow_stage {
     /* Optional: the flow owns `user` and frees it with free_fn when it is
      * destroyed, or when kp_flow_create fails. */
     void (*free_fn)(void *user);
+    /* Flows as graphs (docs/flows.md, "Flows as graphs"). The stages this
+     * one takes frames from, by name, each before it in the array (so the
+     * array is the graph in order and has no cycles). n_from 0: the stage
+     * just before it (the chain form); none for a source. With several,
+     * their frames meet in this stage's one queue, and its end of stream
+     * comes once every one of them has ended. */
+    const char *const *from;
+    size_t n_from;
+    /* A source: it takes no frames, it makes them (stage 0 always is). */
+    bool source;
+    /* A source's streams: it runs on `streams` threads (0: one; at most
+     * KP_FLOW_MAX_STREAMS), each on its own stream of the stage's device;
+     * thread r gets stream_users[r] (NULL: user) and ctx->replica r, and
+     * its frames kp_frame.stream (the source's first stream id) + r. The
+     * source ends once every thread has set *eos. */
+    size_t streams;
+    void *const *stream_users;
+    /* With several stages downstream (stages that name this one in
+     * `from`, or the next in the chain form), where each frame goes. */
+    kp_route route;
 } kp_flow_stage;
 
 typedef struct kp_flow_config {
@@ -206,7 +246,8 @@ typedef struct kp_flow_config {
     { sizeof(kp_flow_config), NULL, NULL, 0, 0, 0, 0, 0, false }
 
 /* Checks the configuration (KP_ERR_INVALID_ARG names the field), makes the
- * frames, buffers, streams and events; starts nothing. Stage names are
+ * frames, buffers, streams and events; starts nothing. A stage with no
+ * stage downstream is a sink: its frames are done there. Stage names are
  * unique, a replicated stage names each device once, and `deal` is for
  * replicated stages: the JSON form obeys the same rules, checked by the
  * same code. */
@@ -265,6 +306,28 @@ typedef struct kp_flow_link_stats {
     /* bytes / the host time from the link's first hand-over to its last */
     double bytes_per_s;
 } kp_flow_link_stats;
+
+/* One stream of a source (kp_flow_stage.streams). */
+typedef struct kp_flow_stream_stats {
+    const char *stage; /* the source */
+    uint32_t stream;   /* kp_frame.stream */
+    uint64_t frames;   /* made and passed on */
+    uint64_t drops;    /* of its frames, by a queue's policy anywhere in the flow */
+    double frames_per_s;             /* frames over the time since the flow started */
+    double host_p50_us, host_p99_us; /* the source function's time per frame: input to frame */
+    /* what the source says of it: for a video source its decoder, decode
+     * errors, reconnections and why it fell back to software ("" if nothing) */
+    char detail[160];
+} kp_flow_stream_stats;
+
+/* The flow's source streams, in stream order: up to `cap` into out, and
+ * how many there are into *n. From any thread, at any time. */
+kp_status kp_flow_streams(kp_flow_t f, kp_flow_stream_stats *out, size_t cap, size_t *n);
+
+/* Writes the flow's graph as a Graphviz DOT file: a node per stage (its
+ * kind, device, replicas or streams), an edge per queue with its capacity
+ * and policy, and a split's route. */
+kp_status kp_flow_write_dot(kp_flow_t f, const char *path);
 
 /* The health snapshot. */
 typedef struct kp_flow_snapshot {

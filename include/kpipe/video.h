@@ -67,8 +67,17 @@ typedef struct kp_video_reader_config {
      * software: I420); NV12 from software decode interleaves the chroma as
      * it copies (no extra pass); I420 takes software decode. */
     kp_pixel_format format;
+    /* Live input (udp://, srt://, rtsp:// or any URL FFmpeg reads): an open
+     * or a packet that takes longer than timeout_ms fails with KP_ERR_IO
+     * ("timed out"); 0: wait for ever. */
+    int timeout_ms;
+    /* Polled while FFmpeg waits for input: returning true stops the wait
+     * with KP_ERR_STATE ("interrupted"), so a cancel reaches a blocked read.
+     * NULL: never. */
+    bool (*interrupt)(void *user);
+    void *interrupt_user;
 } kp_video_reader_config;
-#define KP_VIDEO_READER_CONFIG_INIT {KP_VIDEO_DECODE_AUTO, 0, 0, KP_PIXEL_NONE}
+#define KP_VIDEO_READER_CONFIG_INIT {KP_VIDEO_DECODE_AUTO, 0, 0, KP_PIXEL_NONE, 0, NULL, NULL}
 
 typedef struct kp_video_reader_info {
     int32_t width, height;

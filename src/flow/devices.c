@@ -73,11 +73,15 @@ void kp__flow_probe_decide(kp__stage *s) {
                 in_place < copy ? "in place" : "by copy", copy * 1e3, in_place * 1e3);
 }
 
-/* A frame done at stage i goes to the next stage's queue, or, at the sink,
- * back to the free list. */
-static void kp__pass_on(struct kp_flow *f, size_t i, kp__fframe *fr) {
-    if (i + 1 < f->n) {
-        kp__queue_push(f, &f->q[i + 1], fr);
+void kp__flow_pass_on(struct kp_flow *f, size_t i, kp__fframe *fr) {
+    const kp__lstage *ls = &f->ls[i];
+    if (ls->n_out == 1) {
+        kp__queue_push(f, &f->q[ls->out[0]], fr);
+        return;
+    }
+    if (ls->n_out) {
+        uint64_t key = ls->route == KP_ROUTE_USER0 ? (uint64_t)fr->f.user[0] : fr->f.stream;
+        kp__queue_push(f, &f->q[ls->out[key % ls->n_out]], fr);
         return;
     }
     atomic_fetch_add(&f->done, 1);
@@ -89,7 +93,7 @@ void kp__flow_forward(kp__stage *s, kp__fframe *fr) {
     kp__lstage *ls = &f->ls[s->index];
     atomic_fetch_add(&s->out, 1);
     if (ls->n_rep == 1) {
-        kp__pass_on(f, s->index, fr);
+        kp__flow_pass_on(f, s->index, fr);
         return;
     }
     pthread_mutex_lock(&ls->ro_mu);
@@ -100,7 +104,7 @@ void kp__flow_forward(kp__stage *s, kp__fframe *fr) {
         while ((next = ls->ro[ls->ro_next % ls->ro_cap]) != NULL) {
             ls->ro[ls->ro_next++ % ls->ro_cap] = NULL;
             pthread_mutex_unlock(&ls->ro_mu);
-            kp__pass_on(f, s->index, next);
+            kp__flow_pass_on(f, s->index, next);
             pthread_mutex_lock(&ls->ro_mu);
         }
         ls->ro_pushing = false;

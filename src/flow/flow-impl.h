@@ -29,6 +29,9 @@ typedef struct kp__stage_kind {
     bool one_link; /* the stage has one peer: no replicas */
     /* optional: the figures of a remote queue's end (kp_flow_remote) */
     kp_status (*remote_stats)(void *user, kp_flow_remote_stats *out);
+    /* optional: what a source says of one of its streams (`user` is the
+     * stream's), for kp_flow_streams' detail */
+    void (*stream_detail)(void *user, char *buf, size_t len);
 } kp__stage_kind;
 kp_status kp__stage_kind_add(const kp__stage_kind *kind);
 /* The kind of a stage function, or NULL for a plain one. */
@@ -43,6 +46,9 @@ typedef struct kp__stage_made {
     size_t frame_bytes; /* bytes its frames must hold */
     size_t max_batch;
     kp_flow_end_fn end_fn; /* optional */
+    /* a source of several streams: each one's user (in `user`'s memory) */
+    size_t streams;
+    void **stream_users;
 } kp__stage_made;
 
 /* Source "synthetic": `frames` frames (0: until cancelled) of f32[shape],
@@ -64,14 +70,25 @@ kp_status kp__stage_y4m_source(kp_device_t dev, const char *path, int64_t frames
 kp_status kp__stage_testsrc(int64_t frames, int64_t width, int64_t height, kp__stage_made *out);
 kp_status kp__stage_y4m_sink(kp_device_t dev, const char *path, size_t max_bytes, const char *tags,
                              kp__stage_made *out);
-/* Video files (video_files.c). Source "video": the frames of `path`
- * through a kp_video_reader_t (`frames` of them, 0: all); `info` (may be
- * NULL) gets the reader's. Sink "video": writes them through a
- * kp_video_writer_t, as `format` (KP_PIXEL_NONE: the frames' own, which
- * the source set; a pipeline that turns I420 into NV12 names it). */
-kp_status kp__stage_video_source(kp_device_t dev, const char *path,
-                                 const kp_video_reader_config *cfg, int64_t frames,
-                                 kp__stage_made *out, kp_video_reader_info *info);
+/* Video files (video_files.c). Source "video": the frames of each path
+ * (a file, or a live URL: udp://, srt://, rtsp://, ...) through a
+ * kp_video_reader_t, one stream per path (several: a source of several
+ * streams, kp__stage_made.streams), `frames` of each (0: all); `info` (may
+ * be NULL) gets the first reader's. "realtime" paces each stream at its
+ * own frame rate, from its timestamps. A live stream that ends or fails
+ * reconnects with a bounded backoff and marks the frame after the gap.
+ * Sink "video": writes them through a kp_video_writer_t, as `format`
+ * (KP_PIXEL_NONE: the frames' own, which the source set; a pipeline that
+ * turns I420 into NV12 names it); "{stream}" in the path makes a file per
+ * stream. */
+typedef struct kp__video_source_opts {
+    kp_video_reader_config reader;
+    int64_t frames;
+    bool realtime;
+} kp__video_source_opts;
+kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size_t n_paths,
+                                 const kp__video_source_opts *o, kp__stage_made *out,
+                                 kp_video_reader_info *info);
 kp_status kp__stage_video_sink(kp_device_t dev, const char *path,
                                const kp_video_writer_config *cfg, kp_pixel_format format,
                                kp__stage_made *out);

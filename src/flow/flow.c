@@ -64,6 +64,92 @@ kp_status kp_flow_remote(kp_flow_t f, size_t stage, kp_flow_remote_stats *out) {
                      s->name);
 }
 
+const char *kp_route_str(kp_route r) {
+    switch (r) {
+    case KP_ROUTE_STREAM: return "stream";
+    case KP_ROUTE_USER0: return "user0";
+    }
+    return "invalid";
+}
+
+static bool kp__is_source(const kp_flow_config *c, size_t i) {
+    return i == 0 || c->stages[i].source;
+}
+
+/* The stages stage i takes frames from, into up (KP_FLOW_MAX_STAGES):
+ * those it names, each before it, or the one before it; none for a
+ * source. KP_ERR_INVALID_ARG names a name that is not there. */
+static kp_status kp__stage_inputs(const kp_flow_config *c, size_t i, uint16_t *up, size_t *n) {
+    const kp_flow_stage *s = &c->stages[i];
+    *n = 0;
+    if (kp__is_source(c, i)) {
+        if (s->n_from || s->from)
+            return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).from: a source takes no frames",
+                             i, s->name);
+        return KP_OK;
+    }
+    if (!s->n_from) {
+        if (s->from)
+            return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s): from without n_from", i,
+                             s->name);
+        up[(*n)++] = (uint16_t)(i - 1);
+        return KP_OK;
+    }
+    if (!s->from || s->n_from > i)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "stages[%zu] (%s).from: %zu names for the %zu stages before it%s", i,
+                         s->name, s->n_from, i, s->from ? "" : " (from is NULL)");
+    for (size_t k = 0; k < s->n_from; k++) {
+        const char *name = s->from[k];
+        size_t j = 0;
+        while (j < i && !(name && strcmp(c->stages[j].name, name) == 0)) j++;
+        if (j == i) {
+            bool later = false;
+            for (size_t m = i; name && m < c->n_stages && !later; m++)
+                later = c->stages[m].name && strcmp(c->stages[m].name, name) == 0;
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "stages[%zu] (%s).from[%zu]: %s%s%s", i, s->name, k,
+                             name ? "\"" : "NULL", name ? name : "",
+                             !name   ? ""
+                             : later ? "\" comes at or after it: a stage takes frames only from "
+                                       "stages before it (no cycles)"
+                                     : "\" is no stage");
+        }
+        for (size_t m = 0; m < *n; m++)
+            if (up[m] == j)
+                return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).from[%zu]: \"%s\" twice",
+                                 i, s->name, k, name);
+        up[(*n)++] = (uint16_t)j;
+    }
+    return KP_OK;
+}
+
+/* The graph as a whole: every source feeds some stage, and the sources'
+ * streams and all threads stay within bounds. */
+static kp_status kp__check_graph(const kp_flow_config *c) {
+    size_t downstream[KP_FLOW_MAX_STAGES] = {0}, threads = 0, streams = 0;
+    for (size_t i = 0; i < c->n_stages; i++) {
+        uint16_t up[KP_FLOW_MAX_STAGES];
+        size_t n = 0;
+        KP_CHECK(kp__stage_inputs(c, i, up, &n));
+        for (size_t k = 0; k < n; k++) downstream[up[k]]++;
+        const kp_flow_stage *s = &c->stages[i];
+        size_t t = s->n_replicas > 1 ? s->n_replicas : s->streams > 1 ? s->streams : 1;
+        threads += t;
+        if (kp__is_source(c, i)) streams += t;
+    }
+    for (size_t i = 0; i < c->n_stages; i++)
+        if (kp__is_source(c, i) && !downstream[i])
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "stages[%zu] (%s): a source no stage takes frames from", i,
+                             c->stages[i].name);
+    if (streams > KP_FLOW_MAX_STREAMS)
+        return kp__error(KP_ERR_INVALID_ARG, "the sources have %zu streams (at most %d)", streams,
+                         KP_FLOW_MAX_STREAMS);
+    (void)threads;
+    return KP_OK;
+}
+
 /* The devices stage i runs on: its replicas, or its one device. */
 static size_t kp__stage_devices(const kp_flow_config *c, size_t i, const kp_device_t **devs,
                                 kp_device_t *one) {
@@ -88,9 +174,10 @@ static kp_status kp__check_stage_devices(const kp_flow_config *c, size_t i) {
         return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).deal: unknown deal %d", i, s->name,
                          (int)s->deal);
     if (s->n_replicas > 1) {
-        if (i == 0 || s->batch_fn || s->n_replicas > KP_FLOW_MAX_REPLICAS || !s->replicas)
+        if (kp__is_source(c, i) || s->batch_fn || s->n_replicas > KP_FLOW_MAX_REPLICAS ||
+            !s->replicas)
             return kp__error(KP_ERR_INVALID_ARG,
-                             "stages[%zu] (%s): a replicated stage is not the first, does not "
+                             "stages[%zu] (%s): a replicated stage is not a source, does not "
                              "micro-batch, and has 2 to %d devices in replicas",
                              i, s->name, KP_FLOW_MAX_REPLICAS);
         const kp__stage_kind *k = kp__stage_kind_find(s->fn);
@@ -139,22 +226,32 @@ static kp_status kp__check_stage(const kp_flow_config *c, size_t i) {
             return kp__error(KP_ERR_INVALID_ARG,
                              "stages[%zu].name: \"%s\" is used twice (stages[%zu] too)", i, s->name,
                              j);
+    const bool src = kp__is_source(c, i);
     bool batching = s->batch_fn || s->max_batch > 1;
     if (batching &&
-        (i == 0 || !s->batch_fn || s->fn || s->max_batch < 2 || s->max_batch > s->queue_capacity))
+        (src || !s->batch_fn || s->fn || s->max_batch < 2 || s->max_batch > s->queue_capacity))
         return kp__error(KP_ERR_INVALID_ARG,
-                         "stages[%zu] (%s): a micro-batching stage (not the first) sets batch_fn "
+                         "stages[%zu] (%s): a micro-batching stage (not a source) sets batch_fn "
                          "and not fn, and max_batch from 2 to its queue_capacity (%zu)",
                          i, s->name, s->queue_capacity);
+    if (s->streams > KP_FLOW_MAX_STREAMS || (s->streams > 1 && !src) ||
+        (s->stream_users && s->streams < 2))
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "stages[%zu] (%s).streams is %zu: a source has 0 to %d streams, other "
+                         "stages none, and stream_users come with streams >= 2",
+                         i, s->name, s->streams, KP_FLOW_MAX_STREAMS);
+    if (s->route != KP_ROUTE_STREAM && s->route != KP_ROUTE_USER0)
+        return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).route: unknown route %d", i, s->name,
+                         (int)s->route);
     if (batching && s->deadline_us > KP_FLOW_MAX_DEADLINE_US)
         return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).deadline_us is %u (at most %d)", i,
                          s->name, s->deadline_us, KP_FLOW_MAX_DEADLINE_US);
     if (!batching && !s->fn)
         return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).fn is NULL", i, s->name);
-    if (i && (s->queue_capacity < 1 || s->queue_capacity > KP__MAX_QUEUE))
+    if (!src && (s->queue_capacity < 1 || s->queue_capacity > KP__MAX_QUEUE))
         return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).queue_capacity is %zu (1 .. %d)", i,
                          s->name, s->queue_capacity, KP__MAX_QUEUE);
-    if (i && s->policy != KP_QUEUE_BLOCK && s->policy != KP_QUEUE_DROP_OLDEST &&
+    if (!src && s->policy != KP_QUEUE_BLOCK && s->policy != KP_QUEUE_DROP_OLDEST &&
         s->policy != KP_QUEUE_DROP_NEWEST)
         return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).policy: unknown policy %d", i,
                          s->name, (int)s->policy);
@@ -199,6 +296,7 @@ kp_status kp__flow_check_config(const kp_flow_config *c) {
     if (c->trace_events > ((size_t)1 << 24))
         return kp__error(KP_ERR_INVALID_ARG, "trace_events is %zu (at most 2^24)", c->trace_events);
     for (size_t i = 0; i < c->n_stages; i++) KP_CHECK(kp__check_stage(c, i));
+    KP_CHECK(kp__check_graph(c));
     return kp__check_budget(c);
 }
 
@@ -207,7 +305,9 @@ static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
     f->n_devs = 1;
     f->devs[0] = c->dev;
     for (size_t i = 0; i < c->n_stages; i++)
-        f->n_st += c->stages[i].n_replicas > 1 ? c->stages[i].n_replicas : 1;
+        f->n_st += c->stages[i].n_replicas > 1 ? c->stages[i].n_replicas
+                   : c->stages[i].streams > 1  ? c->stages[i].streams
+                                               : 1;
     if (!(f->st = kp__calloc(f->n_st, sizeof *f->st)))
         return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for its stages");
     f->n_frames = 0; /* one in hand per thread, plus every queue slot */
@@ -218,20 +318,34 @@ static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
         kp_device_t one;
         const kp_device_t *devs;
         ls->first = k;
-        ls->n_rep = kp__stage_devices(c, i, &devs, &one);
+        ls->source = kp__is_source(c, i);
+        ls->route = cs->route;
+        size_t n_dev = kp__stage_devices(c, i, &devs, &one);
+        ls->n_rep = n_dev > 1 ? n_dev : cs->streams > 1 ? cs->streams : 1;
+        if (ls->source) {
+            ls->stream_base = (uint32_t)f->n_streams;
+            f->n_streams += ls->n_rep;
+        }
         atomic_store(&ls->live, ls->n_rep);
         for (size_t r = 0; r < ls->n_rep; r++, k++)
-            KP_CHECK(kp__flow_stage_init(f, &f->st[k], cs, i, r, devs[r]));
+            KP_CHECK(kp__flow_stage_init(f, &f->st[k], cs, i, r, devs[n_dev > 1 ? r : 0]));
         f->n_frames += ls->n_rep;
-        if (i) {
+        if (!ls->source) {
             KP_CHECK(kp__queue_init(&f->q[i], cs->queue_capacity, cs->policy));
             if (ls->n_rep > 1 && cs->deal == KP_DEAL_ROUND_ROBIN) f->q[i].round_robin = ls->n_rep;
             f->n_frames += cs->queue_capacity;
         }
+        uint16_t up[KP_FLOW_MAX_STAGES];
+        size_t n_up = 0;
+        KP_CHECK(kp__stage_inputs(c, i, up, &n_up));
+        atomic_store(&f->q[i].open_in, n_up);
+        for (size_t u = 0; u < n_up; u++) f->ls[up[u]].out[f->ls[up[u]].n_out++] = (uint16_t)i;
     }
+    if (!(f->stream_drops = kp__calloc(f->n_streams ? f->n_streams : 1, sizeof *f->stream_drops)))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for its streams");
     for (size_t i = 0; i < c->n_stages; i++) {
         kp__lstage *ls = &f->ls[i];
-        if (ls->n_rep < 2) continue;
+        if (ls->n_rep < 2 || ls->source) continue;
         if (pthread_mutex_init(&ls->ro_mu, NULL) != 0)
             return kp__error(KP_ERR_INTERNAL, "flow: cannot initialise a lock");
         ls->ro_init = true;
@@ -342,7 +456,7 @@ kp_status kp_flow_wait(kp_flow_t f) {
     if (!atomic_exchange(&f->waited, true)) {
         for (size_t i = 0; i < f->n_st; i++)
             if (f->st[i].started) pthread_join(f->st[i].thread, NULL);
-        for (size_t i = 1; i < f->n; i++) kp__queue_drain(f, &f->q[i]);
+        for (size_t i = 0; i < f->n; i++) kp__queue_drain(f, &f->q[i]);
         for (size_t i = 0; i < f->n; i++) kp__flow_ring_drain(f, &f->ls[i]);
         for (size_t i = 0; i < f->n_st; i++) {
             kp_status st = kp_stream_sync(f->st[i].ctx.stream);
@@ -391,11 +505,12 @@ void kp_flow_destroy(kp_flow_t f) {
         kp__free(f->st[i].batch_frames);
     }
     for (size_t i = 0; i < f->n; i++) {
-        if (i) kp__queue_fini(&f->q[i]);
+        kp__queue_fini(&f->q[i]);
         if (f->ls[i].ro_init) pthread_mutex_destroy(&f->ls[i].ro_mu);
         kp__free(f->ls[i].ro);
     }
     kp__free(f->st);
+    kp__free((void *)f->stream_drops);
     for (size_t i = 0; f->frames && i < f->n_frames; i++) {
         kp__fframe *fr = &f->frames[i];
         for (size_t d = 0; d < f->n_devs; d++) {

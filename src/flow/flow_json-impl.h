@@ -15,6 +15,9 @@ typedef struct kp__flow_build {
     const char *base_dir; /* of the flow file; "" for text */
     kp_flow_stage st[KP_FLOW_MAX_STAGES];
     char names[KP_FLOW_MAX_STAGES][64];
+    const char *from[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_STAGES]; /* into the document */
+    bool sink[KP_FLOW_MAX_STAGES];
+    size_t n_rep[KP_FLOW_MAX_STAGES];
     kp__stage_made made[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS]; /* one per replica */
     void *users[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS];
     kp_device_t rep_devs[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS];

@@ -10,10 +10,12 @@
  * The sources and sinks, each kind with its own keys, are read in
  * flow_json_ends.c.
  *
- * The first stage is a source, the last a sink, those between pipelines (a
- * spec file, relative to the flow file, or a spec inline). A queue defaults
- * to capacity 4, policy block. Syntax errors name line and column; every
- * other error names the JSON path. */
+ * The first stage is a source; each stage is a source, a pipeline (a spec
+ * file, relative to the flow file, or a spec inline), a split or a sink.
+ * A stage takes frames from the stage before it, or from the stages its
+ * "from" names (a name or a list: flows as graphs); sinks end every path.
+ * A queue defaults to capacity 4, policy block. Syntax errors name line and
+ * column; every other error names the JSON path. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -211,14 +213,54 @@ static kp_status kp__placement(kp__flow_build *b, json_t *s, const char *path, s
     return KP_OK;
 }
 
+/* "from": the name of one stage or a list of them; stored as pointers into
+ * the document, which outlives the flow's creation. */
+static kp_status kp__from(kp__flow_build *b, json_t *v, const char *path, size_t i) {
+    if (!v) return KP_OK;
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if ((!json_is_array(v) && !json_is_string(v)) || n < 1 || n > KP_FLOW_MAX_STAGES)
+        return KP__PERR("%s.from: expected a stage's name or a list of 1 to %d names", path,
+                        KP_FLOW_MAX_STAGES);
+    for (size_t k = 0; k < n; k++) {
+        json_t *e = json_is_array(v) ? json_array_get(v, k) : v;
+        if (!json_is_string(e)) return KP__PERR("%s.from[%zu]: expected a stage's name", path, k);
+        b->from[i][k] = json_string_value(e);
+    }
+    b->st[i].from = b->from[i];
+    b->st[i].n_from = n;
+    return KP_OK;
+}
+
+static kp_status kp__split_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    return KP_OK; /* the routing is the flow's, by the stage's route */
+}
+
+/* "split": "stream" or "user0": a stage that only routes its frames among
+ * the stages that take from it. */
+static kp_status kp__split(json_t *s, const char *path, kp__stage_made *m, kp_route *route) {
+    KP_CHECK(kp__json_kind_keys(s, path, "split", (const char *const[]){NULL}));
+    const char *by = json_string_value(json_object_get(s, "split"));
+    if (by && strcmp(by, "stream") == 0)
+        *route = KP_ROUTE_STREAM;
+    else if (by && strcmp(by, "user0") == 0)
+        *route = KP_ROUTE_USER0;
+    else
+        return KP__PERR("%s.split: expected \"stream\" or \"user0\"", path);
+    *m = (kp__stage_made){kp__split_fn, NULL, NULL, NULL, 0, 1, NULL, 0, NULL};
+    return KP_OK;
+}
+
 /* Stage i's function and state, once per replica, and its placement. */
 static kp_status kp__stage_made_all(kp__flow_build *b, json_t *s, const char *path, size_t i,
                                     size_t n_rep, uint32_t *deadline_us) {
     bool src = json_object_get(s, "source"), snk = json_object_get(s, "sink");
+    json_t *split = json_object_get(s, "split");
     for (size_t r = 0; r < n_rep; r++) {
         kp__stage_made *m = &b->made[i][r];
         kp_device_t dev = b->rep_devs[i][r];
-        if (src)
+        if (split)
+            KP_CHECK(kp__split(s, path, m, &b->st[i].route));
+        else if (src)
             KP_CHECK(kp__json_source(b, dev, s, path, m));
         else if (snk)
             KP_CHECK(kp__json_sink(b, dev, s, path, m));
@@ -236,6 +278,16 @@ static kp_status kp__stage_made_all(kp__flow_build *b, json_t *s, const char *pa
     st->max_batch = m->batch_fn ? m->max_batch : 0;
     st->deadline_us = *deadline_us;
     st->user = m->user;
+    st->streams = m->streams;
+    st->stream_users = m->stream_users;
+    json_t *ns = json_object_get(s, "streams");
+    if (src && ns && !m->streams) { /* copies of one stream: the sources that keep no state */
+        int64_t k = 1;
+        char sub[96];
+        snprintf(sub, sizeof sub, "%s.streams", path);
+        KP_CHECK(kp__json_count(ns, sub, 1, KP_FLOW_MAX_STREAMS, &k));
+        st->streams = (size_t)k;
+    }
     if (n_rep > 1) {
         if (m->batch_fn)
             return KP__PERR("%s: a stage with replicas does not micro-batch (yet)", path);
@@ -250,7 +302,8 @@ static kp_status kp__stage_made_all(kp__flow_build *b, json_t *s, const char *pa
     return KP_OK;
 }
 
-/* Sources first (they fix the frame size), then pipelines, then the sink. */
+/* Each stage's role, queue and placement in order; sources and pipelines
+ * made as they come, sinks after them all. */
 static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
     static const char *const keys[] = {
         "name",        "source",   "pipeline",   "sink",    "queue",  "batch",
@@ -258,7 +311,8 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
         "device",      "replicas", "deal",       "handoff", "listen", "connect",
         "frame_bytes", "capacity", "timeout_ms", "decoder",  "pitch",      "codec",
         "encoder",     "bitrate",  "crf",        "preset",  "bframes", "gop",
-        "threads",     "format",   NULL};
+        "threads",     "format",   "from",       "split",   "streams", "paths",
+        "realtime",    NULL};
     size_t n = json_array_size(arr);
     if (!json_is_array(arr) || n < 2 || n > KP_FLOW_MAX_STAGES)
         return KP__PERR("$.stages: expected an array of 2 to %d stages", KP_FLOW_MAX_STAGES);
@@ -273,27 +327,68 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
             return KP__PERR("%s.name: a name of 1 to 63 characters", path);
         snprintf(b->names[i], sizeof b->names[i], "%s", name);
         bool src = json_object_get(s, "source"), pipe = json_object_get(s, "pipeline"),
-             snk = json_object_get(s, "sink");
-        const char *want = i == 0 ? "source" : i + 1 == n ? "sink" : "pipeline";
-        if ((int)src + (int)pipe + (int)snk != 1 || (i == 0) != src || (i + 1 == n) != snk)
-            return KP__PERR("%s: stage %zu must be a %s (sources come first, one sink last, "
-                            "pipelines between)",
-                            path, i, want);
-        if (i == 0 && json_object_get(s, "queue"))
-            return KP__PERR("%s.queue: the source has no queue in front of it", path);
+             snk = json_object_get(s, "sink"), split = json_object_get(s, "split");
+        if ((int)src + (int)pipe + (int)snk + (int)split != 1 || (i == 0 && !src))
+            return KP__PERR("%s: a stage is one of a \"source\", a \"pipeline\", a \"split\" "
+                            "or a \"sink\"%s",
+                            path, i == 0 ? ", and the first is a source" : "");
+        b->st[i].source = src;
+        if (src && json_object_get(s, "queue"))
+            return KP__PERR("%s.queue: a source has no queue in front of it", path);
+        if (src && json_object_get(s, "from"))
+            return KP__PERR("%s.from: a source takes no frames", path);
+        KP_CHECK(kp__from(b, json_object_get(s, "from"), path, i));
         char qpath[80];
         snprintf(qpath, sizeof qpath, "%s.queue", path);
-        if (i) KP_CHECK(kp__queue(json_object_get(s, "queue"), qpath, &b->st[i]));
+        if (!src) KP_CHECK(kp__queue(json_object_get(s, "queue"), qpath, &b->st[i]));
         size_t n_rep = 1;
         uint32_t deadline_us = 0;
         KP_CHECK(kp__placement(b, s, path, i, pipe, &n_rep));
+        b->sink[i] = snk;
         b->n = i + 1;
-        KP_CHECK(kp__stage_made_all(b, s, path, i, n_rep, &deadline_us));
+        b->n_rep[i] = n_rep;
+        if (!snk) KP_CHECK(kp__stage_made_all(b, s, path, i, n_rep, &deadline_us));
+    }
+    /* sinks last: they size what they keep by the largest frame any
+     * source or pipeline makes */
+    for (size_t i = 0; i < n; i++) {
+        char path[64];
+        uint32_t deadline_us = 0;
+        snprintf(path, sizeof path, "$.stages[%zu]", i);
+        if (b->sink[i])
+            KP_CHECK(kp__stage_made_all(b, json_array_get(arr, i), path, i, b->n_rep[i],
+                                        &deadline_us));
     }
     return KP_OK;
 }
 
 static void kp__close_device(void *dev) { kp_device_close(dev); }
+
+/* Sinks end the graph: nothing takes frames from a sink, and every other
+ * stage passes its frames to some stage (names already checked). */
+static kp_status kp__ends(const kp__flow_build *b) {
+    size_t down[KP_FLOW_MAX_STAGES] = {0};
+    for (size_t i = 1; i < b->n; i++) {
+        const kp_flow_stage *s = &b->st[i];
+        if (s->source) continue;
+        if (!s->n_from) down[i - 1]++;
+        for (size_t k = 0; k < s->n_from; k++)
+            for (size_t j = 0; j < i; j++)
+                if (strcmp(b->names[j], s->from[k]) == 0) down[j]++;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->sink[i] && down[i])
+            return KP__PERR("$.stages[%zu] (%s): a sink passes no frames on, but %zu stage%s "
+                            "take%s from it",
+                            i, b->names[i], down[i], down[i] > 1 ? "s" : "",
+                            down[i] > 1 ? "" : "s");
+        if (!b->sink[i] && !down[i])
+            return KP__PERR("$.stages[%zu] (%s): no stage takes its frames (a flow's paths end "
+                            "in sinks)",
+                            i, b->names[i]);
+    }
+    return KP_OK;
+}
 
 static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *out) {
     static const char *const keys[] = {"kpipe_flow",   "name",   "budget_bytes",
@@ -337,6 +432,7 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
         snprintf(detail, sizeof detail, "%s", kp_last_error());
         return KP__PERR("$.%s", detail);
     }
+    KP_CHECK(kp__ends(b));
     kp_status st = kp_flow_create(&cfg, out);
     if (st != KP_OK) return st;
     /* the devices first: the flow frees what it owns last first */

@@ -44,7 +44,7 @@ kp_status kp__json_kind_keys(json_t *s, const char *path, const char *kind,
         "frames",  "shape",   "width",   "height",  "loop",    "path",  "listen",
         "connect", "frame_bytes", "capacity", "timeout_ms", "decoder", "pitch", "codec",
         "encoder", "bitrate", "crf",     "preset",  "bframes", "gop",   "threads",
-        "format",  NULL};
+        "format",  "paths",   "streams", "realtime", NULL};
     for (const char *const *k = optional; *k; k++) {
         bool ok = false;
         for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, *k) == 0;
@@ -123,29 +123,52 @@ static kp_status kp__opt_str(json_t *s, const char *path, const char *key,
     return KP_OK;
 }
 
-/* A video file in (docs/video.md): path, decoder, pitch, threads. */
+/* Video in (docs/video.md): "path" (a file or a live URL) or "paths" (one
+ * stream each), "streams" (that many streams of "path"), decoder, pitch,
+ * threads, format, realtime, timeout_ms. */
 static kp_status kp__video_source(kp_device_t dev, json_t *s, const char *path, int64_t frames,
                                   kp__stage_made *m) {
     KP_CHECK(kp__json_kind_keys(s, path, "video",
-                           (const char *const[]){"frames", "path", "decoder", "pitch", "threads",
-                                                 "format", NULL}));
-    kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
+                                (const char *const[]){"frames", "path", "paths", "streams",
+                                                      "realtime", "timeout_ms", "decoder",
+                                                      "pitch", "threads", "format", NULL}));
+    kp__video_source_opts o = {KP_VIDEO_READER_CONFIG_INIT, frames, false};
+    kp_video_reader_config *cfg = &o.reader;
     const char *file = json_string_value(json_object_get(s, "path")), *dec = "auto";
-    if (!file) return KP__PERR("%s.path: the video source needs a file path", path);
-    KP_CHECK(kp__opt_str(s, path, "decoder", (const char *const[]){"auto", "nvdec", "software", NULL},
-                         &dec));
-    cfg.decoder = dec[0] == 'a' ? KP_VIDEO_DECODE_AUTO
-                  : dec[0] == 'n' ? KP_VIDEO_DECODE_NVDEC
-                                  : KP_VIDEO_DECODE_SOFTWARE;
-    int64_t pitch = 0, threads = 0;
+    json_t *list = json_object_get(s, "paths");
+    int64_t streams = 1;
+    KP_CHECK(kp__opt_int(s, path, "streams", 1, KP_FLOW_MAX_STREAMS, &streams));
+    if (!file == !list || (list && json_object_get(s, "streams")))
+        return KP__PERR("%s: the video source takes \"path\" (with \"streams\" copies of it) "
+                        "or \"paths\", one of them",
+                        path);
+    size_t n = list ? json_array_size(list) : (size_t)streams;
+    if (list && (!json_is_array(list) || n < 1 || n > KP_FLOW_MAX_STREAMS))
+        return KP__PERR("%s.paths: expected 1 to %d paths", path, KP_FLOW_MAX_STREAMS);
+    const char *paths[KP_FLOW_MAX_STREAMS];
+    for (size_t i = 0; i < n; i++) {
+        paths[i] = list ? json_string_value(json_array_get(list, i)) : file;
+        if (!paths[i]) return KP__PERR("%s.paths[%zu]: expected a path or URL", path, i);
+    }
+    KP_CHECK(kp__opt_str(s, path, "decoder",
+                         (const char *const[]){"auto", "nvdec", "software", NULL}, &dec));
+    cfg->decoder = dec[0] == 'a'   ? KP_VIDEO_DECODE_AUTO
+                   : dec[0] == 'n' ? KP_VIDEO_DECODE_NVDEC
+                                   : KP_VIDEO_DECODE_SOFTWARE;
+    int64_t pitch = 0, threads = 0, timeout = 0;
     KP_CHECK(kp__opt_int(s, path, "pitch", 0, 2 * KP_VIDEO_MAX_SIDE, &pitch));
     KP_CHECK(kp__opt_int(s, path, "threads", 0, 256, &threads));
+    KP_CHECK(kp__opt_int(s, path, "timeout_ms", 0, 86400000, &timeout));
     const char *format = NULL;
     KP_CHECK(kp__opt_str(s, path, "format", (const char *const[]){"nv12", "i420", NULL}, &format));
-    cfg.format = !format ? KP_PIXEL_NONE : format[0] == 'n' ? KP_PIXEL_NV12 : KP_PIXEL_I420;
-    cfg.pitch = pitch;
-    cfg.threads = (int)threads;
-    return kp__stage_video_source(dev, file, &cfg, frames, m, NULL);
+    json_t *rt = json_object_get(s, "realtime");
+    if (rt && !json_is_boolean(rt)) return KP__PERR("%s.realtime: expected true or false", path);
+    o.realtime = json_is_true(rt);
+    cfg->format = !format ? KP_PIXEL_NONE : format[0] == 'n' ? KP_PIXEL_NV12 : KP_PIXEL_I420;
+    cfg->pitch = pitch;
+    cfg->threads = (int)threads;
+    cfg->timeout_ms = (int)timeout;
+    return kp__stage_video_source(dev, paths, n, &o, m, NULL);
 }
 
 /* A video file out: path, codec, encoder, bitrate or crf, preset, bframes,
@@ -187,11 +210,11 @@ kp_status kp__json_source(kp__flow_build *b, kp_device_t dev, json_t *s, const c
     snprintf(sub, sizeof sub, "%s.frames", path);
     if (v) KP_CHECK(kp__json_count(v, sub, 0, INT64_MAX, &frames));
     if (kind && strcmp(kind, "synthetic") == 0) {
-        KP_CHECK(kp__json_kind_keys(s, path, kind, (const char *const[]){"frames", "shape", NULL}));
+        KP_CHECK(kp__json_kind_keys(s, path, kind, (const char *const[]){"frames", "shape", "streams", NULL}));
         st = kp__synthetic(dev, s, path, frames, m);
     } else if (kind && strcmp(kind, "testsrc") == 0) {
         KP_CHECK(
-            kp__json_kind_keys(s, path, kind, (const char *const[]){"frames", "width", "height", NULL}));
+            kp__json_kind_keys(s, path, kind, (const char *const[]){"frames", "width", "height", "streams", NULL}));
         snprintf(sub, sizeof sub, "%s.width", path);
         KP_CHECK(kp__json_count(json_object_get(s, "width"), sub, 2, 16384, &w));
         snprintf(sub, sizeof sub, "%s.height", path);

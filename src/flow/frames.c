@@ -13,6 +13,7 @@ void kp__frame_put(struct kp_flow *f, kp__fframe *fr, bool dropped) {
     atomic_fetch_sub(&f->in_flight, 1);
     atomic_fetch_sub(&f->bytes, f->frame_bytes);
     if (dropped) atomic_fetch_add(&f->dropped, 1);
+    if (dropped && fr->f.stream < f->n_streams) atomic_fetch_add(&f->stream_drops[fr->f.stream], 1);
     pthread_cond_broadcast(&f->freed);
     pthread_mutex_unlock(&f->mu);
 }

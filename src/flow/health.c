@@ -52,11 +52,15 @@ static void kp__latency(const struct kp_flow *f, const kp__lstage *ls, bool gpu,
                         double *p99) {
     uint32_t v[KP__LAT_SAMPLES * KP_FLOW_MAX_REPLICAS];
     size_t k = 0;
+    /* a source's many streams share the room: each thread gives as many */
+    const size_t each = sizeof v / sizeof v[0] / ls->n_rep < KP__LAT_SAMPLES
+                            ? sizeof v / sizeof v[0] / ls->n_rep
+                            : KP__LAT_SAMPLES;
     for (size_t r = 0; r < ls->n_rep; r++) {
         kp__stage *s = &f->st[ls->first + r];
         _Atomic uint32_t *ring = gpu ? s->gpu_lat : s->lat;
         uint64_t n = atomic_load(gpu ? &s->n_gpu_lat : &s->n_lat);
-        size_t m = n < KP__LAT_SAMPLES ? (size_t)n : KP__LAT_SAMPLES;
+        size_t m = n < each ? (size_t)n : each;
         for (size_t i = 0; i < m; i++) v[k++] = atomic_load(&ring[i]);
     }
     *p50 = *p99 = 0;
@@ -96,7 +100,7 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
             o->copies.dtoh_bytes += atomic_load_explicit(&rs->cp_dtoh_bytes, memory_order_relaxed);
         }
         if (o->in < o->out) out->consistent = false;
-        if (i) {
+        if (!ls->source) {
             kp__queue *q = &f->q[i];
             kp_flow_queue_stats *qs = &out->queues[i];
             qs->depth = atomic_load(&q->depth);
@@ -196,5 +200,81 @@ kp_status kp_flow_write_trace(kp_flow_t f, const char *path) {
     }
     fprintf(out, "], \"displayTimeUnit\": \"ns\"}\n");
     if (fclose(out) != 0) return kp__error(KP_ERR_IO, "%s: writing failed", path);
+    return KP_OK;
+}
+
+kp_status kp_flow_streams(kp_flow_t f, kp_flow_stream_stats *out, size_t cap, size_t *n) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(f && n && (out || !cap));
+    *n = f->n_streams;
+    const double secs = (kp__now_us() - f->t_start_us) * 1e-6;
+    for (size_t i = 0; i < f->n; i++) {
+        const kp__lstage *ls = &f->ls[i];
+        for (size_t r = 0; ls->source && r < ls->n_rep; r++) {
+            const size_t id = ls->stream_base + r;
+            if (id >= cap) continue;
+            kp__stage *s = &f->st[ls->first + r];
+            kp_flow_stream_stats *o = &out[id];
+            memset(o, 0, sizeof *o);
+            o->stage = s->name;
+            o->stream = (uint32_t)id;
+            o->frames = atomic_load(&s->out);
+            o->drops = atomic_load(&f->stream_drops[id]);
+            o->frames_per_s = secs > 0 ? (double)o->frames / secs : 0;
+            kp__lstage one = {.first = ls->first + r, .n_rep = 1};
+            kp__latency(f, &one, false, &o->host_p50_us, &o->host_p99_us);
+            const kp__stage_kind *k = kp__stage_kind_find(s->fn);
+            if (k && k->stream_detail) k->stream_detail(s->user, o->detail, sizeof o->detail);
+        }
+    }
+    return KP_OK;
+}
+
+/* A name as a DOT identifier: quoted, its quotes and backslashes escaped. */
+static void kp__dot_name(FILE *fp, const char *name) {
+    fputc('"', fp);
+    for (const char *c = name; *c; c++) {
+        if (*c == '"' || *c == '\\') fputc('\\', fp);
+        fputc(*c, fp);
+    }
+    fputc('"', fp);
+}
+
+kp_status kp_flow_write_dot(kp_flow_t f, const char *path) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(f && path);
+    FILE *fp = fopen(path, "w");
+    if (!fp) return kp__error(KP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    fprintf(fp, "digraph flow {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n");
+    for (size_t i = 0; i < f->n; i++) {
+        const kp__lstage *ls = &f->ls[i];
+        const kp__stage *s = &f->st[ls->first];
+        fprintf(fp, "  ");
+        kp__dot_name(fp, s->name);
+        fprintf(fp, " [label=\"%s\\n%s on %s", s->name,
+                ls->source ? "source" : ls->n_out ? (s->batch_fn ? "batch" : "stage") : "sink",
+                kp_device_name(s->ctx.dev));
+        if (ls->source && ls->n_rep > 1) fprintf(fp, "\\n%zu streams", ls->n_rep);
+        if (!ls->source && ls->n_rep > 1) fprintf(fp, "\\n%zu replicas", ls->n_rep);
+        if (s->batch_fn)
+            fprintf(fp, "\\nbatch %zu, deadline %u us", s->max_batch, s->deadline_us);
+        if (ls->n_out > 1) fprintf(fp, "\\nsplit by %s", kp_route_str(ls->route));
+        fprintf(fp, "\"%s];\n", ls->source ? ", shape=invhouse" : !ls->n_out ? ", shape=house" : "");
+    }
+    for (size_t i = 0; i < f->n; i++) {
+        const kp__lstage *ls = &f->ls[i];
+        for (size_t k = 0; k < ls->n_out; k++) {
+            const kp__queue *q = &f->q[ls->out[k]];
+            fprintf(fp, "  ");
+            kp__dot_name(fp, f->st[ls->first].name);
+            fprintf(fp, " -> ");
+            kp__dot_name(fp, f->st[f->ls[ls->out[k]].first].name);
+            fprintf(fp, " [label=\"%zu, %s", q->cap, kp_queue_policy_str(q->policy));
+            if (ls->n_out > 1) fprintf(fp, "\\n%s %% %zu == %zu", kp_route_str(ls->route), ls->n_out, k);
+            fprintf(fp, "\"];\n");
+        }
+    }
+    fprintf(fp, "}\n");
+    if (fclose(fp) != 0) return kp__error(KP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     return KP_OK;
 }

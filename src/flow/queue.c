@@ -123,6 +123,7 @@ kp__fframe *kp__queue_pop_until(struct kp_flow *f, kp__queue *q, const struct ti
 }
 
 void kp__queue_close(kp__queue *q) {
+    if (!q->ring) return; /* a source's: none */
     pthread_mutex_lock(&q->mu);
     q->closed = true;
     pthread_cond_broadcast(&q->not_empty);
@@ -131,7 +132,7 @@ void kp__queue_close(kp__queue *q) {
 }
 
 void kp__queue_drain(struct kp_flow *f, kp__queue *q) {
-    for (;;) {
+    while (q->ring) {
         kp__fframe *fr = NULL;
         pthread_mutex_lock(&q->mu);
         if (q->count) {

@@ -418,13 +418,13 @@ void kp__remote_tell_cancel(kp__remote *r) {
 kp_status kp__remote_stage_made(const kp__remote_end *e, kp_flow_stage_fn fn, kp_flow_end_fn end_fn,
                                 kp_status (*serve)(kp__remote *r), kp__stage_made *out) {
     /* how the flow sees an end: one link, figures to report */
-    const kp__stage_kind kind = {fn, true, kp__remote_stats};
+    const kp__stage_kind kind = {fn, true, kp__remote_stats, NULL};
     KP_CHECK(kp__stage_kind_add(&kind));
     kp__remote *r;
     KP_CHECK(kp__remote_new(e, &r));
     r->serve = serve;
     *out =
-        (kp__stage_made){fn, NULL, r, kp__remote_free, e->receiver ? e->frame_bytes : 0, 1, end_fn};
+        (kp__stage_made){fn, NULL, r, kp__remote_free, e->receiver ? e->frame_bytes : 0, 1, end_fn, 0, NULL};
     return KP_OK;
 }
 

@@ -59,6 +59,7 @@ typedef struct kp__queue {
     kp_queue_policy policy;
     uint64_t tickets;   /* frames popped: the next one's ticket */
     size_t round_robin; /* replicas taking turns (0: any consumer takes) */
+    _Atomic size_t open_in; /* upstream stages not yet ended: it closes at 0 */
     _Atomic size_t depth, max_depth;
     _Atomic uint64_t pushed, drops;
 } kp__queue;
@@ -122,6 +123,11 @@ typedef struct kp__stage {
  * reordering of their frames back into the order they came in. */
 typedef struct kp__lstage {
     size_t first, n_rep; /* its threads: flow->st[first .. first + n_rep) */
+    bool source;         /* makes frames; has no queue (its q[] is unused) */
+    uint32_t stream_base;         /* a source: its first stream id */
+    kp_route route;               /* with several stages downstream */
+    size_t n_out;                 /* the stages downstream; 0: a sink */
+    uint16_t out[KP_FLOW_MAX_STAGES];
     _Atomic size_t live; /* replicas still running */
     pthread_mutex_t ro_mu;
     kp__fframe **ro; /* ring of frames done out of turn, by ticket */
@@ -153,6 +159,8 @@ struct kp_flow {
     bool staged_logged;
     _Atomic uint64_t staged;
     size_t frame_bytes, budget;
+    size_t n_streams;                /* the sources' streams, over all sources */
+    _Atomic uint64_t *stream_drops; /* n_streams of them */
     kp__fframe *frames;
     size_t n_frames;
 
@@ -288,7 +296,10 @@ kp_status kp__flow_resolve_handoffs(struct kp_flow *f, kp__stage *s, kp_handoff 
 void kp__flow_ring_drain(struct kp_flow *f, kp__lstage *ls);
 
 /* --- stage threads (stage.c) ------------------------------------------- */
-/* Closes every queue and wakes the source, so that every thread stops. */
+/* A frame done at logical stage i goes on downstream (routed when several
+ * stages are), or, at a sink, back to the free list. */
+void kp__flow_pass_on(struct kp_flow *f, size_t i, kp__fframe *fr);
+/* Closes every queue and wakes the sources, so that every thread stops. */
 void kp__flow_wake_all(struct kp_flow *f);
 /* The first error wins; it cancels the flow. */
 void kp__flow_fail(struct kp_flow *f, kp__stage *s, kp_status st);

@@ -10,7 +10,8 @@
 #include "runtime-impl.h"
 
 void kp__flow_wake_all(struct kp_flow *f) {
-    for (size_t i = 1; i < f->n; i++) kp__queue_close(&f->q[i]);
+    for (size_t i = 0; i < f->n; i++)
+        if (!f->ls[i].source) kp__queue_close(&f->q[i]);
     pthread_mutex_lock(&f->mu);
     pthread_cond_broadcast(&f->freed);
     pthread_mutex_unlock(&f->mu);
@@ -159,6 +160,7 @@ static kp_status kp__run_frames(kp__stage *s, kp__fframe *const *frs, size_t n, 
 
 static void kp__source_loop(kp__stage *s) {
     struct kp_flow *f = s->flow;
+    const uint32_t stream = f->ls[s->index].stream_base + (uint32_t)s->replica;
     for (uint64_t seq = 0;; seq++) {
         kp__fframe *fr = kp__frame_take(f);
         if (!fr) return;
@@ -173,6 +175,8 @@ static void kp__source_loop(kp__stage *s) {
         memset(&fr->f.video, 0, sizeof fr->f.video);
         fr->f.video.pts = KP_VIDEO_NO_PTS;
         fr->f.seq = seq;
+        fr->f.stream = stream;
+        fr->f.discontinuity = false;
         fr->f.bytes = 0;
         fr->loc = s->dev_i;
         fr->f.data = kp__frame_data(fr, s->dev_i);
@@ -185,7 +189,7 @@ static void kp__source_loop(kp__stage *s) {
             return;
         }
         atomic_fetch_add(&s->out, 1);
-        kp__queue_push(f, &f->q[1], fr);
+        kp__flow_pass_on(f, s->index, fr);
     }
 }
 
@@ -261,16 +265,20 @@ void *kp__flow_stage_main(void *arg) {
     kp_status st = kp_device_bind_thread(s->ctx.dev);
     if (st != KP_OK)
         kp__flow_fail(f, s, st);
-    else if (s->index == 0)
+    else if (f->ls[s->index].source)
         kp__source_loop(s);
     else if (s->batch_fn)
         kp__batch_loop(s);
     else
         kp__stage_loop(s);
     kp__stage_end(s);
-    /* end of stream (or cancel) flows downstream once every replica stopped */
-    if (atomic_fetch_sub(&f->ls[s->index].live, 1) == 1 && s->index + 1 < f->n)
-        kp__queue_close(&f->q[s->index + 1]);
+    /* end of stream (or cancel) flows downstream once every replica (or
+     * stream) stopped: a queue closes when every stage feeding it has */
+    const kp__lstage *ls = &f->ls[s->index];
+    if (atomic_fetch_sub(&f->ls[s->index].live, 1) == 1)
+        for (size_t k = 0; k < ls->n_out; k++)
+            if (atomic_fetch_sub(&f->q[ls->out[k]].open_in, 1) == 1)
+                kp__queue_close(&f->q[ls->out[k]]);
     atomic_fetch_sub(&f->running, 1);
     return NULL;
 }
@@ -288,7 +296,9 @@ kp_status kp__flow_stage_init(struct kp_flow *f, kp__stage *s, const kp_flow_sta
     s->end_fn = cs->end_fn;
     s->max_batch = cs->batch_fn ? cs->max_batch : 1;
     s->deadline_us = cs->deadline_us;
-    s->user = cs->replica_users && cs->replica_users[r] ? cs->replica_users[r] : cs->user;
+    s->user = cs->replica_users && cs->replica_users[r]   ? cs->replica_users[r]
+              : cs->stream_users && cs->stream_users[r] ? cs->stream_users[r]
+                                                        : cs->user;
     if (s->batch_fn && (!(s->batch = kp__calloc(s->max_batch, sizeof *s->batch)) ||
                         !(s->batch_frames = kp__calloc(s->max_batch, sizeof *s->batch_frames))))
         return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for a batch");

@@ -65,7 +65,7 @@ kp_status kp__stage_synthetic(kp_device_t dev, int64_t frames, int ndim, const i
     }
     s->frames = frames;
     *out = (kp__stage_made){
-        kp__synthetic_fn, NULL, s, kp__free, (size_t)s->n * sizeof(float), 1, NULL};
+        kp__synthetic_fn, NULL, s, kp__free, (size_t)s->n * sizeof(float), 1, NULL, 0, NULL};
     return KP_OK;
 }
 
@@ -75,7 +75,7 @@ static kp_status kp__null_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
 }
 
 kp_status kp__stage_null(kp__stage_made *out) {
-    *out = (kp__stage_made){kp__null_fn, NULL, NULL, NULL, 0, 1, NULL};
+    *out = (kp__stage_made){kp__null_fn, NULL, NULL, NULL, 0, 1, NULL, 0, NULL};
     return KP_OK;
 }
 
@@ -118,7 +118,7 @@ kp_status kp__stage_npy(kp_device_t dev, const char *path, size_t max_bytes, kp_
         kp__npy_free(s);
         return st;
     }
-    *out = (kp__stage_made){kp__npy_fn, NULL, s, kp__npy_free, 0, 1, NULL};
+    *out = (kp__stage_made){kp__npy_fn, NULL, s, kp__npy_free, 0, 1, NULL, 0, NULL};
     return KP_OK;
 }
 
@@ -196,7 +196,7 @@ kp_status kp__stage_pipeline(kp_pipeline_t p, kp__stage_made *out) {
         return st;
     }
     int64_t out_bytes = kp_desc_bytes_needed(&s->out.desc);
-    *out = (kp__stage_made){kp__pstage_fn, NULL, s, kp__pstage_free, (size_t)out_bytes, 1, NULL};
+    *out = (kp__stage_made){kp__pstage_fn, NULL, s, kp__pstage_free, (size_t)out_bytes, 1, NULL, 0, NULL};
     return KP_OK;
 }
 

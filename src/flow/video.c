@@ -270,7 +270,7 @@ kp_status kp__stage_y4m_source(kp_device_t dev, const char *path, int64_t frames
         return st;
     }
     snprintf(tags, tags_len, "%s", s->info.tags);
-    *out = (kp__stage_made){kp__y4m_src_fn, NULL, s, kp__y4m_src_free, s->frame_bytes, 1, NULL};
+    *out = (kp__stage_made){kp__y4m_src_fn, NULL, s, kp__y4m_src_free, s->frame_bytes, 1, NULL, 0, NULL};
     return KP_OK;
 }
 
@@ -323,7 +323,7 @@ kp_status kp__stage_testsrc(int64_t frames, int64_t width, int64_t height, kp__s
         return st;
     }
     *out = (kp__stage_made){
-        kp__testsrc_fn, NULL, s, kp__free, (size_t)(width * height / 2 * 3), 1, NULL};
+        kp__testsrc_fn, NULL, s, kp__free, (size_t)(width * height / 2 * 3), 1, NULL, 0, NULL};
     return KP_OK;
 }
 
@@ -399,6 +399,6 @@ kp_status kp__stage_y4m_sink(kp_device_t dev, const char *path, size_t max_bytes
         kp__y4m_sink_free(s);
         return st;
     }
-    *out = (kp__stage_made){kp__y4m_sink_fn, NULL, s, kp__y4m_sink_free, 0, 1, NULL};
+    *out = (kp__stage_made){kp__y4m_sink_fn, NULL, s, kp__y4m_sink_free, 0, 1, NULL, 0, NULL};
     return KP_OK;
 }

@@ -4,70 +4,322 @@
  * I420 from software decode, with the container's timestamps, which the
  * sink writes back, so frames a drop policy removed leave gaps. */
 #include <stdio.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "flow-impl.h"
 
-typedef struct kp__video_src {
+static double kp__now_us_video(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+/* One stream of a video source: its reader, its pacing and its counts. */
+typedef struct kp__video_stream {
+    struct kp__video_src *owner;
+    char path[1024];
     kp_video_reader_t r;
     kp_video_reader_info info;
-    int64_t frames; /* 0: all */
     kp_tensor_desc desc;
+    /* "realtime": frame k is due at t0 + (pts_k - pts_0) in wall time */
+    double t0_us;
+    int64_t pts0;
+    bool gap; /* the next frame follows a reconnection */
+    kp_flow_t flow; /* for the reader's interrupt: the flow's cancel */
+    _Atomic uint64_t reconnects, errors;
+    char last_error[96];
+    pthread_mutex_t mu; /* last_error, read by kp_flow_streams */
+} kp__video_stream;
+
+typedef struct kp__video_src {
+    kp_device_t dev;
+    kp_video_reader_config cfg;
+    int64_t frames; /* per stream; 0: all */
+    bool realtime, live;
+    size_t n;
+    void **users;
+    kp__video_stream *s;
 } kp__video_src;
 
 static void kp__video_src_free(void *user) {
-    kp__video_src *s = user;
-    if (!s) return;
+    kp__video_src *v = user ? ((kp__video_stream *)user)->owner : NULL;
+    if (!v) return;
+    for (size_t i = 0; i < v->n; i++) {
+        kp_video_reader_close(v->s[i].r);
+        pthread_mutex_destroy(&v->s[i].mu);
+    }
+    kp__free(v->users);
+    kp__free(v->s);
+    kp__free(v);
+}
+
+static bool kp__video_src_interrupt(void *user) {
+    kp__video_stream *s = user;
+    return kp_flow_cancelled(__atomic_load_n(&s->flow, __ATOMIC_ACQUIRE));
+}
+
+/* Sleeps until `due_us` (CLOCK_MONOTONIC), waking every 10 ms to see
+ * whether the flow was cancelled. */
+static void kp__sleep_until(kp_flow_t f, double due_us) {
+    for (;;) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double now = (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3, left = due_us - now;
+        if (left <= 0 || kp_flow_cancelled(f)) return;
+        if (left > 10000) left = 10000;
+        struct timespec d = {0, (long)(left * 1e3)};
+        nanosleep(&d, NULL);
+    }
+}
+
+/* A live stream that ended or failed opens again, after 100 ms, then
+ * twice as long each time up to 2 s, until it opens or the flow is
+ * cancelled; the frame after the gap is marked. */
+static kp_status kp__video_reconnect(kp__video_src *v, kp__video_stream *s, kp_flow_t flow) {
+    pthread_mutex_lock(&s->mu);
+    snprintf(s->last_error, sizeof s->last_error, "%s", kp_last_error());
+    pthread_mutex_unlock(&s->mu);
+    kp_clear_error();
     kp_video_reader_close(s->r);
-    kp__free(s);
+    s->r = NULL;
+    double wait_us = 100000;
+    for (;;) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        kp__sleep_until(flow, (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3 + wait_us);
+        if (kp_flow_cancelled(flow)) return kp__error(KP_ERR_STATE, "cancelled");
+        atomic_fetch_add(&s->reconnects, 1);
+        kp_video_reader_info info;
+        kp_video_reader_config cfg = v->cfg;
+        cfg.interrupt = kp__video_src_interrupt;
+        cfg.interrupt_user = s;
+        kp_status st = kp_video_reader_open(v->dev, s->path, &cfg, &s->r);
+        if (st == KP_OK) st = kp_video_reader_get_info(s->r, &info);
+        if (st == KP_OK && info.frame_bytes > s->info.frame_bytes)
+            st = kp__error(KP_ERR_MISMATCH, "%s: came back with %dx%d frames, larger than before",
+                           s->path, (int)info.width, (int)info.height);
+        if (st == KP_OK) {
+            s->info = info;
+            int64_t shape[2] = {info.height / 2 * 3, info.pitch};
+            st = kp_desc_init(&s->desc, KP_U8, 2, shape, NULL);
+        }
+        if (st == KP_OK) {
+            s->gap = true;
+            s->t0_us = 0;
+            return KP_OK;
+        }
+        kp_video_reader_close(s->r);
+        s->r = NULL;
+        pthread_mutex_lock(&s->mu);
+        snprintf(s->last_error, sizeof s->last_error, "%s", kp_last_error());
+        pthread_mutex_unlock(&s->mu);
+        kp_clear_error();
+        if ((wait_us *= 2) > 2e6) wait_us = 2e6;
+    }
 }
 
 static kp_status kp__video_src_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
-    kp__video_src *s = user;
-    if (s->frames && f->seq >= (uint64_t)s->frames) {
+    kp__video_stream *s = user;
+    kp__video_src *v = s->owner;
+    if (v->frames && f->seq >= (uint64_t)v->frames) {
         *eos = true;
         return KP_OK;
     }
-    KP_CHECK(kp_video_reader_next(s->r, c->stream, f->data, f->capacity, &f->video, eos));
+    __atomic_store_n(&s->flow, c->flow, __ATOMIC_RELEASE);
+    for (;;) {
+        kp_status st = s->r ? kp_video_reader_next(s->r, c->stream, f->data, f->capacity,
+                                                   &f->video, eos)
+                            : KP_ERR_IO;
+        if (st == KP_OK && (!*eos || !v->live)) break;
+        if (!v->live || kp_flow_cancelled(c->flow)) return st;
+        if (st != KP_OK) atomic_fetch_add(&s->errors, 1);
+        *eos = false;
+        if (st == KP_OK) kp__error(KP_ERR_IO, "%s: the stream ended", s->path);
+        KP_CHECK(kp__video_reconnect(v, s, c->flow));
+    }
+    if (*eos) return KP_OK;
     f->desc = s->desc;
     f->bytes = s->info.frame_bytes;
+    f->discontinuity = s->gap;
+    s->gap = false;
+    if (v->realtime && f->video.pts != KP_VIDEO_NO_PTS && f->video.time_base[1] > 0) {
+        double now = kp__now_us_video();
+        if (s->t0_us == 0) {
+            s->t0_us = now;
+            s->pts0 = f->video.pts;
+        }
+        double due = s->t0_us + (double)(f->video.pts - s->pts0) * 1e6 *
+                                    (double)f->video.time_base[0] / (double)f->video.time_base[1];
+        if (due > now) kp__sleep_until(c->flow, due);
+    }
     return KP_OK;
 }
 
-kp_status kp__stage_video_source(kp_device_t dev, const char *path,
-                                 const kp_video_reader_config *cfg, int64_t frames,
-                                 kp__stage_made *out, kp_video_reader_info *info) {
-    if (frames < 0)
-        return kp__error(KP_ERR_INVALID_ARG, "frames: %lld is negative", (long long)frames);
-    kp__video_src *s = kp__calloc(1, sizeof *s);
-    if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "video source: no memory");
-    s->frames = frames;
-    kp_status st = kp_video_reader_open(dev, path, cfg, &s->r);
-    if (st == KP_OK) st = kp_video_reader_get_info(s->r, &s->info);
-    if (st == KP_OK) {
-        int64_t shape[2] = {s->info.height / 2 * 3, s->info.pitch};
-        st = kp_desc_init(&s->desc, KP_U8, 2, shape, NULL);
+static void kp__video_src_detail(void *user, char *buf, size_t len) {
+    kp__video_stream *s = user;
+    pthread_mutex_lock(&s->mu);
+    snprintf(buf, len, "%s%s%s%s, %llu reconnects, %llu errors%s%s", s->info.decoder,
+             s->info.fallback[0] ? " (fell back: " : "", s->info.fallback,
+             s->info.fallback[0] ? ")" : "", (unsigned long long)atomic_load(&s->reconnects),
+             (unsigned long long)atomic_load(&s->errors), s->last_error[0] ? "; last: " : "",
+             s->last_error);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Whether a path names live input: a URL FFmpeg reads from the network. */
+static bool kp__is_live(const char *path) {
+    static const char *const schemes[] = {"udp://", "srt://", "rtsp://", "rtp://", "tcp://",
+                                          "rtmp://", NULL};
+    for (const char *const *k = schemes; *k; k++)
+        if (strncmp(path, *k, strlen(*k)) == 0) return true;
+    return false;
+}
+
+kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size_t n_paths,
+                                 const kp__video_source_opts *o, kp__stage_made *out,
+                                 kp_video_reader_info *info) {
+    if (o->frames < 0)
+        return kp__error(KP_ERR_INVALID_ARG, "frames: %lld is negative", (long long)o->frames);
+    if (n_paths < 1 || n_paths > KP_FLOW_MAX_STREAMS)
+        return kp__error(KP_ERR_INVALID_ARG, "%zu streams (1 .. %d)", n_paths,
+                         KP_FLOW_MAX_STREAMS);
+    kp__video_src *v = kp__calloc(1, sizeof *v);
+    kp__video_stream *streams = v ? kp__calloc(n_paths, sizeof *streams) : NULL;
+    void **users = streams ? kp__calloc(n_paths, sizeof *users) : NULL;
+    if (!users) {
+        kp__free(streams);
+        kp__free(v);
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "video source: no memory");
+    }
+    v->dev = dev;
+    v->cfg = o->reader;
+    v->frames = o->frames;
+    v->realtime = o->realtime;
+    v->s = streams;
+    v->users = users;
+    kp_status st = KP_OK;
+    size_t bytes = 0;
+    for (size_t i = 0; i < n_paths && st == KP_OK; i++) {
+        kp__video_stream *s = &v->s[i];
+        s->owner = v;
+        users[i] = s;
+        if (pthread_mutex_init(&s->mu, NULL) != 0) {
+            st = kp__error(KP_ERR_INTERNAL, "video source: cannot initialise a lock");
+            break;
+        }
+        v->n = i + 1;
+        if (!paths[i] || strlen(paths[i]) >= sizeof s->path) {
+            st = kp__error(KP_ERR_INVALID_ARG, "paths[%zu]: a path of 1 to %zu characters", i,
+                           sizeof s->path - 1);
+            break;
+        }
+        snprintf(s->path, sizeof s->path, "%s", paths[i]);
+        bool live = kp__is_live(s->path);
+        if (i && live != v->live) {
+            st = kp__error(KP_ERR_INVALID_ARG,
+                           "paths[%zu]: live URLs and files do not mix in one source", i);
+            break;
+        }
+        v->live = live;
+        kp_video_reader_config cfg = o->reader;
+        cfg.interrupt = kp__video_src_interrupt;
+        cfg.interrupt_user = s;
+        if (live && !cfg.timeout_ms) cfg.timeout_ms = 2000; /* a dead camera is noticed */
+        v->cfg = cfg;
+        st = kp_video_reader_open(dev, s->path, &cfg, &s->r);
+        if (st == KP_OK) st = kp_video_reader_get_info(s->r, &s->info);
+        if (st == KP_OK) {
+            int64_t shape[2] = {s->info.height / 2 * 3, s->info.pitch};
+            st = kp_desc_init(&s->desc, KP_U8, 2, shape, NULL);
+        }
+        if (st != KP_OK) st = kp__error_prefix(st, "paths[%zu]", i);
+        if (s->info.frame_bytes > bytes) bytes = s->info.frame_bytes;
     }
     if (st != KP_OK) {
-        kp__video_src_free(s);
+        kp__video_src_free(&v->s[0]);
         return st;
     }
-    if (info) *info = s->info;
-    *out = (kp__stage_made){kp__video_src_fn, NULL, s, kp__video_src_free, s->info.frame_bytes, 1,
-                            NULL};
+    /* each stream's interrupt reads its own stream: the config kept is the last one's */
+    v->cfg.interrupt_user = NULL;
+    if (info) *info = v->s[0].info;
+    static const kp__stage_kind kind = {kp__video_src_fn, false, NULL, kp__video_src_detail};
+    st = kp__stage_kind_add(&kind);
+    if (st != KP_OK) {
+        kp__video_src_free(&v->s[0]);
+        return st;
+    }
+    *out = (kp__stage_made){kp__video_src_fn, NULL, &v->s[0], kp__video_src_free, bytes, 1, NULL,
+                            n_paths > 1 ? n_paths : 0, n_paths > 1 ? users : NULL};
     return KP_OK;
 }
 
+/* "{stream}" in a sink's path: one file per stream, the id put there. */
+#define KP__STREAM_KEY "{stream}"
+
 typedef struct kp__video_sink {
-    kp_video_writer_t w;
+    kp_device_t dev;
+    kp_video_writer_config cfg;
+    char path[1024];
+    bool per_stream;
+    kp_video_writer_t w; /* one file */
+    kp_video_writer_t *ws; /* per stream: KP_FLOW_MAX_STREAMS, opened at each one's first frame */
     kp_pixel_format format; /* KP_PIXEL_NONE: the frames' own */
 } kp__video_sink;
+
+/* Closes every writer: the first error is returned, the rest cleared. */
+static kp_status kp__video_sink_close_all(kp__video_sink *s) {
+    kp_status first = KP_OK;
+    const size_t n = s->ws ? KP_FLOW_MAX_STREAMS + 1 : 1; /* the last: the one file */
+    for (size_t i = 0; i < n; i++) {
+        kp_video_writer_t *w = i + 1 < n ? &s->ws[i] : &s->w;
+        if (!*w) continue;
+        kp_status st = kp_video_writer_close(*w);
+        *w = NULL;
+        if (st != KP_OK && first == KP_OK)
+            first = st;
+        else if (st != KP_OK)
+            kp_clear_error();
+    }
+    return first;
+}
 
 static void kp__video_sink_free(void *user) {
     kp__video_sink *s = user;
     if (!s) return;
-    if (s->w && kp_video_writer_close(s->w) != KP_OK) kp_clear_error();
+    if (kp__video_sink_close_all(s) != KP_OK) kp_clear_error();
+    kp__free(s->ws);
     kp__free(s);
+}
+
+/* The path with "{stream}" replaced by the id. */
+static void kp__stream_path(const char *tmpl, uint32_t stream, char *out, size_t len) {
+    const char *k = strstr(tmpl, KP__STREAM_KEY);
+    if (!k) {
+        snprintf(out, len, "%s", tmpl);
+        return;
+    }
+    snprintf(out, len, "%.*s%u%s", (int)(k - tmpl), tmpl, stream, k + strlen(KP__STREAM_KEY));
+}
+
+/* The writer of the frame's stream, opened at its first frame. */
+static kp_status kp__video_sink_writer(kp__video_sink *s, uint32_t stream, kp_video_writer_t *out) {
+    if (!s->per_stream) {
+        *out = s->w;
+        return KP_OK;
+    }
+    if (stream >= KP_FLOW_MAX_STREAMS)
+        return kp__error(KP_ERR_INVALID_ARG, "stream %u: at most %d streams", stream,
+                         KP_FLOW_MAX_STREAMS);
+    if (!s->ws[stream]) {
+        char path[1100];
+        kp__stream_path(s->path, stream, path, sizeof path);
+        KP_CHECK(kp_video_writer_open(s->dev, path, &s->cfg, &s->ws[stream]));
+    }
+    *out = s->ws[stream];
+    return KP_OK;
 }
 
 static kp_status kp__video_sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
@@ -92,31 +344,47 @@ static kp_status kp__video_sink_fn(void *user, const kp_stage_ctx *c, kp_frame *
                          (unsigned long long)f->seq, kp_desc_str(d, buf, sizeof buf), f->bytes,
                          (int)v.width, (int)v.height);
     }
-    return kp_video_writer_write(s->w, c->stream, f->data, f->bytes, &v);
+    kp_video_writer_t w = NULL;
+    KP_CHECK(kp__video_sink_writer(s, f->stream, &w));
+    return kp_video_writer_write(w, c->stream, f->data, f->bytes, &v);
 }
 
 /* The end of the stream drains the encoder and finishes the file, so an
  * error there (a full disk) is the flow's. */
 static kp_status kp__video_sink_end(void *user, const kp_stage_ctx *c, kp_status why) {
     kp__video_sink *s = user;
-    if (why != KP_OK || !s->w) return KP_OK;
-    kp_video_writer_t w = s->w;
-    s->w = NULL;
-    return kp_video_writer_close(w);
+    if (why != KP_OK) return KP_OK;
+    return kp__video_sink_close_all(s);
 }
 
 kp_status kp__stage_video_sink(kp_device_t dev, const char *path,
                                const kp_video_writer_config *cfg, kp_pixel_format format,
                                kp__stage_made *out) {
+    if (!path || !*path || strlen(path) >= sizeof((kp__video_sink *)0)->path)
+        return kp__error(KP_ERR_INVALID_ARG, "video sink: a path of 1 to 1023 characters");
     kp__video_sink *s = kp__calloc(1, sizeof *s);
     if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "video sink: no memory");
+    s->dev = dev;
+    s->cfg = *cfg;
     s->format = format;
-    kp_status st = kp_video_writer_open(dev, path, cfg, &s->w);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    s->per_stream = strstr(path, KP__STREAM_KEY) != NULL;
+    kp_status st = KP_OK;
+    if (s->per_stream) {
+        /* stream 0's file shows now whether the path and the settings work */
+        char first[1100];
+        kp__stream_path(path, 0, first, sizeof first);
+        if (!(s->ws = kp__calloc(KP_FLOW_MAX_STREAMS, sizeof *s->ws)))
+            st = kp__error(KP_ERR_OUT_OF_MEMORY, "video sink: no memory");
+        if (st == KP_OK) st = kp_video_writer_open(dev, first, cfg, &s->ws[0]);
+    } else {
+        st = kp_video_writer_open(dev, path, cfg, &s->w);
+    }
     if (st != KP_OK) {
-        kp__free(s);
+        kp__video_sink_free(s);
         return st;
     }
     *out = (kp__stage_made){kp__video_sink_fn, NULL, s, kp__video_sink_free, 0, 1,
-                            kp__video_sink_end};
+                            kp__video_sink_end, 0, NULL};
     return KP_OK;
 }

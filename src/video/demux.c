@@ -64,15 +64,17 @@ kp_status kp__av_error(int averr, kp_status st, const char *fmt, ...) {
 kp_status kp__demux_next(kp_video_reader_t r) {
     for (;;) {
         if (r->demux_eof) return KP_ERR_NOT_FOUND;
+        kp__reader_arm(r);
         int e = av_read_frame(r->fmt, r->pkt);
         if (e == AVERROR_EOF) {
             r->demux_eof = true;
             return KP_ERR_NOT_FOUND;
         }
-        if (e < 0)
-            return kp__av_error(e, e == AVERROR(EIO) ? KP_ERR_IO : KP_ERR_PARSE,
-                                "%s: reading packet %llu", r->path,
-                                (unsigned long long)r->packets);
+        if (e < 0) {
+            char what[64];
+            snprintf(what, sizeof what, "reading packet %llu", (unsigned long long)r->packets);
+            return kp__reader_wait_error(r, e, e == AVERROR(EIO) ? KP_ERR_IO : KP_ERR_PARSE, what);
+        }
         if (r->pkt->stream_index == r->st->index) {
             r->packets++;
             return KP_OK;

@@ -13,6 +13,12 @@
 #define KP__SW_RING 3 /* pinned upload buffers of the software path */
 
 struct kp__nvdec; /* nvdec.c */
+struct kp_video_reader;
+/* reader.c: starts the deadline of a wait for input (cfg.timeout_ms), and
+ * names a failed wait: interrupted, timed out, or FFmpeg's error. */
+void kp__reader_arm(struct kp_video_reader *r);
+kp_status kp__reader_wait_error(struct kp_video_reader *r, int averr, kp_status st,
+                                const char *what);
 
 struct kp_video_reader {
     kp_device_t dev;
@@ -25,6 +31,10 @@ struct kp_video_reader {
     AVStream *st;
     AVPacket *pkt;
     bool demux_eof;
+    /* FFmpeg's interrupt callback: the user's, and the deadline of the wait
+     * under way (CLOCK_MONOTONIC ns; 0: none) from cfg.timeout_ms */
+    uint64_t deadline_ns;
+    bool timed_out, interrupted;
     uint64_t packets;
     /* software decode */
     AVCodecContext *dec;

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <libavutil/pixdesc.h>
 
@@ -215,6 +216,38 @@ static kp_status kp__reader_pick(kp_video_reader_t r) {
     return kp__sw_open(r);
 }
 
+/* FFmpeg polls this while it waits for input: the user's interrupt (a
+ * cancelled flow) or the wait's deadline stops the wait. */
+static int kp__reader_interrupt(void *opaque) {
+    kp_video_reader_t r = opaque;
+    if (r->cfg.interrupt && r->cfg.interrupt(r->cfg.interrupt_user)) r->interrupted = true;
+    if (r->deadline_ns) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec > r->deadline_ns)
+            r->timed_out = true;
+    }
+    return r->interrupted || r->timed_out;
+}
+
+void kp__reader_arm(kp_video_reader_t r) {
+    r->timed_out = r->interrupted = false;
+    r->deadline_ns = 0;
+    if (r->cfg.timeout_ms <= 0) return;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    r->deadline_ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec +
+                     (uint64_t)r->cfg.timeout_ms * 1000000u;
+}
+
+kp_status kp__reader_wait_error(kp_video_reader_t r, int averr, kp_status st, const char *what) {
+    if (r->interrupted) return kp__error(KP_ERR_STATE, "%s: %s: interrupted", r->path, what);
+    if (r->timed_out)
+        return kp__error(KP_ERR_IO, "%s: %s: timed out after %d ms", r->path, what,
+                         r->cfg.timeout_ms);
+    return kp__av_error(averr, st, "%s: %s", r->path, what);
+}
+
 kp_status kp__video_reader_make(kp_device_t dev, const char *path,
                                 const kp_video_reader_config *cfg, kp_video_reader_t *out) {
     kp__av_log_capture();
@@ -224,15 +257,24 @@ kp_status kp__video_reader_make(kp_device_t dev, const char *path,
     r->cfg = *cfg;
     memcpy(r->path, path, strlen(path) + 1);
     kp_status st = KP_OK;
-    int e = avformat_open_input(&r->fmt, path, NULL, NULL);
+    if (!(r->fmt = avformat_alloc_context())) {
+        kp__free(r);
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "video reader: no memory");
+    }
+    r->fmt->interrupt_callback.callback = kp__reader_interrupt;
+    r->fmt->interrupt_callback.opaque = r;
+    kp__reader_arm(r);
+    int e = avformat_open_input(&r->fmt, path, NULL, NULL); /* frees fmt on failure */
     if (e < 0)
-        st = kp__av_error(e,
-                          e == AVERROR(ENOENT) || e == AVERROR(EACCES) || e == AVERROR(EISDIR)
-                              ? KP_ERR_IO
-                              : KP_ERR_PARSE,
-                          "%s: cannot open as a video file", path);
+        st = kp__reader_wait_error(
+            r, e,
+            e == AVERROR(ENOENT) || e == AVERROR(EACCES) || e == AVERROR(EISDIR) ||
+                    e == AVERROR(ECONNREFUSED) || e == AVERROR(EIO)
+                ? KP_ERR_IO
+                : KP_ERR_PARSE,
+            "cannot open as a video file");
     if (st == KP_OK && (e = avformat_find_stream_info(r->fmt, NULL)) < 0)
-        st = kp__av_error(e, KP_ERR_PARSE, "%s: cannot read its streams", path);
+        st = kp__reader_wait_error(r, e, KP_ERR_PARSE, "cannot read its streams");
     if (st == KP_OK) {
         e = av_find_best_stream(r->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
         if (e < 0) st = kp__error(KP_ERR_PARSE, "%s: no video stream", path);

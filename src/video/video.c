@@ -49,6 +49,8 @@ kp_status kp_video_reader_open(kp_device_t dev, const char *path,
         return kp__error(KP_ERR_INVALID_ARG, "threads %d (0 .. 256)", c.threads);
     if (c.format != KP_PIXEL_NONE && c.format != KP_PIXEL_I420 && c.format != KP_PIXEL_NV12)
         return kp__error(KP_ERR_INVALID_ARG, "format %d (none, I420 or NV12)", (int)c.format);
+    if (c.timeout_ms < 0 || c.timeout_ms > 86400000)
+        return kp__error(KP_ERR_INVALID_ARG, "timeout_ms %d (0 .. 86400000)", c.timeout_ms);
     if (c.format == KP_PIXEL_I420 && c.decoder == KP_VIDEO_DECODE_NVDEC)
         return kp__error(KP_ERR_UNSUPPORTED, "NVDEC gives NV12, not I420");
     KP__VIDEO_OR(kp__video_reader_make(dev, path, &c, out));
