@@ -862,6 +862,27 @@ static void flow_calls(void **state) {
     KPT_FAILS(kp_flow_write_dot(NULL, "f.dot"), BAD);
     KPT_FAILS(kp_flow_write_dot(f, NULL), BAD);
     KPT_FAILS(kp_flow_write_dot(f, "/nonexistent/f.dot"), KP_ERR_IO);
+    {
+        kp_stream_t s = NULL;
+        void *a = NULL, *b = NULL;
+        KPT_OK(kp_stream_create(g_dev, &s));
+        KPT_OK(kp_malloc(g_dev, 64 * 48 * 3, &a));
+        KPT_OK(kp_malloc(g_dev, 64 * 48 * 3, &b));
+        KPT_FAILS(kp_resize_nv12(NULL, a, 8, 8, 8, b, 4, 4, 4), BAD);
+        KPT_FAILS(kp_resize_nv12(s, NULL, 8, 8, 8, b, 4, 4, 4), BAD);
+        KPT_FAILS(kp_resize_nv12(s, a, 8, 8, 8, NULL, 4, 4, 4), BAD);
+        KPT_FAILS(kp_resize_nv12(s, a, 7, 8, 8, b, 4, 4, 4), BAD); /* odd */
+        KPT_FAILS(kp_resize_nv12(s, a, 8, 0, 8, b, 4, 4, 4), BAD);
+        KPT_FAILS(kp_resize_nv12(s, a, 8, 8, 6, b, 4, 4, 4), BAD); /* pitch < width */
+        KPT_FAILS(kp_resize_nv12(s, a, 8, 8, 8, b, 4, 4, 5), BAD); /* odd pitch */
+        KPT_FAILS(kp_resize_nv12(s, a, 1 << 20, 8, 1 << 20, b, 4, 4, 4), BAD);
+        assert_non_null(strstr(kp_last_error(), "kp_resize_nv12"));
+        KPT_OK(kp_resize_nv12(s, a, 64, 48, 64, b, 32, 24, 32));
+        KPT_OK(kp_stream_sync(s));
+        kp_free(g_dev, a);
+        kp_free(g_dev, b);
+        kp_stream_destroy(s);
+    }
     assert_false(kp_flow_cancelled(NULL));
     kp_flow_remote_stats rs;
     KPT_FAILS(kp_flow_remote(NULL, 0, &rs), BAD);

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include "kpipe/flow.h"
+#include "kpipe/modules.h"
 #include "kpipe/npy.h"
 #include "kpipe/pipeline.h"
 #include "../core/core-impl.h"
@@ -98,9 +99,13 @@ kp_status kp__stage_video_sink(kp_device_t dev, const char *path,
 kp_status kp__stage_pipeline(kp_pipeline_t p, kp__stage_made *out);
 /* The same on batches of up to max_batch frames: the frames (of one shape)
  * are concatenated along dimension 0, which the pipeline's input must take
- * as dynamic; its output is split along dimension 0 back into the frames. */
+ * as dynamic; its output is split along dimension 0 back into the frames.
+ * `resize` (width, height; NULL: none) makes it a batch across streams:
+ * each NV12 frame, of any size, is scaled to width x height as it is
+ * gathered (the pipeline takes u8 [n * height*3/2, width]), and the frames
+ * leave described as that size. */
 kp_status kp__stage_pipeline_batch(kp_device_t dev, kp_pipeline_t p, size_t max_batch,
-                                   kp__stage_made *out);
+                                   const int32_t *resize, kp__stage_made *out);
 
 /* Remote queues (remote_end.c, always built; remote.c with UCX). Source
  * "remote": listens on `listen` ("host:port"; port 0: any free one) for one

@@ -23,34 +23,6 @@ kp_status kp__flow_own(kp_flow_t f, void *obj, void (*free_fn)(void *)) {
 
 bool kp_flow_cancelled(kp_flow_t f) { return f && atomic_load(&f->cancel); }
 
-#define KP__MAX_KINDS 16
-static kp__stage_kind kp__kinds[KP__MAX_KINDS];
-static _Atomic size_t kp__n_kinds; /* entries below it are complete and never change */
-static pthread_mutex_t kp__kinds_mu = PTHREAD_MUTEX_INITIALIZER;
-
-kp_status kp__stage_kind_add(const kp__stage_kind *kind) {
-    kp_status st = KP_OK;
-    pthread_mutex_lock(&kp__kinds_mu);
-    size_t n = atomic_load(&kp__n_kinds);
-    bool known = false;
-    for (size_t i = 0; i < n && !known; i++) known = kp__kinds[i].fn == kind->fn;
-    if (!known && n == KP__MAX_KINDS)
-        st = kp__error(KP_ERR_INTERNAL, "flow: more than %d kinds of stage", KP__MAX_KINDS);
-    else if (!known) {
-        kp__kinds[n] = *kind;
-        atomic_store(&kp__n_kinds, n + 1);
-    }
-    pthread_mutex_unlock(&kp__kinds_mu);
-    return st;
-}
-
-const kp__stage_kind *kp__stage_kind_find(kp_flow_stage_fn fn) {
-    size_t n = atomic_load(&kp__n_kinds);
-    for (size_t i = 0; fn && i < n; i++)
-        if (kp__kinds[i].fn == fn) return &kp__kinds[i];
-    return NULL;
-}
-
 kp_status kp_flow_remote(kp_flow_t f, size_t stage, kp_flow_remote_stats *out) {
     KP_API_ENTRY();
     KP_ARG_CHECK(f && out);
@@ -62,14 +34,6 @@ kp_status kp_flow_remote(kp_flow_t f, size_t stage, kp_flow_remote_stats *out) {
     if (k && k->remote_stats) return k->remote_stats(s->user, out);
     return kp__error(KP_ERR_INVALID_ARG, "stage %zu (%s) is not a remote queue's end", stage,
                      s->name);
-}
-
-const char *kp_route_str(kp_route r) {
-    switch (r) {
-    case KP_ROUTE_STREAM: return "stream";
-    case KP_ROUTE_USER0: return "user0";
-    }
-    return "invalid";
 }
 
 static bool kp__is_source(const kp_flow_config *c, size_t i) {

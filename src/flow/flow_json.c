@@ -83,8 +83,10 @@ static kp_status kp__pipeline(kp__flow_build *b, kp_device_t dev, json_t *s, con
     }
     json_t *batch = json_object_get(s, "batch");
     int64_t max = 0, deadline = 1000;
+    int32_t resize[2] = {0, 0};
+    bool has_resize = false;
     if (st == KP_OK && batch) {
-        static const char *const keys[] = {"max", "deadline_us", NULL};
+        static const char *const keys[] = {"max", "deadline_us", "resize", NULL};
         char sub[96];
         snprintf(sub, sizeof sub, "%s.batch", path);
         if (!json_is_object(batch)) st = KP__PERR("%s: expected an object", sub);
@@ -94,13 +96,25 @@ static kp_status kp__pipeline(kp__flow_build *b, kp_device_t dev, json_t *s, con
         snprintf(sub, sizeof sub, "%s.batch.deadline_us", path);
         json_t *dl = json_object_get(batch, "deadline_us");
         if (st == KP_OK && dl) st = kp__json_count(dl, sub, 0, 10000000, &deadline);
+        json_t *rs = json_object_get(batch, "resize");
+        snprintf(sub, sizeof sub, "%s.batch.resize", path);
+        if (st == KP_OK && rs && (!json_is_array(rs) || json_array_size(rs) != 2))
+            st = KP__PERR("%s: expected [width, height]", sub);
+        for (size_t k = 0; st == KP_OK && rs && k < 2; k++) {
+            int64_t side = 0;
+            snprintf(sub, sizeof sub, "%s.batch.resize[%zu]", path, k);
+            st = kp__json_count(json_array_get(rs, k), sub, 2, KP_VIDEO_MAX_SIDE, &side);
+            resize[k] = (int32_t)side;
+        }
+        has_resize = rs != NULL;
         if (st != KP_OK) {
             kp_pipeline_destroy(p);
             return st;
         }
     }
     if (st == KP_OK)
-        st = batch ? kp__stage_pipeline_batch(dev, p, (size_t)max, m) : kp__stage_pipeline(p, m);
+        st = batch ? kp__stage_pipeline_batch(dev, p, (size_t)max, has_resize ? resize : NULL, m)
+                   : kp__stage_pipeline(p, m);
     *deadline_us = (uint32_t)deadline;
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s.pipeline", path);
 }

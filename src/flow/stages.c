@@ -132,6 +132,7 @@ typedef struct kp__pstage {
     kp_device_t dev;
     void *gather;
     size_t gather_bytes, max_batch;
+    int32_t rw, rh; /* a batch across streams: every NV12 frame resized to rw x rh; 0: none */
 } kp__pstage;
 
 static void kp__pstage_free(void *user) {
@@ -202,9 +203,47 @@ kp_status kp__stage_pipeline(kp_pipeline_t p, kp__stage_made *out) {
 
 /* The batch: frames concatenated along dimension 0 into the gather buffer,
  * one pipeline tick, the output split back along dimension 0. */
+static kp_status kp__pstage_batch_run(kp__pstage *s, const kp_stage_ctx *c, kp_frame *const *fr,
+                                      size_t n);
+
+/* A batch across streams: each NV12 frame, whatever its size, resized
+ * into its slot of the gather buffer as rw x rh (pitch rw), so the
+ * pipeline takes u8 [n * rh*3/2, rw]. */
+static kp_status kp__pstage_gather_resized(kp__pstage *s, const kp_stage_ctx *c,
+                                           kp_frame *const *fr, size_t n) {
+    const size_t slot = (size_t)s->rw * (size_t)s->rh / 2 * 3;
+    if (n * slot > s->gather_bytes)
+        return kp__error(KP_ERR_MISMATCH,
+                         "a batch of %zu frames of %dx%d passes the pipeline's input (%zu bytes)",
+                         n, (int)s->rw, (int)s->rh, s->gather_bytes);
+    for (size_t i = 0; i < n; i++) {
+        const kp_video_frame *v = &fr[i]->video;
+        const kp_tensor_desc *d = &fr[i]->desc;
+        if (v->format != KP_PIXEL_NV12 || d->dtype != KP_U8 || d->ndim != 2 ||
+            d->shape[0] != (int64_t)v->height / 2 * 3 || d->shape[1] < v->width ||
+            (size_t)kp_desc_bytes_needed(d) > fr[i]->capacity)
+            return kp__error(KP_ERR_MISMATCH,
+                             "frame %llu of stream %u: a batch that resizes takes NV12 video "
+                             "frames (a video source with \"format\": \"nv12\")",
+                             (unsigned long long)fr[i]->seq, fr[i]->stream);
+        KP_CHECK(kp_resize_nv12(c->stream, fr[i]->data, v->width, v->height, d->shape[1],
+                                (char *)s->gather + i * slot, s->rw, s->rh, s->rw));
+    }
+    int64_t shape[2] = {(int64_t)n * s->rh / 2 * 3, s->rw};
+    s->in.data = s->gather;
+    return kp_desc_init(&s->in.desc, KP_U8, 2, shape, NULL);
+}
+
+/* The batch: frames concatenated along dimension 0 into the gather buffer
+ * (resized first where the stage resizes), one pipeline tick, the output
+ * split back along dimension 0. */
 static kp_status kp__pstage_batch_fn(void *user, const kp_stage_ctx *c, kp_frame *const *fr,
                                      size_t n) {
     kp__pstage *s = user;
+    if (s->rw) {
+        KP_CHECK(kp__pstage_gather_resized(s, c, fr, n));
+        return kp__pstage_batch_run(s, c, fr, n);
+    }
     const kp_tensor_desc *d0 = &fr[0]->desc;
     if (d0->ndim < 1 || !kp_desc_is_contiguous(d0))
         return kp__error(KP_ERR_MISMATCH,
@@ -229,6 +268,12 @@ static kp_status kp__pstage_batch_fn(void *user, const kp_stage_ctx *c, kp_frame
     shape[0] *= (int64_t)n;
     s->in.data = s->gather;
     KP_CHECK(kp_desc_init(&s->in.desc, d0->dtype, d0->ndim, shape, NULL));
+    return kp__pstage_batch_run(s, c, fr, n);
+}
+
+/* One tick on the gathered batch, its output split back into the frames. */
+static kp_status kp__pstage_batch_run(kp__pstage *s, const kp_stage_ctx *c, kp_frame *const *fr,
+                                      size_t n) {
     KP_CHECK(kp__pstage_tick(s, c->stream));
     const kp_tensor_desc *od = &s->out.desc;
     if (od->ndim < 1 || od->shape[0] % (int64_t)n || !kp_desc_is_contiguous(od))
@@ -247,12 +292,21 @@ static kp_status kp__pstage_batch_fn(void *user, const kp_stage_ctx *c, kp_frame
         KP_CHECK(kp_memcpy_async(c->stream, fr[i]->data, (const char *)s->out.data + i * ob, ob));
         fr[i]->desc = each;
         fr[i]->bytes = ob;
+        if (s->rw) { /* what the frame shows now: rw x rh, NV12 where the output is */
+            kp_video_frame *v = &fr[i]->video;
+            bool nv12 = each.dtype == KP_U8 && each.ndim == 2 && each.shape[0] == s->rh / 2 * 3 &&
+                        each.shape[1] >= s->rw && each.shape[1] % 2 == 0;
+            v->width = s->rw;
+            v->height = s->rh;
+            v->format = nv12 ? KP_PIXEL_NV12 : KP_PIXEL_NONE;
+            v->pitch = nv12 ? each.shape[1] : 0;
+        }
     }
     return KP_OK;
 }
 
 kp_status kp__stage_pipeline_batch(kp_device_t dev, kp_pipeline_t p, size_t max_batch,
-                                   kp__stage_made *out) {
+                                   const int32_t *resize, kp__stage_made *out) {
     KP_CHECK(kp__stage_pipeline(p, out)); /* takes p over */
     kp__pstage *s = out->user;
     uint32_t dyn = 0;
@@ -266,6 +320,22 @@ kp_status kp__stage_pipeline_batch(kp_device_t dev, kp_pipeline_t p, size_t max_
     s->dev = dev;
     s->max_batch = max_batch;
     s->gather_bytes = in_bytes > 0 ? (size_t)in_bytes : 0;
+    if (st == KP_OK && resize) {
+        s->rw = resize[0];
+        s->rh = resize[1];
+        const kp_tensor_desc *d = &s->in.desc;
+        const int64_t rows = (int64_t)s->rh / 2 * 3 * (int64_t)max_batch;
+        if (s->rw < 2 || s->rh < 2 || s->rw % 2 || s->rh % 2 || s->rw > KP_VIDEO_MAX_SIDE ||
+            s->rh > KP_VIDEO_MAX_SIDE)
+            st = kp__error(KP_ERR_INVALID_ARG, "resize %dx%d: sides even, 2 .. %d", (int)s->rw,
+                           (int)s->rh, KP_VIDEO_MAX_SIDE);
+        else if (d->dtype != KP_U8 || d->ndim != 2 || d->shape[1] != s->rw || d->shape[0] < rows)
+            st = kp__error(KP_ERR_MISMATCH,
+                           "pipeline \"%s\": a batch of %zu NV12 frames of %dx%d needs an input "
+                           "of u8 [%lld (dynamic), %d]",
+                           kp_pipeline_name(s->p), max_batch, (int)s->rw, (int)s->rh,
+                           (long long)rows, (int)s->rw);
+    }
     if (st == KP_OK) st = kp_malloc(dev, s->gather_bytes ? s->gather_bytes : 1, &s->gather);
     if (st != KP_OK) {
         kp__pstage_free(s);

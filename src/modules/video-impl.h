@@ -28,6 +28,7 @@ typedef struct kp__video_static {
     int64_t pitch;
     int f16;
     float yoff, yscale;           /* to RGB: (Y - yoff) * yscale */
+    int64_t in_frame, out_frame;  /* bytes of one picture in and out (a batch's spacing) */
     float rv, gu, gv, bu;         /* to RGB: chroma weights */
     float ky[3], ku[3], kv[3];    /* to YUV: weights of R, G, B in [0, 1] */
 } kp__video_static;
@@ -35,6 +36,7 @@ typedef struct kp__video_static {
 /* Rewritten each tick: the input is read in place, wherever it is. */
 typedef struct kp__video_dynamic {
     const void *input;
+    int64_t frames; /* pictures in the input: 1, or up to the module's "batch" */
 } kp__video_dynamic;
 
 typedef struct kp__video_params {
@@ -115,7 +117,8 @@ KP__VHD float kp__dot3(float a, float x, float b, float y, float c, float z, flo
     return KP__VADD(KP__VADD(KP__VADD(KP__VMUL(a, x), KP__VMUL(b, y)), KP__VMUL(c, z)), d);
 }
 
-KP__VHD void kp__video_item(const kp__video_static *st, const void *input, int op, int64_t i) {
+KP__VHD void kp__video_item(const kp__video_static *st, const void *input, void *output, int op,
+                            int64_t i) {
     const int64_t w = st->width, h = st->height, plane = w * h;
     if (op == KP__VIDEO_I420_RGB) {
         const uint8_t *in = (const uint8_t *)input;
@@ -124,7 +127,7 @@ KP__VHD void kp__video_item(const kp__video_static *st, const void *input, int o
         const float U = (float)in[plane + c] - 128.0f,
                     V = (float)in[plane + plane / 4 + c] - 128.0f;
         const float k = 1.0f / 255.0f;
-        float *out = (float *)st->output;
+        float *out = (float *)output;
         out[i] = kp__clamp01(KP__VMUL(kp__dot3(1.596027f, V, 0.0f, 0.0f, 0.0f, 0.0f, Y), k));
         out[plane + i] =
             kp__clamp01(KP__VMUL(kp__dot3(-0.391762f, U, -0.812968f, V, 0.0f, 0.0f, Y), k));
@@ -139,7 +142,7 @@ KP__VHD void kp__video_item(const kp__video_static *st, const void *input, int o
         const float u = in[base + (y > 0 ? y - 1 : y) * w + x];
         const float d = in[base + (y + 1 < h ? y + 1 : y) * w + x];
         const float edge = KP__VADD(KP__VADD(KP__VADD(l, r), u), d);
-        ((float *)st->output)[i] = KP__VMUL(st->amount, KP__VADD(KP__VMUL(4.0f, c), -edge));
+        ((float *)output)[i] = KP__VMUL(st->amount, KP__VADD(KP__VMUL(4.0f, c), -edge));
     } else if (op == KP__VIDEO_NV12_RGB) {
         const uint8_t *in = (const uint8_t *)input;
         const int64_t P = st->pitch, x = i % w, y = i / w;
@@ -151,18 +154,18 @@ KP__VHD void kp__video_item(const kp__video_static *st, const void *input, int o
         const float G = kp__clamp01(KP__VMUL(kp__dot3(-st->gu, U, -st->gv, V, 0.0f, 0.0f, Y), k));
         const float B = kp__clamp01(KP__VMUL(kp__dot3(st->bu, U, 0.0f, 0.0f, 0.0f, 0.0f, Y), k));
         if (st->f16) {
-            uint16_t *out = (uint16_t *)st->output;
+            uint16_t *out = (uint16_t *)output;
             out[i] = kp__f32_to_f16(R);
             out[plane + i] = kp__f32_to_f16(G);
             out[2 * plane + i] = kp__f32_to_f16(B);
         } else {
-            float *out = (float *)st->output;
+            float *out = (float *)output;
             out[i] = R;
             out[plane + i] = G;
             out[2 * plane + i] = B;
         }
     } else if (op == KP__VIDEO_RGB_NV12) {
-        uint8_t *out = (uint8_t *)st->output;
+        uint8_t *out = (uint8_t *)output;
         const int64_t P = st->pitch, hp = P / 2, bx = i % hp, by = i / hp;
         uint8_t *uv = out + h * P + by * P + 2 * bx;
         if (2 * bx >= w) { /* the pitch's padding */
@@ -201,7 +204,7 @@ KP__VHD void kp__video_item(const kp__video_static *st, const void *input, int o
         uv[1] = kp__to_u8(kp__dot3(st->kv[0], sr, st->kv[1], sg, st->kv[2], sb, 128.0f));
     } else {
         const float *in = (const float *)input;
-        uint8_t *out = (uint8_t *)st->output;
+        uint8_t *out = (uint8_t *)output;
         const int64_t hw = w / 2, bx = i % hw, by = i / hw;
         float sr = 0.0f, sg = 0.0f, sb = 0.0f;
         for (int k = 0; k < 4; k++) {

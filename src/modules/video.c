@@ -13,7 +13,9 @@
  * equals cpu.
  *
  * Parameters: "width" and "height" (even, 2 .. 16384); sharpen's "amount"
- * (default 0.5). Each module is one kernel that reads its input's address
+ * (default 0.5); "batch" (pictures per tick at most, default 1: above 1,
+ * dimension 0 is dynamic and holds as many pictures as each tick's input).
+ * Each module is one kernel that reads its input's address
  * from its dynamic descriptor, so graph mode reads every input in place and
  * a new frame address needs no new graph. */
 #include <stdio.h>
@@ -35,10 +37,15 @@ extern const kp_device_kernel kp__i420_rgb_cuda, kp__sharpen_cuda, kp__rgb_i420_
 static void kp__video_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t n,
                            int op) {
     const kp__video_params *p = pp;
+    const kp__video_static *st = p->st;
     uint64_t lo, hi;
-    int64_t items = kp__video_items(op, p->st->width, p->st->height, p->st->pitch);
-    kp_host_block_span((uint64_t)items, grid, first, n, &lo, &hi);
-    for (uint64_t i = lo; i < hi; i++) kp__video_item(p->st, p->dyn->input, op, (int64_t)i);
+    int64_t items = kp__video_items(op, st->width, st->height, st->pitch);
+    kp_host_block_span((uint64_t)(items * p->dyn->frames), grid, first, n, &lo, &hi);
+    for (uint64_t i = lo; i < hi; i++) {
+        const int64_t f = (int64_t)i / items;
+        kp__video_item(st, (const char *)p->dyn->input + f * st->in_frame,
+                       (char *)st->output + f * st->out_frame, op, (int64_t)i % items);
+    }
 }
 
 #define KP__VIDEO_KERNEL(name, op)                                                                \
@@ -58,9 +65,12 @@ KP__VIDEO_KERNEL(rgb_nv12, KP__VIDEO_RGB_NV12)
 typedef struct kp__video {
     kp__video_op op;
     int64_t width, height;
+    int64_t batch;             /* pictures per tick at most */
+    int64_t in_rows, out_rows; /* dimension 0 of one picture, in and out */
     float amount;
     kp__video_static colour; /* NV12 ops: pitch, f16 and matrix, copied at setup */
     size_t out_bytes;
+    int64_t in_frame; /* bytes of one input picture */
     void *out;
     kp_tensor_desc out_desc;
     kp__video_params params;
@@ -72,7 +82,7 @@ static void kp__video_destroy(void *self) { kp__free(self); }
 static kp_status kp__video_mem(void *self, kp_mem_req *r) {
     kp__video *m = self;
     memset(r, 0, sizeof *r);
-    r->device_bytes = m->out_bytes;
+    r->device_bytes = m->out_bytes; /* the whole batch's */
     r->static_desc_bytes = sizeof(kp__video_static);
     r->dynamic_desc_bytes = sizeof(kp__video_dynamic);
     return KP_OK;
@@ -93,7 +103,10 @@ static kp_status kp__video_setup(void *self, const kp_mem_slice *s) {
     static const kp_kernel *const kernels[] = {&kp__i420_rgb_kernel, &kp__sharpen_kernel,
                                                &kp__rgb_i420_kernel, &kp__nv12_rgb_kernel,
                                                &kp__rgb_nv12_kernel};
-    int64_t blocks = (kp__video_items(m->op, m->width, m->height, m->colour.pitch) + 255) / 256;
+    st->out_frame = (int64_t)m->out_bytes / m->batch;
+    st->in_frame = m->in_frame;
+    int64_t blocks =
+        (kp__video_items(m->op, m->width, m->height, m->colour.pitch) * m->batch + 255) / 256;
     if (blocks > 8192) blocks = 8192; /* grid-stride past that */
     m->launch = (kp_launch){kernels[m->op], {(uint32_t)blocks, 1, 1}, {256, 1, 1}, 0, &m->params};
     return KP_OK;
@@ -101,9 +114,17 @@ static kp_status kp__video_setup(void *self, const kp_mem_slice *s) {
 
 static kp_status kp__video_io(void *self, const kp_module_io *io) {
     kp__video *m = self;
-    ((kp__video_dynamic *)io->dynamic_desc)->input = io->inputs[0].data;
+    kp__video_dynamic *d = io->dynamic_desc;
+    const int64_t rows = io->inputs[0].desc.shape[0];
+    if (rows % m->in_rows || rows < m->in_rows)
+        return kp__error(KP_ERR_MISMATCH,
+                         "an input of %lld along dimension 0 is not whole pictures of %lld",
+                         (long long)rows, (long long)m->in_rows);
+    d->input = io->inputs[0].data;
+    d->frames = rows / m->in_rows;
     io->outputs[0].data = m->out;
     io->outputs[0].desc = m->out_desc;
+    io->outputs[0].desc.shape[0] = d->frames * m->out_rows;
     return KP_OK;
 }
 
@@ -174,13 +195,17 @@ static kp_status kp__video_coefs(const kp_module_env *env, kp__video_static *c) 
 }
 
 static kp_status kp__video_create(const kp_module_env *env, kp_module_def *def, kp__video_op op) {
-    int64_t w = 0, h = 0, pitch = 0;
+    int64_t w = 0, h = 0, pitch = 0, batch = 1;
     double amount = 0.5;
     kp__video_static colour;
     memset(&colour, 0, sizeof colour);
     const bool nv12 = op == KP__VIDEO_NV12_RGB || op == KP__VIDEO_RGB_NV12;
     KP_CHECK(kp_param_int(env, "width", false, 0, &w));
     KP_CHECK(kp_param_int(env, "height", false, 0, &h));
+    KP_CHECK(kp_param_int(env, "batch", true, 1, &batch));
+    if (batch < 1 || batch > 1024)
+        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": batch %lld (1 .. 1024)", env->id,
+                         (long long)batch);
     if (nv12) {
         const char *dtype = NULL;
         KP_CHECK(kp_param_int(env, "pitch", true, 0, &pitch));
@@ -215,7 +240,13 @@ static kp_status kp__video_create(const kp_module_env *env, kp_module_def *def, 
     m->height = h;
     m->amount = (float)amount;
     m->colour = colour;
+    m->batch = batch;
     const int64_t rgb = 3 * w * h; /* at most 3 * 2^28, under KP__MAX_ELEMENTS */
+    if (rgb * batch > KP__MAX_ELEMENTS) {
+        kp__free(m);
+        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": a batch of %lld pictures of %lldx%lld "
+                         "is too large", env->id, (long long)batch, (long long)w, (long long)h);
+    }
     const kp_dtype rgb_t = colour.f16 ? KP_F16 : KP_F32;
     kp_status st = op == KP__VIDEO_I420_RGB   ? kp__i420_port(&def->inputs[0], "input", w, h)
                    : op == KP__VIDEO_NV12_RGB ? kp__nv12_port(&def->inputs[0], "input", pitch, h)
@@ -228,8 +259,25 @@ static kp_status kp__video_create(const kp_module_env *env, kp_module_def *def, 
         kp__free(m);
         return st;
     }
+    /* a batch: dimension 0 holds up to `batch` pictures, as many as each tick's input */
+    m->in_rows = def->inputs[0].desc.shape[0];
+    m->out_rows = def->outputs[0].desc.shape[0];
+    m->in_frame = kp_desc_bytes_needed(&def->inputs[0].desc);
+    kp_port_decl *ports[2] = {&def->inputs[0], &def->outputs[0]};
+    for (int k = 0; k < 2 && st == KP_OK; k++) {
+        int64_t shape[KP_MAX_DIMS];
+        for (int d = 0; d < ports[k]->desc.ndim; d++) shape[d] = ports[k]->desc.shape[d];
+        shape[0] *= batch;
+        st = kp_desc_init(&ports[k]->desc, ports[k]->desc.dtype, ports[k]->desc.ndim, shape, NULL);
+        ports[k]->dynamic = batch > 1 ? 1u : 0u;
+    }
+    if (st != KP_OK) {
+        kp__free(m);
+        return st;
+    }
     m->out_desc = def->outputs[0].desc;
     m->out_bytes = (size_t)kp_desc_bytes_needed(&m->out_desc);
+    def->live_shapes = 1; /* ... and how many pictures */
     def->iface = &kp__video_iface;
     def->self = m;
     def->n_inputs = 1;

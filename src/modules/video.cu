@@ -7,10 +7,13 @@
 template <int Op> __global__ void kp_video_kernel(kp__video_params p) {
     const kp__video_static *st = p.st;
     const void *in = p.dyn->input;
-    const int64_t n = kp__video_items(Op, st->width, st->height, st->pitch);
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        kp__video_item(st, in, Op, i);
+    const int64_t items = kp__video_items(Op, st->width, st->height, st->pitch);
+    const int64_t n = items * p.dyn->frames, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const int64_t f = i / items;
+        kp__video_item(st, (const char *)in + f * st->in_frame, (char *)st->output + f * st->out_frame,
+                       Op, i % items);
+    }
 }
 
 extern "C" const kp_device_kernel kp__i420_rgb_cuda = {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ffmpeg-impl.h"
 
@@ -61,6 +62,39 @@ kp_status kp__av_error(int averr, kp_status st, const char *fmt, ...) {
 }
 
 /* --- demux --------------------------------------------------------------------------- */
+/* FFmpeg polls this while it waits for input: the user's interrupt (a
+ * cancelled flow) or the wait's deadline stops the wait. */
+int kp__reader_interrupt(void *opaque) {
+    kp_video_reader_t r = opaque;
+    if (r->cfg.interrupt && r->cfg.interrupt(r->cfg.interrupt_user)) r->interrupted = true;
+    if (r->deadline_ns) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec > r->deadline_ns)
+            r->timed_out = true;
+    }
+    return r->interrupted || r->timed_out;
+}
+
+void kp__reader_arm(kp_video_reader_t r) {
+    r->timed_out = r->interrupted = false;
+    r->deadline_ns = 0;
+    if (r->cfg.timeout_ms <= 0) return;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    r->deadline_ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec +
+                     (uint64_t)r->cfg.timeout_ms * 1000000u;
+}
+
+kp_status kp__reader_wait_error(kp_video_reader_t r, int averr, kp_status st, const char *what) {
+    if (r->interrupted) return kp__error(KP_ERR_STATE, "%s: %s: interrupted", r->path, what);
+    if (r->timed_out)
+        return kp__error(KP_ERR_IO, "%s: %s: timed out after %d ms", r->path, what,
+                         r->cfg.timeout_ms);
+    return kp__av_error(averr, st, "%s: %s", r->path, what);
+}
+
+
 kp_status kp__demux_next(kp_video_reader_t r) {
     for (;;) {
         if (r->demux_eof) return KP_ERR_NOT_FOUND;

@@ -14,8 +14,11 @@
 
 struct kp__nvdec; /* nvdec.c */
 struct kp_video_reader;
-/* reader.c: starts the deadline of a wait for input (cfg.timeout_ms), and
- * names a failed wait: interrupted, timed out, or FFmpeg's error. */
+/* demux.c: FFmpeg's interrupt callback (opaque: the reader), which stops a
+ * wait for input on the reader's interrupt or deadline; starting the
+ * deadline of a wait (cfg.timeout_ms); and naming a failed wait:
+ * interrupted, timed out, or FFmpeg's error. */
+int kp__reader_interrupt(void *opaque);
 void kp__reader_arm(struct kp_video_reader *r);
 kp_status kp__reader_wait_error(struct kp_video_reader *r, int averr, kp_status st,
                                 const char *what);
