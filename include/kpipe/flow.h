@@ -273,7 +273,8 @@ kp_status kp_flow_cancel(kp_flow_t f);
 typedef struct kp_flow_stage_stats {
     const char *name;
     const char *device;              /* its device's name ("cuda:1"); the first replica's */
-    size_t replicas;                 /* 1, or how many replicas run it */
+    size_t replicas;                 /* 1, or how many replicas (or a source's streams) run it */
+    bool source;                     /* it makes frames */
     uint64_t in, out;                /* frames taken and passed on (or finished) */
     uint64_t batches;                /* micro-batching: batches run */
     double host_p50_us, host_p99_us; /* the stage function's host time, recent frames */

@@ -123,7 +123,7 @@ typedef struct kp_video_writer_config {
 #define KP_VIDEO_WRITER_CONFIG_INIT {NULL, NULL, 0, -1, NULL, -1, 0, 0}
 
 /* Makes a writer for `path`; the container follows the extension (.mp4,
- * .mkv, .ts). The file is made at the first frame, whose size, format,
+ * .mkv, .ts; MPEG-TS for a udp://, srt:// or tcp:// URL). The file is made at the first frame, whose size, format,
  * time base and rate the stream keeps. cfg NULL: defaults. */
 kp_status kp_video_writer_open(kp_device_t dev, const char *path,
                                const kp_video_writer_config *cfg, kp_video_writer_t *out);

@@ -82,6 +82,7 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
         o->name = f->st[ls->first].name;
         o->device = kp_device_name(f->st[ls->first].ctx.dev);
         o->replicas = ls->n_rep;
+        o->source = ls->source;
         /* counters move while we read: a stage's out is read after its in,
          * so in >= out holds for what we return */
         for (size_t r = 0; r < ls->n_rep; r++) o->in += atomic_load(&f->st[ls->first + r].in);

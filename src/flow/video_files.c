@@ -261,7 +261,8 @@ kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size
 
 typedef struct kp__video_sink {
     kp_device_t dev;
-    kp_video_writer_config cfg;
+    kp_video_writer_config cfg; /* its strings point into the buffers below */
+    char codec[32], encoder[32], preset[32];
     char path[1024];
     bool per_stream;
     kp_video_writer_t w; /* one file */
@@ -366,6 +367,19 @@ kp_status kp__stage_video_sink(kp_device_t dev, const char *path,
     if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "video sink: no memory");
     s->dev = dev;
     s->cfg = *cfg;
+    /* per-stream writers open later: the settings' strings are kept here */
+    const char *const from[3] = {cfg->codec, cfg->encoder, cfg->preset};
+    char *const to[3] = {s->codec, s->encoder, s->preset};
+    const char **dst[3] = {&s->cfg.codec, &s->cfg.encoder, &s->cfg.preset};
+    for (int k = 0; k < 3; k++) {
+        if (!from[k]) continue;
+        if (strlen(from[k]) >= sizeof s->codec) {
+            kp__free(s);
+            return kp__error(KP_ERR_INVALID_ARG, "video sink: \"%.40s\" is too long", from[k]);
+        }
+        snprintf(to[k], sizeof s->codec, "%s", from[k]);
+        *dst[k] = to[k];
+    }
     s->format = format;
     snprintf(s->path, sizeof s->path, "%s", path);
     s->per_stream = strstr(path, KP__STREAM_KEY) != NULL;

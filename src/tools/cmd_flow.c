@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -11,7 +12,8 @@
 #include "tool-impl.h"
 
 static const char kpt_flow_usage[] =
-    "usage: kpipe flow FLOW.json [--device D] [--json FILE] [--trace FILE] [--quiet]\n\n"
+    "usage: kpipe flow FLOW.json [--device D] [--json FILE] [--trace FILE] [--dot FILE]\n"
+    "                  [--quiet]\n\n"
     "Runs the flow (\"kpipe_flow\": 1) to end of stream: stages on threads joined by\n"
     "bounded queues. On a terminal a status line shows frames/s, queue depths, drops\n"
     "and device bytes; at the end the health report is printed. Ctrl-C cancels the\n"
@@ -20,7 +22,31 @@ static const char kpt_flow_usage[] =
     "  --json FILE  also write the final health report as JSON\n"
     "  --trace FILE write a Chrome trace (chrome://tracing, Perfetto): one row per\n"
     "               stage, one slice per frame (the last 65536 stage runs)\n"
-    "  --quiet      no status line\n";
+    "  --dot FILE   draw the flow's graph as Graphviz DOT before it runs\n"
+    "  --quiet      no status line\n\n"
+    "A flow with several source streams also gets a line per stream: frames,\n"
+    "frames/s, drops, the source's time per frame and what it says (its decoder,\n"
+    "reconnections).\n";
+
+/* Each source stream's figures, where there are several. */
+static void kpt_report_streams(kp_flow_t f) {
+    size_t n = 0;
+    if (kp_flow_streams(f, NULL, 0, &n) != KP_OK || n < 2) {
+        kp_clear_error();
+        return;
+    }
+    kp_flow_stream_stats *s = calloc(n, sizeof *s);
+    if (!s || kp_flow_streams(f, s, n, &n) != KP_OK) {
+        free(s);
+        return;
+    }
+    printf("  streams: %zu\n", n);
+    for (size_t i = 0; i < n; i++)
+        printf("    %3u %-12s %8llu frames %8.1f/s  %llu drops  p50 %.0f us p99 %.0f us  %s\n",
+               s[i].stream, s[i].stage, (unsigned long long)s[i].frames, s[i].frames_per_s,
+               (unsigned long long)s[i].drops, s[i].host_p50_us, s[i].host_p99_us, s[i].detail);
+    free(s);
+}
 
 static volatile sig_atomic_t kpt_interrupted;
 static void kpt_on_sigint(int sig) { kpt_interrupted = 1; }
@@ -83,7 +109,7 @@ static void kpt_report(const kp_flow_snapshot *h, double secs) {
         const kp_flow_stage_stats *s = &h->stages[i];
         char where[32];
         if (s->replicas > 1)
-            snprintf(where, sizeof where, "%zu devices", s->replicas);
+            snprintf(where, sizeof where, "%zu %s", s->replicas, s->source ? "streams" : "devices");
         else
             snprintf(where, sizeof where, "%s", s->device ? s->device : "-");
         char copies[32];
@@ -157,7 +183,7 @@ static int kpt_report_json(const char *path, const kp_flow_snapshot *h, double s
 }
 
 int kpt_cmd_flow(int argc, char **argv) {
-    const char *file = NULL, *device = NULL, *json = NULL, *trace = NULL, *v;
+    const char *file = NULL, *device = NULL, *json = NULL, *trace = NULL, *dot = NULL, *v;
     bool quiet = false;
     int r;
     for (int i = 1; i < argc; i++) {
@@ -176,6 +202,9 @@ int kpt_cmd_flow(int argc, char **argv) {
         } else if ((r = kpt_opt_value(argc, argv, &i, "--trace", &v)) != 0) {
             if (r < 0) return 2;
             trace = v;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--dot", &v)) != 0) {
+            if (r < 0) return 2;
+            dot = v;
         } else if (argv[i][0] == '-' || file) {
             fprintf(stderr, "kpipe flow: unexpected argument \"%s\"\n\n%s", argv[i],
                     kpt_flow_usage);
@@ -194,6 +223,7 @@ int kpt_cmd_flow(int argc, char **argv) {
     kp_status st = kp_device_open(device, &dev);
     if (st != KP_OK) return kpt_fail("flow", st);
     st = kpt_keep_error(kp_flow_create_from_file_traced(dev, file, trace ? 65536 : 0, &f));
+    if (st == KP_OK && dot) st = kpt_keep_error(kp_flow_write_dot(f, dot));
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = kpt_on_sigint;
@@ -235,6 +265,7 @@ int kpt_cmd_flow(int argc, char **argv) {
     if (f && kp_flow_health(f, &h) == KP_OK) {
         printf("%s on %s:\n", file, kp_device_name(dev));
         kpt_report(&h, secs);
+        kpt_report_streams(f);
         kpt_report_remote(f, &h);
         if (json) rc = kpt_report_json(json, &h, secs);
         kp_status ts = trace ? kp_flow_write_trace(f, trace) : KP_OK;

@@ -43,6 +43,10 @@ kp_status kp__video_writer_make(kp_device_t dev, const char *path,
                                 const kp_video_writer_config *cfg, kp_video_writer_t *out) {
     kp__av_log_capture();
     const AVOutputFormat *of = av_guess_format(NULL, path, NULL);
+    /* a stream to the network (udp://, srt://, tcp://) goes out as MPEG-TS */
+    static const char *const live[] = {"udp://", "srt://", "tcp://", NULL};
+    for (const char *const *k = live; !of && *k; k++)
+        if (strncmp(path, *k, strlen(*k)) == 0) of = av_guess_format("mpegts", NULL, NULL);
     if (!of)
         return kp__error(KP_ERR_INVALID_ARG,
                          "%s: no container for this extension (.mp4, .mkv or .ts)", path);

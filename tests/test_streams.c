@@ -1,0 +1,378 @@
+/* Many video streams in one flow: a source of several files decodes each
+ * stream exactly as that file decoded alone (byte for byte, through a
+ * lossless per-stream sink); a batch across streams of two sizes resizes
+ * every frame and writes one file per stream with every frame; "realtime"
+ * paces a file at its frame rate; a live udp:// stream whose sender goes
+ * away is reconnected, and a cancel stops a source blocked on the network.
+ *   test_streams DEVICE   (cpu or cuda; exit 77 without the device) */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "support/kp_test.h"
+
+static kp_device_t g_dev;
+static bool g_cuda;
+static char g_dir[256];
+
+static const char *tmp_path(char *buf, size_t len, const char *name) {
+    snprintf(buf, len, "%s/%s", g_dir, name);
+    return buf;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Picture i of stream k: a moving pattern, I420 at pitch w. */
+static void draw(uint8_t *p, int w, int h, int i, int k) {
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            p[y * w + x] = (uint8_t)(110 + 60 * sin((x + 3 * i + 7 * k) * 0.05) +
+                                     40 * cos((y - 2 * i) * 0.07));
+    uint8_t *u = p + w * h, *v = u + w / 2 * (h / 2);
+    for (int y = 0; y < h / 2; y++)
+        for (int x = 0; x < w / 2; x++) {
+            u[y * (w / 2) + x] = (uint8_t)(128 + 50 * sin((x + i + k) * 0.09));
+            v[y * (w / 2) + x] = (uint8_t)(128 + 50 * cos((y + i) * 0.08));
+        }
+}
+
+typedef struct writer_args {
+    const char *path;
+    int w, h, n, k, gop;
+    double fps; /* 0: as fast as it goes */
+    bool stop;  /* set to end early */
+    kp_status st;
+} writer_args;
+
+static void *write_clip(void *arg) {
+    writer_args *a = arg;
+    size_t bytes = (size_t)a->w * a->h * 3 / 2;
+    uint8_t *host = malloc(bytes);
+    void *dev = NULL;
+    kp_stream_t s = NULL;
+    kp_video_writer_t wr = NULL;
+    kp_video_writer_config cfg = KP_VIDEO_WRITER_CONFIG_INIT;
+    cfg.crf = 12;
+    cfg.bframes = 2;
+    cfg.gop = a->gop;
+    cfg.encoder = "libx264";
+    cfg.preset = "ultrafast";
+    cfg.threads = 1;
+    kp_status st = kp_stream_create(g_dev, &s);
+    if (st == KP_OK) st = kp_malloc(g_dev, bytes, &dev);
+    if (st == KP_OK) st = kp_video_writer_open(g_dev, a->path, &cfg, &wr);
+    double t0 = now_s();
+    for (int i = 0; st == KP_OK && i < a->n && !__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE);
+         i++) {
+        draw(host, a->w, a->h, i, a->k);
+        st = kp_memcpy_htod(g_dev, dev, host, bytes);
+        kp_video_frame f = {KP_PIXEL_I420, a->w, a->h, a->w, i, {1, 30}, {30, 1}, false};
+        if (st == KP_OK) st = kp_video_writer_write(wr, s, dev, bytes, &f);
+        while (a->fps > 0 && now_s() - t0 < (i + 1) / a->fps) {
+            struct timespec d = {0, 2000000};
+            nanosleep(&d, NULL);
+        }
+    }
+    if (wr) {
+        kp_status cst = kp_video_writer_close(wr);
+        if (st == KP_OK) st = cst;
+    }
+    if (dev) kp_free(g_dev, dev);
+    kp_stream_destroy(s);
+    free(host);
+    a->st = st;
+    return NULL;
+}
+
+static void make_clip(const char *path, int w, int h, int n, int k) {
+    writer_args a = {path, w, h, n, k, 12, 0, false, KP_OK};
+    write_clip(&a);
+    KPT_OK(a.st);
+}
+
+/* Every frame of a file as NV12, on the host. */
+typedef struct frames {
+    int n;
+    size_t bytes;
+    uint8_t *data;
+    kp_video_reader_info info;
+} frames;
+
+static void read_all(const char *path, frames *out) {
+    memset(out, 0, sizeof *out);
+    kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
+    cfg.format = KP_PIXEL_NV12;
+    kp_video_reader_t r;
+    KPT_OK(kp_video_reader_open(g_dev, path, &cfg, &r));
+    KPT_OK(kp_video_reader_get_info(r, &out->info));
+    out->bytes = out->info.frame_bytes;
+    kp_stream_t s;
+    void *dev;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_malloc(g_dev, out->bytes, &dev));
+    for (;;) {
+        kp_video_frame f;
+        bool eos = false;
+        KPT_OK(kp_video_reader_next(r, s, dev, out->bytes, &f, &eos));
+        if (eos) break;
+        out->data = realloc(out->data, out->bytes * (size_t)(out->n + 1));
+        KPT_OK(kp_stream_sync(s));
+        KPT_OK(kp_memcpy_dtoh(g_dev, out->data + out->bytes * (size_t)out->n, dev, out->bytes));
+        out->n++;
+    }
+    kp_free(g_dev, dev);
+    kp_stream_destroy(s);
+    kp_video_reader_close(r);
+}
+
+static void run_json(const char *json) {
+    kp_flow_t f;
+    KPT_OK(kp_flow_create_from_json(g_dev, json, &f));
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_health(f, &h));
+    assert_true(h.consistent);
+    assert_int_equal(h.frames_dropped, 0);
+    kp_flow_destroy(f);
+}
+
+static const int k_sizes[5][2] = {{96, 64}, {160, 96}, {128, 72}, {64, 48}, {200, 112}};
+
+/* Five files of five sizes through one source into a lossless sink per
+ * stream: each output equals its file decoded alone, byte for byte. */
+static void many_equal_alone(void **state) {
+    (void)state;
+    char in[5][512], out[512], json[4096];
+    int len = snprintf(json, sizeof json,
+                       "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cams\", \"source\": "
+                       "\"video\", \"format\": \"nv12\", \"paths\": [");
+    for (int k = 0; k < 5; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "in%d.mp4", k);
+        make_clip(tmp_path(in[k], sizeof in[k], name), k_sizes[k][0], k_sizes[k][1], 20 + 3 * k,
+                  k);
+        len += snprintf(json + len, sizeof json - (size_t)len, "%s\"%s\"", k ? ", " : "", in[k]);
+    }
+    snprintf(json + len, sizeof json - (size_t)len,
+             "]}, {\"name\": \"out\", \"sink\": \"video\", \"encoder\": \"libx264\", \"crf\": 0, "
+             "\"preset\": \"ultrafast\", \"path\": \"%s\"}]}",
+             tmp_path(out, sizeof out, "lossless{stream}.mkv"));
+    run_json(json);
+    for (int k = 0; k < 5; k++) {
+        char name[32], path[512];
+        snprintf(name, sizeof name, "lossless%d.mkv", k);
+        frames a, b;
+        read_all(in[k], &a);
+        read_all(tmp_path(path, sizeof path, name), &b);
+        assert_int_equal(a.n, 20 + 3 * k);
+        assert_int_equal(b.n, a.n);
+        assert_int_equal(b.info.width, k_sizes[k][0]);
+        assert_int_equal(b.bytes, a.bytes);
+        assert_memory_equal(a.data, b.data, a.bytes * (size_t)a.n);
+        free(a.data);
+        free(b.data);
+    }
+}
+
+/* Sixteen streams of two sizes batched (at most 8, deadline 5 ms), each
+ * frame resized to 64x48 as it joins the batch, through one pipeline (an
+ * exact copy, so the result is known), then a lossless file per stream:
+ * every frame there, in order, equal byte for byte to its input frame
+ * resized by kp_resize_nv12. */
+static void batch_across_streams(void **state) {
+    (void)state;
+    char a[512], b[512], json[4096], out[512];
+    make_clip(tmp_path(a, sizeof a, "small.mp4"), 96, 64, 24, 1);
+    make_clip(tmp_path(b, sizeof b, "large.mp4"), 160, 96, 31, 2);
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": ["
+             "{\"name\": \"small\", \"source\": \"video\", \"format\": \"nv12\", \"path\": \"%s\", "
+             "\"streams\": 8},"
+             "{\"name\": \"large\", \"source\": \"video\", \"format\": \"nv12\", \"path\": \"%s\", "
+             "\"streams\": 8},"
+             "{\"name\": \"batch\", \"from\": [\"small\", \"large\"], \"queue\": {\"capacity\": "
+             "16}, \"batch\": {\"max\": 8, \"deadline_us\": 5000, \"resize\": [64, 48]}, "
+             "\"pipeline\": {\"kpipe_spec\": 1, \"name\": \"b\", \"modules\": ["
+             "{\"type\": \"resize\", \"id\": \"same\", \"params\": {\"width\": 64, \"height\": "
+             "48, \"out_width\": 64, \"out_height\": 48, \"batch\": 8}}], "
+             "\"inputs\": {\"x\": \"same.input\"}, \"outputs\": {\"y\": \"same.output\"}}},"
+             "{\"name\": \"out\", \"sink\": \"video\", \"encoder\": \"libx264\", \"crf\": 0, "
+             "\"preset\": \"ultrafast\", \"path\": \"%s\"}]}",
+             a, b, tmp_path(out, sizeof out, "batched{stream}.mkv"));
+    run_json(json);
+    frames src[2];
+    read_all(a, &src[0]);
+    read_all(b, &src[1]);
+    kp_stream_t s;
+    void *din, *dout;
+    uint8_t want[64 * 72];
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_malloc(g_dev, src[1].bytes, &din));
+    KPT_OK(kp_malloc(g_dev, sizeof want, &dout));
+    for (int k = 0; k < 16; k++) {
+        char name[32], path[512];
+        snprintf(name, sizeof name, "batched%d.mkv", k);
+        frames got;
+        read_all(tmp_path(path, sizeof path, name), &got);
+        const frames *in = &src[k / 8];
+        assert_int_equal(got.n, in->n);
+        assert_int_equal(got.info.width, 64);
+        assert_int_equal(got.info.height, 48);
+        for (int i = 0; i < got.n; i++) {
+            KPT_OK(kp_memcpy_htod(g_dev, din, in->data + in->bytes * (size_t)i, in->bytes));
+            KPT_OK(kp_resize_nv12(s, din, in->info.width, in->info.height, in->info.pitch, dout,
+                                  64, 48, 64));
+            KPT_OK(kp_stream_sync(s));
+            KPT_OK(kp_memcpy_dtoh(g_dev, want, dout, sizeof want));
+            assert_memory_equal(want, got.data + got.bytes * (size_t)i, sizeof want);
+        }
+        free(got.data);
+    }
+    free(src[0].data);
+    free(src[1].data);
+    kp_free(g_dev, din);
+    kp_free(g_dev, dout);
+    kp_stream_destroy(s);
+}
+
+/* "realtime": 15 frames at 30 frames/s take about half a second; without
+ * it, far less. */
+static void realtime_pacing(void **state) {
+    (void)state;
+    char in[512], json[1024];
+    make_clip(tmp_path(in, sizeof in, "paced.mp4"), 64, 48, 15, 0);
+    for (int rt = 0; rt < 2; rt++) {
+        snprintf(json, sizeof json,
+                 "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cam\", \"source\": \"video\", "
+                 "\"path\": \"%s\", \"realtime\": %s}, {\"name\": \"out\", \"sink\": \"null\"}]}",
+                 in, rt ? "true" : "false");
+        double t0 = now_s();
+        run_json(json);
+        double t = now_s() - t0;
+        if (rt)
+            assert_true(t >= 14.0 / 30.0 - 0.02);
+        else
+            assert_true(t < 0.4);
+    }
+}
+
+/* A udp:// camera: a sender streams MPEG-TS to loopback, stops, and comes
+ * back; the source reconnects (its health says so) and frames flow again;
+ * then a cancel stops it while it waits on the network. */
+static void live_udp_reconnects(void **state) {
+    (void)state;
+    const int port = 20000 + (int)(getpid() % 20000);
+    char url[128], json[1024];
+    snprintf(url, sizeof url, "udp://127.0.0.1:%d", port);
+    writer_args first = {url, 64, 48, 100000, 0, 10, 30.0, false, KP_OK};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, write_clip, &first), 0);
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cam\", \"source\": \"video\", "
+             "\"path\": \"%s?timeout=2000000\", \"timeout_ms\": 400}, {\"name\": \"out\", "
+             "\"sink\": \"null\", \"queue\": {\"policy\": \"drop_oldest\"}}]}",
+             url);
+    kp_flow_t f;
+    KPT_OK(kp_flow_create_from_json(g_dev, json, &f)); /* opens while the sender runs */
+    KPT_OK(kp_flow_start(f));
+    kp_flow_stream_stats ss;
+    size_t n = 0;
+    double t0 = now_s();
+    do {
+        KPT_OK(kp_flow_streams(f, &ss, 1, &n));
+    } while (ss.frames < 10 && now_s() - t0 < 10.0);
+    assert_true(ss.frames >= 10);
+    __atomic_store_n(&first.stop, true, __ATOMIC_RELEASE); /* the camera dies */
+    pthread_join(th, NULL);
+    struct timespec gap = {1, 0};
+    nanosleep(&gap, NULL);
+    uint64_t before = ss.frames;
+    writer_args second = {url, 64, 48, 100000, 1, 10, 30.0, false, KP_OK};
+    assert_int_equal(pthread_create(&th, NULL, write_clip, &second), 0); /* and comes back */
+    t0 = now_s();
+    do {
+        KPT_OK(kp_flow_streams(f, &ss, 1, &n));
+    } while (ss.frames < before + 10 && now_s() - t0 < 15.0);
+    fprintf(stderr, "live: %llu frames, %s\n", (unsigned long long)ss.frames, ss.detail);
+    assert_true(ss.frames >= before + 10);
+    assert_non_null(strstr(ss.detail, "reconnects"));
+    assert_null(strstr(ss.detail, " 0 reconnects"));
+    __atomic_store_n(&second.stop, true, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    KPT_OK(kp_flow_cancel(f)); /* blocked on a silent socket now */
+    t0 = now_s();
+    KPT_FAILS(kp_flow_wait(f), KP_ERR_STATE);
+    assert_true(now_s() - t0 < 3.0);
+    kp_flow_destroy(f);
+}
+
+/* Bad streams are named: a missing file among several, mixed files and
+ * URLs, both "path" and "paths". */
+static void bad_streams(void **state) {
+    (void)state;
+    char ok[512], json[2048];
+    make_clip(tmp_path(ok, sizeof ok, "ok.mp4"), 64, 48, 3, 0);
+    static const char *const bad[][2] = {
+        {"\"paths\": [\"%s\", \"/no/such.mp4\"]", "$.stages[0]: paths[1]"},
+        {"\"paths\": [\"%s\", \"udp://127.0.0.1:9\"]", "live URLs and files do not mix"},
+        {"\"path\": \"%s\", \"paths\": []", "\"path\" (with \"streams\" copies of it) or"},
+        {"\"paths\": [\"%s\"], \"streams\": 2", "or \"paths\", one of them"},
+        {"\"path\": \"%s\", \"streams\": 300", "streams: expected an integer from 1 to 256"},
+        {"\"path\": \"%s\", \"realtime\": 1", "realtime: expected true or false"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char keys[1024];
+        snprintf(keys, sizeof keys, bad[i][0], ok);
+        snprintf(json, sizeof json,
+                 "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cam\", \"source\": \"video\", %s}, "
+                 "{\"name\": \"out\", \"sink\": \"null\"}]}",
+                 keys);
+        kp_flow_t f = (kp_flow_t)1;
+        kp_status st = kp_flow_create_from_json(g_dev, json, &f);
+        if (st == KP_OK || !strstr(kp_last_error(), bad[i][1]))
+            fprintf(stderr, "case %zu: %s (want \"%s\")\n", i, kp_last_error(), bad[i][1]);
+        assert_int_not_equal(st, KP_OK);
+        assert_non_null(strstr(kp_last_error(), bad[i][1]));
+        assert_null(f);
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *name = argc > 1 ? argv[1] : "cpu";
+    if (kp_device_open(name, &g_dev) != KP_OK) {
+        fprintf(stderr, "no %s device: %s\n", name, kp_last_error());
+        return 77;
+    }
+    if (!kp_video_built()) {
+        printf("SKIP: kpipe was built without video\n");
+        kp_device_close(g_dev);
+        return 77;
+    }
+    g_cuda = strcmp(kp_device_backend(g_dev), "cuda") == 0;
+    snprintf(g_dir, sizeof g_dir, "/tmp/kp_streams_XXXXXX");
+    if (!mkdtemp(g_dir)) return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(many_equal_alone),    cmocka_unit_test(batch_across_streams),
+        cmocka_unit_test(realtime_pacing),     cmocka_unit_test(live_udp_reconnects),
+        cmocka_unit_test(bad_streams),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) rc = rc ? rc : 1;
+    kp_device_close(g_dev);
+    return rc;
+}
