@@ -9,7 +9,14 @@
  *                 libx264 (no NVENC on an H100), against each stage alone,
  *                 and the same work from a .y4m file of the same frames.
  *
- *   bench_video DIR [FRAMES_1080 FRAMES_2160]   (DIR: where clips are made) */
+ *   many streams  one video source of N streams of one 1080p clip (N NVDEC
+ *                 sessions) as fast as they decode, and paced at 30
+ *                 frames/s each (realtime): whether every stream keeps its
+ *                 pace with no drop; against the hand loop on 1 and 7
+ *                 threads at once.
+ *
+ *   bench_video DIR [FRAMES_1080 FRAMES_2160]   (DIR: where clips are made)
+ *   bench_video DIR streams [FRAMES]            (many streams only) */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,6 +28,8 @@
 #include <libavcodec/avcodec.h>
 #include <libavcodec/bsf.h>
 #include <libavformat/avformat.h>
+
+#include <cuda_runtime_api.h>
 
 #include "bench-check.h"
 #include "kpipe/kpipe.h"
@@ -355,10 +364,131 @@ static void bench_clip(const char *dir, int w, int h, int n, int64_t bitrate) {
     remove(y4m);
 }
 
+/* --- many streams ------------------------------------------------------------------ */
+typedef struct hand_thread {
+    const char *path;
+    long frames;
+    pthread_t th;
+} hand_thread;
+
+static void *hand_thread_main(void *arg) {
+    hand_thread *t = arg;
+    hand_loop(t->path, &t->frames);
+    return NULL;
+}
+
+/* k hand loops at once, each its own session on its own thread: total frames/s. */
+static double hand_loops(const char *path, int k) {
+    hand_thread t[16];
+    double t0 = now_s();
+    for (int i = 0; i < k; i++) {
+        t[i] = (hand_thread){path, 0, 0};
+        pthread_create(&t[i].th, NULL, hand_thread_main, &t[i]);
+    }
+    long frames = 0;
+    for (int i = 0; i < k; i++) {
+        pthread_join(t[i].th, NULL);
+        frames += t[i].frames;
+    }
+    return frames / (now_s() - t0);
+}
+
+static size_t device_used(void) {
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    return total - free_b;
+}
+
+/* One source of n streams of the clip (each its own NVDEC session) into a
+ * null sink: frames/s over the run, the device memory the flow holds per
+ * stream, drops, and (realtime) whether every stream kept its pace. */
+static void streams_row(const char *clip, int n, bool realtime, int frames_per_stream) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": ["
+             "{\"name\": \"cams\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": "
+             "\"nvdec\", \"streams\": %d, \"realtime\": %s},"
+             "{\"name\": \"null\", \"sink\": \"null\", \"queue\": {\"capacity\": 64, "
+             "\"policy\": \"%s\"}}]}",
+             clip, n, realtime ? "true" : "false", realtime ? "drop_newest" : "block");
+    size_t before = device_used();
+    double t0 = now_s();
+    kp_flow_t f;
+    CHECK(kp_flow_create_from_json(g_dev, json, &f));
+    double made = now_s() - t0;
+    size_t held = device_used() - before;
+    t0 = now_s();
+    CHECK(kp_flow_start(f));
+    CHECK(kp_flow_wait(f));
+    double t = now_s() - t0;
+    kp_flow_snapshot h;
+    CHECK(kp_flow_health(f, &h));
+    kp_flow_stream_stats *ss = calloc((size_t)n, sizeof *ss);
+    size_t m = 0;
+    CHECK(kp_flow_streams(f, ss, (size_t)n, &m));
+    uint64_t min_frames = UINT64_MAX;
+    double p99 = 0;
+    for (size_t i = 0; i < m; i++) {
+        if (ss[i].frames < min_frames) min_frames = ss[i].frames;
+        if (ss[i].host_p99_us > p99) p99 = ss[i].host_p99_us;
+    }
+    const double duration = frames_per_stream / 30.0;
+    if (realtime)
+        printf("| %d streams at 30 frames/s (realtime) | %.0f | %llu | %s | %.2f s for %.2f s of "
+               "video | %.1f | %.0f |\n",
+               n, h.frames_done / t, (unsigned long long)h.frames_dropped,
+               h.frames_dropped == 0 && min_frames == (uint64_t)frames_per_stream &&
+                       t < duration * 1.05 + 0.2
+                   ? "held"
+                   : "NOT held",
+               t, duration, held / 1048576.0 / n, made * 1e3 / n);
+    else
+        printf("| %d streams, as fast as decoded | %.0f | %llu | - | %.2f s | %.1f | %.0f |\n", n,
+               h.frames_done / t, (unsigned long long)h.frames_dropped, t, held / 1048576.0 / n,
+               made * 1e3 / n);
+    (void)p99;
+    free(ss);
+    kp_flow_destroy(f);
+}
+
+static void bench_streams(const char *dir, int frames) {
+    char clip[512];
+    snprintf(clip, sizeof clip, "%s/streams_1080.mp4", dir);
+    double t0 = now_s();
+    make_clip(clip, 1920, 1080, frames, 6000000);
+    printf("\n## Many streams: 1920x1080 H.264, 6 Mb/s, B-frames, %d frames each (made in %.1f "
+           "s)\n",
+           frames, now_s() - t0);
+    double one = hand_loops(clip, 1), seven = hand_loops(clip, 7);
+    printf("| hand NVDEC loop, sessions at once | frames/s |\n|---|---|\n");
+    printf("| 1 | %.0f |\n| 7 | %.0f |\n", one, seven);
+    printf("\n| kpipe: one video source | frames/s | drops | real time | wall | device MiB "
+           "per stream | ms to open per stream |\n|---|---|---|---|---|---|---|\n");
+    const int n[] = {1, 7, 16, 64, 150};
+    for (int i = 0; i < 5; i++) streams_row(clip, n[i], false, frames);
+    printf("  ratio at 7 streams to the hand loop's 7 sessions: see the 7-stream row / %.0f\n",
+           seven);
+    const int rt[] = {64, 150, 200};
+    for (int i = 0; i < 3; i++) streams_row(clip, rt[i], true, frames);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_video DIR [FRAMES_1080 FRAMES_2160]\n");
+        fprintf(stderr, "usage: bench_video DIR [FRAMES_1080 FRAMES_2160]\n"
+                        "       bench_video DIR streams [FRAMES]\n");
         return 2;
+    }
+    if (argc > 2 && strcmp(argv[2], "streams") == 0) {
+        if (kp_device_open("cuda", &g_dev) != KP_OK) {
+            fprintf(stderr, "no cuda device: %s\n", kp_last_error());
+            return 77;
+        }
+        char desc[256];
+        kp_device_describe(g_dev, desc, sizeof desc);
+        printf("# bench_video streams on %s\n", desc);
+        bench_streams(argv[1], argc > 3 ? atoi(argv[3]) : 150);
+        kp_device_close(g_dev);
+        return 0;
     }
     if (kp_device_open("cuda", &g_dev) != KP_OK) {
         fprintf(stderr, "no cuda device: %s\n", kp_last_error());

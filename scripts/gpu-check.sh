@@ -32,7 +32,7 @@ stage_build() {
 
 stage_test() {
   local t0=$(date +%s)
-  ctest --test-dir build-gpu --output-on-failure >"$out/ctest.log" 2>&1
+  ctest --test-dir build-gpu --output-on-failure ${KP_CTEST_REGEX:+-R "$KP_CTEST_REGEX"} >"$out/ctest.log" 2>&1
   local ct=$? summary skipped
   summary=$(grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1)
   skipped=$(grep -c "(Skipped)" "$out/ctest.log")
@@ -101,6 +101,7 @@ gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/tes
            "tests/test_memory cuda" "tests/test_copies cuda 3 1048576" "tests/test_api_misuse cuda"
            "tests/test_graph_cache cuda" "tests/test_dynamic cuda 20" "tests/test_flow cuda 50"
            "tests/test_video cuda" "tests/test_video_files cuda" "tests/test_tasks cuda" "tests/test_cholesky cuda"
+           "tests/test_flow_graph cuda" "tests/test_resize cuda" "tests/test_streams cuda"
            "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
 
 # One program under compute-sanitizer's memcheck and racecheck: a row each.
@@ -155,6 +156,37 @@ stage_video() {
   fi
   cat "$out/bench_video.md"
   rm -rf /tmp/kp_bench_video
+}
+
+# Many streams: the README's 16-stream example on cuda (clips made, then
+# decoded on NVDEC, batched through one pipeline, a file per stream), the
+# live example over loopback, then bench_video's many-streams table.
+stage_streams() {
+  local d="$out/streams"
+  mkdir -p "$d"
+  (cd "$d" && "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/make_streams.json" --device cuda --quiet \
+     && "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/streams.json" --device cuda --quiet \
+     && [ "$(ls streams_out*.mp4 | wc -l)" -eq 16 ]) >"$out/streams.log" 2>&1 \
+    && row "kpipe flow examples/streams.json (cuda)" PASS "$(grep -E 'frames in' "$out/streams.log" | tail -1)" \
+    || row "kpipe flow examples/streams.json (cuda)" FAIL "$(tail -1 "$out/streams.log")"
+  cat "$out/streams.log"
+  (cd "$d" && { timeout 30 "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/live_send.json" --device cuda \
+     --quiet >send.log 2>&1 & } && sleep 1 \
+     && timeout 30 "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/live_udp.json" --device cuda) \
+     >"$out/live.log" 2>&1 \
+    && row "kpipe flow examples/live_udp.json (cuda)" PASS "$(grep -E 'frames in' "$out/live.log" | tail -1)" \
+    || row "kpipe flow examples/live_udp.json (cuda)" FAIL "$(tail -1 "$out/live.log")"
+  cat "$out/live.log"
+  rm -rf "$d"
+  mkdir -p /tmp/kp_bench_streams
+  if build-gpu/bench/bench_video /tmp/kp_bench_streams streams ${KP_STREAM_FRAMES:-150} \
+       >"$out/bench_streams.md" 2>&1; then
+    row "bench_video streams" PASS "bench_streams.md"
+  else
+    row "bench_video streams" FAIL "see bench_streams.md"
+  fi
+  cat "$out/bench_streams.md"
+  rm -rf /tmp/kp_bench_streams
 }
 
 stage_soak() {
@@ -303,7 +335,7 @@ stage_multigpu() {
 
 for stage in ${*:-build test sanitize soak bench cache flowbench taskbench}; do
   case $stage in
-    build|test|sanitize|soak|bench|cache|flowbench|taskbench|multigpu|video) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache|flowbench|taskbench|multigpu|video|streams) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done
