@@ -171,7 +171,7 @@ stage_streams() {
     || row "kpipe flow examples/streams.json (cuda)" FAIL "$(tail -1 "$out/streams.log")"
   cat "$out/streams.log"
   (cd "$d" && { timeout 30 "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/live_send.json" --device cuda \
-     --quiet >send.log 2>&1 & } && sleep 1 \
+     --quiet >send.log 2>&1 & } && sleep 0.5 \
      && timeout 30 "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/live_udp.json" --device cuda) \
      >"$out/live.log" 2>&1 \
     && row "kpipe flow examples/live_udp.json (cuda)" PASS "$(grep -E 'frames in' "$out/live.log" | tail -1)" \

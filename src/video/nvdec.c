@@ -245,6 +245,8 @@ static kp_status kp__nv_setup(struct kp__nvdec *nv) {
     return KP_OK;
 }
 
+static kp_status kp__nv_feed(struct kp__nvdec *nv);
+
 kp_status kp__nvdec_open(kp_video_reader_t r) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, kp__nv_load);
@@ -262,6 +264,21 @@ kp_status kp__nvdec_open(kp_video_reader_t r) {
     r->nv = nv;
     snprintf(r->info.decoder, sizeof r->info.decoder, "nvdec");
     r->info.format = KP_PIXEL_NV12;
+    /* The decoder is made now, not at the first frame: creating one costs
+     * tens of milliseconds (and the driver makes them one at a time), which
+     * would otherwise stall the first frame of every stream of a running
+     * flow. The packets parsed to reach the first sequence header are
+     * decoded as usual; a failure here is the first frame's error. */
+    while (!nv->dec && !nv->eos_sent) {
+        st = kp__nv_feed(nv);
+        if (st != KP_OK) {
+            r->failed = true;
+            r->fail_status = st;
+            snprintf(r->fail_detail, sizeof r->fail_detail, "%s", kp_last_error());
+            kp_clear_error();
+            break;
+        }
+    }
     return KP_OK;
 }
 
