@@ -31,7 +31,7 @@ typedef struct kp__video_stream {
     kp_flow_t flow; /* for the reader's interrupt: the flow's cancel */
     _Atomic uint64_t reconnects, errors;
     char last_error[96];
-    pthread_mutex_t mu; /* last_error, read by kp_flow_streams */
+    pthread_mutex_t mu; /* info and last_error, read by kp_flow_streams */
 } kp__video_stream;
 
 typedef struct kp__video_src {
@@ -102,7 +102,9 @@ static kp_status kp__video_reconnect(kp__video_src *v, kp__video_stream *s, kp_f
             st = kp__error(KP_ERR_MISMATCH, "%s: came back with %dx%d frames, larger than before",
                            s->path, (int)info.width, (int)info.height);
         if (st == KP_OK) {
+            pthread_mutex_lock(&s->mu); /* kp_flow_streams reads it */
             s->info = info;
+            pthread_mutex_unlock(&s->mu);
             int64_t shape[2] = {info.height / 2 * 3, info.pitch};
             st = kp_desc_init(&s->desc, KP_U8, 2, shape, NULL);
         }
