@@ -111,7 +111,7 @@ static void fill(const geo *g, void *p, unsigned seed) {
     srand(seed);
     if (g->rgb) {
         float *f = p;
-        for (size_t i = 0; i < in_bytes(g) / sizeof(float); i++) f[i] = (float)rand() / RAND_MAX;
+        for (size_t i = 0; i < in_bytes(g) / sizeof(float); i++) f[i] = (float)((double)rand() / RAND_MAX);
     } else {
         uint8_t *b = p;
         for (size_t i = 0; i < in_bytes(g); i++) b[i] = (uint8_t)rand();
