@@ -1,6 +1,10 @@
 /* kpipe flows: stages on threads, each with its own stream, joined by
- * bounded queues. Frames go from the first stage (the source) through every
- * stage in order to the last (the sink); a full queue blocks its producer
+ * bounded queues. In the chain form frames go from the first stage (the
+ * source) through every stage in order to the last (the sink); a flow may
+ * also be a graph: several sources (each of one or more streams) feeding
+ * one stage, a stage routing its frames to several (kp_flow_stage.from,
+ * .source, .streams, .route; docs/flows.md, "Flows as graphs"). A full
+ * queue blocks its producer
  * (backpressure) or drops a frame by policy, counted. A frame passes from one
  * stage's stream to the next through an event: the host never waits for the
  * device to hand a frame over.
@@ -334,7 +338,7 @@ kp_status kp_flow_write_dot(kp_flow_t f, const char *path);
 typedef struct kp_flow_snapshot {
     size_t n_stages;
     kp_flow_stage_stats stages[KP_FLOW_MAX_STAGES];
-    kp_flow_queue_stats queues[KP_FLOW_MAX_STAGES]; /* queues[i] feeds stage i; [0] unused */
+    kp_flow_queue_stats queues[KP_FLOW_MAX_STAGES]; /* queues[i] feeds stage i; zero for a source */
     size_t frames_in_flight, max_frames_in_flight, frame_limit;
     size_t bytes_in_flight, peak_bytes_in_flight, budget_bytes;
     uint64_t pool_hits, pool_misses;

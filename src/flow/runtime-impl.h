@@ -5,7 +5,7 @@
  * direction, from the public calls down: flow -> stage -> devices ->
  * queue -> frames -> spin (health is called from stage and flow).
  *
- * Frames live in a free list made at creation. The source takes one (waiting
+ * Frames live in a free list made at creation. A source takes one (waiting
  * while none is free or the byte budget would be passed), its stage function
  * fills it, and it moves stage to stage through the queues; the sink, or a
  * drop, puts it back. Each frame has one event per device: every stage
@@ -150,7 +150,7 @@ struct kp_flow {
     size_t n_st;   /* threads: stages and replicas */
     kp__stage *st; /* n_st of them */
     kp__lstage ls[KP_FLOW_MAX_STAGES];
-    kp__queue q[KP_FLOW_MAX_STAGES]; /* q[i] feeds stage i; q[0] unused */
+    kp__queue q[KP_FLOW_MAX_STAGES]; /* q[i] feeds stage i; a source's is unused */
     size_t n_devs;
     kp_device_t devs[KP_FLOW_MAX_DEVICES]; /* devs[0] is the flow's */
     kp_buffer_pool_t pools[KP_FLOW_MAX_DEVICES];
