@@ -429,11 +429,8 @@ static void streams_row(const char *clip, int n, bool realtime, int frames_per_s
     size_t m = 0;
     CHECK(kp_flow_streams(f, ss, (size_t)n, &m));
     uint64_t min_frames = UINT64_MAX;
-    double p99 = 0;
-    for (size_t i = 0; i < m; i++) {
+    for (size_t i = 0; i < m; i++)
         if (ss[i].frames < min_frames) min_frames = ss[i].frames;
-        if (ss[i].host_p99_us > p99) p99 = ss[i].host_p99_us;
-    }
     const double duration = frames_per_stream / 30.0;
     if (realtime)
         printf("| %d streams at 30 frames/s (realtime) | %.0f | %llu | %s | %.2f s for %.2f s of "
@@ -448,7 +445,6 @@ static void streams_row(const char *clip, int n, bool realtime, int frames_per_s
         printf("| %d streams, as fast as decoded | %.0f | %llu | - | %.2f s | %.1f | %.0f |\n", n,
                h.frames_done / t, (unsigned long long)h.frames_dropped, t, held / 1048576.0 / n,
                made * 1e3 / n);
-    (void)p99;
     free(ss);
     kp_flow_destroy(f);
 }

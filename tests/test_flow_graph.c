@@ -268,7 +268,7 @@ static void drops_per_stream(void **state) {
         drops += ss[s].drops;
         seen += g.seen[s];
         assert_int_equal(g.seen[s] + ss[s].drops, 300);
-        assert_int_equal(g.gaps[s], ss[s].drops == 0 ? 0 : g.gaps[s]);
+        assert_true(g.gaps[s] <= ss[s].drops); /* a skipped seq was dropped */
     }
     assert_int_equal(drops, h.frames_dropped);
     assert_int_equal(drops, h.queues[1].drops);

@@ -2,6 +2,8 @@
 #ifndef KPIPE_CORE_IMPL_H
 #define KPIPE_CORE_IMPL_H
 
+#include <time.h>
+
 #include "kpipe/core.h"
 #include "kpipe/tensor.h"
 
@@ -99,5 +101,12 @@ bool kp__permit(kp_mem_kind kind, size_t bytes);
         if (!(cond)) kp__assert_fail(#cond, __FILE__, __LINE__); \
     } while (0)
 _Noreturn void kp__assert_fail(const char *cond, const char *file, int line);
+
+/* CLOCK_MONOTONIC in nanoseconds: the one clock every layer times with. */
+static inline uint64_t kp__mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 #endif

@@ -20,6 +20,10 @@ kp_status kp__flow_own(kp_flow_t f, void *obj, void (*free_fn)(void *));
  * cannot drift apart. KP_ERR_INVALID_ARG names the field by its path in
  * the configuration ("stages[2] (scale).replicas[1]: ..."). */
 kp_status kp__flow_check_config(const kp_flow_config *c);
+/* How many stages take frames from each stage (down: n_stages of them), by
+ * the same reading of "from" the flow makes; KP_ERR_INVALID_ARG names a
+ * name that is not there. */
+kp_status kp__flow_downstream(const kp_flow_config *c, size_t *down);
 
 /* What a flow asks of a kind of stage beyond running it, found by the
  * stage's function: the flow sees every source and sink through this,

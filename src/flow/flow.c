@@ -88,29 +88,38 @@ static kp_status kp__stage_inputs(const kp_flow_config *c, size_t i, uint16_t *u
     return KP_OK;
 }
 
-/* The graph as a whole: every source feeds some stage, and the sources'
- * streams and all threads stay within bounds. */
-static kp_status kp__check_graph(const kp_flow_config *c) {
-    size_t downstream[KP_FLOW_MAX_STAGES] = {0}, threads = 0, streams = 0;
+/* A stage's threads: its replicas, a source's streams, or one. */
+static size_t kp__stage_threads(const kp_flow_stage *s) {
+    return s->n_replicas > 1 ? s->n_replicas : s->streams > 1 ? s->streams : 1;
+}
+
+kp_status kp__flow_downstream(const kp_flow_config *c, size_t *down) {
+    memset(down, 0, c->n_stages * sizeof *down);
     for (size_t i = 0; i < c->n_stages; i++) {
         uint16_t up[KP_FLOW_MAX_STAGES];
         size_t n = 0;
         KP_CHECK(kp__stage_inputs(c, i, up, &n));
-        for (size_t k = 0; k < n; k++) downstream[up[k]]++;
-        const kp_flow_stage *s = &c->stages[i];
-        size_t t = s->n_replicas > 1 ? s->n_replicas : s->streams > 1 ? s->streams : 1;
-        threads += t;
-        if (kp__is_source(c, i)) streams += t;
+        for (size_t k = 0; k < n; k++) down[up[k]]++;
     }
-    for (size_t i = 0; i < c->n_stages; i++)
-        if (kp__is_source(c, i) && !downstream[i])
+    return KP_OK;
+}
+
+/* The graph as a whole: every source feeds some stage, and the sources'
+ * streams stay within bounds. */
+static kp_status kp__check_graph(const kp_flow_config *c) {
+    size_t downstream[KP_FLOW_MAX_STAGES], streams = 0;
+    KP_CHECK(kp__flow_downstream(c, downstream));
+    for (size_t i = 0; i < c->n_stages; i++) {
+        if (!kp__is_source(c, i)) continue;
+        streams += kp__stage_threads(&c->stages[i]);
+        if (!downstream[i])
             return kp__error(KP_ERR_INVALID_ARG,
                              "stages[%zu] (%s): a source no stage takes frames from", i,
                              c->stages[i].name);
+    }
     if (streams > KP_FLOW_MAX_STREAMS)
         return kp__error(KP_ERR_INVALID_ARG, "the sources have %zu streams (at most %d)", streams,
                          KP_FLOW_MAX_STREAMS);
-    (void)threads;
     return KP_OK;
 }
 
@@ -268,10 +277,7 @@ kp_status kp__flow_check_config(const kp_flow_config *c) {
 static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
     f->n_devs = 1;
     f->devs[0] = c->dev;
-    for (size_t i = 0; i < c->n_stages; i++)
-        f->n_st += c->stages[i].n_replicas > 1 ? c->stages[i].n_replicas
-                   : c->stages[i].streams > 1  ? c->stages[i].streams
-                                               : 1;
+    for (size_t i = 0; i < c->n_stages; i++) f->n_st += kp__stage_threads(&c->stages[i]);
     if (!(f->st = kp__calloc(f->n_st, sizeof *f->st)))
         return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for its stages");
     f->n_frames = 0; /* one in hand per thread, plus every queue slot */
@@ -285,7 +291,7 @@ static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
         ls->source = kp__is_source(c, i);
         ls->route = cs->route;
         size_t n_dev = kp__stage_devices(c, i, &devs, &one);
-        ls->n_rep = n_dev > 1 ? n_dev : cs->streams > 1 ? cs->streams : 1;
+        ls->n_rep = kp__stage_threads(cs);
         if (ls->source) {
             ls->stream_base = (uint32_t)f->n_streams;
             f->n_streams += ls->n_rep;

@@ -380,16 +380,9 @@ static void kp__close_device(void *dev) { kp_device_close(dev); }
 
 /* Sinks end the graph: nothing takes frames from a sink, and every other
  * stage passes its frames to some stage (names already checked). */
-static kp_status kp__ends(const kp__flow_build *b) {
-    size_t down[KP_FLOW_MAX_STAGES] = {0};
-    for (size_t i = 1; i < b->n; i++) {
-        const kp_flow_stage *s = &b->st[i];
-        if (s->source) continue;
-        if (!s->n_from) down[i - 1]++;
-        for (size_t k = 0; k < s->n_from; k++)
-            for (size_t j = 0; j < i; j++)
-                if (strcmp(b->names[j], s->from[k]) == 0) down[j]++;
-    }
+static kp_status kp__ends(const kp__flow_build *b, const kp_flow_config *cfg) {
+    size_t down[KP_FLOW_MAX_STAGES];
+    KP_CHECK(kp__flow_downstream(cfg, down));
     for (size_t i = 0; i < b->n; i++) {
         if (b->sink[i] && down[i])
             return KP__PERR("$.stages[%zu] (%s): a sink passes no frames on, but %zu stage%s "
@@ -446,7 +439,7 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
         snprintf(detail, sizeof detail, "%s", kp_last_error());
         return KP__PERR("$.%s", detail);
     }
-    KP_CHECK(kp__ends(b));
+    KP_CHECK(kp__ends(b, &cfg));
     kp_status st = kp_flow_create(&cfg, out);
     if (st != KP_OK) return st;
     /* the devices first: the flow frees what it owns last first */

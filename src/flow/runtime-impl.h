@@ -202,17 +202,9 @@ struct kp_flow {
     size_t n_owned;
 };
 
-static inline double kp__now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
+static inline double kp__now_us(void) { return (double)kp__mono_ns() * 1e-3; }
 
-static inline uint64_t kp__now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
+static inline uint64_t kp__now_ns(void) { return kp__mono_ns(); }
 
 static inline void kp__atomic_max(_Atomic size_t *m, size_t v) {
     size_t cur = atomic_load(m);

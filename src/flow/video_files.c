@@ -11,12 +11,6 @@
 
 #include "flow-impl.h"
 
-static double kp__now_us_video(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
-
 /* One stream of a video source: its reader, its pacing and its counts. */
 typedef struct kp__video_stream {
     struct kp__video_src *owner;
@@ -65,9 +59,7 @@ static bool kp__video_src_interrupt(void *user) {
  * whether the flow was cancelled. */
 static void kp__sleep_until(kp_flow_t f, double due_us) {
     for (;;) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        double now = (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3, left = due_us - now;
+        double left = due_us - (double)kp__mono_ns() * 1e-3;
         if (left <= 0 || kp_flow_cancelled(f)) return;
         if (left > 10000) left = 10000;
         struct timespec d = {0, (long)(left * 1e3)};
@@ -87,9 +79,7 @@ static kp_status kp__video_reconnect(kp__video_src *v, kp__video_stream *s, kp_f
     s->r = NULL;
     double wait_us = 100000;
     for (;;) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        kp__sleep_until(flow, (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3 + wait_us);
+        kp__sleep_until(flow, (double)kp__mono_ns() * 1e-3 + wait_us);
         if (kp_flow_cancelled(flow)) return kp__error(KP_ERR_STATE, "cancelled");
         atomic_fetch_add(&s->reconnects, 1);
         kp_video_reader_info info;
@@ -132,14 +122,14 @@ static kp_status kp__video_src_fn(void *user, const kp_stage_ctx *c, kp_frame *f
     }
     __atomic_store_n(&s->flow, c->flow, __ATOMIC_RELEASE);
     for (;;) {
-        kp_status st = s->r ? kp_video_reader_next(s->r, c->stream, f->data, f->capacity,
-                                                   &f->video, eos)
-                            : KP_ERR_IO;
+        /* s->r is open: at creation, and again after every reconnection */
+        kp_status st = kp_video_reader_next(s->r, c->stream, f->data, f->capacity, &f->video, eos);
         if (st == KP_OK && (!*eos || !v->live)) break;
         if (!v->live || kp_flow_cancelled(c->flow)) return st;
         if (st != KP_OK) atomic_fetch_add(&s->errors, 1);
         *eos = false;
-        if (st == KP_OK) kp__error(KP_ERR_IO, "%s: the stream ended", s->path);
+        if (st == KP_OK) /* the detail the reconnection keeps as the stream's last error */
+            kp__error(KP_ERR_IO, "%s: the stream ended", s->path);
         KP_CHECK(kp__video_reconnect(v, s, c->flow));
     }
     if (*eos) return KP_OK;
@@ -148,7 +138,7 @@ static kp_status kp__video_src_fn(void *user, const kp_stage_ctx *c, kp_frame *f
     f->discontinuity = s->gap;
     s->gap = false;
     if (v->realtime && f->video.pts != KP_VIDEO_NO_PTS && f->video.time_base[1] > 0) {
-        double now = kp__now_us_video();
+        double now = (double)kp__mono_ns() * 1e-3;
         if (s->t0_us == 0) {
             s->t0_us = now;
             s->pts0 = f->video.pts;

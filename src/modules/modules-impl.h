@@ -14,6 +14,13 @@
  * checks its range. */
 kp_status kp__param_size(const kp_module_env *env, int64_t *n, bool *dynamic);
 
+/* A module over pictures stacked along dimension 0 (its "batch"): how
+ * many the tick's input holds (KP_ERR_MISMATCH unless whole pictures of
+ * in_rows), and its one output set to `out`, `out_desc` with as many
+ * pictures of out_rows. */
+kp_status kp__pictures_io(const kp_module_io *io, int64_t in_rows, int64_t out_rows, void *out,
+                          const kp_tensor_desc *out_desc, int64_t *frames);
+
 /* Defines kp__builtin_<type>(), which registers a built-in module type
  * through kp_module_register as a program would; `on_load` (or NULL) runs
  * first, to note libraries. CMake's kp_builtin_module() lists the type in

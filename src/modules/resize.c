@@ -154,17 +154,8 @@ static kp_status kp__resize_setup(void *self, const kp_mem_slice *s) {
 static kp_status kp__resize_io(void *self, const kp_module_io *io) {
     kp__resize *m = self;
     kp__resize_dynamic *d = io->dynamic_desc;
-    const int64_t rows = io->inputs[0].desc.shape[0];
-    if (rows % m->in_rows || rows < m->in_rows)
-        return kp__error(KP_ERR_MISMATCH,
-                         "resize: an input of %lld along dimension 0 is not whole pictures of "
-                         "%lld",
-                         (long long)rows, (long long)m->in_rows);
+    KP_CHECK(kp__pictures_io(io, m->in_rows, m->out_rows, m->out, &m->out_desc, &d->frames));
     d->input = io->inputs[0].data;
-    d->frames = rows / m->in_rows;
-    io->outputs[0].data = m->out;
-    io->outputs[0].desc = m->out_desc;
-    io->outputs[0].desc.shape[0] = d->frames * m->out_rows;
     return KP_OK;
 }
 

@@ -67,23 +67,14 @@ kp_status kp__av_error(int averr, kp_status st, const char *fmt, ...) {
 int kp__reader_interrupt(void *opaque) {
     kp_video_reader_t r = opaque;
     if (r->cfg.interrupt && r->cfg.interrupt(r->cfg.interrupt_user)) r->interrupted = true;
-    if (r->deadline_ns) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec > r->deadline_ns)
-            r->timed_out = true;
-    }
+    if (r->deadline_ns && kp__mono_ns() > r->deadline_ns) r->timed_out = true;
     return r->interrupted || r->timed_out;
 }
 
 void kp__reader_arm(kp_video_reader_t r) {
     r->timed_out = r->interrupted = false;
     r->deadline_ns = 0;
-    if (r->cfg.timeout_ms <= 0) return;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    r->deadline_ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec +
-                     (uint64_t)r->cfg.timeout_ms * 1000000u;
+    if (r->cfg.timeout_ms > 0) r->deadline_ns = kp__mono_ns() + (uint64_t)r->cfg.timeout_ms * 1000000u;
 }
 
 kp_status kp__reader_wait_error(kp_video_reader_t r, int averr, kp_status st, const char *what) {
