@@ -216,9 +216,11 @@ static void module_matches_reference(void **state) {
         check_module(&k_sizes[i], "stream");
         check_module(&k_sizes[i], "graph");
     }
-    if (g_big) { /* the sizes a batch across 4K streams meets */
+    if (g_big) { /* 4K: 12.4 M bytes of NV12, and 24.9 M floats (past 16 M) of RGB per picture */
         const geo big = {3840, 2160, 1920, 1080, 3840, 1920, false};
+        const geo big_rgb = {3840, 2160, 1920, 1080, 0, 0, true};
         check_module(&big, "graph");
+        check_module(&big_rgb, "stream");
     }
 }
 
