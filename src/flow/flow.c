@@ -93,6 +93,16 @@ static size_t kp__stage_threads(const kp_flow_stage *s) {
     return s->n_replicas > 1 ? s->n_replicas : s->streams > 1 ? s->streams : 1;
 }
 
+/* Whether stage i's queue has one thread feeding it and one taking from
+ * it: then it is a lock-free ring. */
+static bool kp__one_to_one(const kp_flow_config *c, size_t i) {
+    uint16_t up[KP_FLOW_MAX_STAGES];
+    size_t n = 0;
+    if (kp__stage_threads(&c->stages[i]) != 1 || kp__stage_inputs(c, i, up, &n) != KP_OK)
+        return false;
+    return n == 1 && kp__stage_threads(&c->stages[up[0]]) == 1;
+}
+
 kp_status kp__flow_downstream(const kp_flow_config *c, size_t *down) {
     memset(down, 0, c->n_stages * sizeof *down);
     for (size_t i = 0; i < c->n_stages; i++) {
@@ -301,7 +311,7 @@ static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
             KP_CHECK(kp__flow_stage_init(f, &f->st[k], cs, i, r, devs[n_dev > 1 ? r : 0]));
         f->n_frames += ls->n_rep;
         if (!ls->source) {
-            KP_CHECK(kp__queue_init(&f->q[i], cs->queue_capacity, cs->policy));
+            KP_CHECK(kp__queue_init(&f->q[i], cs->queue_capacity, cs->policy, kp__one_to_one(c, i)));
             if (ls->n_rep > 1 && cs->deal == KP_DEAL_ROUND_ROBIN) f->q[i].round_robin = ls->n_rep;
             f->n_frames += cs->queue_capacity;
         }
@@ -381,7 +391,7 @@ static kp_status kp__flow_create(const kp_flow_config *config, kp_flow_t *out) {
         return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for the trace");
     }
     f->t_start_us = kp__now_us();
-    if (pthread_mutex_init(&f->mu, NULL) != 0 || pthread_cond_init(&f->freed, NULL) != 0) {
+    if (pthread_mutex_init(&f->mu, NULL) != 0) {
         kp__free(f->trace);
         kp__free(f);
         return kp__error(KP_ERR_INTERNAL, "flow: cannot initialise its lock");
@@ -496,7 +506,6 @@ void kp_flow_destroy(kp_flow_t f) {
 #ifdef KP_HAVE_CUDA
     if (f->nvtx) nvtxDomainDestroy(f->nvtx);
 #endif
-    pthread_cond_destroy(&f->freed);
     pthread_mutex_destroy(&f->mu);
     kp__free(f);
 }

@@ -104,10 +104,9 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
         if (!ls->source) {
             kp__queue *q = &f->q[i];
             kp_flow_queue_stats *qs = &out->queues[i];
-            qs->depth = atomic_load(&q->depth);
+            kp__queue_counts(q, &qs->depth, &qs->pushed);
             qs->max_depth = atomic_load(&q->max_depth);
             qs->capacity = q->cap;
-            qs->pushed = atomic_load(&q->pushed);
             qs->drops = atomic_load(&q->drops);
             qs->policy = q->policy;
         }

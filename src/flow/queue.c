@@ -1,8 +1,11 @@
-/* Flows' queues: bounded rings between stages under a lock, by policy
- * (block, drop oldest, drop newest), with the tickets replicated stages
+/* Flows' queues: bounded rings between stages, by policy (block, drop
+ * oldest, drop newest). Between two single stages a ring is lock-free
+ * (one producer, one consumer: each index written by one side only); one
+ * that replicas share is under a lock, with the tickets replicated stages
  * take their turns by. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "runtime-impl.h"
 
@@ -15,11 +18,13 @@ const char *kp_queue_policy_str(kp_queue_policy p) {
     return "invalid";
 }
 
-kp_status kp__queue_init(kp__queue *q, size_t cap, kp_queue_policy policy) {
+kp_status kp__queue_init(kp__queue *q, size_t cap, kp_queue_policy policy, bool spsc) {
     q->ring = kp__calloc(cap, sizeof *q->ring);
     if (!q->ring) return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for a queue");
     q->cap = cap;
     q->policy = policy;
+    q->spsc = spsc && policy != KP_QUEUE_DROP_OLDEST;
+    if (q->spsc) return KP_OK;
     if (pthread_mutex_init(&q->mu, NULL) != 0) goto fail;
     pthread_condattr_t ca;
     bool ca_ok = pthread_condattr_init(&ca) == 0;
@@ -28,6 +33,7 @@ kp_status kp__queue_init(kp__queue *q, size_t cap, kp_queue_policy policy) {
     if (ca_ok) pthread_condattr_destroy(&ca);
     if (rc != 0) goto fail_mu;
     if (pthread_cond_init(&q->not_full, NULL) != 0) goto fail_ne;
+    q->mu_init = true;
     return KP_OK;
 fail_ne:
     pthread_cond_destroy(&q->not_empty);
@@ -41,14 +47,110 @@ fail:
 
 void kp__queue_fini(kp__queue *q) {
     if (!q->ring) return;
-    pthread_cond_destroy(&q->not_full);
-    pthread_cond_destroy(&q->not_empty);
-    pthread_mutex_destroy(&q->mu);
+    if (q->mu_init) {
+        pthread_cond_destroy(&q->not_full);
+        pthread_cond_destroy(&q->not_empty);
+        pthread_mutex_destroy(&q->mu);
+    }
     kp__free(q->ring);
     q->ring = NULL;
 }
 
+/* --- the lock-free form ---------------------------------------------- */
+
+static bool kp__stopped(struct kp_flow *f, kp__queue *q) {
+    return atomic_load_explicit(&q->closed, memory_order_acquire) ||
+           atomic_load_explicit(&f->cancel, memory_order_relaxed);
+}
+
+/* Whether the ring is full for a push at tail t, reading the consumer's
+ * index again only when the last value read says so. */
+static bool kp__sp_full(kp__queue *q, size_t t) {
+    if (t - q->sp_head_seen < q->cap) return false;
+    q->sp_head_seen = atomic_load_explicit(&q->sp_head, memory_order_acquire);
+    return t - q->sp_head_seen == q->cap;
+}
+
+static bool kp__sp_empty(kp__queue *q, size_t h) {
+    if (h != q->sp_tail_seen) return false;
+    q->sp_tail_seen = atomic_load_explicit(&q->sp_tail, memory_order_acquire);
+    return h == q->sp_tail_seen;
+}
+
+/* Waits while the ring is full (producer) or empty (consumer), up to the
+ * deadline (NULL: none) or a stop: spins first, then sleeps on w. */
+static void kp__sp_wait(struct kp_flow *f, kp__queue *q, bool producer, size_t at,
+                        const struct timespec *deadline) {
+    kp__wake *w = producer ? &q->sp_not_full : &q->sp_not_empty;
+    if (producer)
+        kp__flow_spin_while(f, &q->sp_head, at - q->cap);
+    else if (!deadline) /* a batch's wait for more: its deadline, not a spin */
+        kp__flow_spin_while(f, &q->sp_tail, at);
+    for (;;) {
+        if ((producer ? !kp__sp_full(q, at) : !kp__sp_empty(q, at)) || kp__stopped(f, q)) return;
+        uint32_t key = kp__wake_prepare(w);
+        if ((producer ? !kp__sp_full(q, at) : !kp__sp_empty(q, at)) || kp__stopped(f, q)) {
+            kp__wake_cancel(w);
+            return;
+        }
+        kp__wake_wait(w, key, deadline);
+        if (deadline) {
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (now.tv_sec > deadline->tv_sec ||
+                (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec))
+                return;
+        }
+    }
+}
+
+static void kp__sp_push(struct kp_flow *f, kp__queue *q, kp__fframe *fr) {
+    size_t t = atomic_load_explicit(&q->sp_tail, memory_order_relaxed);
+    bool full = kp__sp_full(q, t);
+    if (full && q->policy == KP_QUEUE_BLOCK) {
+        kp__sp_wait(f, q, true, t, NULL);
+        full = kp__sp_full(q, t);
+    }
+    if (kp__stopped(f, q)) {
+        kp__frame_put(f, fr, false);
+        return;
+    }
+    if (full) { /* drop newest */
+        atomic_fetch_add_explicit(&q->drops, 1, memory_order_relaxed);
+        kp__frame_put(f, fr, true);
+        return;
+    }
+    q->ring[t % q->cap] = fr;
+    atomic_store_explicit(&q->sp_tail, t + 1, memory_order_release);
+    if (t + 1 - q->sp_head_seen > q->sp_max_seen) { /* an upper bound: the head only grows */
+        q->sp_max_seen = t + 1 - q->sp_head_seen;
+        kp__atomic_max(&q->max_depth, q->sp_max_seen);
+    }
+    kp__wake_all(&q->sp_not_empty);
+}
+
+static kp__fframe *kp__sp_pop(struct kp_flow *f, kp__queue *q, const struct timespec *deadline) {
+    size_t h = atomic_load_explicit(&q->sp_head, memory_order_relaxed);
+    if (kp__sp_empty(q, h)) {
+        kp__sp_wait(f, q, false, h, deadline);
+        /* closed: what the producer pushed before closing is still taken */
+        if (kp__sp_empty(q, h)) return NULL;
+    }
+    if (atomic_load_explicit(&f->cancel, memory_order_relaxed)) return NULL;
+    kp__fframe *fr = q->ring[h % q->cap];
+    fr->ticket = h;
+    atomic_store_explicit(&q->sp_head, h + 1, memory_order_release);
+    kp__wake_all(&q->sp_not_full);
+    return fr;
+}
+
+/* --- the locked form --------------------------------------------------- */
+
 void kp__queue_push(struct kp_flow *f, kp__queue *q, kp__fframe *fr) {
+    if (q->spsc) {
+        kp__sp_push(f, q, fr);
+        return;
+    }
     kp__fframe *drop = NULL;
     bool in = false;
     if (q->policy == KP_QUEUE_BLOCK) kp__flow_spin_while(f, &q->depth, q->cap);
@@ -101,6 +203,7 @@ static kp__fframe *kp__queue_take_head(kp__queue *q) {
 }
 
 kp__fframe *kp__queue_pop(struct kp_flow *f, kp__queue *q, size_t r) {
+    if (q->spsc) return kp__sp_pop(f, q, NULL);
     kp__fframe *fr = NULL;
     kp__flow_spin_while(f, &q->depth, 0);
     kp__flow_lock(f, &q->mu);
@@ -113,6 +216,7 @@ kp__fframe *kp__queue_pop(struct kp_flow *f, kp__queue *q, size_t r) {
 }
 
 kp__fframe *kp__queue_pop_until(struct kp_flow *f, kp__queue *q, const struct timespec *deadline) {
+    if (q->spsc) return kp__sp_pop(f, q, deadline);
     kp__fframe *fr = NULL;
     pthread_mutex_lock(&q->mu);
     while (q->count == 0 && !q->closed && !atomic_load(&f->cancel))
@@ -124,6 +228,12 @@ kp__fframe *kp__queue_pop_until(struct kp_flow *f, kp__queue *q, const struct ti
 
 void kp__queue_close(kp__queue *q) {
     if (!q->ring) return; /* a source's: none */
+    if (q->spsc) {
+        atomic_store_explicit(&q->closed, true, memory_order_release);
+        kp__wake_all(&q->sp_not_empty);
+        kp__wake_all(&q->sp_not_full);
+        return;
+    }
     pthread_mutex_lock(&q->mu);
     q->closed = true;
     pthread_cond_broadcast(&q->not_empty);
@@ -132,6 +242,14 @@ void kp__queue_close(kp__queue *q) {
 }
 
 void kp__queue_drain(struct kp_flow *f, kp__queue *q) {
+    if (q->ring && q->spsc) { /* the threads are gone */
+        size_t t = atomic_load(&q->sp_tail);
+        for (size_t h = atomic_load(&q->sp_head); h != t; h++) {
+            atomic_store(&q->sp_head, h + 1);
+            kp__frame_put(f, q->ring[h % q->cap], false);
+        }
+        return;
+    }
     while (q->ring) {
         kp__fframe *fr = NULL;
         pthread_mutex_lock(&q->mu);
@@ -145,4 +263,15 @@ void kp__queue_drain(struct kp_flow *f, kp__queue *q) {
         if (!fr) return;
         kp__frame_put(f, fr, false);
     }
+}
+
+void kp__queue_counts(kp__queue *q, size_t *depth, uint64_t *pushed) {
+    if (!q->spsc) {
+        *depth = atomic_load(&q->depth);
+        *pushed = atomic_load(&q->pushed);
+        return;
+    }
+    size_t h = atomic_load(&q->sp_head), t = atomic_load(&q->sp_tail);
+    *depth = t >= h ? t - h : 0; /* read apart: the tail read last is the newer */
+    *pushed = t;
 }

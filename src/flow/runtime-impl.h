@@ -15,9 +15,16 @@
  * frame keeps its pool buffers across reuse: after the first lap nothing is
  * allocated.
  *
- * Locks: each queue has its mutex; the free list and the budget share the
- * flow's. No lock is held while a stage function runs, and no thread holds
- * two locks. Counters read by kp_flow_health are atomics. */
+ * Hand-overs: a queue between two single stages (one thread feeding it, one
+ * taking from it, blocking or dropping the newest) is a lock-free ring;
+ * one that replicas or several upstream stages share, or that drops the
+ * oldest, has a mutex. The free list is a lock-free stack. A thread that
+ * finds nothing to take spins a while, then sleeps on a futex (kp__wake).
+ * The per-frame path between single stages takes no lock.
+ *
+ * Locks: each shared queue has its mutex; the flow's guards its error. No
+ * lock is held while a stage function runs, and no thread holds two locks.
+ * Counters read by kp_flow_health are atomics. */
 #ifndef KPIPE_FLOW_RUNTIME_IMPL_H
 #define KPIPE_FLOW_RUNTIME_IMPL_H
 
@@ -34,6 +41,7 @@
 #define KP__LAT_SAMPLES 1024 /* host-time samples kept per stage */
 #define KP__SPIN_US 20       /* spin before sleeping (spin_us 0) */
 #define KP__GPU_EVERY 8      /* one frame in this many gets its device time measured */
+#define KP__REQUERY 64       /* a busy stage queries its stream once in this many frames */
 #define KP__GPU_SLOTS 4      /* measurements in flight per stage */
 #define KP__REP_DEPTH 2      /* frames a replica has on its device at most: one runs, one waits */
 #define KP__PROBE_N 8        /* frames timed per way of an automatic hand-over */
@@ -46,17 +54,41 @@ typedef struct kp__fframe {
     int loc;                              /* the device whose buffer holds the frame */
     void *staging;                        /* pinned host memory, for staged hand-overs */
     uint64_t ticket;                      /* its place in a replicated stage's order */
-    struct kp__fframe *next_free;
+    _Atomic uint32_t next_free;           /* the free stack's next: index + 1; 0: none */
 } kp__fframe;
+
+/* Sleeping until woken (spin.c): a sequence to futex-wait on and a count
+ * of the threads that sleep, so that a wake with no sleeper is a fence
+ * and a load, not a system call. */
+typedef struct kp__wake {
+    _Atomic uint32_t seq;
+    _Atomic uint32_t waiters;
+} kp__wake;
 
 typedef struct kp__queue {
     char pad_[64]; /* queues apart: each on cache lines of its own */
+    kp__fframe **ring;
+    size_t cap;
+    kp_queue_policy policy;
+    bool spsc; /* the lock-free single-producer single-consumer form */
+    _Atomic bool closed;
+    /* the lock-free form: the consumer's line, then the producer's. Each
+     * keeps the last value it read of the other's index, and reads the
+     * shared one again only when its copy says empty (full). */
+    char pad_c[64];
+    _Atomic size_t sp_head;
+    size_t sp_tail_seen;
+    kp__wake sp_not_full;
+    char pad_p[64];
+    _Atomic size_t sp_tail;
+    size_t sp_head_seen, sp_max_seen;
+    kp__wake sp_not_empty;
+    char pad_e[64];
+    /* the locked form */
     pthread_mutex_t mu;
     pthread_cond_t not_empty, not_full;
-    kp__fframe **ring;
-    size_t cap, head, count;
-    bool closed;
-    kp_queue_policy policy;
+    size_t head, count;
+    bool mu_init;
     uint64_t tickets;   /* frames popped: the next one's ticket */
     size_t round_robin; /* replicas taking turns (0: any consumer takes) */
     _Atomic size_t open_in; /* upstream stages not yet ended: it closes at 0 */
@@ -110,6 +142,7 @@ typedef struct kp__stage {
     kp_event_t issued[KP__REP_DEPTH];
     uint64_t n_issued;
     bool busy; /* the last run left work on the stream: its runs are measured */
+    uint64_t busy_runs; /* runs while busy: the stream is queried on every KP__REQUERY-th */
     /* host<->device copies made while it ran (kp_copy_count_watch) */
     _Atomic uint64_t cp_htod, cp_dtoh, cp_htod_bytes, cp_dtoh_bytes;
     _Atomic uint32_t gpu_lat[KP__LAT_SAMPLES];
@@ -164,9 +197,15 @@ struct kp_flow {
     kp__fframe *frames;
     size_t n_frames;
 
-    pthread_mutex_t mu; /* the free list, the budget, the error */
-    pthread_cond_t freed;
-    kp__fframe *free_list;
+    pthread_mutex_t mu; /* the error */
+    /* the free frames: a lock-free stack, its top as (tag << 32) | (index
+     * + 1), the tag against a frame leaving and coming back between a
+     * taker's read and its swap. A taker first reserves a place in
+     * in_flight below frame_limit (the frames, or as many as the budget
+     * holds), so the stack then has a frame for it. */
+    _Atomic uint64_t free_top;
+    size_t frame_limit;
+    kp__wake freed;
     _Atomic size_t in_flight, max_in_flight, bytes, peak_bytes;
     _Atomic uint64_t done, dropped;
     /* read by every stage at every hand-over: on a cache line of its own,
@@ -222,10 +261,19 @@ void kp__flow_spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked);
  * just changed what we spun on still holds it: sleeping on it would cost
  * both threads a futex call. */
 void kp__flow_lock(struct kp_flow *f, pthread_mutex_t *mu);
+/* Sleeping: a waiter calls kp__wake_prepare, checks its condition again,
+ * then either kp__wake_cancel or kp__wake_wait with the key (up to an
+ * absolute CLOCK_MONOTONIC deadline, NULL: none; it may return early, so
+ * the caller loops). A waker changes the condition, then kp__wake_all. */
+uint32_t kp__wake_prepare(kp__wake *w);
+void kp__wake_cancel(kp__wake *w);
+void kp__wake_wait(kp__wake *w, uint32_t key, const struct timespec *deadline);
+void kp__wake_all(kp__wake *w);
 
 /* --- queues (queue.c) -------------------------------------------------- */
-/* A queue of `cap` frames by `policy`; kp__queue_fini frees it. */
-kp_status kp__queue_init(kp__queue *q, size_t cap, kp_queue_policy policy);
+/* A queue of `cap` frames by `policy`; kp__queue_fini frees it. `spsc`:
+ * one thread pushes and one pops, and the policy is not drop-oldest. */
+kp_status kp__queue_init(kp__queue *q, size_t cap, kp_queue_policy policy, bool spsc);
 void kp__queue_fini(kp__queue *q);
 /* Pushes by the queue's policy. A frame that does not get in (dropped, or
  * the flow cancelled) goes back to the free list. */
@@ -240,6 +288,8 @@ kp__fframe *kp__queue_pop_until(struct kp_flow *f, kp__queue *q, const struct ti
 void kp__queue_close(kp__queue *q);
 /* Frames still queued at the end go back to the free list. */
 void kp__queue_drain(struct kp_flow *f, kp__queue *q);
+/* Frames queued now and ever pushed, for kp_flow_health. */
+void kp__queue_counts(kp__queue *q, size_t *depth, uint64_t *pushed);
 
 /* --- frames (frames.c) ------------------------------------------------- */
 /* Puts a frame back; the next taker waits for its event on its own stream. */

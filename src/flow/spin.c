@@ -1,9 +1,19 @@
-/* Flows' waiting without sleeping: a stage spins a while on a queue or the
- * free list before it sleeps, and tries a lock a while before it blocks on
- * it, so that a hand-over arriving soon costs no thread wake-up. */
+/* Flows' waiting: a stage spins a while on a queue or the free list before
+ * it sleeps, and tries a lock a while before it blocks on it, so that a
+ * hand-over arriving soon costs no thread wake-up; past the spin it sleeps
+ * on a futex (kp__wake), which costs the waking side nothing while no one
+ * sleeps. */
+#define _DEFAULT_SOURCE /* syscall() */
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "runtime-impl.h"
 
@@ -47,4 +57,47 @@ void kp__flow_lock(struct kp_flow *f, pthread_mutex_t *mu) {
         kp__spin_once(f);
     }
     pthread_mutex_lock(mu);
+}
+
+/* A waiter counts itself in, then (after a full fence) checks its
+ * condition; a waker changes the condition, then (after a full fence)
+ * reads the count. One of the two sees the other: either the waiter sees
+ * the change and does not sleep, or the waker sees the waiter and bumps
+ * the sequence, which makes the futex wait return at once or wakes it. */
+uint32_t kp__wake_prepare(kp__wake *w) {
+    atomic_fetch_add_explicit(&w->waiters, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    return atomic_load_explicit(&w->seq, memory_order_relaxed);
+}
+
+void kp__wake_cancel(kp__wake *w) {
+    atomic_fetch_sub_explicit(&w->waiters, 1, memory_order_relaxed);
+}
+
+void kp__wake_wait(kp__wake *w, uint32_t key, const struct timespec *deadline) {
+#ifdef __linux__
+    /* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline. */
+    (void)syscall(SYS_futex, (uint32_t *)&w->seq, FUTEX_WAIT_BITSET_PRIVATE, key, deadline, NULL,
+                  FUTEX_BITSET_MATCH_ANY);
+#else
+    /* No futex: poll the sequence every 50 us up to the deadline. */
+    while (atomic_load_explicit(&w->seq, memory_order_relaxed) == key) {
+        struct timespec now, d = {0, 50000};
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (deadline && (now.tv_sec > deadline->tv_sec ||
+                         (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec)))
+            break;
+        nanosleep(&d, NULL);
+    }
+#endif
+    kp__wake_cancel(w);
+}
+
+void kp__wake_all(kp__wake *w) {
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!atomic_load_explicit(&w->waiters, memory_order_relaxed)) return;
+    atomic_fetch_add_explicit(&w->seq, 1, memory_order_relaxed);
+#ifdef __linux__
+    (void)syscall(SYS_futex, (uint32_t *)&w->seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#endif
 }

@@ -12,9 +12,7 @@
 void kp__flow_wake_all(struct kp_flow *f) {
     for (size_t i = 0; i < f->n; i++)
         if (!f->ls[i].source) kp__queue_close(&f->q[i]);
-    pthread_mutex_lock(&f->mu);
-    pthread_cond_broadcast(&f->freed);
-    pthread_mutex_unlock(&f->mu);
+    kp__wake_all(&f->freed);
 }
 
 void kp__flow_fail(struct kp_flow *f, kp__stage *s, kp_status st) {
@@ -87,7 +85,14 @@ static kp_status kp__timed_call(kp__stage *s, kp__fframe *const *frs, size_t n, 
     double t1 = kp__now_us();
     kp__record_sample(s->lat, &s->n_lat, t1 - t0);
     for (size_t i = 0; i < n; i++) kp__flow_trace(s, frs[i]->f.seq, t0, t1);
-    if (st == KP_OK) st = kp_stream_query(s->ctx.stream, idle);
+    /* A stage that left work on its stream last time most likely did
+     * again: it records the frame's event without asking (an event on an
+     * idle stream only costs the next stage a wait that returns at once),
+     * and asks again every KP__REQUERY frames in case it went host-only. */
+    if (st == KP_OK && s->busy && ++s->busy_runs % KP__REQUERY)
+        *idle = false;
+    else if (st == KP_OK)
+        st = kp_stream_query(s->ctx.stream, idle);
     s->busy = !*idle;
     if (g) {
         kp_status gst = kp_event_record(g->end, s->ctx.stream);

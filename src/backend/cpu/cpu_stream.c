@@ -46,6 +46,7 @@ struct kp__cpu_stream {
     pthread_mutex_t mu;
     pthread_cond_t work, progress;
     uint64_t head, tail; /* ops submitted, ops completed (under mu) */
+    _Atomic uint64_t pending; /* head - tail, for a query without the lock */
     bool stop;
     /* capture state: touched only by the capturing thread */
     kp__cpu_graph *cap;
@@ -112,6 +113,7 @@ static void *kp__cpu_worker(void *arg) {
         kp__cpu_op_run(s->dev, op);
         pthread_mutex_lock(&s->mu);
         s->tail++;
+        atomic_store_explicit(&s->pending, s->head - s->tail, memory_order_release);
         pthread_cond_broadcast(&s->progress);
         pthread_mutex_unlock(&s->mu);
     }
@@ -128,6 +130,7 @@ static kp__cpu_op *kp__cpu_reserve(kp__cpu_stream *s, kp__cpu_op_kind kind) {
 
 static void kp__cpu_commit(kp__cpu_stream *s) {
     s->head++;
+    atomic_store_explicit(&s->pending, s->head - s->tail, memory_order_relaxed);
     pthread_cond_signal(&s->work);
     pthread_mutex_unlock(&s->mu);
 }
@@ -265,9 +268,10 @@ kp_status kp__cpu_stream_sync(void *ctx, void *sp) {
 kp_status kp__cpu_stream_query(void *ctx, void *sp, bool *idle) {
     kp__cpu_stream *s = sp;
     if (s->cap) return kp__error(KP_ERR_STATE, "stream query: the stream is capturing");
-    pthread_mutex_lock(&s->mu);
-    *idle = s->tail == s->head;
-    pthread_mutex_unlock(&s->mu);
+    /* No lock: a flow queries its stage's stream after every frame. The
+     * worker's release store after an op makes the op's effects visible
+     * to a query that reads 0. */
+    *idle = atomic_load_explicit(&s->pending, memory_order_acquire) == 0;
     return KP_OK;
 }
 
