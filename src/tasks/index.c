@@ -1,94 +1,220 @@
 /* Tasks' region index. Each buffer keeps its live accesses (task, region,
- * read or write) in an interval treap: a tree ordered by the start of their
- * byte extent, each node holding the largest end in its subtree, balanced
- * by random priorities. A new region visits only the subtrees whose extents
- * can reach it (O(log n) plus the overlapping ones). Insertion and removal
- * cost O(log n); nodes come from the set's pool. */
-#include <stdlib.h>
+ * read or write) in a B+ tree of fanout KP__BT_FAN keyed by the start of
+ * their byte extent (ties by access number). Each entry of an inner node
+ * holds a lower bound of its child's keys and the largest extent end in
+ * the child, so a new region [lo, hi) visits only the children that start
+ * before hi and reach past lo: a handful of nodes, each a few cache lines
+ * read in order, where a binary tree of a million regions took forty
+ * scattered ones. Nodes split when full; a node left empty by an erase
+ * leaves its parent and a root with one child gives way to it, so the
+ * depth stays the logarithm of the most regions the buffer held.
+ * Nodes come in slabs from the library's allocator, reused through a free
+ * list, and all go back at once when the set runs. */
 #include <string.h>
 
 #include "tasks-impl.h"
 
-static int64_t kp__max_hi(const kp_tasks_t t, uint32_t i) {
-    return i ? KP__N(i).max_hi : INT64_MIN;
+#define KP__BT_SLAB 1024 /* nodes a slab */
+
+static kp__bnode *kp__bn(kp_tasks_t t, uint32_t i) {
+    return &t->bt_slabs[i / KP__BT_SLAB][i % KP__BT_SLAB];
 }
 
-static void kp__fix(kp_tasks_t t, uint32_t i) {
-    int64_t m = KP__N(i).hi, l = kp__max_hi(t, KP__N(i).left), r = kp__max_hi(t, KP__N(i).right);
-    KP__N(i).max_hi = m > l ? (m > r ? m : r) : (l > r ? l : r);
-}
-
-/* Key order: by lo, then by pool index. */
-static bool kp__before(const kp_tasks_t t, uint32_t i, int64_t lo, uint32_t j) {
-    return KP__N(i).lo < lo || (KP__N(i).lo == lo && i < j);
-}
-
-/* Splits subtree n into the keys before (lo, j) and the rest. */
-static void kp__split(kp_tasks_t t, uint32_t n, int64_t lo, uint32_t j, uint32_t *l, uint32_t *r) {
-    if (!n) {
-        *l = *r = 0;
-        return;
+kp_status kp__tasks_index_reserve(kp_tasks_t t, size_t inserts) {
+    /* an insertion makes a node at each level it splits, and a new root */
+    size_t want = t->n_bt + inserts * (t->bt_depth + inserts + 2) + 1;
+    if (want > UINT32_MAX) return kp__error(KP_ERR_UNSUPPORTED, "tasks: the region index is full");
+    while (t->n_bt_slabs * KP__BT_SLAB < want) {
+        if (!KP__GROW(t, bt_slabs, 1))
+            return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory for the region index");
+        kp__bnode *s = kp__aligned_alloc(KP_MEM_HOST, KP__BT_SLAB * sizeof *s, 64);
+        if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory for the region index");
+        t->bt_slabs[t->n_bt_slabs++] = s;
     }
-    if (kp__before(t, n, lo, j)) {
-        kp__split(t, KP__N(n).right, lo, j, &KP__N(n).right, r);
-        *l = n;
-    } else {
-        kp__split(t, KP__N(n).left, lo, j, l, &KP__N(n).left);
-        *r = n;
-    }
-    kp__fix(t, n);
+    if (!t->n_bt) t->n_bt = 1; /* node 0 means none */
+    return KP_OK;
 }
 
-static uint32_t kp__merge(kp_tasks_t t, uint32_t l, uint32_t r) {
-    if (!l || !r) return l ? l : r;
-    if (KP__N(l).prio > KP__N(r).prio) {
-        KP__N(l).right = kp__merge(t, KP__N(l).right, r);
-        kp__fix(t, l);
-        return l;
-    }
-    KP__N(r).left = kp__merge(t, l, KP__N(r).left);
-    kp__fix(t, r);
-    return r;
+void kp__tasks_index_free(kp_tasks_t t) {
+    for (size_t i = 0; i < t->n_bt_slabs; i++) kp__aligned_free(KP_MEM_HOST, t->bt_slabs[i]);
+    kp__free(t->bt_slabs);
+    t->bt_slabs = NULL;
+    t->n_bt_slabs = t->cap_bt_slabs = 0;
 }
 
-void kp__tasks_treap_insert(kp_tasks_t t, kp__tbuf *b, uint32_t n) {
-    uint32_t l, r;
-    kp__split(t, b->root, KP__N(n).lo, n, &l, &r);
-    b->root = kp__merge(t, kp__merge(t, l, n), r);
+static uint32_t kp__bn_new(kp_tasks_t t, bool leaf) {
+    uint32_t i = t->bt_free;
+    if (i)
+        t->bt_free = kp__bn(t, i)->ref[0];
+    else
+        i = t->n_bt++; /* reserved by kp__tasks_index_reserve */
+    kp__bnode *x = kp__bn(t, i);
+    x->n = 0;
+    x->leaf = leaf;
+    return i;
+}
+
+static void kp__bn_free(kp_tasks_t t, uint32_t i) {
+    kp__bn(t, i)->ref[0] = t->bt_free;
+    t->bt_free = i;
+}
+
+static int64_t kp__bn_max_hi(const kp__bnode *x) {
+    int64_t m = INT64_MIN;
+    for (unsigned i = 0; i < x->n; i++) m = x->hi[i] > m ? x->hi[i] : m;
+    return m;
+}
+
+/* Whether key (lo, id) comes before entry i of x. */
+static bool kp__key_before(const kp__bnode *x, unsigned i, int64_t lo, uint32_t id) {
+    return lo < x->lo[i] || (lo == x->lo[i] && id < x->id[i]);
+}
+
+/* The child of inner node x that key (lo, id) goes to: the last whose
+ * bound is not above it, or the first. */
+static unsigned kp__route(const kp__bnode *x, int64_t lo, uint32_t id) {
+    unsigned c = 0;
+    while (c + 1 < x->n && !kp__key_before(x, c + 1, lo, id)) c++;
+    return c;
+}
+
+static void kp__bn_put(kp__bnode *x, unsigned at, int64_t lo, int64_t hi, uint32_t id,
+                       uint32_t ref) {
+    unsigned m = x->n - at;
+    memmove(&x->lo[at + 1], &x->lo[at], m * sizeof x->lo[0]);
+    memmove(&x->hi[at + 1], &x->hi[at], m * sizeof x->hi[0]);
+    memmove(&x->id[at + 1], &x->id[at], m * sizeof x->id[0]);
+    memmove(&x->ref[at + 1], &x->ref[at], m * sizeof x->ref[0]);
+    x->lo[at] = lo, x->hi[at] = hi, x->id[at] = id, x->ref[at] = ref;
+    x->n++;
+}
+
+static void kp__bn_cut(kp__bnode *x, unsigned at) {
+    unsigned m = x->n - at - 1;
+    memmove(&x->lo[at], &x->lo[at + 1], m * sizeof x->lo[0]);
+    memmove(&x->hi[at], &x->hi[at + 1], m * sizeof x->hi[0]);
+    memmove(&x->id[at], &x->id[at + 1], m * sizeof x->id[0]);
+    memmove(&x->ref[at], &x->ref[at + 1], m * sizeof x->ref[0]);
+    x->n--;
+}
+
+/* Splits the full child c of inner node x (which has room) in two,
+ * for key (lo, id). In halves, except where the key goes past the end of
+ * x's last child: regions added in order then leave full nodes behind,
+ * not half-full ones (a shallower tree, fewer lines to read). */
+static void kp__bn_split(kp_tasks_t t, uint32_t xi, unsigned c, int64_t lo, uint32_t id) {
+    uint32_t yi = kp__bn(t, xi)->ref[c];
+    uint32_t zi = kp__bn_new(t, kp__bn(t, yi)->leaf);
+    kp__bnode *x = kp__bn(t, xi), *y = kp__bn(t, yi), *z = kp__bn(t, zi);
+    const unsigned h = c + 1 == x->n && !kp__key_before(y, KP__BT_FAN - 1, lo, id) ? KP__BT_FAN - 1
+                                                                                   : KP__BT_FAN / 2;
+    const unsigned m = KP__BT_FAN - h;
+    memcpy(z->lo, &y->lo[h], m * sizeof z->lo[0]);
+    memcpy(z->hi, &y->hi[h], m * sizeof z->hi[0]);
+    memcpy(z->id, &y->id[h], m * sizeof z->id[0]);
+    memcpy(z->ref, &y->ref[h], m * sizeof z->ref[0]);
+    z->n = m;
+    y->n = h;
+    x->hi[c] = kp__bn_max_hi(y);
+    kp__bn_put(x, c + 1, z->lo[0], kp__bn_max_hi(z), z->id[0], zi);
+}
+
+void kp__tasks_index_insert(kp_tasks_t t, kp__tbuf *b, uint32_t a) {
+    const int64_t lo = KP__N(a).lo, hi = KP__N(a).hi;
+    if (!b->root) {
+        b->root = kp__bn_new(t, true);
+        b->depth = 1;
+    }
+    if (kp__bn(t, b->root)->n == KP__BT_FAN) { /* a new root above the full one */
+        uint32_t r = kp__bn_new(t, false);
+        kp__bnode *old = kp__bn(t, b->root);
+        kp__bn_put(kp__bn(t, r), 0, old->lo[0], kp__bn_max_hi(old), old->id[0], b->root);
+        b->root = r;
+        kp__bn_split(t, r, 0, lo, a);
+        if (++b->depth > t->bt_depth) t->bt_depth = b->depth;
+    }
+    uint32_t xi = b->root;
+    for (;;) { /* x has room: full children split before the walk enters them */
+        kp__bnode *x = kp__bn(t, xi);
+        if (x->leaf) {
+            unsigned at = 0;
+            while (at < x->n && !kp__key_before(x, at, lo, a)) at++;
+            kp__bn_put(x, at, lo, hi, a, a);
+            break;
+        }
+        unsigned c = kp__route(x, lo, a);
+        if (kp__bn(t, x->ref[c])->n == KP__BT_FAN) {
+            kp__bn_split(t, xi, c, lo, a);
+            x = kp__bn(t, xi);
+            if (!kp__key_before(x, c + 1, lo, a)) c++;
+        }
+        if (kp__key_before(x, c, lo, a)) x->lo[c] = lo, x->id[c] = a; /* a new least key */
+        if (hi > x->hi[c]) x->hi[c] = hi;
+        xi = x->ref[c];
+    }
     b->n_acc++;
 }
 
-void kp__tasks_treap_erase(kp_tasks_t t, kp__tbuf *b, uint32_t n) {
-    uint32_t l, m, r;
-    kp__split(t, b->root, KP__N(n).lo, n, &l, &m);
-    kp__split(t, m, KP__N(n).lo, n + 1, &m, &r); /* m is n alone */
-    b->root = kp__merge(t, l, r);
+/* Erases key (lo, a) under x; whether x is left empty. */
+static bool kp__bn_erase(kp_tasks_t t, uint32_t xi, int64_t lo, uint32_t a) {
+    kp__bnode *x = kp__bn(t, xi);
+    if (x->leaf) {
+        for (unsigned i = 0; i < x->n; i++)
+            if (x->ref[i] == a) {
+                kp__bn_cut(x, i);
+                break;
+            }
+        return x->n == 0;
+    }
+    unsigned c = kp__route(x, lo, a);
+    if (kp__bn_erase(t, x->ref[c], lo, a)) {
+        kp__bn_free(t, x->ref[c]);
+        kp__bn_cut(x, c);
+    } else {
+        x->hi[c] = kp__bn_max_hi(kp__bn(t, x->ref[c]));
+    }
+    return x->n == 0;
+}
+
+void kp__tasks_index_erase(kp_tasks_t t, kp__tbuf *b, uint32_t a) {
+    if (kp__bn_erase(t, b->root, KP__N(a).lo, a)) {
+        kp__bn_free(t, b->root);
+        b->root = 0;
+        b->depth = 0;
+    }
+    while (b->root && !kp__bn(t, b->root)->leaf && kp__bn(t, b->root)->n == 1) {
+        uint32_t only = kp__bn(t, b->root)->ref[0];
+        kp__bn_free(t, b->root);
+        b->root = only;
+        b->depth--;
+    }
     b->n_acc--;
-    KP__N(n).left = t->pool_free;
-    t->pool_free = n;
+    KP__N(a).next_free = t->pool_free;
+    t->pool_free = a;
 }
 
 uint32_t kp__tasks_node_new(kp_tasks_t t) {
     uint32_t n = t->pool_free;
     if (n)
-        t->pool_free = KP__N(n).left;
+        t->pool_free = KP__N(n).next_free;
     else
         n = (uint32_t)t->n_pool++;
-    t->prio_state ^= t->prio_state << 13; /* xorshift32 */
-    t->prio_state ^= t->prio_state >> 17;
-    t->prio_state ^= t->prio_state << 5;
     memset(&KP__N(n), 0, sizeof KP__N(n));
-    KP__N(n).prio = t->prio_state;
     return n;
 }
 
-bool kp__tasks_treap_visit(kp_tasks_t t, uint32_t n, int64_t lo, int64_t hi,
-                           bool (*visit)(kp_tasks_t, uint32_t, void *), void *ctx) {
-    while (n && KP__N(n).max_hi > lo) {
-        if (!kp__tasks_treap_visit(t, KP__N(n).left, lo, hi, visit, ctx)) return false;
-        if (KP__N(n).lo >= hi) return true; /* it and its right subtree start too late */
-        if (KP__N(n).hi > lo && !visit(t, n, ctx)) return false;
-        n = KP__N(n).right;
+static bool kp__bn_visit(kp_tasks_t t, uint32_t xi, int64_t lo, int64_t hi,
+                         bool (*visit)(kp_tasks_t, uint32_t, void *), void *ctx) {
+    const kp__bnode *x = kp__bn(t, xi);
+    for (unsigned i = 0; i < x->n && x->lo[i] < hi; i++) {
+        if (x->hi[i] <= lo) continue;
+        if (!(x->leaf ? visit(t, x->ref[i], ctx) : kp__bn_visit(t, x->ref[i], lo, hi, visit, ctx)))
+            return false;
     }
     return true;
+}
+
+bool kp__tasks_index_visit(kp_tasks_t t, const kp__tbuf *b, int64_t lo, int64_t hi,
+                           bool (*visit)(kp_tasks_t, uint32_t, void *), void *ctx) {
+    return !b->root || kp__bn_visit(t, b->root, lo, hi, visit, ctx);
 }

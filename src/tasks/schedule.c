@@ -14,9 +14,10 @@ void kp__tasks_reset_set(kp_tasks_t t) {
     t->n_tasks = t->n_args = t->n_edges = t->n_scalars = 0;
     for (size_t i = 0; i < t->n_bufs; i++) {
         t->bufs[i].n_acc = 0;
-        t->bufs[i].root = 0;
+        t->bufs[i].root = t->bufs[i].depth = 0;
     }
     t->n_pool = t->pool_free = 0;
+    t->n_bt = t->bt_free = t->bt_depth = 0; /* every index node free; the slabs stay */
     kp_tasks_stats keep = t->stats;
     memset(&t->stats, 0, sizeof t->stats);
     t->stats.runs = keep.runs;

@@ -11,24 +11,39 @@
 
 #define KP__MAX_TASK_BUFFERS (1u << 20)
 
-/* A live access: a node of its buffer's treap, in the set's node pool. */
+/* A live access, in the set's pool; its buffer's index names it by its
+ * place there. */
 typedef struct kp__access {
     int64_t lo, hi; /* byte extent */
-    int64_t max_hi; /* the largest hi in the subtree */
     uint64_t task;
-    uint32_t arg; /* its argument in args[]: the region's descriptor */
-    uint32_t prio;
-    uint32_t left, right; /* pool indices; 0: none */
+    uint32_t arg;       /* its argument in args[]: the region's descriptor */
+    uint32_t next_free; /* the pool's free list */
     bool write;
     bool read;
+    bool dense; /* contiguous: its extent is its region, byte for byte */
 } kp__access;
+
+/* A node of a buffer's region index (index.c), on cache lines of its own:
+ * in a leaf, accesses (lo, hi, the access); in an inner node, children (a
+ * lower bound of their keys, the largest hi under them, the child). Keys
+ * are (lo, id), id the access number, so equal starts stay apart. */
+#define KP__BT_FAN 16
+typedef struct kp__bnode {
+    int64_t lo[KP__BT_FAN];
+    int64_t hi[KP__BT_FAN];
+    uint32_t id[KP__BT_FAN];
+    uint32_t ref[KP__BT_FAN]; /* the access, or the child node; [0]: the free list */
+    uint32_t n;
+    bool leaf;
+} __attribute__((aligned(64))) kp__bnode;
 
 typedef struct kp__tbuf {
     size_t bytes;
     void *data;
     bool owned; /* allocated here, by its first writer */
     uint64_t version;
-    uint32_t root; /* of the treap of live accesses */
+    uint32_t root;  /* of the index of live accesses; 0: none */
+    uint32_t depth; /* its levels */
     size_t n_acc;
 } kp__tbuf;
 
@@ -66,12 +81,15 @@ struct kp_tasks {
     size_t n_scalars, cap_scalars;
     kp_event_t *task_ev; /* one per task slot, made as needed, reused */
     size_t n_task_ev, cap_task_ev;
-    kp__access *pool; /* treap nodes of every buffer; [0] unused */
+    kp__access *pool; /* the live accesses of every buffer; [0] unused */
     size_t n_pool, cap_pool;
-    uint32_t pool_free; /* a list through .left */
+    uint32_t pool_free; /* a list through .next_free */
+    kp__bnode **bt_slabs; /* the index's nodes, KP__BT_SLAB a slab */
+    size_t n_bt_slabs, cap_bt_slabs;
+    uint32_t n_bt, bt_free; /* nodes handed out (0 is none); a list through ref[0] */
+    uint32_t bt_depth;      /* the deepest index since the set last ran */
     uint32_t *drop;     /* scratch: the accesses a write covers */
     size_t n_drop, cap_drop;
-    uint32_t prio_state;
     kp_graph_node_t *nodes; /* the graph form: one per task */
     size_t n_nodes, cap_nodes;
     kp_stream_t cap_stream; /* the graph form captures task functions on it */
@@ -109,13 +127,19 @@ kp_status kp__tasks_check_first(kp_tasks_t t, const kp_task_arg *args, size_t n)
 kp_status kp__tasks_allocate_first(kp_tasks_t t, const kp_task_arg *args, size_t n);
 
 /* --- the region index (index.c) -------------------------------------------- */
-void kp__tasks_treap_insert(kp_tasks_t t, kp__tbuf *b, uint32_t n);
-void kp__tasks_treap_erase(kp_tasks_t t, kp__tbuf *b, uint32_t n);
-/* A free pool node; the pool has room (reserved by the caller). */
+/* Room for `inserts` insertions, so that they cannot fail. */
+kp_status kp__tasks_index_reserve(kp_tasks_t t, size_t inserts);
+/* Adds access a (its lo and hi set) to b's index; erase takes it out and
+ * frees it. */
+void kp__tasks_index_insert(kp_tasks_t t, kp__tbuf *b, uint32_t a);
+void kp__tasks_index_erase(kp_tasks_t t, kp__tbuf *b, uint32_t a);
+/* The slabs back to the allocator (the set's end). */
+void kp__tasks_index_free(kp_tasks_t t);
+/* A free access; the pool has room (reserved by the caller). */
 uint32_t kp__tasks_node_new(kp_tasks_t t);
-/* Calls visit(ctx, node) for every access of subtree n whose extent meets
- * [lo, hi); false from visit stops the walk. */
-bool kp__tasks_treap_visit(kp_tasks_t t, uint32_t n, int64_t lo, int64_t hi,
+/* Calls visit(ctx, access) for every access of b whose extent meets
+ * [lo, hi), in key order; false from visit stops the walk. */
+bool kp__tasks_index_visit(kp_tasks_t t, const kp__tbuf *b, int64_t lo, int64_t hi,
                            bool (*visit)(kp_tasks_t, uint32_t, void *), void *ctx);
 
 /* --- streams (schedule.c) -------------------------------------------------- */

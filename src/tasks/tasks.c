@@ -77,7 +77,6 @@ kp_status kp_tasks_create(kp_device_t dev, size_t n_streams, kp_tasks_t *out) {
     kp_tasks_t t = kp__calloc(1, sizeof *t);
     if (!t) return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory");
     t->dev = dev;
-    t->prio_state = 0x9e3779b9u;
     kp_status st = kp_device_allocator(dev, KP_ALLOCATOR_DEVICE, &t->alloc);
     if (st == KP_OK) st = kp_event_create_untimed(dev, &t->start_ev);
     for (size_t i = 0; i < n_streams && st == KP_OK; i++) {
@@ -113,6 +112,7 @@ static void kp__tasks_free(kp_tasks_t t) {
             kp_clear_error();
     }
     kp__free(t->pool);
+    kp__tasks_index_free(t);
     kp__free(t->drop);
     kp__free(t->bufs);
     kp__free(t->tasks);
