@@ -30,6 +30,51 @@ static kp_status axpy_work(void *user, kp_stream_t s, const kp_graph_args *a) {
     return kp_launch_kernel(s, &l);
 }
 
+/* The same work as nodes (build), and re-pointed node by node on a graph
+ * build made for other arguments (retarget): refused for a = 7, which
+ * sends the miss down the build-and-update way. */
+typedef struct axpy_nodes {
+    kp_graph_node_t copy, kernel;
+} axpy_nodes;
+
+static void axpy_params(const kp_graph_args *a, kpt_axpy_params *p, size_t *bytes) {
+    int64_t n = kp_desc_numel(&a->outputs[0].desc);
+    *p = (kpt_axpy_params){a->outputs[0].data, a->inputs[0].data,
+                           a->n_literals ? (float)a->literals[0] : 1.0f, (int)n};
+    *bytes = (size_t)n * sizeof(float);
+}
+
+static kp_status axpy_build(void *user, kp_graph_t g, const kp_graph_args *a, void *state) {
+    axpy_nodes *nd = state;
+    kpt_axpy_params p;
+    size_t bytes;
+    axpy_params(a, &p, &bytes);
+    kp_status st =
+        kp_graph_add_memcpy(g, NULL, 0, a->outputs[0].data, a->inputs[1].data, bytes, &nd->copy);
+    if (st != KP_OK) return st;
+    kp_launch l = kpt_launch_1d(&kpt_axpy, &p, p.n);
+    return kp_graph_add_kernel(g, &nd->copy, 1, &l, &nd->kernel);
+}
+
+static int g_retargets;
+
+static kp_status axpy_retarget(void *user, kp_graph_exec_t ge, const kp_graph_args *a,
+                               void *state) {
+    const axpy_nodes *nd = state;
+    if (a->literals[0] == 7) return KP_ERR_UNSUPPORTED;
+    kpt_axpy_params p;
+    size_t bytes;
+    axpy_params(a, &p, &bytes);
+    kp_status st =
+        kp_graph_exec_set_memcpy(ge, nd->copy, a->outputs[0].data, a->inputs[1].data, bytes);
+    if (st != KP_OK) return st;
+    kp_launch l = kpt_launch_1d(&kpt_axpy, &p, p.n);
+    g_retargets++;
+    return kp_graph_exec_set_kernel(ge, nd->kernel, &l);
+}
+
+static bool g_nodes; /* run_axpy's calls build nodes and retarget */
+
 /* The work for any dtype: out = in0, byte for byte. */
 static kp_status copy_work(void *user, kp_stream_t s, const kp_graph_args *a) {
     (void)user;
@@ -90,6 +135,11 @@ static kp_status run_axpy(kp_graph_cache_t c, bufs *b, int ndim, const int64_t *
     call.literals = &a;
     call.n_literals = 1;
     call.flags = flags;
+    if (g_nodes) {
+        call.build = axpy_build;
+        call.retarget = axpy_retarget;
+        call.state_bytes = sizeof(axpy_nodes);
+    }
     kp_status st = kp_graph_cache_run(c, &call, g_s);
     if (st != KP_OK) return st;
     KPT_OK(kp_stream_sync(g_s));
@@ -261,6 +311,42 @@ static void eviction_by_count(void **state) {
     assert_true(s.updates >= 10);
     assert_true(s.evictions >= 10);
     assert_int_equal(s.instantiations, 2);
+    bufs_close(&b);
+    kp_graph_cache_destroy(c);
+}
+
+/* At a bound of one graph, misses re-point it node by node: no graph is
+ * made after the first, every output element right; a refused retarget
+ * (a = 7) is served by build and update, and the next retargets again. */
+static void retarget_repoints_without_a_graph(void **state) {
+    (void)state;
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    cfg.max_graphs = 1;
+    kp_graph_cache_t c = cache(&cfg);
+    bufs b;
+    bufs_open(&b, 4099, 9);
+    int64_t sizes[4] = {4099, 1, 33, 1024};
+    g_nodes = true;
+    g_retargets = 0;
+    KPT_OK(run_axpy(c, &b, 1, &sizes[0], 0, 2, 0));
+    for (int r = 0; r < 12; r++) KPT_OK(run_axpy(c, &b, 1, &sizes[r % 4], 0, 3 + r % 3, 0));
+    kp_graph_stats s = stats(c);
+    assert_int_equal(s.captures, 1);
+    assert_int_equal(s.instantiations, 1);
+    assert_int_equal(s.updates, 12);
+    assert_int_equal(g_retargets, 12);
+    KPT_OK(run_axpy(c, &b, 1, &sizes[2], 0, 7, 0)); /* refused: built and updated */
+    s = stats(c);
+    assert_int_equal(s.captures, 2);
+    assert_int_equal(s.failed_updates, 1);
+    assert_int_equal(s.updates, 13);
+    KPT_OK(run_axpy(c, &b, 1, &sizes[1], 0, 5, 0)); /* and re-pointed again */
+    assert_int_equal(stats(c).captures, 2);
+    assert_int_equal(g_retargets, 13);
+    KPT_OK(run_axpy(c, &b, 1, &sizes[1], 0, 5, 0)); /* a hit */
+    assert_int_equal(stats(c).updates, 14);
+    assert_int_equal(stats(c).hits, 1);
+    g_nodes = false;
     bufs_close(&b);
     kp_graph_cache_destroy(c);
 }
@@ -597,6 +683,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(keys_differ_in_one_field),
         cmocka_unit_test(growth_invalidates_then_updates),
         cmocka_unit_test(eviction_by_count),
+        cmocka_unit_test(retarget_repoints_without_a_graph),
         cmocka_unit_test(eviction_by_bytes),
         cmocka_unit_test(padding_and_slicing),
         cmocka_unit_test(strict_and_prepare),

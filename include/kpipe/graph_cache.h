@@ -119,6 +119,17 @@ typedef kp_status (*kp_graph_build_fn)(void *user, kp_graph_t g, const kp_graph_
  * is true right after it was instantiated or updated. */
 typedef kp_status (*kp_graph_bind_fn)(void *user, kp_graph_exec_t ge, const kp_graph_args *args,
                                       void *state, bool fresh);
+/* A miss's fast way, for work with a build function: re-points an
+ * executable graph that `build` made for another key of the same call id
+ * at this call's arguments, node by node (kp_graph_exec_set_kernel,
+ * kp_graph_exec_set_memcpy, with the node handles build kept in `state`),
+ * where the arguments change only parameters, not the nodes. No graph is
+ * built and none updated: a miss then costs a few parameter sets. Any
+ * error (KP_ERR_UNSUPPORTED where the topology would change) makes the
+ * cache build and update or instantiate as without it; the graph it left
+ * half re-pointed is marked stale. */
+typedef kp_status (*kp_graph_retarget_fn)(void *user, kp_graph_exec_t ge,
+                                          const kp_graph_args *args, void *state);
 
 /* Inputs are read where they are (no static input buffers, no copies):
  * their addresses join the key, and each address set gets its own graph. */
@@ -145,10 +156,12 @@ typedef struct kp_graph_call {
     const int64_t *literals; /* part of the key, passed to the work */
     size_t n_literals;
     unsigned flags; /* KP_GRAPH_IN_PLACE */
+    kp_graph_retarget_fn retarget; /* optional, with build: misses without a new graph */
 } kp_graph_call;
 
-#define KP_GRAPH_CALL_INIT \
-    { sizeof(kp_graph_call), 0, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, 0, 0 }
+#define KP_GRAPH_CALL_INIT                                                                   \
+    { sizeof(kp_graph_call), 0, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, NULL, NULL, 0, 0, \
+      NULL }
 
 typedef struct kp_graph_stats {
     uint64_t calls;

@@ -37,6 +37,7 @@ typedef struct kp__gentry {
     size_t nodes, bytes;
     uint64_t last_use, hits;
     bool stale;
+    bool built; /* its graph came from the call's build: a retarget may re-point it */
 } kp__gentry;
 
 /* One call, resolved: padded descriptors, the key, what the buffers need. */

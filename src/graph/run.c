@@ -142,16 +142,61 @@ static kp__gentry *kp__update_target(kp_graph_cache_t c, kp__gentry *same, int a
 
 /* A miss with a graph to make: build or capture it, update a kept graph
  * where one fits, else instantiate a new one. *out is the entry to launch. */
+/* Entry e, updated or re-pointed for the current call, takes its key. */
+static kp_status kp__took_over(kp_graph_cache_t c, kp__gentry *e, kp__gentry *same, size_t nodes,
+                               kp__gentry **out) {
+    kp__gcall *g = &c->cur;
+    if (!e->stale && e != same) c->st.evictions++;
+    kp_status st = kp__rekey(c, e, g);
+    if (st != KP_OK) {
+        kp__gc_remove(c, e);
+        return st;
+    }
+    kp__entry_bufs(c, e, g, nodes);
+    c->st.updates++;
+    *out = e;
+    kp__gc_enforce_bounds(c, e);
+    return KP_OK;
+}
+
+/* A miss served by the call's retarget on a graph its build made: the
+ * entries an update would pick, in the same order. */
+static bool kp__retarget(kp_graph_cache_t c, kp__gentry *same, const kp_graph_args *a,
+                         kp__gentry **e_out) {
+    kp__gcall *g = &c->cur;
+    kp__gentry *tried[4] = {NULL, NULL, NULL, NULL};
+    for (int attempt = 0; attempt < 4; attempt++) {
+        kp__gentry *e = kp__update_target(c, same, attempt);
+        bool seen = false;
+        for (int j = 0; j < attempt; j++) seen = seen || tried[j] == e;
+        tried[attempt] = e;
+        if (!e || seen || !e->built || e->id != g->c.id || e->state_bytes != g->c.state_bytes)
+            continue;
+        if (g->c.retarget(g->c.user, e->exec, a, e->state) != KP_OK) {
+            kp_clear_error();
+            c->st.failed_updates++;
+            e->stale = true; /* half re-pointed: never launched under its old key */
+            continue;
+        }
+        *e_out = e;
+        return true;
+    }
+    return false;
+}
+
 static kp_status kp__miss(kp_graph_cache_t c, kp__gentry *same, const kp_graph_args *a,
                           kp__gentry **out) {
     kp__gcall *g = &c->cur;
+    kp__gentry *e;
+    if (g->c.build && g->c.retarget && kp__retarget(c, same, a, &e))
+        return kp__took_over(c, e, same, e->nodes, out);
     kp_graph_t graph;
     void *state;
     KP_CHECK(kp__make_graph(c, g, a, &graph, &state));
     size_t nodes = kp_graph_node_count(graph);
     kp__gentry *tried[4] = {NULL, NULL, NULL, NULL};
     for (int attempt = 0; attempt < 4; attempt++) {
-        kp__gentry *e = kp__update_target(c, same, attempt);
+        e = kp__update_target(c, same, attempt);
         bool seen = false;
         for (int j = 0; j < attempt; j++) seen = seen || tried[j] == e;
         tried[attempt] = e;
@@ -160,21 +205,11 @@ static kp_status kp__miss(kp_graph_cache_t c, kp__gentry *same, const kp_graph_a
          * address the exec) and that graph's state */
         kp_graph_destroy(graph);
         kp__free(state);
-        if (!e->stale && e != same) c->st.evictions++;
-        kp_status st = kp__rekey(c, e, g);
-        if (st != KP_OK) {
-            kp__gc_remove(c, e);
-            return st;
-        }
-        kp__entry_bufs(c, e, g, nodes);
-        c->st.updates++;
-        *out = e;
-        kp__gc_enforce_bounds(c, e);
-        return KP_OK;
+        return kp__took_over(c, e, same, nodes, out);
     }
     /* no graph to update: a new executable one */
     kp_status st;
-    kp__gentry *e = kp__calloc(1, sizeof *e);
+    e = kp__calloc(1, sizeof *e);
     if (!e || !kp__reserve(c)) {
         kp__free(e);
         st = kp__error(KP_ERR_OUT_OF_MEMORY, "graph cache: no memory for an entry");
@@ -183,6 +218,7 @@ static kp_status kp__miss(kp_graph_cache_t c, kp__gentry *same, const kp_graph_a
     e->graph = graph;
     e->state = state;
     e->state_bytes = g->c.state_bytes;
+    e->built = g->c.build != NULL;
     graph = NULL;
     state = NULL;
     KP_CHECK_GOTO(kp__rekey(c, e, g), st, fail_entry);
