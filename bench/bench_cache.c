@@ -582,6 +582,39 @@ static void rotating(kp_device_t dev, int64_t n, int sets) {
                 }
                 lat[v][r * per + t] = now_us() - t0;
             }
+    /* The host's time per rebind tick by phase, ticks in flight (batches
+     * of 16, then one wait): binding this tick's inputs (configure_io),
+     * the tick itself up to the graph launch (execute_graph), and the
+     * hand two-kernel graph's launch alone. */
+    double ph_cfg = 0, ph_exec = 0, ph_hand = 0;
+    int ph_n = 0;
+    for (int r = 0; r < rounds; r++) {
+        for (int bt = 0; bt < per / 16; bt++, ph_n += 16) {
+            for (int t = 0; t < 16; t++) {
+                int k = t % sets;
+                double t0 = now_us();
+                q[0].in[0].data = a[k];
+                q[0].in[1].data = b[k];
+                for (size_t i = 0; i < q[0].n_in; i++)
+                    KK(kp_desc_init(&q[0].in[i].desc, KP_F32, 1, &n, NULL));
+                KK(kp_pipeline_configure_io(q[0].p, q[0].in, q[0].n_in, &q[0].out, 1, q[0].s));
+                double t1 = now_us();
+                KK(kp_pipeline_execute_graph(q[0].p, q[0].s));
+                double t2 = now_us();
+                ph_cfg += t1 - t0;
+                ph_exec += t2 - t1;
+            }
+            KK(kp_stream_sync(q[0].s));
+            double t0 = now_us();
+            for (int t = 0; t < 16; t++) CK(cudaGraphLaunch(f.two[t % sets], f.s));
+            ph_hand += now_us() - t0;
+            CK(cudaStreamSynchronize(f.s));
+        }
+    }
+    printf("  host ns per rebind tick, in flight: configure_io %.0f, execute_graph %.0f (of which "
+           "the launch by hand: %.0f), kpipe's own %.0f\n",
+           ph_cfg * 1e3 / ph_n, ph_exec * 1e3 / ph_n, ph_hand * 1e3 / ph_n,
+           (ph_cfg + ph_exec - ph_hand) * 1e3 / ph_n);
     size_t bad = 0;
     for (int v = 0; v < 3; v++) bad += wrong(q[v].out.data, ha, hb, n);
     bad += wrong(fout, ha, hb, n) + wrong(hout, ha, hb, n);

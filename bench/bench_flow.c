@@ -3,10 +3,19 @@
  * capacity 4 (block). Prints microseconds per frame and per frame and stage,
  * for comparison with tbb_flow (oneTBB parallel_pipeline, the same shape),
  * with stages spinning before they sleep (spin_us 0: the default, 20 us),
- * never spinning (-1), spinning 20 us and up to 1 ms.
+ * never spinning (-1), spinning 20 us and up to 1 ms. Then the floor of a
+ * hand-over to a sleeping thread, which bounds the flow that never spins:
+ * two threads passing a token through a futex, neither spinning.
  *   bench_flow [FRAMES] */
+#define _DEFAULT_SOURCE /* syscall() */
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "kpipe/kpipe.h"
 #include "tool-impl.h"
@@ -16,6 +25,48 @@ static long g_frames = 200000;
 static kp_status empty(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     if (eos && f->seq == (uint64_t)g_frames) *eos = true;
     return KP_OK;
+}
+
+/* The token: whose turn it is (0 or 1), waited for on a futex. */
+static _Atomic uint32_t g_turn;
+static long g_rounds;
+
+static void pass_to(uint32_t who) {
+    atomic_store(&g_turn, who);
+    syscall(SYS_futex, (uint32_t *)&g_turn, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static void wait_for(uint32_t me) {
+    uint32_t v;
+    while ((v = atomic_load(&g_turn)) != me)
+        syscall(SYS_futex, (uint32_t *)&g_turn, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+}
+
+static void *pong(void *arg) {
+    for (long i = 0; i < g_rounds; i++) {
+        wait_for(1);
+        pass_to(0);
+    }
+    return NULL;
+}
+
+static void wake_floor(long rounds) {
+    for (int rep = 0; rep < 3; rep++) {
+        g_rounds = rounds;
+        atomic_store(&g_turn, 0);
+        pthread_t t;
+        if (pthread_create(&t, NULL, pong, NULL) != 0) return;
+        double t0 = kpt_now_us();
+        for (long i = 0; i < rounds; i++) {
+            pass_to(1);
+            wait_for(0);
+        }
+        double us = kpt_now_us() - t0;
+        pthread_join(t, NULL);
+        printf("floor: a hand-over to a sleeping thread (futex, no spin), %ld round trips: %.3f us "
+               "per hand-over\n",
+               rounds, us / (2.0 * rounds));
+    }
 }
 
 int main(int argc, char **argv) {
@@ -47,5 +98,6 @@ int main(int argc, char **argv) {
         kp_flow_destroy(f);
     }
     kp_device_close(dev);
+    wake_floor(g_frames / 4);
     return 0;
 }
