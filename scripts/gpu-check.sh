@@ -5,7 +5,7 @@
 # ./gpu-check-out). Stages can run in separate calls, each well under ten
 # minutes; their rows collect in build-gpu/gpu-check.rows and the whole
 # table is printed after every call.
-#   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench] [taskbench]
+#   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench] [taskbench] [hostpath]
 #                        [multigpu]
 #   (none: all but multigpu, which needs two GPUs: the 2 x H200 machine)
 # Unpack carried Debian packages first (see docs/gpu-machine.md).
@@ -253,6 +253,39 @@ stage_flowbench() {
   cat "$out/flowbench.log"
 }
 
+# The host path, three rounds in one run, each with its same-run peers:
+# empty flow stages (spinning and not) against oneTBB and the futex wake
+# floor; the GPU flow at 256 KiB frames against oneTBB (saturated, 50%
+# load, against its slowest stage); time per submit against live regions;
+# the Task Bench patterns against CUDASTF's stream context, alternating;
+# then the graph cache's misses and the rebind tick's host phases.
+stage_hostpath() {
+  local log="$out/hostpath.log" r
+  : >"$log"
+  for r in 1 2 3; do
+    echo "== round $r" >>"$log"
+    build-gpu/bench/bench_flow 200000 >>"$log" 2>&1
+    if [ -x build-gpu/bench/tbb_flow ]; then build-gpu/bench/tbb_flow 200000 >>"$log" 2>&1; fi
+    if [ -x build-gpu/bench/bench_flow_gpu ]; then
+      build-gpu/bench/bench_flow_gpu ${KP_HOSTPATH_FRAMES:-10000} 256 >>"$log" 2>&1
+    fi
+    build-gpu/bench/bench_tasks scaling cuda >>"$log" 2>&1
+    build-gpu/bench/bench_tasks patterns cuda 16 16 10 >>"$log" 2>&1
+    if [ -x .baselines/cccl/task_bench_stream ]; then
+      echo "== CUDASTF task_bench, stream context: 16 16 10" >>"$log"
+      .baselines/cccl/task_bench_stream 16 16 10 >>"$log" 2>&1
+    fi
+  done
+  row "hostpath: flows, tasks (3 rounds)" PASS "hostpath.log"
+  if build-gpu/bench/bench_cache --quick --json "$out/bench_cache.json" >"$out/cache.log" 2>&1; then
+    row "bench_cache --quick" PASS "cache.log"
+  else
+    row "bench_cache --quick" FAIL "see cache.log"
+  fi
+  python3 bench/report_cache.py "$out/bench_cache.json" >>"$out/cache.log" 2>&1 || true
+  cat "$log" "$out/cache.log"
+}
+
 # Tasks: the Cholesky test at large sizes, the example against cuSOLVER's
 # one call, the Task Bench patterns against CUDASTF's task_bench (built
 # into .baselines/ by bench/build-cudastf.sh, when it is there), and time
@@ -335,7 +368,7 @@ stage_multigpu() {
 
 for stage in ${*:-build test sanitize soak bench cache flowbench taskbench}; do
   case $stage in
-    build|test|sanitize|soak|bench|cache|flowbench|taskbench|multigpu|video|streams) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done
