@@ -91,7 +91,7 @@ void kp__flow_pass_on(struct kp_flow *f, size_t i, kp__fframe *fr) {
 void kp__flow_forward(kp__stage *s, kp__fframe *fr) {
     struct kp_flow *f = s->flow;
     kp__lstage *ls = &f->ls[s->index];
-    atomic_fetch_add(&s->out, 1);
+    kp__bump(&s->out, 1);
     if (ls->n_rep == 1) {
         kp__flow_pass_on(f, s->index, fr);
         return;

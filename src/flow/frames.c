@@ -40,7 +40,6 @@ void kp__frame_put(struct kp_flow *f, kp__fframe *fr, bool dropped) {
     if (dropped && fr->f.stream < f->n_streams)
         atomic_fetch_add_explicit(&f->stream_drops[fr->f.stream], 1, memory_order_relaxed);
     kp__free_push(f, fr);
-    atomic_fetch_sub_explicit(&f->bytes, f->frame_bytes, memory_order_relaxed);
     atomic_fetch_sub_explicit(&f->in_flight, 1, memory_order_release);
     kp__wake_all(&f->freed);
 }
@@ -72,10 +71,7 @@ kp__fframe *kp__frame_take(struct kp_flow *f) {
         else
             kp__wake_wait(&f->freed, key, NULL);
     }
-    kp__fframe *fr = kp__free_pop(f);
-    size_t b = atomic_fetch_add_explicit(&f->bytes, f->frame_bytes, memory_order_relaxed);
-    kp__atomic_max(&f->peak_bytes, b + f->frame_bytes);
-    return fr;
+    return kp__free_pop(f);
 }
 
 kp_status kp__frame_buffer(struct kp_flow *f, kp__fframe *fr) {

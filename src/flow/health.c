@@ -114,8 +114,8 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
     out->frames_in_flight = atomic_load(&f->in_flight);
     out->max_frames_in_flight = atomic_load(&f->max_in_flight);
     out->frame_limit = f->n_frames;
-    out->bytes_in_flight = atomic_load(&f->bytes);
-    out->peak_bytes_in_flight = atomic_load(&f->peak_bytes);
+    out->bytes_in_flight = out->frames_in_flight * f->frame_bytes;
+    out->peak_bytes_in_flight = out->max_frames_in_flight * f->frame_bytes;
     out->budget_bytes = f->budget;
     out->frames_done = atomic_load(&f->done);
     out->frames_dropped = atomic_load(&f->dropped);
@@ -125,7 +125,9 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
         kp_flow_device_stats *ds = &out->devices[d];
         kp_pool_stats ps = {0};
         ds->name = kp_device_name(f->devs[d]);
-        ds->runs = atomic_load(&f->dev_runs[d]);
+        ds->runs = 0;
+        for (size_t i = 0; i < f->n_st; i++)
+            if (f->st[i].dev_i == (int)d) ds->runs += atomic_load(&f->st[i].runs);
         if (kp_buffer_pool_stats(f->pools[d], &ps) != KP_OK) continue;
         ds->frame_bytes = ps.live_bytes + ps.cached_bytes;
         out->pool_hits += ps.hits;

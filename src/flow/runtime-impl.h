@@ -127,7 +127,7 @@ typedef struct kp__stage {
     kp_stage_ctx ctx;
     pthread_t thread;
     bool started;
-    _Atomic uint64_t in, out;
+    _Atomic uint64_t in, out, runs; /* runs: on its device, for kp_flow_health */
     _Atomic uint32_t lat[KP__LAT_SAMPLES]; /* tenths of a microsecond */
     _Atomic uint64_t n_lat;
     /* device time: a pair of events around the stage's work on sampled
@@ -187,7 +187,6 @@ struct kp_flow {
     size_t n_devs;
     kp_device_t devs[KP_FLOW_MAX_DEVICES]; /* devs[0] is the flow's */
     kp_buffer_pool_t pools[KP_FLOW_MAX_DEVICES];
-    _Atomic uint64_t dev_runs[KP_FLOW_MAX_DEVICES];
     kp__link link[KP_FLOW_MAX_DEVICES][KP_FLOW_MAX_DEVICES];
     bool staged_logged;
     _Atomic uint64_t staged;
@@ -206,7 +205,7 @@ struct kp_flow {
     _Atomic uint64_t free_top;
     size_t frame_limit;
     kp__wake freed;
-    _Atomic size_t in_flight, max_in_flight, bytes, peak_bytes;
+    _Atomic size_t in_flight, max_in_flight; /* bytes: these times frame_bytes */
     _Atomic uint64_t done, dropped;
     /* read by every stage at every hand-over: on a cache line of its own,
      * away from the counters the source and the sink write per frame */
@@ -244,6 +243,13 @@ struct kp_flow {
 static inline double kp__now_us(void) { return (double)kp__mono_ns() * 1e-3; }
 
 static inline uint64_t kp__now_ns(void) { return kp__mono_ns(); }
+
+/* Adds to a counter only its own thread writes (others read it): a plain
+ * load and store, no locked instruction on the per-frame path. */
+static inline void kp__bump(_Atomic uint64_t *c, uint64_t n) {
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
 
 static inline void kp__atomic_max(_Atomic size_t *m, size_t v) {
     size_t cur = atomic_load(m);

@@ -28,7 +28,8 @@ void kp__flow_fail(struct kp_flow *f, kp__stage *s, kp_status st) {
 }
 
 static void kp__record_sample(_Atomic uint32_t *ring, _Atomic uint64_t *n, double us) {
-    uint64_t k = atomic_fetch_add(n, 1);
+    uint64_t k = atomic_load_explicit(n, memory_order_relaxed);
+    kp__bump(n, 1); /* one writer: the stage's thread (or the waiter, after it) */
     double tenths = us * 10.0;
     atomic_store(&ring[k % KP__LAT_SAMPLES], tenths > 4e9 ? 4000000000u : (uint32_t)tenths);
 }
@@ -132,7 +133,7 @@ static kp_status kp__run_frames_watched(kp__stage *s, kp__fframe *const *frs, si
     KP_CHECK(kp__timed_call(s, frs, n, eos, &idle));
     if (timed >= 0) KP_CHECK(kp_event_record(p->end[timed], s->ctx.stream));
     if (p->from >= 0 && !p->decided && p->next == 2 * KP__PROBE_N) kp__flow_probe_decide(s);
-    atomic_fetch_add_explicit(&s->flow->dev_runs[s->dev_i], 1, memory_order_relaxed);
+    kp__bump(&s->runs, 1);
     for (size_t i = 0; i < n; i++) {
         frs[i]->ev_dev = idle ? -1 : s->dev_i;
         if (!idle) KP_CHECK(kp_event_record(frs[i]->ev[s->dev_i], s->ctx.stream));
@@ -186,14 +187,14 @@ static void kp__source_loop(kp__stage *s) {
         fr->loc = s->dev_i;
         fr->f.data = kp__frame_data(fr, s->dev_i);
         bool eos = false;
-        atomic_fetch_add(&s->in, 1);
+        kp__bump(&s->in, 1);
         kp_status st = kp__run_frames(s, &fr, 1, &eos);
         if (st != KP_OK || eos) {
             kp__frame_put(f, fr, false);
             if (st != KP_OK) kp__flow_fail(f, s, st);
             return;
         }
-        atomic_fetch_add(&s->out, 1);
+        kp__bump(&s->out, 1);
         kp__flow_pass_on(f, s->index, fr);
     }
 }
@@ -208,7 +209,7 @@ static void kp__stage_loop(kp__stage *s) {
             return;
         }
         if (!(fr = kp__queue_pop(f, &f->q[s->index], s->replica))) return;
-        atomic_fetch_add(&s->in, 1);
+        kp__bump(&s->in, 1);
         kp_status st = kp__run_frames(s, &fr, 1, NULL);
         if (st == KP_OK) st = kp__flow_replica_issued(s);
         if (st != KP_OK) {
@@ -237,7 +238,7 @@ static void kp__batch_loop(kp__stage *s) {
         dl.tv_nsec %= 1000000000;
         while (n < s->max_batch && (fr = kp__queue_pop_until(f, q, &dl)) != NULL)
             s->batch[n++] = fr;
-        atomic_fetch_add(&s->in, n);
+        kp__bump(&s->in, n);
         kp_status st = atomic_load(&f->cancel) ? KP_OK : kp__run_frames(s, s->batch, n, NULL);
         if (st != KP_OK || atomic_load(&f->cancel)) {
             for (size_t i = 0; i < n; i++) kp__frame_put(f, s->batch[i], false);
