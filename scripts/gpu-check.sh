@@ -109,14 +109,15 @@ gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/tes
 # them themselves, so memcheck counts memory errors and leaks only.
 # compute-sanitizer 13.0 crashes inside cuGraphLaunch when a graph's baked
 # input address was freed and handed out again (legal, and plain runs
-# pass): under the tools, tests keep such buffers to the end.
+# pass): under the tools, tests keep such buffers to the end. Timing
+# checks (KP_TEST_NO_TIMING) only print there: the tool sets the pace.
 sanitize_one() {
   local tool log rc sum
   for tool in memcheck racecheck; do
     local opts=(--tool "$tool" --error-exitcode 99)
     [ "$tool" = memcheck ] && opts+=(--report-api-errors no --leak-check full)
     log="$out/tmp-cs.log"
-    KP_TEST_NO_ADDRESS_REUSE=1 compute-sanitizer "${opts[@]}" "$@" >"$log" 2>&1
+    KP_TEST_NO_ADDRESS_REUSE=1 KP_TEST_NO_TIMING=1 compute-sanitizer "${opts[@]}" "$@" >"$log" 2>&1
     rc=$?
     { echo "==== compute-sanitizer $tool $* (rc=$rc)"; cat "$log"; } >>"$out/sanitizers.log"
     sum=$(grep -oE "(ERROR SUMMARY: [0-9]+ errors?|RACECHECK SUMMARY: [0-9]+ hazards?)" "$log" | tail -1)

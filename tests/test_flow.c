@@ -728,6 +728,9 @@ static void spinning_on_a_small_host(void **state) {
     printf("%zu empty stages on %ld cores, 3000 frames: %.1f us per frame sleeping, %.1f spinning "
            "1 ms, %.1f by default\n",
            n, cpus, quiet / 3e-3, spin / 3e-3, dflt / 3e-3);
+    /* under compute-sanitizer or valgrind every hand-over is slowed by the
+     * tool, not the flow: the figures are printed, not held to the bound */
+    if (getenv("KP_TEST_NO_TIMING")) return;
     assert_true(spin <= 4 * quiet + 0.05);
     assert_true(dflt <= 4 * quiet + 0.05);
 }
