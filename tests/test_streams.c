@@ -103,38 +103,10 @@ static void make_clip(const char *path, int w, int h, int n, int k) {
 }
 
 /* Every frame of a file as NV12, on the host. */
-typedef struct frames {
-    int n;
-    size_t bytes;
-    uint8_t *data;
-    kp_video_reader_info info;
-} frames;
+typedef kpt_frames frames;
 
 static void read_all(const char *path, frames *out) {
-    memset(out, 0, sizeof *out);
-    kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
-    cfg.format = KP_PIXEL_NV12;
-    kp_video_reader_t r;
-    KPT_OK(kp_video_reader_open(g_dev, path, &cfg, &r));
-    KPT_OK(kp_video_reader_get_info(r, &out->info));
-    out->bytes = out->info.frame_bytes;
-    kp_stream_t s;
-    void *dev;
-    KPT_OK(kp_stream_create(g_dev, &s));
-    KPT_OK(kp_malloc(g_dev, out->bytes, &dev));
-    for (;;) {
-        kp_video_frame f;
-        bool eos = false;
-        KPT_OK(kp_video_reader_next(r, s, dev, out->bytes, &f, &eos));
-        if (eos) break;
-        out->data = realloc(out->data, out->bytes * (size_t)(out->n + 1));
-        KPT_OK(kp_stream_sync(s));
-        KPT_OK(kp_memcpy_dtoh(g_dev, out->data + out->bytes * (size_t)out->n, dev, out->bytes));
-        out->n++;
-    }
-    kp_free(g_dev, dev);
-    kp_stream_destroy(s);
-    kp_video_reader_close(r);
+    KPT_OK(kpt_read_frames(g_dev, path, KP_VIDEO_DECODE_AUTO, KP_PIXEL_NV12, out));
 }
 
 static void run_json(const char *json) {

@@ -67,46 +67,10 @@ static void make_clip(const char *path, int w, int h, int n, const int64_t *pts,
     free(host);
 }
 
-/* Every frame of a file: host copies of the frames, their pts. */
-typedef struct frames {
-    int n;
-    size_t bytes;
-    uint8_t *data;
-    int64_t pts[512];
-    kp_video_reader_info info;
-} frames;
+typedef kpt_frames frames;
 
 static kp_status read_all(const char *path, kp_video_decoder dec, kp_pixel_format fmt, frames *out) {
-    memset(out, 0, sizeof *out);
-    kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
-    cfg.decoder = dec;
-    cfg.format = fmt;
-    kp_video_reader_t r;
-    kp_status st = kp_video_reader_open(g_dev, path, &cfg, &r);
-    if (st != KP_OK) return st;
-    KPT_OK(kp_video_reader_get_info(r, &out->info));
-    out->bytes = out->info.frame_bytes;
-    kp_stream_t s;
-    void *dev;
-    KPT_OK(kp_stream_create(g_dev, &s));
-    KPT_OK(kp_malloc(g_dev, out->bytes, &dev));
-    for (;;) {
-        kp_video_frame f;
-        bool eos = false;
-        st = kp_video_reader_next(r, s, dev, out->bytes, &f, &eos);
-        if (st != KP_OK || eos) break;
-        assert_true(out->n < 512);
-        out->data = realloc(out->data, out->bytes * (size_t)(out->n + 1));
-        KPT_OK(kp_stream_sync(s));
-        KPT_OK(kp_memcpy_dtoh(g_dev, out->data + out->bytes * (size_t)out->n, dev, out->bytes));
-        assert_int_equal(f.width, out->info.width);
-        assert_int_equal(f.format, out->info.format);
-        out->pts[out->n++] = f.pts;
-    }
-    kp_free(g_dev, dev);
-    kp_stream_destroy(s);
-    kp_video_reader_close(r);
-    return st;
+    return kpt_read_frames(g_dev, path, dec, fmt, out);
 }
 
 static double psnr(const uint8_t *a, const uint8_t *b, size_t n) {

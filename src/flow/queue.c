@@ -5,7 +5,6 @@
  * take their turns by. */
 #include <pthread.h>
 #include <stdatomic.h>
-#include <time.h>
 
 #include "runtime-impl.h"
 
@@ -94,13 +93,7 @@ static void kp__sp_wait(struct kp_flow *f, kp__queue *q, bool producer, size_t a
             return;
         }
         kp__wake_wait(w, key, deadline);
-        if (deadline) {
-            struct timespec now;
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            if (now.tv_sec > deadline->tv_sec ||
-                (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec))
-                return;
-        }
+        if (kp__wake_past(deadline)) return;
     }
 }
 
@@ -122,10 +115,11 @@ static void kp__sp_push(struct kp_flow *f, kp__queue *q, kp__fframe *fr) {
     }
     q->ring[t % q->cap] = fr;
     atomic_store_explicit(&q->sp_tail, t + 1, memory_order_release);
-    if (t + 1 - q->sp_head_seen > q->sp_max_seen) { /* an upper bound: the head only grows */
-        q->sp_max_seen = t + 1 - q->sp_head_seen;
-        kp__atomic_max(&q->max_depth, q->sp_max_seen);
-    }
+    /* the depth seen from here is an upper bound (the head only grows);
+     * this thread alone writes max_depth */
+    size_t d = t + 1 - q->sp_head_seen;
+    if (d > atomic_load_explicit(&q->max_depth, memory_order_relaxed))
+        atomic_store_explicit(&q->max_depth, d, memory_order_relaxed);
     kp__wake_all(&q->sp_not_empty);
 }
 

@@ -81,7 +81,7 @@ typedef struct kp__queue {
     kp__wake sp_not_full;
     char pad_p[64];
     _Atomic size_t sp_tail;
-    size_t sp_head_seen, sp_max_seen;
+    size_t sp_head_seen;
     kp__wake sp_not_empty;
     char pad_e[64];
     /* the locked form */
@@ -275,6 +275,8 @@ uint32_t kp__wake_prepare(kp__wake *w);
 void kp__wake_cancel(kp__wake *w);
 void kp__wake_wait(kp__wake *w, uint32_t key, const struct timespec *deadline);
 void kp__wake_all(kp__wake *w);
+/* Whether CLOCK_MONOTONIC has reached `deadline` (NULL: never). */
+bool kp__wake_past(const struct timespec *deadline);
 
 /* --- queues (queue.c) -------------------------------------------------- */
 /* A queue of `cap` frames by `policy`; kp__queue_fini frees it. `spsc`:

@@ -64,6 +64,14 @@ void kp__flow_lock(struct kp_flow *f, pthread_mutex_t *mu) {
  * reads the count. One of the two sees the other: either the waiter sees
  * the change and does not sleep, or the waker sees the waiter and bumps
  * the sequence, which makes the futex wait return at once or wakes it. */
+bool kp__wake_past(const struct timespec *deadline) {
+    if (!deadline) return false;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec > deadline->tv_sec ||
+           (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+}
+
 uint32_t kp__wake_prepare(kp__wake *w) {
     atomic_fetch_add_explicit(&w->waiters, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
@@ -81,12 +89,8 @@ void kp__wake_wait(kp__wake *w, uint32_t key, const struct timespec *deadline) {
                   FUTEX_BITSET_MATCH_ANY);
 #else
     /* No futex: poll the sequence every 50 us up to the deadline. */
-    while (atomic_load_explicit(&w->seq, memory_order_relaxed) == key) {
-        struct timespec now, d = {0, 50000};
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (deadline && (now.tv_sec > deadline->tv_sec ||
-                         (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec)))
-            break;
+    while (atomic_load_explicit(&w->seq, memory_order_relaxed) == key && !kp__wake_past(deadline)) {
+        struct timespec d = {0, 50000};
         nanosleep(&d, NULL);
     }
 #endif

@@ -86,4 +86,19 @@ static inline int kpt_close(const float *a, const float *b, int n, double tol, c
     return 1;
 }
 
+/* Every frame of a video file, decoded by `decoder` into `format`
+ * (KP_PIXEL_NONE: the file's), copied to the host one after another in
+ * data, with their pts; free(data) after. A failing open or read comes
+ * back as its status, with the frames read until then. */
+#define KPT_MAX_FRAMES 512
+typedef struct kpt_frames {
+    int n;
+    size_t bytes; /* a frame's */
+    uint8_t *data;
+    int64_t pts[KPT_MAX_FRAMES];
+    kp_video_reader_info info;
+} kpt_frames;
+kp_status kpt_read_frames(kp_device_t dev, const char *path, kp_video_decoder decoder,
+                          kp_pixel_format format, kpt_frames *out);
+
 #endif
