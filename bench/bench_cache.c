@@ -307,7 +307,9 @@ static const char *sample_json(char *buf, size_t len, int64_t n, bool dynamic) {
 static const char *chain_json(char *buf, size_t len, int64_t max) {
     size_t u = (size_t)snprintf(buf, len,
                                 "{\"kpipe_spec\": 1, \"name\": \"chain8\", \"graph_cache\": "
-                                "{\"max_graphs\": 0}, \"modules\": [");
+                                "{\"max_graphs\": 0}, \"fuse\": false, \"modules\": [");
+    /* unfused: eight kernel nodes, the graph cache's work as before
+     * fusion; bench_fusion measures the fused chains */
     for (int i = 0; i < 8; i++)
         u += (size_t)snprintf(buf + u, len - u,
                               "%s{\"type\": \"relu\", \"id\": \"r%d\", \"params\": {\"size\": "

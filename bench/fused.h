@@ -22,12 +22,21 @@ typedef struct bench_tiny_params {
     float k;
 } bench_tiny_params;
 
+/* The 8-module chain of bench_fusion, fused by hand:
+ * y = clamp(scale(add(relu(mul(clamp(scale(add(x, b), 0.75), -2, 3), c)), b)...)) */
+typedef struct bench_chain8_params {
+    const float *x, *b, *c;
+    float *out;
+    int64_t n;
+} bench_chain8_params;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 const void *bench_fused_fn(void);
 const void *bench_tiny_fn(void);
 const void *bench_relu_fn(void);
+const void *bench_chain8_fn(void);
 #ifdef __cplusplus
 }
 #endif

@@ -6,7 +6,7 @@
 # minutes; their rows collect in build-gpu/gpu-check.rows and the whole
 # table is printed after every call.
 #   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench] [taskbench] [hostpath]
-#                        [multigpu]
+#                        [multigpu] [video] [streams] [fusion]
 #   (none: all but multigpu, which needs two GPUs: the 2 x H200 machine)
 # Unpack carried Debian packages first (see docs/gpu-machine.md).
 set -uo pipefail
@@ -102,6 +102,7 @@ gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/tes
            "tests/test_graph_cache cuda" "tests/test_dynamic cuda 20" "tests/test_flow cuda 50"
            "tests/test_video cuda" "tests/test_video_files cuda" "tests/test_tasks cuda" "tests/test_cholesky cuda"
            "tests/test_flow_graph cuda" "tests/test_resize cuda" "tests/test_streams cuda"
+           "tests/test_fusion cuda SMALL"
            "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
 
 # One program under compute-sanitizer's memcheck and racecheck: a row each.
@@ -367,9 +368,37 @@ stage_multigpu() {
   cat "$log"
 }
 
+# Fusion: the fusion tests and their sanitizer rows, then bench_fusion
+# twice with a kernel cache directory (the second run loads every group
+# from it) and the same work in PyTorch.
+stage_fusion() {
+  ctest --test-dir build-gpu --output-on-failure -R "fusion|custom_module|pipeline_cuda|dynamic_cuda" \
+    >"$out/fusion_ctest.log" 2>&1 \
+    && row "ctest fusion, pipeline, dynamic (cuda)" PASS "$(grep -E 'tests passed' "$out/fusion_ctest.log")" \
+    || { row "ctest fusion, pipeline, dynamic (cuda)" FAIL "see fusion_ctest.log"; tail -30 "$out/fusion_ctest.log"; }
+  sanitize_one build-gpu/tests/test_fusion cuda SMALL
+  local cache=/tmp/kp_kernel_cache run
+  rm -rf "$cache" && mkdir -p "$cache"
+  for run in 1 2; do
+    if KP_KERNEL_CACHE_DIR=$cache build-gpu/bench/bench_fusion ${KP_FUSION_TICKS:-20000} \
+         >"$out/bench_fusion_$run.md" 2>&1; then
+      row "bench_fusion (run $run)" PASS "$(tail -1 "$out/bench_fusion_$run.md")"
+    else
+      row "bench_fusion (run $run)" FAIL "see bench_fusion_$run.md"
+    fi
+    cat "$out/bench_fusion_$run.md"
+  done
+  if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+    PYTHONUNBUFFERED=1 timeout 300 python3 bench/torch_fusion.py ${KP_FUSION_TICKS:-20000} \
+      >"$out/torch_fusion.md" 2>"$out/torch_fusion.log" \
+      && row "torch_fusion.py" PASS "torch_fusion.md" || row "torch_fusion.py" FAIL "see torch_fusion.log"
+    cat "$out/torch_fusion.md"; tail -5 "$out/torch_fusion.log"
+  fi
+}
+
 for stage in ${*:-build test sanitize soak bench cache flowbench taskbench}; do
   case $stage in
-    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams|fusion) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done

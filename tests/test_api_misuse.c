@@ -981,7 +981,7 @@ static void pipeline_calls(void **state) {
     char buf[8];
     KPT_OK(kp_stream_create(g_dev, &s));
     kp_pipeline_spec spec = KP_PIPELINE_SPEC_INIT;
-    kp_module_spec ms = {"relu", "r", NULL, 0};
+    kp_module_spec ms = {"relu", "r", NULL, 0, false};
     KPT_FAILS(kp_pipeline_create(NULL, &spec, &p), BAD);
     KPT_FAILS(kp_pipeline_create(g_dev, NULL, &p), BAD);
     KPT_FAILS(kp_pipeline_create(g_dev, &spec, NULL), BAD);
@@ -1047,6 +1047,30 @@ static void pipeline_calls(void **state) {
     KPT_FAILS(kp_pipeline_module_report(p, 0, NULL), BAD);
     KPT_FAILS(kp_pipeline_connection_report(p, 1, &cr), KP_ERR_NOT_FOUND);
     KPT_FAILS(kp_pipeline_connection_report(p, 0, NULL), BAD);
+    {
+        /* fusion reports: a lone relu forms no group and fuses nothing */
+        kp_fusion_report fr;
+        kp_fusion_edge fe;
+        KPT_FAILS(kp_pipeline_fusion_report(NULL, 0, &fr), BAD);
+        KPT_FAILS(kp_pipeline_fusion_report(p, 0, NULL), BAD);
+        KPT_FAILS(kp_pipeline_fusion_report(p, 0, &fr), KP_ERR_NOT_FOUND);
+        KPT_FAILS(kp_pipeline_fusion_edge(NULL, 0, &fe), BAD);
+        KPT_FAILS(kp_pipeline_fusion_edge(p, SIZE_MAX, &fe), KP_ERR_NOT_FOUND);
+        KPT_FAILS(kp_pipeline_fusion_edge(p, 0, NULL), BAD);
+        /* run-time compiles: bad arguments, and none on a device that runs host kernels */
+        kp_device_kernel dk;
+        kp_rtc_info ri;
+        KPT_FAILS(kp_rtc_compile(NULL, "x", "k", &dk, &ri), BAD);
+        KPT_FAILS(kp_rtc_compile(g_dev, NULL, "k", &dk, &ri), BAD);
+        KPT_FAILS(kp_rtc_compile(g_dev, "x", NULL, &dk, &ri), BAD);
+        KPT_FAILS(kp_rtc_compile(g_dev, "x", "k", NULL, &ri), BAD);
+        KPT_FAILS(kp_rtc_check("sm_90", "", &ri), BAD);
+        KPT_FAILS(kp_rtc_check("sm_90", NULL, NULL), BAD);
+        if (strcmp(kp_device_kernel_form(g_dev), "host") == 0)
+            KPT_FAILS(kp_rtc_compile(g_dev, "x", "k", &dk, &ri), KP_ERR_UNSUPPORTED);
+        kp_status cs = kp_rtc_check("compute_90", "x", &ri);
+        assert_true(cs == BAD || cs == KP_ERR_UNSUPPORTED);
+    }
     KPT_FAILS(kp_pipeline_input_info(p, 1, &pi), KP_ERR_NOT_FOUND);
     KPT_FAILS(kp_pipeline_output_info(p, SIZE_MAX, &pi), KP_ERR_NOT_FOUND);
     KPT_FAILS(kp_pipeline_output_info(p, 0, NULL), BAD);

@@ -308,8 +308,8 @@ static void dag_parallel_branches(void **state) {
 
 /* The C form of the sample spec. */
 static const kp_param size_param[] = {{"size", "16384"}};
-static const kp_module_spec sample_modules[] = {{"engine", "module_a", size_param, 1},
-                                                {"relu", "module_b", size_param, 1}};
+static const kp_module_spec sample_modules[] = {{"engine", "module_a", size_param, 1, false},
+                                                {"relu", "module_b", size_param, 1, false}};
 static const kp_connection_spec sample_conns[] = {{"module_a.result0", "module_b.input"}};
 static const kp_external_spec sample_ins[] = {{"input0", "module_a.arg0"},
                                               {"input1", "module_a.arg1"}};

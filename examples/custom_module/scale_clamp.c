@@ -7,6 +7,7 @@
  * "live": in graph mode the pipeline captures execute() once and never
  * copies the input, and only the descriptor's bytes change per tick. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,7 +37,19 @@ static const kp_kernel scale_clamp_kernel = {
     sizeof(scale_clamp_params),
     {{"host", &(const kp_host_kernel){scale_clamp_host}}, SCALE_CLAMP_CUDA}};
 
+/* Declared elementwise as well: next to other elementwise modules (an
+ * `add` before it, say) the pipeline fuses it into their kernel, running
+ * this body on cuda and this span function on cpu, with scale, lo and hi
+ * read from the module's static values. Alone, it runs its own kernel. */
+static void scale_clamp_span(const void *params, const void *const *in, void *out, size_t n) {
+    const scale_clamp_static *st = params;
+    const float *x = in[0];
+    float *y = out;
+    for (size_t i = 0; i < n; i++) y[i] = fminf(fmaxf(x[i] * st->scale, st->lo), st->hi);
+}
+
 typedef struct scale_clamp {
+    kp_elementwise ew;
     scale_clamp_static st; /* its values, copied to the static descriptor at setup */
     kp_tensor_desc out_desc;
     scale_clamp_params params;
@@ -112,6 +125,15 @@ static kp_status sc_create(const kp_module_env *env, kp_module_def *def) {
     def->self = m;
     def->n_inputs = def->n_outputs = 1;
     def->live_inputs = 1; /* read through the dynamic descriptor: no copy in graph mode */
+    m->ew = (kp_elementwise){.cuda = "output = fminf(fmaxf(input * scale, lo), hi);",
+                             .host = scale_clamp_span,
+                             .params = &m->st,
+                             .params_bytes = sizeof m->st,
+                             .n_params = 3};
+    m->ew.param[0] = (kp_elementwise_param){"scale", KP_F32, offsetof(scale_clamp_static, scale)};
+    m->ew.param[1] = (kp_elementwise_param){"lo", KP_F32, offsetof(scale_clamp_static, lo)};
+    m->ew.param[2] = (kp_elementwise_param){"hi", KP_F32, offsetof(scale_clamp_static, hi)};
+    def->elementwise = &m->ew;
     return KP_OK;
 }
 

@@ -102,6 +102,34 @@ typedef struct kp_launch {
     const void *params;
 } kp_launch;
 
+/* --- kernels compiled at run time ------------------------------------------------ */
+/* Largest source kp_rtc_compile takes, in bytes. */
+#define KP_RTC_MAX_SOURCE (1 << 20)
+/* How a run-time compile went. */
+typedef struct kp_rtc_info {
+    double compile_ms; /* the compiler's time in this call; 0 when a cache served it */
+    int cached;        /* 0: compiled now; 1: from memory; 2: from the cache directory */
+    char arch[16];     /* what it was compiled for: "sm_90" */
+} kp_rtc_info;
+
+/* Compiles CUDA C++ `source` for the device's architecture with NVRTC and
+ * loads it; *out is then the "cuda" form of its extern "C" __global__
+ * function `entry`. Options: -fmad=false (no contraction of a multiply and
+ * an add, so generated code rounds as separate kernels do), C++17.
+ * Compiled code stays loaded for the process's life, in a cache keyed by
+ * the whole source, the entry and the architecture (at most 1024 kernels;
+ * KP_ERR_OUT_OF_MEMORY past that); with the environment variable
+ * KP_KERNEL_CACHE_DIR set, it is also kept there, so another process loads
+ * it without compiling. A compile error gives KP_ERR_PARSE naming the
+ * compiler's first error and the source line it points at; a device that
+ * runs host kernels (cpu) gives KP_ERR_UNSUPPORTED. Thread-safe. */
+kp_status kp_rtc_compile(kp_device_t dev, const char *source, const char *entry,
+                         kp_device_kernel *out, kp_rtc_info *info);
+/* Compiles `source` for `arch` ("sm_90") without a device and without
+ * loading or caching it: the same options and errors. KP_ERR_UNSUPPORTED
+ * in a build without CUDA. */
+kp_status kp_rtc_check(const char *arch, const char *source, kp_rtc_info *info);
+
 /* --- backends ------------------------------------------------------------------- */
 struct kp_device_i; /* the device vtable, private to backend implementations */
 

@@ -159,6 +159,52 @@ typedef struct kp_module_env {
     struct kp_param_use *use;
 } kp_module_env;
 
+/* --- elementwise modules ---------------------------------------------------------
+ * A module may declare that it is elementwise: its one output's element i
+ * is a pure function of element i of each input, plus scalar parameters,
+ * every port of the same shape. The pipeline then runs it itself, and
+ * fuses connected elementwise modules into one kernel (kpipe validate
+ * shows the groups): on cuda, generated from the modules' CUDA bodies and
+ * compiled at setup with NVRTC; on cpu, one loop over cache-sized blocks
+ * calling each module's host function. A module with its own execute runs
+ * it when it is not fused with another; one without runs alone as a
+ * generated kernel.
+ *
+ *   static void clamp01_host(const void *params, const void *const *in, void *out, size_t n) {
+ *       const float *x = in[0];
+ *       for (size_t i = 0; i < n; i++) ((float *)out)[i] = fminf(fmaxf(x[i], 0.0f), 1.0f);
+ *   }
+ *   static const kp_elementwise clamp01 = {.cuda = "y = fminf(fmaxf(x, 0.0f), 1.0f);",
+ *                                          .host = clamp01_host};
+ *   def->elementwise = &clamp01;       // ports "x" -> "y", declared as usual
+ *
+ * The CUDA body is statements over the ports and parameters by name: each
+ * input a const value, the output a variable it assigns, each parameter a
+ * const of its dtype. Values are computed in float for f32 and f16, in int
+ * for i32 and u8; the output is stored in its port's dtype (f16 rounded to
+ * nearest even, u8 modulo 256). The host function computes the same, bit
+ * for bit, over n elements of contiguous inputs (in[k] in port order) into
+ * `out`, reading `params`. Generated code is compiled without contracting a
+ * multiply and an add, so fused and unfused results agree exactly. */
+#define KP_ELEMENTWISE_MAX_PARAMS 8
+typedef void (*kp_elementwise_fn)(const void *params, const void *const *in, void *out,
+                                  size_t n);
+/* A parameter: its name in the body, its dtype (f32, i32, i64 or u8)
+ * and where it lives in the parameter block. */
+typedef struct kp_elementwise_param {
+    const char *name;
+    kp_dtype dtype;
+    size_t offset;
+} kp_elementwise_param;
+typedef struct kp_elementwise {
+    const char *cuda;      /* the body (at most 4096 bytes) */
+    kp_elementwise_fn host; /* the same on the host */
+    const void *params;    /* the parameter block, alive as long as the module */
+    size_t params_bytes;   /* at most 256 */
+    size_t n_params;
+    kp_elementwise_param param[KP_ELEMENTWISE_MAX_PARAMS];
+} kp_elementwise;
+
 /* What a factory fills. */
 typedef struct kp_module_def {
     const kp_module_i *iface;
@@ -181,6 +227,9 @@ typedef struct kp_module_def {
      * maximum): a shape change there needs no new graph. Any other input's
      * shape is part of the key of the pipeline's graphs. */
     uint32_t live_shapes;
+    /* Elementwise work (NULL: none), alive as long as the module; io and
+     * execute may then be NULL. */
+    const kp_elementwise *elementwise;
 } kp_module_def;
 
 typedef kp_status (*kp_module_create_fn)(const kp_module_env *env, kp_module_def *def);

@@ -32,6 +32,9 @@ typedef struct kp_module_spec {
     const char *id;
     const kp_param *params;
     size_t n_params;
+    /* An elementwise module fused with none of its neighbours (JSON:
+     * "fuse": false in the module's object). */
+    bool no_fuse;
 } kp_module_spec;
 
 /* "module_a.result0" -> "module_b.input" */
@@ -81,11 +84,13 @@ typedef struct kp_pipeline_spec {
      * graphs by exact shapes (capture_sizes must be empty: padding would
      * read past the caller's inputs). */
     kp_graph_cache_config graph_cache;
+    /* No fusion of elementwise modules in this pipeline (JSON: "fuse": false). */
+    bool no_fuse;
 } kp_pipeline_spec;
 
 #define KP_PIPELINE_SPEC_INIT                                                      \
     { sizeof(kp_pipeline_spec), "pipeline", NULL, 0, NULL, 0, NULL, 0, NULL, 0,    \
-      KP_EXEC_GRAPH, KP_INPUTS_COPY, KP_GRAPH_CACHE_CONFIG_INIT }
+      KP_EXEC_GRAPH, KP_INPUTS_COPY, KP_GRAPH_CACHE_CONFIG_INIT, false }
 
 /* Creates modules through their factories, orders them topologically,
  * checks ports, dtypes and shapes, and decides zero-copy per connection.
@@ -106,9 +111,11 @@ typedef struct kp_pipeline_options {
     int mode;           /* KP_EXEC_FROM_SPEC, or a kp_exec_mode that overrides the spec */
     int binding;        /* KP_INPUTS_FROM_SPEC, or a kp_input_binding */
     const kp_graph_cache_config *graph_cache; /* NULL: the spec's */
+    int fuse; /* KP_FUSE_FROM_SPEC, 0 (no fusion) or 1 (the spec's modules may fuse) */
 } kp_pipeline_options;
+#define KP_FUSE_FROM_SPEC (-1)
 #define KP_PIPELINE_OPTIONS_INIT \
-    { sizeof(kp_pipeline_options), KP_EXEC_FROM_SPEC, KP_INPUTS_FROM_SPEC, NULL }
+    { sizeof(kp_pipeline_options), KP_EXEC_FROM_SPEC, KP_INPUTS_FROM_SPEC, NULL, KP_FUSE_FROM_SPEC }
 
 /* The JSON and file forms with options (NULL: defaults). */
 kp_status kp_pipeline_create_from_json_opts(kp_device_t dev, const char *json_text,
@@ -207,6 +214,38 @@ kp_status kp_pipeline_input_dynamic(kp_pipeline_t p, size_t i, uint32_t *out);
 kp_status kp_pipeline_output_dynamic(kp_pipeline_t p, size_t i, uint32_t *out);
 /* i-th input binding (connections and external inputs). */
 kp_status kp_pipeline_connection_report(kp_pipeline_t p, size_t i, kp_connection_report *out);
+
+/* --- fusion ------------------------------------------------------------------------- */
+/* Modules one fused group holds at most, and the inputs it reads at most
+ * (KP_MAX_PORTS). */
+#define KP_FUSE_MAX_MODULES 16
+
+/* A group of elementwise modules that runs as one kernel: the module at
+ * `module` in execution order (type "fused"), its members in execution
+ * order, and the CUDA C++ generated for it. */
+typedef struct kp_fusion_report {
+    size_t module;
+    size_t n_members;
+    const char *members[KP_FUSE_MAX_MODULES]; /* ids */
+    const char *member_types[KP_FUSE_MAX_MODULES];
+    const char *source;
+    double compile_ms; /* after setup on a cuda device: NVRTC's time (0: from a cache) */
+    int cached;        /* as kp_rtc_info.cached */
+} kp_fusion_report;
+
+/* The i-th fused group; KP_ERR_NOT_FOUND past the last. */
+kp_status kp_pipeline_fusion_report(kp_pipeline_t p, size_t i, kp_fusion_report *out);
+
+/* A connection that touches an elementwise module: inside a group, or a
+ * group's boundary and why ("fan-out: ...", "fusion is off for ..."). */
+typedef struct kp_fusion_edge {
+    const char *from, *to; /* "module.port" */
+    bool fused;
+    const char *why;
+} kp_fusion_edge;
+
+/* The i-th such connection; KP_ERR_NOT_FOUND past the last. */
+kp_status kp_pipeline_fusion_edge(kp_pipeline_t p, size_t i, kp_fusion_edge *out);
 
 #ifdef __cplusplus
 }

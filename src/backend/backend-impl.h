@@ -92,6 +92,9 @@ struct kp_device_i {
     kp_status (*peer_access)(void *ctx, void *peer_ctx, bool enable, bool *can);
     /* Optional: makes the device the calling thread's current one. */
     kp_status (*bind_thread)(void *ctx);
+    /* Optional: compiles and loads a kernel at run time (kp_rtc_compile). */
+    kp_status (*rtc_compile)(void *ctx, const char *source, const char *entry,
+                             kp_device_kernel *out, kp_rtc_info *info);
 };
 typedef struct kp_device_i kp_device_i;
 
@@ -136,6 +139,10 @@ struct kp_graph_exec {
  * the registered backends, space-separated. */
 kp_status kp__backend_resolve(const char *name, const kp_backend_reg **reg, int *ordinal);
 void kp__backend_list(char *buf, size_t len);
+
+/* The checks of a run-time compile's source (device.c): non-empty, within
+ * KP_RTC_MAX_SOURCE; clears *info. */
+kp_status kp__rtc_args(const char *source, kp_rtc_info *info);
 
 /* The built-in backends' registrations (one line each in registry.c). */
 extern const kp_backend_reg kp__cpu_backend;

@@ -573,3 +573,38 @@ kp_status kp_stream_end_capture(kp_stream_t s, kp_graph_t *out) {
 }
 
 bool kp_stream_is_capturing(kp_stream_t s) { return s && KP__CALL(s, is_capturing, s->h.impl); }
+
+/* --- run-time compilation --------------------------------------------------------- */
+kp_status kp__rtc_args(const char *source, kp_rtc_info *info) {
+    if (info) memset(info, 0, sizeof *info);
+    if (!source || !*source) return kp__error(KP_ERR_INVALID_ARG, "source is NULL or empty");
+    if (strlen(source) > KP_RTC_MAX_SOURCE)
+        return kp__error(KP_ERR_INVALID_ARG, "source of %zu bytes (at most %d)", strlen(source),
+                         KP_RTC_MAX_SOURCE);
+    return KP_OK;
+}
+
+kp_status kp_rtc_compile(kp_device_t dev, const char *source, const char *entry,
+                         kp_device_kernel *out, kp_rtc_info *info) {
+    KP_API_ENTRY();
+    KP__HANDLE(dev, "device");
+    KP__HANDLE(out, "out");
+    out->fn = NULL;
+    KP_CHECK(kp__rtc_args(source, info));
+    if (!entry || !*entry || strlen(entry) >= 64)
+        return kp__error(KP_ERR_INVALID_ARG, "entry is NULL, empty or longer than 63 characters");
+    if (!dev->iface->rtc_compile)
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "device %s compiles no kernels at run time: it runs their host form",
+                         dev->name);
+    return dev->iface->rtc_compile(dev->ctx, source, entry, out, info);
+}
+
+#ifndef KP_HAVE_CUDA
+/* With CUDA, cuda_rtc.c defines it. */
+kp_status kp_rtc_check(const char *arch, const char *source, kp_rtc_info *info) {
+    KP_API_ENTRY();
+    KP_CHECK(kp__rtc_args(source, info));
+    return kp__error(KP_ERR_UNSUPPORTED, "this build has no CUDA, so no run-time compiler");
+}
+#endif

@@ -35,6 +35,17 @@ static const kp_kernel kp__relu_kernel = {
     sizeof(kp__relu_params),
     {{"host", &(const kp_host_kernel){kp__relu_host}}, KP__RELU_CUDA}};
 
+/* Elementwise too: fused with its elementwise neighbours, the pipeline
+ * runs this body in their kernel; alone, the module runs its own. */
+static void kp__relu_span(const void *params, const void *const *in, void *out, size_t n) {
+    const float *x = in[0];
+    float *y = out;
+    for (size_t i = 0; i < n; i++) y[i] = fmaxf(x[i], 0.0f);
+}
+
+static const kp_elementwise kp__relu_elementwise = {.cuda = "output = fmaxf(input, 0.0f);",
+                                                    .host = kp__relu_span};
+
 typedef struct kp__relu {
     int64_t n;
     kp_tensor_desc out_desc;
@@ -122,6 +133,7 @@ static kp_status kp__relu_create(const kp_module_env *env, kp_module_def *def) {
     def->n_outputs = 1;
     def->live_inputs = 1; /* the kernel reads its input's address from the descriptor */
     def->live_shapes = 1; /* ... and its size */
+    def->elementwise = &kp__relu_elementwise;
     return KP_OK;
 }
 

@@ -56,7 +56,17 @@ typedef struct kp__module {
     size_t n_deps;
     size_t deps[KP_MAX_PORTS]; /* upstream modules, unique */
     kp_graph_node_t node;
+    bool no_fuse; /* the spec's "fuse": false */
+    struct kp__fused *fused; /* a fused group (its def runs the group), or NULL */
 } kp__module;
+
+/* Why a connection between modules is or is not inside a fused group. */
+typedef struct kp__fuse_edge {
+    char from[2 * KP_NAME_MAX + 2];
+    char to[2 * KP_NAME_MAX + 2];
+    bool fused;
+    char why[160];
+} kp__fuse_edge;
 
 typedef struct kp__external {
     char name[KP_NAME_MAX];
@@ -112,6 +122,10 @@ struct kp_pipeline {
     kp_port_info rebind_in[KP_GRAPH_MAX_PORTS];
     size_t rebind_ext[KP_GRAPH_MAX_PORTS]; /* their external input indices */
     size_t graph_nodes;                    /* of the last graph built */
+
+    /* fusion (fuse.c): the connections that touch an elementwise module */
+    size_t n_fuse_edges;
+    kp__fuse_edge *fuse_edges;
 };
 
 /* Parameters a module spec may have. */
@@ -128,6 +142,14 @@ struct kp_param_use {
  * "<modules_path>[i]" ("$.modules[2]" for the JSON form). */
 kp_status kp__pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_pipeline_t *out,
                               const char *modules_path);
+
+/* Checks an elementwise declaration (fuse.c): one output, ports of one
+ * shape and of the dtypes fused code handles, names that are identifiers,
+ * parameters inside their block. */
+kp_status kp__elementwise_check(const kp_module_def *def);
+/* Groups connected elementwise modules (after kp__order) and replaces each
+ * group by one module running one generated kernel (fuse.c). */
+kp_status kp__fuse(kp_pipeline_t p, bool off);
 
 /* Computes the memory layout (run.c); called once at creation. */
 kp_status kp__plan(kp_pipeline_t p);

@@ -37,9 +37,13 @@ static kp_status kp__check_name(const char *what, const char *name) {
     return KP_OK;
 }
 
+/* What a factory made: the required slots (io and execute may both be
+ * left out by an elementwise module, which the pipeline then runs), the
+ * port counts, and an elementwise declaration that fused code can use. */
 static kp_status kp__check_def(const kp__module *m) {
     const kp_module_i *f = m->def.iface;
-    if (!f || !f->destroy || !f->io || !f->execute)
+    bool ew = m->def.elementwise != NULL;
+    if (!f || !f->destroy || (!f->io != !f->execute) || (!ew && !f->io))
         return kp__error(KP_ERR_INVALID_ARG,
                          "module \"%s\" (%s): its factory left a required "
                          "interface slot (destroy, io, execute) empty",
@@ -47,6 +51,10 @@ static kp_status kp__check_def(const kp__module *m) {
     if (m->def.n_inputs > KP_MAX_PORTS || m->def.n_outputs > KP_MAX_PORTS)
         return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": more than %d ports", m->id,
                          KP_MAX_PORTS);
+    if (ew) {
+        kp_status st = kp__elementwise_check(&m->def);
+        if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" (%s)", m->id, m->type);
+    }
     return KP_OK;
 }
 
@@ -69,6 +77,7 @@ static kp_status kp__create_module(kp_pipeline_t p, const kp_module_spec *ms, si
     }
     snprintf(m->id, KP_NAME_MAX, "%s", ms->id);
     snprintf(m->type, KP_NAME_MAX, "%s", ms->type);
+    m->no_fuse = ms->no_fuse;
     struct kp_param_use use;
     memset(&use, 0, sizeof use);
     kp_module_env env = {p->dev, p->mode, m->id, ms->params, ms->n_params, &use};
@@ -422,6 +431,7 @@ kp_status kp__pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_
     KP_CHECK_GOTO(kp__wire_externals(p, spec, true), st, fail);
     KP_CHECK_GOTO(kp__check_all_fed(p), st, fail);
     KP_CHECK_GOTO(kp__order(p), st, fail);
+    KP_CHECK_GOTO(kp__fuse(p, spec->no_fuse), st, fail);
     kp__find_deps(p);
     kp__decide_copies(p);
     KP_CHECK_GOTO(kp__graph_keys(p), st, fail);

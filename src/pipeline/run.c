@@ -615,5 +615,6 @@ void kp_pipeline_destroy(kp_pipeline_t p) {
     kp__free(p->inputs);
     kp__free(p->outputs);
     kp__free(p->sig);
+    kp__free(p->fuse_edges);
     kp__free(p);
 }

@@ -7,7 +7,11 @@
  *    "inputs": {"input0": "module_a.arg0", ...},
  *    "outputs": {"output": "module_b.output"},
  *    "input_binding": "copy",                  // or "rebind" (zero-copy graph mode)
- *    "graph_cache": {"miss": "capture", "max_graphs": 16, "max_bytes": 0, "max_variants": 4}}
+ *    "graph_cache": {"miss": "capture", "max_graphs": 16, "max_bytes": 0, "max_variants": 4},
+ *    "fuse": true}                              // false: no elementwise fusion
+ *
+ * A module object may say "fuse": false too: that module fuses with none of
+ * its neighbours.
  *
  * A module's size parameter may be dynamic: "size": {"max": 16384}.
  *
@@ -45,6 +49,14 @@ static void kp__json_spec_free(kp__json_spec *s) {
 static kp_status kp__json_string(json_t *v, const char *path, const char **out) {
     if (!json_is_string(v)) return KP__PERR("%s: expected a string", path);
     *out = json_string_value(v);
+    return KP_OK;
+}
+
+/* An optional boolean (absent: *out unchanged). */
+static kp_status kp__json_bool(json_t *v, const char *path, bool *out) {
+    if (!v) return KP_OK;
+    if (!json_is_boolean(v)) return KP__PERR("%s: expected true or false", path);
+    *out = json_is_true(v);
     return KP_OK;
 }
 
@@ -114,7 +126,7 @@ static kp_status kp__json_only_keys(json_t *obj, const char *path, const char *c
 }
 
 static kp_status kp__json_modules(json_t *arr, kp__json_spec *s) {
-    static const char *const keys[] = {"type", "id", "params", NULL};
+    static const char *const keys[] = {"type", "id", "params", "fuse", NULL};
     size_t n = json_array_size(arr), n_params = 0, idx;
     json_t *m;
     if (!json_is_array(arr) || n == 0) return KP__PERR("$.modules: expected a non-empty array");
@@ -138,6 +150,10 @@ static kp_status kp__json_modules(json_t *arr, kp__json_spec *s) {
         KP_CHECK(kp__json_string(json_object_get(m, "type"), sub, &s->modules[idx].type));
         snprintf(sub, sizeof sub, "%s.id", path);
         KP_CHECK(kp__json_string(json_object_get(m, "id"), sub, &s->modules[idx].id));
+        bool fuse = true;
+        snprintf(sub, sizeof sub, "%s.fuse", path);
+        KP_CHECK(kp__json_bool(json_object_get(m, "fuse"), sub, &fuse));
+        s->modules[idx].no_fuse = !fuse;
         json_t *params = json_object_get(m, "params");
         if (!params) continue;
         snprintf(sub, sizeof sub, "%s.params", path);
@@ -256,7 +272,7 @@ static kp_status kp__json_graph_cache(json_t *gc, kp_graph_cache_config *cfg) {
 static kp_status kp__json_header(json_t *root, kp__json_spec *s) {
     static const char *const keys[] = {"kpipe_spec", "name",    "execution",     "modules",
                                        "connections", "inputs", "outputs", "input_binding",
-                                       "graph_cache", NULL};
+                                       "graph_cache", "fuse", NULL};
     if (!json_is_object(root))
         return KP__PERR("$: expected an object, got %s", kp__json_type(root));
     json_t *ver = json_object_get(root, "kpipe_spec");
@@ -291,6 +307,9 @@ static kp_status kp__json_header(json_t *root, kp__json_spec *s) {
         else
             return KP__PERR("$.input_binding: \"%s\" is not \"copy\" or \"rebind\"", b);
     }
+    bool fuse = true;
+    KP_CHECK(kp__json_bool(json_object_get(root, "fuse"), "$.fuse", &fuse));
+    s->spec.no_fuse = !fuse;
     json_t *gc = json_object_get(root, "graph_cache");
     if (gc) KP_CHECK(kp__json_graph_cache(gc, &s->spec.graph_cache));
     return KP_OK;
@@ -328,6 +347,9 @@ static kp_status kp__from_json(kp_device_t dev, const char *text, const kp_pipel
     if (st == KP_OK && o.mode != KP_EXEC_FROM_SPEC) s.spec.mode = (kp_exec_mode)o.mode;
     if (st == KP_OK && o.binding != KP_INPUTS_FROM_SPEC)
         s.spec.binding = (kp_input_binding)o.binding;
+    if (st == KP_OK && o.fuse != KP_FUSE_FROM_SPEC && o.fuse != 0 && o.fuse != 1)
+        st = kp__error(KP_ERR_INVALID_ARG, "options.fuse: %d is not -1, 0 or 1", o.fuse);
+    if (st == KP_OK && o.fuse != KP_FUSE_FROM_SPEC) s.spec.no_fuse = !o.fuse;
     if (st == KP_OK && o.graph_cache)
         st = kp__config_read(&s.spec.graph_cache, sizeof s.spec.graph_cache, o.graph_cache,
                              KP__SIZE_THROUGH(kp_graph_cache_config, max_variants),

@@ -7,15 +7,19 @@
 #include "tool-impl.h"
 
 static const char kpt_validate_usage[] =
-    "usage: kpipe validate SPEC.json [--device D] [--mode M]\n"
+    "usage: kpipe validate SPEC.json [--device D] [--mode M] [--fuse on|off] [--source]\n"
     "       kpipe validate FLOW.json [--device D] [--dot FILE]\n\n"
     "Parses and plans the spec without running it: modules in execution order, their\n"
     "ports (a dynamic dimension as <=MAX), each connection with its zero-copy\n"
     "decision and why, the dynamic dimensions, the arena layout (planned for the maxima),\n"
-    "descriptor bytes, and the graph's nodes and edges. Exit status 1 and a message\n"
+    "descriptor bytes, and the graph's nodes and edges; the groups of elementwise\n"
+    "modules fused into one kernel each, and why each boundary is where it is.\n"
+    "Exit status 1 and a message\n"
     "naming the file and the line and column or JSON path on a bad spec.\n\n"
     "  --device D  plan for cpu (default), cuda or cuda:N; allocates nothing\n"
-    "  --mode M    graph or stream (default: the spec's \"execution\")\n\n"
+    "  --mode M    graph or stream (default: the spec's \"execution\")\n"
+    "  --fuse F    on or off: override the spec's \"fuse\"\n"
+    "  --source    print each fused group's generated CUDA C++\n\n"
     "A flow file (\"kpipe_flow\": 1) is made without being started -- its files and\n"
     "decoders opened, its frames allocated -- and its stages and queues are printed:\n"
     "  --dot FILE  also draw the flow's graph as Graphviz DOT (dot -Tsvg FILE)\n";
@@ -32,8 +36,8 @@ static int kpt_validate_flow(const char *file, const char *device, const char *d
     if (st == KP_OK) st = kp_flow_health(f, &h);
     if (st == KP_OK) st = kp_flow_streams(f, NULL, 0, &n_streams);
     if (st == KP_OK) {
-        printf("%s: flow of %zu stages, %zu source streams, %zu frames, on %s\n", file,
-               h.n_stages, n_streams, h.frame_limit, kp_device_name(dev));
+        printf("%s: flow of %zu stages, %zu source streams, %zu frames, on %s\n", file, h.n_stages,
+               n_streams, h.frame_limit, kp_device_name(dev));
         for (size_t i = 0; i < h.n_stages; i++) {
             const kp_flow_queue_stats *q = &h.queues[i];
             printf("  %-16s on %-8s %zu thread%s", h.stages[i].name, h.stages[i].device,
@@ -91,7 +95,8 @@ static kp_status kpt_print_dynamic(kp_pipeline_t p, const kp_pipeline_report *r)
         for (size_t i = 0; i < n; i++) {
             kp_port_info pi;
             uint32_t dyn;
-            KPT_CHECK(side ? kp_pipeline_output_info(p, i, &pi) : kp_pipeline_input_info(p, i, &pi));
+            KPT_CHECK(side ? kp_pipeline_output_info(p, i, &pi)
+                           : kp_pipeline_input_info(p, i, &pi));
             KPT_CHECK(side ? kp_pipeline_output_dynamic(p, i, &dyn)
                            : kp_pipeline_input_dynamic(p, i, &dyn));
             for (int d = 0; d < pi.desc.ndim; d++)
@@ -134,6 +139,32 @@ static kp_status kpt_print_modules(kp_pipeline_t p, const kp_pipeline_report *r)
         KPT_CHECK(kp_pipeline_output_info(p, i, &o));
         KPT_CHECK(kp_pipeline_output_dynamic(p, i, &dyn));
         printf("  %-24s %s\n", o.name, kpt_decl_str(&o.desc, dyn, d, sizeof d));
+    }
+    return KP_OK;
+}
+
+/* Fused groups, and why each connection of an elementwise module is inside
+ * a group or at its edge; with `source`, each group's generated kernel. */
+static kp_status kpt_print_fusion(kp_pipeline_t p, bool source) {
+    kp_fusion_report f;
+    kp_fusion_edge e;
+    size_t n = 0, n_edges = 0;
+    while (kp_pipeline_fusion_report(p, n, &f) == KP_OK) n++;
+    while (kp_pipeline_fusion_edge(p, n_edges, &e) == KP_OK) n_edges++;
+    kp_clear_error();
+    if (!n && !n_edges) return KP_OK;
+    printf("fusion: %zu group%s running as one kernel each\n", n, n == 1 ? "" : "s");
+    for (size_t i = 0; i < n; i++) {
+        KPT_CHECK(kp_pipeline_fusion_report(p, i, &f));
+        printf("  group %zu (module %zu):", i, f.module);
+        for (size_t j = 0; j < f.n_members; j++)
+            printf("%s %s (%s)", j ? " ->" : "", f.members[j], f.member_types[j]);
+        printf("\n");
+        if (source) printf("%s", f.source);
+    }
+    for (size_t i = 0; i < n_edges; i++) {
+        KPT_CHECK(kp_pipeline_fusion_edge(p, i, &e));
+        printf("  %-24s -> %-24s %s\n", e.from, e.to, e.fused ? "fused" : e.why);
     }
     return KP_OK;
 }
@@ -188,7 +219,8 @@ static kp_status kpt_print_graph(kp_pipeline_t p, const kp_pipeline_report *r) {
 
 int kpt_cmd_validate(int argc, char **argv) {
     const char *spec = NULL, *device = "cpu", *dot = NULL, *v;
-    int mode = KP_EXEC_FROM_SPEC, r;
+    int mode = KP_EXEC_FROM_SPEC, fuse = KP_FUSE_FROM_SPEC, r;
+    bool source = false;
     for (int i = 1; i < argc; i++) {
         if (kpt_is_help(argv[i])) {
             fputs(kpt_validate_usage, stdout);
@@ -199,6 +231,15 @@ int kpt_cmd_validate(int argc, char **argv) {
             device = v;
         } else if ((r = kpt_opt_value(argc, argv, &i, "--mode", &v)) != 0) {
             if (r < 0 || !kpt_parse_mode(v, &mode)) return 2;
+        } else if (strcmp(argv[i], "--source") == 0) {
+            source = true;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--fuse", &v)) != 0) {
+            if (r < 0) return 2;
+            if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+                fprintf(stderr, "kpipe validate: --fuse takes on or off, not \"%s\"\n", v);
+                return 2;
+            }
+            fuse = strcmp(v, "on") == 0;
         } else if ((r = kpt_opt_value(argc, argv, &i, "--dot", &v)) != 0) {
             if (r < 0) return 2;
             dot = v;
@@ -225,6 +266,7 @@ int kpt_cmd_validate(int argc, char **argv) {
     kp_pipeline_report rep;
     kp_pipeline_options o = KP_PIPELINE_OPTIONS_INIT;
     o.mode = mode;
+    o.fuse = fuse;
     kp_status st = kp_device_open(device, &dev);
     if (st != KP_OK) return kpt_fail("validate", st);
     st = kp_pipeline_create_from_file_opts(dev, spec, &o, &p);
@@ -234,6 +276,7 @@ int kpt_cmd_validate(int argc, char **argv) {
                kp_exec_mode_str(kp_pipeline_mode(p)), kp_device_name(dev));
         st = kpt_print_modules(p, &rep);
     }
+    if (st == KP_OK) st = kpt_print_fusion(p, source);
     if (st == KP_OK) st = kpt_print_dynamic(p, &rep);
     if (st == KP_OK) st = kpt_print_memory(p, &rep);
     if (st == KP_OK) st = kpt_print_graph(p, &rep);

@@ -48,6 +48,10 @@ kp_status kp__cuda_enter(const kp__cuda_device *d);
 /* Kernel function of a launch, or an error naming the kernel. */
 kp_status kp__cuda_func(const kp_launch *l, const void **fn);
 
+/* Run-time compilation (cuda_rtc.c). */
+kp_status kp__cuda_rtc_compile(void *ctx, const char *source, const char *entry,
+                               kp_device_kernel *out, kp_rtc_info *info);
+
 /* Graph slots (cuda_graph.c). */
 kp_status kp__cuda_graph_create(void *ctx, void **out);
 void kp__cuda_graph_destroy(void *ctx, void *g);

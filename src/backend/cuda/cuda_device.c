@@ -312,6 +312,7 @@ static const kp_device_i kp__cuda_iface = {
     .is_capturing = kp__cuda_is_capturing,
     .peer_access = kp__cuda_peer_access,
     .bind_thread = kp__cuda_bind_thread,
+    .rtc_compile = kp__cuda_rtc_compile,
 };
 
 static kp_status kp__cuda_open(const kp_backend_reg *reg, int ordinal, const kp_device_i **iface,
