@@ -416,7 +416,11 @@ static kp_status kp__make_group(kp_pipeline_t p, kp__fuse_state *s, const size_t
     f->kernel =
         (kp_kernel){"fused", sizeof(kp__fused_params), {{"host", &f->host}, {"cuda", &f->cuda}}};
     kp_status st = kp__fuse_source(f, &f->source);
-    if (st != KP_OK) kp__fused_free(f);
+    if (st != KP_OK) {
+        kp__fused_free(f);
+        out->fused = NULL;
+        out->def.self = NULL;
+    }
     return st;
 }
 
