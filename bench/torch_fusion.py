@@ -4,9 +4,10 @@ clamp(-2, 3), at 16 K and 16 M elements, eager and through torch.compile
 (default and reduce-overhead). Latency is one tick with a host wait, the
 median, as bench_fusion measures it. Prints a markdown table."""
 import sys
-import time
 
 import torch
+
+from torch_sample import bench
 
 
 def add_relu(x, b, c):
@@ -17,20 +18,6 @@ def chain8(x, b, c):
     v = torch.clamp((x + b) * 0.75, -2.0, 3.0)
     v = torch.relu(v * c) * 0.75
     return torch.clamp(v + b, -2.0, 3.0)
-
-
-def median_us(fn, ticks):
-    for _ in range(max(ticks // 10, 3)):
-        fn()
-        torch.cuda.synchronize()
-    lat = []
-    for _ in range(ticks):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        lat.append((time.perf_counter() - t0) * 1e6)
-    lat.sort()
-    return lat[len(lat) // 2]
 
 
 def main():
@@ -49,7 +36,7 @@ def main():
             for vname, fn in variants:
                 got = fn(x, b, c)
                 assert torch.allclose(got, want, atol=1e-6), vname
-                us = median_us(lambda: fn(x, b, c), tk)
+                us = bench(lambda: fn(x, b, c), tk, max(tk // 10, 3))["p50_us"]
                 print(f"| {name} | {n} | {vname} | {us:.1f} |", flush=True)
 
 

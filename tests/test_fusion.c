@@ -1,7 +1,8 @@
 /* Fusion of elementwise modules: random chains and DAGs (1 to 12 modules,
  * f32 / f16 / i32 / u8 through casts, fan-in, fan-out, intermediates that
  * are outputs too) with dynamic sizes, run fused in graph mode (copy and
- * rebind) and stream mode and unfused, each output element compared bit
+ * rebind; reused buffers, and new ones every tick filled from pinned
+ * memory) and stream mode and unfused, each output element compared bit
  * for bit with the others, with the cpu backend, and with an evaluator
  * written here; 1 M and 16 M elements; the groups and their boundaries;
  * the generated source against a golden file and through NVRTC (which
@@ -240,6 +241,9 @@ typedef struct run_cfg {
     kp_exec_mode mode;
     kp_input_binding binding;
     bool fuse;
+    /* new device buffers every tick, filled from pinned host memory (else
+     * two buffer sets, alternating, filled once from pageable memory) */
+    bool fresh;
 } run_cfg;
 
 /* Random data for an input of dtype dt. */
@@ -258,6 +262,7 @@ static void fill(void *p, kp_dtype dt, size_t n, uint64_t *rs) {
 }
 
 #define MAX_EXT 40
+#define MAX_TICKS 3
 /* Runs the spec for the ticks' sizes with the given host inputs (two sets
  * of device buffers, alternating); returns every output of every tick,
  * concatenated, in *out (malloc'd) and its size. */
@@ -287,17 +292,34 @@ static void run_spec(const run_cfg *c, const char *json, int n_in, void *const *
     *out = malloc(total + 1);
     *out_bytes = total;
     size_t at = 0;
+    /* fresh: a new buffer per input and tick (kept to the end, so no
+     * address comes back), filled from pinned memory */
+    void *pinned[MAX_EXT], *fresh[MAX_TICKS][MAX_EXT];
+    assert_true(n_ticks <= MAX_TICKS);
     for (int k = 0; k < n_in; k++) {
         KPT_OK(kp_pipeline_input_info(p, (size_t)k, &in[k]));
         size_t bytes = (size_t)sizes[0] * elem[k];
+        pinned[k] = NULL;
+        for (int t = 0; t < n_ticks; t++) fresh[t][k] = NULL;
+        if (c->fresh) {
+            KPT_OK(kp_malloc_host(c->dev, bytes, &pinned[k]));
+            memcpy(pinned[k], host_in[k], bytes);
+        }
         for (int b = 0; b < 2; b++) {
+            buf[b][k] = NULL;
+            if (c->fresh) continue;
             KPT_OK(kp_malloc(c->dev, bytes, &buf[b][k]));
             KPT_OK(kp_memcpy_htod(c->dev, buf[b][k], host_in[k], bytes));
         }
     }
     for (int t = 0; t < n_ticks; t++) {
         for (int k = 0; k < n_in; k++) {
-            in[k].data = buf[t % 2][k];
+            if (c->fresh) {
+                size_t bytes = (size_t)sizes[0] * elem[k];
+                KPT_OK(kp_malloc(c->dev, bytes, &fresh[t][k]));
+                KPT_OK(kp_memcpy_htod(c->dev, fresh[t][k], pinned[k], bytes));
+            }
+            in[k].data = c->fresh ? fresh[t][k] : buf[t % 2][k];
             in[k].desc.shape[0] = sizes[t];
         }
         KPT_OK(kp_pipeline_configure_io(p, in, (size_t)n_in, outs, r.n_outputs, s));
@@ -316,8 +338,11 @@ static void run_spec(const run_cfg *c, const char *json, int n_in, void *const *
             at += bytes;
         }
     }
-    for (int k = 0; k < n_in; k++)
+    for (int k = 0; k < n_in; k++) {
         for (int b = 0; b < 2; b++) kp_free(c->dev, buf[b][k]);
+        for (int t = 0; t < n_ticks; t++) kp_free(c->dev, fresh[t][k]);
+        kp_free_host(c->dev, pinned[k]);
+    }
     kp_pipeline_destroy(p);
     kp_stream_destroy(s);
 }
@@ -388,16 +413,20 @@ static void check_dag(const dag *g, int64_t max, uint64_t *rs) {
     size_t want_bytes;
     unsigned char *want = dag_expect(g, host_in, in_of, sizes, 3, &want_bytes);
     run_cfg cfgs[] = {
-        {g_dev, KP_EXEC_GRAPH, KP_INPUTS_COPY, true},
-        {g_dev, KP_EXEC_GRAPH, KP_INPUTS_REBIND, true},
-        {g_dev, KP_EXEC_STREAM, KP_INPUTS_COPY, true},
-        {g_dev, KP_EXEC_GRAPH, KP_INPUTS_COPY, false},
-        {g_dev, KP_EXEC_STREAM, KP_INPUTS_COPY, false},
-        {g_cpu, KP_EXEC_GRAPH, KP_INPUTS_COPY, true},
+        {g_dev, KP_EXEC_GRAPH, KP_INPUTS_COPY, true, false},
+        {g_dev, KP_EXEC_GRAPH, KP_INPUTS_REBIND, true, false},
+        {g_dev, KP_EXEC_STREAM, KP_INPUTS_COPY, true, false},
+        {g_dev, KP_EXEC_GRAPH, KP_INPUTS_COPY, false, false},
+        {g_dev, KP_EXEC_STREAM, KP_INPUTS_COPY, false, false},
+        {g_dev, KP_EXEC_GRAPH, KP_INPUTS_REBIND, true, true},
+        {g_cpu, KP_EXEC_GRAPH, KP_INPUTS_COPY, true, false},
     };
-    const char *names[] = {"fused graph copy", "fused graph rebind", "fused stream",
-                           "unfused graph",    "unfused stream",     "cpu fused graph"};
-    size_t n_cfg = g_dev == g_cpu ? 5 : 6;
+    const char *names[] = {
+        "fused graph copy", "fused graph rebind",
+        "fused stream",     "unfused graph",
+        "unfused stream",   "fused graph rebind, new pinned-filled buffers each tick",
+        "cpu fused graph"};
+    size_t n_cfg = g_dev == g_cpu ? 6 : 7;
     for (size_t c = 0; c < n_cfg; c++) {
         unsigned char *got;
         size_t got_bytes;

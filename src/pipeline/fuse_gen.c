@@ -145,10 +145,14 @@ static void kp__gen_elem(kp__sb *b, const kp__fused *f) {
 /* One call of kp_elem: element `lane` of the vectors, or index kp_j. */
 static void kp__gen_call(kp__sb *b, const kp__fused *f, const char *lane) {
     kp__sb_add(b, "kp_elem(kp_pr");
-    for (size_t k = 0; k < f->n_in; k++)
-        kp__sb_add(b, lane ? ", kp_a%zu.%s" : ", kp_in%zu[kp_j]", k, lane ? lane : "");
-    for (size_t k = 0; k < f->n_out; k++)
-        kp__sb_add(b, lane ? ", kp_b%zu.%s" : ", kp_out%zu[kp_j]", k, lane ? lane : "");
+    for (size_t k = 0; k < f->n_in + f->n_out; k++) {
+        bool in = k < f->n_in;
+        size_t i = in ? k : k - f->n_in;
+        if (lane)
+            kp__sb_add(b, ", kp_%c%zu.%s", in ? 'a' : 'b', i, lane);
+        else
+            kp__sb_add(b, ", kp_%s%zu[kp_j]", in ? "in" : "out", i);
+    }
     kp__sb_add(b, ");\n");
 }
 
