@@ -288,6 +288,12 @@ static void stream_and_event_calls(void **state) {
     KPT_FAILS(kp_stream_query(s, NULL), BAD);
     assert_null(kp_stream_device(NULL));
     assert_null(kp_stream_native(NULL));
+    kp_stream_t w = s;
+    KPT_FAILS(kp_stream_wrap(NULL, NULL, &w), BAD);
+    assert_ptr_equal(w, s); /* out untouched when the device is refused */
+    KPT_FAILS(kp_stream_wrap(g_dev, NULL, NULL), BAD);
+    kp_graph_node_t nn;
+    KPT_FAILS(kp_graph_add_native(NULL, NULL, 0, &nn, &nn), BAD);
     float x[4];
     KPT_FAILS(kp_memcpy_async(NULL, x, x, 4), BAD);
     KPT_FAILS(kp_memcpy_async(s, NULL, x, 4), BAD);
@@ -845,6 +851,22 @@ static void flow_calls(void **state) {
     KPT_FAILS(kp_flow_wait(f), KP_ERR_STATE);
     KPT_OK(kp_flow_start(f));
     KPT_OK(kp_flow_wait(f));
+    {
+        size_t need = 0;
+        char small[8] = "x";
+        KPT_OK(kp_flow_health(f, &h));
+        KPT_FAILS(kp_flow_health_json(NULL, small, sizeof small, &need), BAD);
+        KPT_FAILS(kp_flow_health_json(&h, small, sizeof small, NULL), BAD);
+        KPT_FAILS(kp_flow_health_json(&h, NULL, 8, &need), BAD);
+        KPT_FAILS(kp_flow_health_json(&h, small, sizeof small, &need), BAD);
+        assert_true(need > sizeof small);
+        assert_string_equal(small, "x"); /* nothing written */
+        char *text = malloc(need);
+        KPT_OK(kp_flow_health_json(&h, text, need, &need));
+        assert_non_null(strstr(text, "\"stages\":["));
+        assert_int_equal(strlen(text) + 1, need);
+        free(text);
+    }
     KPT_OK(kp_flow_cancel(f));                                 /* after the end: no effect */
     KPT_FAILS(kp_flow_write_trace(f, "t.json"), KP_ERR_STATE); /* no trace kept */
     KPT_FAILS(kp_flow_write_trace(f, NULL), BAD);
@@ -1126,7 +1148,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(module_calls),
         cmocka_unit_test(pipeline_calls),
         cmocka_unit_test(graph_cache_calls),
-        cmocka_unit_test(video_calls), cmocka_unit_test(flow_calls),
+        cmocka_unit_test(video_calls),
+        cmocka_unit_test(flow_calls),
         cmocka_unit_test(tasks_calls),
     };
     int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);

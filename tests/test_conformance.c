@@ -7,6 +7,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <cmocka.h>
+#ifdef KP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "support/kp_test.h"
 #include "support/test_kernels.h"
@@ -406,6 +409,67 @@ static void case_capture(kp_device_t dev, float *out, int n, uint64_t seed) {
 
 static void capture(void **state) { run_both(case_capture, 3000, "capture"); }
 
+/* --- native handles made elsewhere ------------------------------------------------ */
+/* A wrapped stream orders work with the owner's, and destroying the wrapper
+ * leaves the stream to its owner; a native graph embeds as a child. The cpu
+ * backend has neither and says so. */
+static void native_handles(void **state) {
+    kp_stream_t own, wrapped = (kp_stream_t)1;
+    kp_graph_t g;
+    kp_graph_node_t node;
+    KPT_OK(kp_stream_create(g_dev, &own));
+    KPT_OK(kp_graph_create(g_dev, &g));
+    void *native = kp_stream_native(own);
+    if (!native) {
+        KPT_FAILS(kp_stream_wrap(g_dev, NULL, &wrapped), KP_ERR_UNSUPPORTED);
+        assert_null(wrapped);
+        assert_non_null(strstr(kp_last_error(), "no native streams"));
+        KPT_FAILS(kp_graph_add_native(g, NULL, 0, (void *)g, &node), KP_ERR_UNSUPPORTED);
+        assert_non_null(strstr(kp_last_error(), "no native graphs"));
+    } else {
+        const int n = 1 << 20; /* a million floats, every one checked */
+        float *h = malloc(FB(n)), *back = malloc(FB(n));
+        uint64_t seed = 7;
+        kpt_fill(h, n, &seed);
+        float *x = upload(g_dev, h, n), *y = dalloc(g_dev, n);
+        KPT_OK(kp_stream_wrap(g_dev, native, &wrapped));
+        assert_ptr_equal(kp_stream_native(wrapped), native);
+        kpt_affine_params p = {y, 2.0f, 1.0f, n};
+        kp_launch l = kpt_launch_1d(&kpt_affine, &p, n);
+        KPT_OK(kp_memcpy_async(wrapped, y, x, FB(n)));
+        KPT_OK(kp_launch_kernel(own, &l)); /* the same stream: after the copy */
+        kp_stream_destroy(wrapped);        /* the owner's stream lives on */
+        KPT_OK(kp_stream_sync(own));
+        download(g_dev, back, y, n);
+        for (int i = 0; i < n; i++) assert_true(back[i] == h[i] * 2.0f + 1.0f);
+#ifdef KP_HAVE_CUDA
+        /* a graph captured by the runtime itself, as another library would,
+         * embedded as a child and run twice */
+        cudaGraph_t cap;
+        kp_graph_exec_t ge;
+        assert_int_equal(cudaStreamBeginCapture(native, cudaStreamCaptureModeThreadLocal), 0);
+        KPT_OK(kp_launch_kernel(own, &l));
+        assert_int_equal(cudaStreamEndCapture(native, &cap), 0);
+        KPT_OK(kp_graph_add_native(g, NULL, 0, cap, &node));
+        assert_int_equal(cudaGraphDestroy(cap), 0); /* g holds its own copy */
+        KPT_OK(kp_graph_instantiate(g, &ge));
+        KPT_OK(kp_graph_exec_launch(ge, own));
+        KPT_OK(kp_stream_sync(own));
+        download(g_dev, back, y, n);
+        for (int i = 0; i < n; i++) assert_true(back[i] == (h[i] * 2.0f + 1.0f) * 2.0f + 1.0f);
+        kp_graph_exec_destroy(ge);
+#endif
+        kp_free(g_dev, x);
+        kp_free(g_dev, y);
+        free(h);
+        free(back);
+    }
+    KPT_FAILS(kp_graph_add_native(g, NULL, 0, NULL, &node), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_stream_wrap(NULL, NULL, &wrapped), KP_ERR_INVALID_ARG);
+    kp_graph_destroy(g);
+    kp_stream_destroy(own);
+}
+
 /* --- misuse gives errors, not crashes ------------------------------------------- */
 static void misuse(void **state) {
     kp_stream_t s;
@@ -482,10 +546,11 @@ int main(int argc, char **argv) {
     kp_device_describe(g_dev, desc, sizeof desc);
     printf("conformance on %s (%s), compared with cpu\n", name, desc);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(memory),  cmocka_unit_test(stream_order),
-        cmocka_unit_test(events),  cmocka_unit_test(host_func_order),
-        cmocka_unit_test(graphs),  cmocka_unit_test(graph_dag),
-        cmocka_unit_test(capture), cmocka_unit_test(misuse),
+        cmocka_unit_test(memory),         cmocka_unit_test(stream_order),
+        cmocka_unit_test(events),         cmocka_unit_test(host_func_order),
+        cmocka_unit_test(graphs),         cmocka_unit_test(graph_dag),
+        cmocka_unit_test(capture),        cmocka_unit_test(misuse),
+        cmocka_unit_test(native_handles),
     };
     int failed = cmocka_run_group_tests_name(name, tests, NULL, NULL);
     kp_device_close(g_dev);

@@ -339,6 +339,21 @@ bool kp_stream_is_capturing(kp_stream_t s);
 /* --- backend-native handles (for vendor libraries in kernel files) ----------------- */
 /* cudaStream_t of a cuda stream; NULL on the cpu backend. */
 void *kp_stream_native(kp_stream_t s);
+/* A kpipe stream over a native stream made elsewhere (a cudaStream_t of
+ * this device: PyTorch's or CuPy's current stream; 0 is the legacy default
+ * stream): work kpipe enqueues on it is ordered with the owner's.
+ * kp_stream_destroy frees only the wrapper; the owner keeps the stream alive
+ * while the wrapper is used. KP_ERR_UNSUPPORTED on a backend without native
+ * streams (cpu); KP_ERR_INVALID_ARG for a handle the driver does not know
+ * or one of another device. */
+kp_status kp_stream_wrap(kp_device_t dev, void *native, kp_stream_t *out);
+/* Embeds a copy of a native graph made elsewhere (a cudaGraph_t, captured by
+ * PyTorch's torch.cuda.graph, say) as a child node of `g`, as
+ * kp_graph_add_child does for a kpipe graph. The memory its nodes use stays
+ * the maker's to keep alive while `g`, or an executable graph of it, lives.
+ * KP_ERR_UNSUPPORTED on a backend without native graphs (cpu). */
+kp_status kp_graph_add_native(kp_graph_t g, const kp_graph_node_t *deps, size_t n_deps,
+                              void *native_child, kp_graph_node_t *out);
 
 #ifdef __cplusplus
 }

@@ -357,6 +357,12 @@ typedef struct kp_flow_snapshot {
 
 /* A snapshot from counters, at any time, from any thread. */
 kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out);
+/* A snapshot as JSON text (what `kpipe flow --json` writes, less the run's
+ * seconds): frames, drops, bytes in flight, the pool, and per stage its
+ * counts, times, copies and queue, and the links. Writes the text and its
+ * NUL into buf when len holds them, and their length into *needed;
+ * KP_ERR_INVALID_ARG (nothing written but *needed) when len is too small. */
+kp_status kp_flow_health_json(const kp_flow_snapshot *h, char *buf, size_t len, size_t *needed);
 /* A remote queue's end: a "remote" source or sink (docs/devices-and-hosts.md, "Remote queues"). */
 typedef struct kp_flow_remote_stats {
     /* the receiver's address with the port it listens on (the one the

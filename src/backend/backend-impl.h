@@ -47,6 +47,10 @@ struct kp_device_i {
     kp_status (*host_func)(void *ctx, void *s, void (*fn)(void *), void *user);
     /* Optional: the native stream handle; default NULL. */
     void *(*stream_native)(void *ctx, void *s);
+    /* Optional: checks a native stream made elsewhere (of this device) and
+     * gives the backend's stream object for it; stream_destroy is never
+     * called on it. NULL: no native streams. */
+    kp_status (*stream_wrap)(void *ctx, void *native, void **out);
 
     /* Events. */
     /* timing false: the event only orders work (no timestamps), which is
@@ -68,6 +72,9 @@ struct kp_device_i {
                                   void *dst, const void *src, size_t bytes, kp_graph_node_t *out);
     kp_status (*graph_add_child)(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                  void *child, kp_graph_node_t *out);
+    /* Optional: a copy of a native graph made elsewhere as a child node. */
+    kp_status (*graph_add_native)(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
+                                  void *native, kp_graph_node_t *out);
     kp_status (*graph_add_empty)(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                  kp_graph_node_t *out);
     size_t (*graph_node_count)(void *ctx, void *g);
@@ -120,7 +127,8 @@ struct kp_device {
 typedef struct kp__handle {
     kp_device_t dev;
     void *impl;
-    bool untimed; /* events: made by kp_event_create_untimed */
+    bool untimed;  /* events: made by kp_event_create_untimed */
+    bool borrowed; /* streams: made by kp_stream_wrap, the owner's to destroy */
 } kp__handle;
 struct kp_stream {
     kp__handle h;

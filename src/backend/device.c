@@ -220,8 +220,7 @@ kp_copy_counts *kp_copy_count_watch(kp_copy_counts *counts) {
 }
 
 /* Every copy passes here before it is made (the one place that counts). */
-static inline void kp__count_copy(kp_device_t dev, const void *dst, const void *src,
-                                  size_t bytes) {
+static inline void kp__count_copy(kp_device_t dev, const void *dst, const void *src, size_t bytes) {
     kp_copy_counts *c = kp__watch;
     if (!c || !dev->iface->is_device_memory) return;
     bool to = dev->iface->is_device_memory(dev->ctx, dst),
@@ -271,9 +270,28 @@ kp_status kp_stream_create(kp_device_t dev, kp_stream_t *out) {
     KP__MAKE_HANDLE(kp_stream_t, dev, out, dev->iface->stream_create(dev->ctx, &h->impl));
 }
 
+kp_status kp_stream_wrap(kp_device_t dev, void *native, kp_stream_t *out) {
+    KP_API_ENTRY();
+    KP__HANDLE(dev, "device");
+    KP__HANDLE(out, "out");
+    *out = NULL;
+    if (!dev->iface->stream_wrap)
+        return kp__error(KP_ERR_UNSUPPORTED, "kp_stream_wrap: the %s backend has no native streams",
+                         dev->reg->name);
+    void *impl = NULL;
+    KP_CHECK(dev->iface->stream_wrap(dev->ctx, native, &impl));
+    kp_status st = KP_OK;
+    kp__handle *h = kp__handle_new(dev, __func__, &st);
+    if (!h) return st;
+    h->impl = impl;
+    h->borrowed = true;
+    *out = (kp_stream_t)kp__handle_done(h, KP_OK);
+    return KP_OK;
+}
+
 void kp_stream_destroy(kp_stream_t s) {
     if (!s) return;
-    KP__CALL(s, stream_destroy, s->h.impl);
+    if (!s->h.borrowed) KP__CALL(s, stream_destroy, s->h.impl);
     kp__free(s);
 }
 
@@ -471,6 +489,18 @@ kp_status kp_graph_add_child(kp_graph_t g, const kp_graph_node_t *deps, size_t n
     if (child == g)
         return kp__error(KP_ERR_INVALID_ARG, "kp_graph_add_child: graph is its own child");
     return KP__CALL(g, graph_add_child, g->h.impl, deps, n, child->h.impl, out);
+}
+
+kp_status kp_graph_add_native(kp_graph_t g, const kp_graph_node_t *deps, size_t n, void *native,
+                              kp_graph_node_t *out) {
+    KP_API_ENTRY();
+    KP__NODE_ARGS(g, deps, n, out);
+    KP__HANDLE(native, "native graph");
+    if (!g->h.dev->iface->graph_add_native)
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "kp_graph_add_native: the %s backend has no native graphs",
+                         g->h.dev->reg->name);
+    return KP__CALL(g, graph_add_native, g->h.impl, deps, n, native, out);
 }
 
 kp_status kp_graph_add_empty(kp_graph_t g, const kp_graph_node_t *deps, size_t n,

@@ -132,50 +132,16 @@ static void kpt_report(const kp_flow_snapshot *h, double secs) {
     kpt_report_devices(h);
 }
 
+/* The library's JSON of the snapshot, with the run's seconds added. */
 static int kpt_report_json(const char *path, const kp_flow_snapshot *h, double secs) {
-    json_t *stages = json_array();
-    for (size_t i = 0; i < h->n_stages; i++) {
-        const kp_flow_stage_stats *s = &h->stages[i];
-        json_t *j = json_pack("{s:s,s:s,s:I,s:I,s:I,s:f,s:f,s:f,s:f}", "name", s->name, "device",
-                              s->device ? s->device : "", "replicas", (json_int_t)s->replicas, "in",
-                              (json_int_t)s->in, "out", (json_int_t)s->out, "host_p50_us",
-                              s->host_p50_us, "host_p99_us", s->host_p99_us, "gpu_p50_us",
-                              s->gpu_p50_us, "gpu_p99_us", s->gpu_p99_us);
-        if (j)
-            json_object_set_new(
-                j, "copies",
-                json_pack("{s:I,s:I,s:I,s:I}", "htod", (json_int_t)s->copies.htod, "dtoh",
-                          (json_int_t)s->copies.dtoh, "htod_bytes",
-                          (json_int_t)s->copies.htod_bytes, "dtoh_bytes",
-                          (json_int_t)s->copies.dtoh_bytes));
-        if (i && j)
-            json_object_set_new(j, "queue",
-                                json_pack("{s:I,s:I,s:s,s:I}", "capacity",
-                                          (json_int_t)h->queues[i].capacity, "max_depth",
-                                          (json_int_t)h->queues[i].max_depth, "policy",
-                                          kp_queue_policy_str(h->queues[i].policy), "drops",
-                                          (json_int_t)h->queues[i].drops));
-        json_array_append_new(stages, j);
-    }
-    json_t *root =
-        json_pack("{s:I,s:I,s:f,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:o}", "frames",
-                  (json_int_t)h->frames_done, "dropped", (json_int_t)h->frames_dropped, "seconds",
-                  secs, "max_frames_in_flight", (json_int_t)h->max_frames_in_flight, "frame_limit",
-                  (json_int_t)h->frame_limit, "peak_bytes_in_flight",
-                  (json_int_t)h->peak_bytes_in_flight, "budget_bytes", (json_int_t)h->budget_bytes,
-                  "pool_hits", (json_int_t)h->pool_hits, "pool_misses", (json_int_t)h->pool_misses,
-                  "steady", h->steady, "consistent", h->consistent, "stages", stages);
-    json_t *links = json_array();
-    for (size_t l = 0; l < h->n_links; l++) {
-        const kp_flow_link_stats *k = &h->links[l];
-        json_array_append_new(
-            links, json_pack("{s:s,s:s,s:s,s:I,s:I,s:f}", "from", k->from, "to", k->to, "handoff",
-                             kp_handoff_str(k->handoff), "frames", (json_int_t)k->frames, "bytes",
-                             (json_int_t)k->bytes, "bytes_per_s", k->bytes_per_s));
-    }
-    if (root) json_object_set_new(root, "links", links);
-    if (root)
-        json_object_set_new(root, "staged_frames", json_integer((json_int_t)h->staged_frames));
+    size_t need = 0;
+    (void)kp_flow_health_json(h, NULL, 0, &need);
+    char *text = need ? malloc(need) : NULL;
+    json_t *root = NULL;
+    if (text && kp_flow_health_json(h, text, need, &need) == KP_OK)
+        root = json_loads(text, 0, NULL);
+    free(text);
+    if (root) json_object_set_new(root, "seconds", json_real(secs));
     int rc = root ? json_dump_file(root, path, JSON_INDENT(2)) : -1;
     json_decref(root);
     if (rc != 0) fprintf(stderr, "kpipe flow: --json %s: cannot write it\n", path);

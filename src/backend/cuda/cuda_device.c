@@ -198,6 +198,26 @@ static kp_status kp__cuda_host_func(void *ctx, void *s, void (*fn)(void *), void
 
 static void *kp__cuda_stream_native(void *ctx, void *s) { return s; }
 
+/* The driver checks the handle: a stream it does not know (or a destroyed
+ * one) fails here, as does one of another device. */
+static kp_status kp__cuda_stream_wrap(void *ctx, void *native, void **out) {
+    const kp__cuda_device *d = ctx;
+    KP_CHECK(kp__cuda_enter(d));
+    int dev = -1;
+    cudaError_t e = cudaStreamGetDevice((cudaStream_t)native, &dev);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return kp__error(KP_ERR_INVALID_ARG, "kp_stream_wrap: %p is not a CUDA stream (%s)", native,
+                         cudaGetErrorString(e));
+    }
+    if (dev != d->ordinal)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_stream_wrap: stream %p belongs to cuda:%d, not cuda:%d", native, dev,
+                         d->ordinal);
+    *out = native;
+    return KP_OK;
+}
+
 /* --- events --------------------------------------------------------------------- */
 static kp_status kp__cuda_event_create(void *ctx, bool timing, void **out) {
     KP_CHECK(kp__cuda_enter(ctx));
@@ -276,6 +296,7 @@ static const kp_device_i kp__cuda_iface = {
     .memcpy = kp__cuda_memcpy,
     .sync = kp__cuda_sync,
     .stream_create = kp__cuda_stream_create,
+    .stream_wrap = kp__cuda_stream_wrap,
     .stream_destroy = kp__cuda_stream_destroy,
     .stream_sync = kp__cuda_stream_sync,
     .stream_query = kp__cuda_stream_query,
@@ -297,6 +318,7 @@ static const kp_device_i kp__cuda_iface = {
     .graph_add_kernel = kp__cuda_graph_add_kernel,
     .graph_add_memcpy = kp__cuda_graph_add_memcpy,
     .graph_add_child = kp__cuda_graph_add_child,
+    .graph_add_native = kp__cuda_graph_add_child,
     .graph_add_empty = kp__cuda_graph_add_empty,
     .graph_node_count = kp__cuda_graph_node_count,
     .graph_instantiate = kp__cuda_graph_instantiate,
