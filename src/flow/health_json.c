@@ -6,6 +6,9 @@
 
 #include "runtime-impl.h"
 
+/* Bindings (python/kpipe/_lib.py) hold a snapshot in this many bytes. */
+_Static_assert(sizeof(kp_flow_snapshot) <= (1u << 18), "a snapshot outgrew 256 KiB");
+
 static json_t *kp__stage_json(const kp_flow_snapshot *h, size_t i) {
     const kp_flow_stage_stats *s = &h->stages[i];
     json_t *j =

@@ -1,0 +1,217 @@
+"""kpipe.Flow: stages on threads joined by bounded queues, from a JSON flow
+or from Python callables."""
+import ctypes
+import json
+import os
+import tempfile
+from ctypes import POINTER, byref, c_size_t, c_void_p
+
+from ._core import Array, Handle, Stream
+from ._lib import (DTYPES, FLOW_SNAPSHOT_BYTES, STAGE_FN, Error, FlowConfig, FlowStage, check,
+                   fill_desc, lib, set_error)
+from .pipeline import spec_text
+
+_POLICIES = {"block": 0, "drop_oldest": 1, "drop_newest": 2}
+
+
+class Frame:
+    """A frame as a Python stage sees it, valid during the call: its
+    sequence number, bytes in use, four user integers, its buffer as an
+    array (array(dtype, shape) views the first bytes), and the stage's
+    stream (work on the frame goes there)."""
+    __slots__ = ("_f", "_flow", "stream", "stage")
+
+    @property
+    def seq(self):
+        return self._f.seq
+
+    @property
+    def capacity(self):
+        return self._f.capacity
+
+    @property
+    def bytes(self):
+        return self._f.bytes
+
+    @bytes.setter
+    def bytes(self, n):
+        if not 0 <= n <= self._f.capacity:
+            raise Error("KP_ERR_INVALID_ARG", "%d bytes in a frame of %d" % (n, self._f.capacity))
+        self._f.bytes = n
+
+    @property
+    def user(self):
+        return self._f.user
+
+    def array(self, dtype="u8", shape=None):
+        """The frame's buffer as a kpipe.Array (DLPack), no copy; the shape
+        is also recorded in the frame's descriptor for the stages after."""
+        size = DTYPES[dtype][1]
+        if shape is None:
+            shape = (self._f.capacity // size,)
+        n = size
+        for d in shape:
+            n *= int(d)
+        if n > self._f.capacity:
+            raise Error("KP_ERR_INVALID_ARG", "%s%s is %d bytes; the frame holds %d"
+                        % (dtype, list(shape), n, self._f.capacity))
+        fill_desc(self._f.desc, dtype, shape)
+        return Array(self._f.data, dtype, shape, tuple(self._f.desc.strides[i]
+                                                        for i in range(len(shape))),
+                     self._flow.device, self.stream, self._flow._h)
+
+
+class Flow:
+    """A flow from its JSON form (a dict, text or path), or from Python
+    stages with Flow.of().
+
+        f = kpipe.Flow("examples/flow.json", device="cpu")
+        f.run()                       # start and wait
+        print(f.health()["frames"])   # the health report as a dict
+    """
+
+    def __init__(self, spec=None, device="cpu", trace_events=0, _config=None):
+        from . import _core
+        self.device = _core.device(device)
+        self._exc = None
+        self._keep = None
+        p = c_void_p()
+        if _config is not None:
+            cfg, self._keep = _config
+            cfg.dev = self.device.ptr
+            self._status(lib.kp_flow_create(byref(cfg), byref(p)))
+        else:
+            text, path = spec_text(spec, "flow")
+            if text is not None:
+                if trace_events:
+                    raise Error("KP_ERR_INVALID_ARG", "trace_events needs the flow from a file")
+                check(lib.kp_flow_create_from_json(self.device.ptr, text.encode(), byref(p)))
+            else:
+                check(lib.kp_flow_create_from_file_traced(self.device.ptr, path.encode(),
+                                                          int(trace_events), byref(p)))
+        self._h = Handle(p.value, lib.kp_flow_destroy, self.device._h)
+        self._snap = ctypes.create_string_buffer(FLOW_SNAPSHOT_BYTES)
+
+    @classmethod
+    def of(cls, stages, device="cpu", frame_bytes=0, queue=4, policy="block", budget_bytes=0,
+           trace_events=0):
+        """A chain of Python stages: stages[0] is the source, fn(frame) ->
+        True while it made a frame, False at the end; the others fn(frame).
+        Each entry is a callable or (name, callable)."""
+        from . import _core
+        dev = _core.device(device)
+        if len(stages) < 2:
+            raise Error("KP_ERR_INVALID_ARG", "a flow has 2 stages at least, not %d"
+                        % len(stages))
+        if policy not in _POLICIES:
+            raise Error("KP_ERR_INVALID_ARG", "policy %r: block, drop_oldest or drop_newest"
+                        % (policy,))
+        arr = (FlowStage * len(stages))()
+        keep = {"names": [], "fns": []}
+        flow = cls.__new__(cls)
+        for i, st in enumerate(stages):
+            name, fn = st if isinstance(st, tuple) else (getattr(st, "__name__", "stage%d" % i),
+                                                         st)
+            cb = STAGE_FN(flow._stage(fn, i == 0, dev))
+            keep["names"].append(name.encode())
+            keep["fns"].append(cb)
+            s = arr[i]
+            s.name, s.fn = keep["names"][-1], cb
+            s.queue_capacity = 0 if i == 0 else int(queue)
+            s.policy = _POLICIES[policy]
+            s.source = i == 0
+        cfg = FlowConfig()
+        cfg.struct_size = ctypes.sizeof(FlowConfig)
+        cfg.stages, cfg.n_stages = arr, len(stages)
+        cfg.frame_bytes, cfg.budget_bytes = int(frame_bytes), int(budget_bytes)
+        cfg.trace_events = int(trace_events)
+        keep["stages"] = arr
+        flow.__init__(device=dev, _config=(cfg, keep))
+        return flow
+
+    def _stage(self, fn, source, dev):
+        def call(user, ctx, frame, eos):
+            try:
+                fr = Frame()
+                fr._f, fr._flow = frame.contents, self
+                c = ctx.contents
+                fr.stage = c.name.decode()
+                fr.stream = Stream(dev, Handle(c.stream, None))
+                r = fn(fr)
+                if source and not r:
+                    eos[0] = True
+                return 0
+            except BaseException as e:  # noqa: B902 - raised again by wait()
+                if self._exc is None:
+                    self._exc = e
+                return set_error("KP_ERR_INVALID_ARG", "stage %s raised %s: %s"
+                                 % (ctx.contents.name.decode(), type(e).__name__, e))
+        return call
+
+    def _status(self, st):
+        if st != 0:
+            e = Error(st, lib.kp_last_error().decode(errors="replace"))
+            exc, self._exc = self._exc, None
+            if exc is not None:
+                raise e from exc
+            raise e
+
+    @property
+    def ptr(self):
+        if not self._h.ptr:
+            raise Error("KP_ERR_STATE", "the flow is closed")
+        return self._h.ptr
+
+    def start(self):
+        self._status(lib.kp_flow_start(self.ptr))
+
+    def wait(self):
+        self._status(lib.kp_flow_wait(self.ptr))
+
+    def run(self):
+        self.start()
+        self.wait()
+        return self.health()
+
+    def cancel(self):
+        check(lib.kp_flow_cancel(self.ptr))
+
+    def health(self):
+        """The health report (frames, drops, per stage counts, times,
+        copies and queues, links) as a dict, at any time."""
+        check(lib.kp_flow_health(self.ptr, self._snap))
+        n = c_size_t()
+        buf = ctypes.create_string_buffer(1 << 16)
+        st = lib.kp_flow_health_json(self._snap, buf, len(buf), byref(n))
+        if st != 0 and n.value > len(buf):
+            buf = ctypes.create_string_buffer(n.value)
+            st = lib.kp_flow_health_json(self._snap, buf, len(buf), byref(n))
+        check(st)
+        return json.loads(buf.value.decode())
+
+    def write_trace(self, path):
+        check(lib.kp_flow_write_trace(self.ptr, str(path).encode()))
+
+    def trace(self):
+        """The trace (Chrome trace format) as a dict."""
+        fd, path = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        try:
+            self.write_trace(path)
+            with open(path) as f:
+                return json.load(f)
+        finally:
+            os.unlink(path)
+
+    def write_dot(self, path):
+        check(lib.kp_flow_write_dot(self.ptr, str(path).encode()))
+
+    def close(self):
+        if self._h.ptr:
+            self._h = Handle(None, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

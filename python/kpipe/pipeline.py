@@ -1,0 +1,196 @@
+"""kpipe.Pipeline: a pipeline from its JSON spec, ticked with a dict of
+tensors, giving a dict of kpipe.Array views."""
+import ctypes
+import json
+import os
+from ctypes import byref, c_bool, c_void_p
+
+from ._core import Array, Handle, Inflight, take
+from ._lib import (DTYPE_NAMES, Error, GraphCacheConfig, GraphStats, PipelineOptions,
+                   PipelineReport, PortInfo, check, desc_shape, desc_strides, lib)
+from .graph_cache import cache_config, stats_dict
+
+_MODES = {"graph": 0, "stream": 1}
+_BINDINGS = {"copy": 0, "rebind": 1}
+
+
+def spec_text(spec, what):
+    """(json text, None) or (None, path) from a dict, JSON text or a path."""
+    if isinstance(spec, dict):
+        return json.dumps(spec), None
+    if isinstance(spec, os.PathLike):
+        return None, os.fspath(spec)
+    if isinstance(spec, str):
+        return (spec, None) if spec.lstrip().startswith("{") else (None, spec)
+    raise Error("KP_ERR_INVALID_ARG", "a %s spec must be a dict, JSON text or a path, not a %s"
+                % (what, type(spec).__name__))
+
+
+class Pipeline:
+    """A pipeline built from its spec: a dict, JSON text or a file path.
+
+        p = kpipe.Pipeline("examples/sample.json", device="cpu")
+        out = p({"input0": a, "input1": b})       # any __dlpack__ tensors
+        y = numpy.from_dlpack(out["output"])
+
+    Outputs are views of the pipeline's memory, rewritten by the next tick
+    (copy what must outlive it); each keeps the pipeline's memory alive, so
+    one may outlive close(). Inputs are read in place; they are kept alive
+    until the tick's work is done. `stream`: None (the device's default
+    kpipe stream), a kpipe.Stream, or a native stream (torch.cuda.Stream,
+    an int): the tick then runs on the caller's stream.
+    """
+
+    def __init__(self, spec, device="cpu", mode=None, binding=None, fuse=None, miss=None,
+                 max_graphs=None, max_bytes=None, max_variants=None):
+        from . import _core
+        self.device = _core.device(device)
+        text, path = spec_text(spec, "pipeline")
+        opts = PipelineOptions(ctypes.sizeof(PipelineOptions), -1, -1, None, -1)
+        if mode is not None:
+            if mode not in _MODES:
+                raise Error("KP_ERR_INVALID_ARG", "mode %r: graph or stream" % (mode,))
+            opts.mode = _MODES[mode]
+        if binding is not None:
+            if binding not in _BINDINGS:
+                raise Error("KP_ERR_INVALID_ARG", "binding %r: copy or rebind" % (binding,))
+            opts.binding = _BINDINGS[binding]
+        if fuse is not None:
+            opts.fuse = 1 if fuse else 0
+        if any(v is not None for v in (miss, max_graphs, max_bytes, max_variants)):
+            self._cfg = cache_config(miss, max_graphs, max_bytes, (), max_variants)
+            opts.graph_cache = ctypes.pointer(self._cfg)
+        p = c_void_p()
+        dev = self.device.ptr
+        if text is not None:
+            check(lib.kp_pipeline_create_from_json_opts(dev, text.encode(), byref(opts), byref(p)))
+        else:
+            check(lib.kp_pipeline_create_from_file_opts(dev, path.encode(), byref(opts), byref(p)))
+        self._h = Handle(p.value, lib.kp_pipeline_destroy, self.device._h)
+        check(lib.kp_pipeline_setup(self._h.ptr))
+        self.name = lib.kp_pipeline_name(self._h.ptr).decode()
+        self.mode = "stream" if lib.kp_pipeline_mode(self._h.ptr) == 1 else "graph"
+        r = self._report()
+        self.inputs = [self._port_name(lib.kp_pipeline_input_info, i) for i in range(r.n_inputs)]
+        self.outputs = [self._port_name(lib.kp_pipeline_output_info, i)
+                        for i in range(r.n_outputs)]
+        self._in = (PortInfo * max(1, len(self.inputs)))()
+        self._out = (PortInfo * max(1, len(self.outputs)))()
+        self._names = [n.encode() for n in self.inputs + self.outputs]
+        for i, n in enumerate(self.inputs):
+            self._in[i].name = self._names[i]
+        self._views = [None] * len(self.outputs)
+        self._ready = False
+        self._inflight = Inflight(self.device)  # inputs of ticks not yet done
+
+    def _port_name(self, fn, i):
+        info = PortInfo()
+        check(fn(self._h.ptr, i, byref(info)))
+        return info.name.decode()
+
+    @property
+    def ptr(self):
+        if not self._h.ptr:
+            raise Error("KP_ERR_STATE", "pipeline %s is closed" % self.name)
+        return self._h.ptr
+
+    def _report(self):
+        r = PipelineReport()
+        check(lib.kp_pipeline_report_get(self.ptr, byref(r)))
+        return r
+
+    def __call__(self, inputs=None, stream=None, **named):
+        p = self.ptr
+        feed = dict(inputs or {}, **named)
+        s = self.device.as_stream(stream)
+        if len(feed) != len(self.inputs) or any(n not in feed for n in self.inputs):
+            missing = [n for n in self.inputs if n not in feed]
+            extra = [n for n in feed if n not in self.inputs]
+            raise Error("KP_ERR_INVALID_ARG", "pipeline %s takes inputs %s; %s" % (
+                self.name, self.inputs, ("missing %s" % missing) if missing
+                else ("unknown %s" % extra)))
+        held = []
+        for i, n in enumerate(self.inputs):
+            t = take(feed[n], self.device, s, "input %r" % n)
+            held.append(t)
+            port = self._in[i]
+            port.data = t.ptr
+            d = port.desc
+            d.dtype = _dtype_value(t.dtype)
+            d.ndim = len(t.shape)
+            for k, (m, st) in enumerate(zip(t.shape, t.strides)):
+                d.shape[k], d.strides[k] = m, st
+            d.offset = 0
+        n_out = len(self.outputs)
+        for i in range(n_out):
+            self._out[i].name = self._names[len(self.inputs) + i]
+        check(lib.kp_pipeline_configure_io(p, self._in, len(self.inputs), self._out, n_out, s.ptr))
+        if not self._ready:
+            check(lib.kp_pipeline_warmup(p, s.ptr))
+            if self.mode == "graph":
+                check(lib.kp_pipeline_build_graph(p))
+            self._ready = True
+        if self.mode == "graph":
+            check(lib.kp_pipeline_execute_graph(p, s.ptr))
+        else:
+            check(lib.kp_pipeline_execute_stream(p, s.ptr))
+        self._inflight.add(s, held)
+        out = {}
+        for i, n in enumerate(self.outputs):
+            o = self._out[i]
+            shape, strides = desc_shape(o.desc), desc_strides(o.desc)
+            v = self._views[i]
+            if v is None or v.ptr != o.data or v.shape != shape or v.strides != strides or \
+                    v.stream is not s:
+                v = self._views[i] = Array(o.data, DTYPE_NAMES[o.desc.dtype], shape, strides,
+                                           self.device, s, self._h)
+            out[n] = v
+        return out
+
+    def sync(self):
+        """Waits for every tick, and lets go of their inputs."""
+        self._inflight.retire(wait=True)
+
+    def stats(self):
+        """The graph cache's counters (graph mode), as a dict."""
+        c = lib.kp_pipeline_graph_cache(self.ptr)
+        if not c:
+            return {}
+        g = GraphStats()
+        check(lib.kp_graph_cache_stats(c, byref(g)))
+        return stats_dict(g)
+
+    def report(self):
+        """Sizes and counts (kp_pipeline_report) and the graph cache's text
+        report under "graph_cache"."""
+        r = self._report()
+        d = {k: getattr(r, k) for k, _ in PipelineReport._fields_}
+        d["binding"] = {0: "copy", 1: "rebind"}.get(r.binding, r.binding)
+        c = lib.kp_pipeline_graph_cache(self.ptr)
+        if c:
+            buf = ctypes.create_string_buffer(1 << 16)
+            d["graph_cache"] = lib.kp_graph_cache_report(c, buf, len(buf)).decode()
+        return d
+
+    def close(self):
+        """Frees the pipeline once its work is done and no output view is
+        held (a view keeps its memory)."""
+        if self._h.ptr:
+            self._inflight.retire(wait=True)
+            self._h = Handle(None, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "kpipe.Pipeline(%r, %s, %s)" % (self.name, self.device.name, self.mode)
+
+
+_DTYPE_VALUES = {v: k for k, v in DTYPE_NAMES.items()}
+
+
+def _dtype_value(name):
+    return _DTYPE_VALUES[name]
