@@ -6,7 +6,7 @@
 # minutes; their rows collect in build-gpu/gpu-check.rows and the whole
 # table is printed after every call.
 #   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench] [taskbench] [hostpath]
-#                        [multigpu] [video] [streams] [fusion]
+#                        [multigpu] [video] [streams] [fusion] [python]
 #   (none: all but multigpu, which needs two GPUs: the 2 x H200 machine)
 # Unpack carried Debian packages first (see docs/gpu-machine.md).
 set -uo pipefail
@@ -396,9 +396,31 @@ stage_fusion() {
   fi
 }
 
+# Python: the package's suites (cpu with NumPy, cuda with PyTorch), then
+# kpipe.torch.graphed against PyTorch's ways (bench/torch_graphed.py) and
+# the sample pipeline ticked from Python beside the same from C.
+stage_python() {
+  local env="KPIPE_LIBRARY=$PWD/build-gpu/src/libkpipe.so"
+  if env $env timeout 420 python3 -m pytest -q -p no:cacheprovider -rs python/tests \
+       >"$out/pytest.log" 2>&1; then
+    row "pytest python/tests (cpu + cuda, torch)" PASS "$(tail -1 "$out/pytest.log")"
+  else
+    row "pytest python/tests (cpu + cuda, torch)" FAIL "see pytest.log"; tail -40 "$out/pytest.log"
+  fi
+  if env $env PYTHONPATH=python PYTHONUNBUFFERED=1 timeout 540 python3 bench/torch_graphed.py \
+       >"$out/torch_graphed.md" 2>"$out/torch_graphed.log"; then
+    row "torch_graphed.py" PASS "torch_graphed.md"
+  else
+    row "torch_graphed.py" FAIL "see torch_graphed.log"
+  fi
+  cat "$out/torch_graphed.md"; tail -20 "$out/torch_graphed.log"
+  build-gpu/src/kpipe bench examples/sample.json --device cuda --ticks 20000 >"$out/sample_c.txt" 2>&1
+  cat "$out/sample_c.txt"
+}
+
 for stage in ${*:-build test sanitize soak bench cache flowbench taskbench}; do
   case $stage in
-    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams|fusion) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams|fusion|python) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done

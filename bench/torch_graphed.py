@@ -1,0 +1,193 @@
+"""kpipe.torch.graphed against PyTorch's ways of running a transformer block
+whose sequence length changes per call: eager, torch.compile(mode=
+"reduce-overhead", dynamic=True), and a dict of torch.cuda.CUDAGraph keyed
+by the length padded to 64 (captured on first use, one shared pool). The
+block: hidden 1024, 16 heads, MLP 4096, causal attention, batch 4, bf16.
+Four traces of 300 calls: one length, 8 lengths round-robin, growing
+1..1024, 64 random lengths. One process per approach (its traces in that
+order, memory measured after each); host time is until the call returns,
+wall time adds a device sync. Prints a Markdown table.
+    python3 bench/torch_graphed.py            (drives the rest)
+    python3 bench/torch_graphed.py APPROACH   (one approach, JSON)
+Also: the sample pipeline ticked from Python with torch tensors, host
+time per tick (compare `kpipe bench examples/sample.json --device cuda`)."""
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import torch
+
+F = torch.nn.functional
+H, HEADS, MLP, BATCH, MAXLEN, CALLS = 1024, 16, 4096, 4, 1024, 300
+PAD = list(range(64, MAXLEN + 1, 64))
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.n1, self.n2 = torch.nn.LayerNorm(H), torch.nn.LayerNorm(H)
+        self.qkv, self.o = torch.nn.Linear(H, 3 * H), torch.nn.Linear(H, H)
+        self.up, self.down = torch.nn.Linear(H, MLP), torch.nn.Linear(MLP, H)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(self.n1(x)).view(b, s, 3, HEADS, -1).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, s, H))
+        return x + self.down(F.gelu(self.up(self.n2(x))))
+
+
+def traces():
+    rnd = random.Random(7)
+    pool = rnd.sample(range(1, MAXLEN + 1), 64)
+    rr = [100, 200, 300, 400, 500, 600, 700, 800]
+    return {"one length": [256] * CALLS,
+            "8 round-robin": [rr[i % 8] for i in range(CALLS)],
+            "growing": [1 + i * (MAXLEN - 1) // (CALLS - 1) for i in range(CALLS)],
+            "64 random": [rnd.choice(pool) for _ in range(CALLS)]}
+
+
+def pct(v, p):
+    v = sorted(v)
+    return v[int(p / 100 * (len(v) - 1) + 0.5)] if v else float("nan")
+
+
+def padded(n):
+    return next(p for p in PAD if p >= n)
+
+
+def one(approach):
+    torch.manual_seed(0)
+    m = Block().cuda().to(torch.bfloat16).eval()
+    torch.set_grad_enabled(False)
+    graphs, pool, extra = {}, torch.cuda.graph_pool_handle(), {}
+    if approach == "eager":
+        run = m
+        key = None
+    elif approach == "compile":
+        run = torch.compile(m, mode="reduce-overhead", dynamic=True)
+        key = lambda n: n  # noqa: E731 - cudagraph trees record per shape
+    elif approach == "graph dict":
+        side = torch.cuda.Stream()
+
+        def run(x):
+            n, p = x.shape[1], padded(x.shape[1])
+            g = graphs.get(p)
+            if g is None:
+                xi = torch.zeros(BATCH, p, H, device="cuda", dtype=torch.bfloat16)
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    m(xi)
+                torch.cuda.current_stream().wait_stream(side)
+                cg = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(cg, pool=pool):
+                    yo = m(xi)
+                g = graphs[p] = (cg, xi, yo)
+            g[1][:, :n].copy_(x)
+            g[0].replay()
+            return g[2][:, :n]
+        key = padded
+    else:
+        import kpipe.torch as kt
+        run = kt.graphed(m, dynamic={"x": [1]}, capture_sizes=PAD)
+        key = padded
+    out = {}
+    for name, lengths in traces().items():
+        seen, host, wall, hit_host, miss = set(), [], [], [], []
+        maxdiff = 0.0
+        xs = {n: torch.randn(BATCH, n, H, device="cuda", dtype=torch.bfloat16)
+              for n in set(lengths)}
+        for i, n in enumerate(lengths):
+            x = xs[n]
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            y = run(x)
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            host.append((t1 - t0) * 1e6)
+            wall.append((t2 - t0) * 1e6)
+            k = key(n) if key else None
+            if key is None or k in seen:
+                hit_host.append((t1 - t0) * 1e6)
+            else:
+                miss.append((t2 - t0) * 1e6)
+                seen.add(k)
+            if i % 25 == 0:
+                maxdiff = max(maxdiff, (y.float() - m(x).float()).abs().max().item())
+        mem = torch.cuda.memory_reserved()
+        held = "—"
+        if approach == "graph dict":
+            held = len(graphs)
+        elif approach == "kpipe":
+            st = run.stats()
+            held, mem = st["graphs"], mem + st["bytes"]
+            extra = st
+        out[name] = {"host_hit_p50": pct(hit_host, 50), "wall_p50": pct(wall, 50),
+                     "wall_p99": pct(wall, 99), "miss_ms": (sum(miss) / len(miss) / 1e3)
+                     if miss else 0.0, "misses": len(miss), "held": held,
+                     "reserved_mib": mem / 2**20, "max_diff": maxdiff}
+    out["stats"] = extra
+    return out
+
+
+def python_pipeline():
+    import kpipe
+    p = kpipe.Pipeline(os.path.join(os.path.dirname(__file__), "..", "examples", "sample.json"),
+                       device="cuda")
+    a = torch.randn(16384, device="cuda")
+    b = torch.randn(16384, device="cuda")
+    s = torch.cuda.current_stream()
+    for _ in range(1000):
+        p(input0=a, input1=b, stream=s)
+    torch.cuda.synchronize()
+    host = []
+    for _ in range(20000):
+        t0 = time.perf_counter()
+        p(input0=a, input1=b, stream=s)
+        host.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return {"host_p50": pct(host, 50), "host_p99": pct(host, 99)}
+
+
+def main():
+    if len(sys.argv) > 1:
+        r = python_pipeline() if sys.argv[1] == "pipeline" else one(sys.argv[1])
+        print(json.dumps(r))
+        return
+    res = {}
+    for a in ("eager", "compile", "graph dict", "kpipe", "pipeline"):
+        p = subprocess.run([sys.executable, __file__, a], capture_output=True, text=True,
+                           timeout=400)
+        if p.returncode != 0:
+            print("%s failed:\n%s" % (a, p.stderr[-3000:]), file=sys.stderr)
+            continue
+        res[a] = json.loads(p.stdout.strip().splitlines()[-1])
+    print("| trace | approach | host per hit p50 (µs) | wall p50 (µs) | wall p99 (µs) | "
+          "cost per miss (ms) | misses | graphs held | reserved (MiB) | max diff vs eager |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for t in traces():
+        for a in ("eager", "compile", "graph dict", "kpipe"):
+            if a not in res:
+                continue
+            r = res[a][t]
+            print("| %s | %s | %.1f | %.1f | %.1f | %.2f | %d | %s | %.0f | %.3g |"
+                  % (t, a, r["host_hit_p50"], r["wall_p50"], r["wall_p99"], r["miss_ms"],
+                     r["misses"], r["held"], r["reserved_mib"], r["max_diff"]))
+    if "kpipe" in res and "compile" in res:
+        for t in traces():
+            k, c = res["kpipe"][t], res["compile"][t]
+            print("%s: host per hit %.3g x reduce-overhead's; reserved %.3g x" % (
+                t, k["host_hit_p50"] / c["host_hit_p50"], k["reserved_mib"] / c["reserved_mib"]))
+    if "kpipe" in res:
+        print("kpipe cache stats after all traces:", json.dumps(res["kpipe"]["stats"]))
+    if "pipeline" in res:
+        print("sample pipeline from Python with torch tensors: host per tick p50 %.1f us, "
+              "p99 %.1f us" % (res["pipeline"]["host_p50"], res["pipeline"]["host_p99"]))
+
+
+if __name__ == "__main__":
+    main()

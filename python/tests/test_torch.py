@@ -1,0 +1,151 @@
+"""On the GPU with PyTorch: pipelines fed torch tensors on torch streams,
+DLPack across streams, and kpipe.torch.graphed on an MLP and a causal
+attention block with lengths changing per call, against eager."""
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device for PyTorch", allow_module_level=True)
+
+import kpipe  # noqa: E402
+import kpipe.torch as kt  # noqa: E402
+from conftest import example  # noqa: E402
+
+F = torch.nn.functional
+
+
+def relu_spec(n, mode="graph"):
+    return {"kpipe_spec": 1, "execution": mode, "modules": [{"type": "relu", "id": "r",
+            "params": {"size": n}}], "inputs": {"x": "r.input"}, "outputs": {"y": "r.output"}}
+
+
+@pytest.mark.parametrize("mode", ["graph", "stream"])
+@pytest.mark.parametrize("n", [1, 7, 1 << 20, 1 << 24])
+def test_cuda_pipeline_on_torch_stream(mode, n):
+    p = kpipe.Pipeline(relu_spec(n, mode), device="cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        for k in range(3):  # new tensors, then one reused and rewritten
+            x = torch.randn(n, device="cuda") if k < 2 else x.neg_()
+            y = torch.from_dlpack(p(x=x, stream=s)["y"])
+            assert torch.equal(y, torch.relu(x))
+    s.synchronize()
+
+
+def test_sample_graph_and_cpu_agree():
+    a = torch.randn(16384, device="cuda")
+    b = torch.randn(16384, device="cuda")
+    g = torch.from_dlpack(kpipe.Pipeline(example("sample.json"), device="cuda")(
+        input0=a, input1=b)["output"])
+    c = kpipe.Pipeline(example("sample.json"), device="cpu")(input0=a.cpu(), input1=b.cpu())
+    torch.testing.assert_close(g.cpu(), torch.from_dlpack(c["output"]))
+
+
+def test_dlpack_across_streams_and_refusals():
+    p = kpipe.Pipeline(relu_spec(1 << 20), device="cuda")
+    own = kpipe.device("cuda").stream()
+    x = torch.randn(1 << 20, device="cuda")
+    out = p(x=x, stream=own)["y"]          # runs on kpipe's stream
+    other = torch.cuda.Stream()
+    with torch.cuda.stream(other):         # torch waits for it on the device
+        y = torch.from_dlpack(out) * 1
+    other.synchronize()
+    assert torch.equal(y, torch.relu(x))
+    with torch.cuda.stream(torch.cuda.ExternalStream(own.native)):
+        z = torch.from_dlpack(p(x=x, stream=own)["y"]) + 0
+    own.sync()
+    assert torch.equal(z, torch.relu(x))
+    for bad, words in ((torch.randn(1 << 20), "cpu"),
+                       (torch.randn(1 << 20).pin_memory(), "cpu"),
+                       (torch.randn(1 << 20, device="cuda", dtype=torch.float64), "float64"),
+                       (torch.randn(1 << 21, device="cuda")[::2], "x")):
+        with pytest.raises(kpipe.Error) as e:
+            p(x=bad)
+        assert words in str(e.value)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, h=256):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(h, 4 * h), torch.nn.Linear(4 * h, h)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(x)))
+
+
+class Attn(torch.nn.Module):
+    def __init__(self, h=256, heads=4):
+        super().__init__()
+        self.h, self.heads = h, heads
+        self.qkv, self.o = torch.nn.Linear(h, 3 * h), torch.nn.Linear(h, h)
+        self.norm = torch.nn.LayerNorm(h)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(self.norm(x)).view(b, s, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + self.o(a.transpose(1, 2).reshape(b, s, self.h))
+
+
+@pytest.mark.parametrize("block,dtype,tol", [(MLP, torch.float32, 1e-4),
+                                             (Attn, torch.float32, 1e-4),
+                                             (Attn, torch.bfloat16, 2e-2)])
+def test_graphed_blocks_with_changing_lengths(block, dtype, tol):
+    torch.manual_seed(0)
+    m = block().cuda().to(dtype).eval()
+    run = kt.graphed(m, dynamic={"x": [1]}, capture_sizes=[16, 32, 64, 128])
+    lengths = [5, 17, 64, 1, 100, 17, 33, 128, 5, 200, 64, 17]
+    for s in lengths:
+        x = torch.randn(2, s, 256, device="cuda", dtype=dtype)
+        y = run(x)
+        with torch.no_grad():
+            ref = m(x)
+        assert y.shape == ref.shape
+        torch.testing.assert_close(y, ref, atol=tol, rtol=tol)
+    st = run.stats()
+    # 16, 32, 64, 128 and 200 (past the largest: exact) are the keys
+    assert st["captures"] == 5 and st["hits"] == len(lengths) - 5, st
+    assert st["graphs"] <= 5
+
+
+def test_graphed_policies_literals_and_bounds():
+    m = MLP(64).cuda().eval()
+
+    def f(x, scale):
+        return m(x) * scale
+    run = kt.graphed(f, dynamic={"x": [0]}, capture_sizes=[8, 16], max_graphs=2)
+    x = torch.randn(5, 64, device="cuda")
+    for scale in (1.0, 2.0, 1.0):
+        torch.testing.assert_close(run(x, scale), f(x, scale).detach())
+    assert run.stats()["captures"] == 2  # the literal is part of the key
+    for n in (9, 3, 12):
+        run(torch.randn(n, 64, device="cuda"), 1.0)
+        assert run.stats()["graphs"] <= 2
+    strict = kt.graphed(f, policy="strict")
+    with pytest.raises(kpipe.Error) as e:
+        strict(x, 1.0)
+    assert e.value.status == "KP_ERR_NOT_FOUND"
+    fb = kt.graphed(f, policy="fallback")
+    torch.testing.assert_close(fb(x, 3.0), f(x, 3.0).detach())
+    assert fb.stats()["fallbacks"] == 1 and fb.stats()["graphs"] == 0
+    with pytest.raises(kpipe.Error) as e:
+        run(torch.randn(16, 64, device="cuda").t(), 1.0)
+    assert "contiguous" in e.value.detail
+    with pytest.raises(kpipe.Error):
+        kt.graphed(f, dynamic={"y": [0]})
+    with pytest.raises(kpipe.Error):
+        kt.graphed(f, policy="sometimes")
+
+
+def test_graph_cache_with_torch_work():
+    c = kpipe.GraphCache("cuda", capture_sizes=[1024, 1 << 20])
+
+    def work(stream, ins, outs, lits):
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream.native)):
+            torch.mul(torch.from_dlpack(ins[0]), 3, out=torch.from_dlpack(outs[0]))
+    for n in (1000, 1 << 20, 7, 1000):
+        x = torch.randn(n, device="cuda")
+        y, = c.run(work, [x], [("f32", (n,))], dynamic={0: [0], 1: [0]},
+                   stream=torch.cuda.current_stream())
+        assert torch.equal(torch.from_dlpack(y), x * 3)
+    assert c.stats()["hits"] >= 1
