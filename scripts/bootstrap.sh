@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(cmake ninja-build pkg-config gcc libcmocka-dev libjansson-dev libucx-dev
-      libavformat-dev libavcodec-dev libavutil-dev libffmpeg-nvenc-dev ${KP_PACKAGES:-})
+      libavformat-dev libavcodec-dev libavutil-dev libffmpeg-nvenc-dev
+      python3 python3-numpy python3-pytest python3-setuptools python3-pip python3-venv ${KP_PACKAGES:-})
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -355,7 +355,12 @@ def take(obj, dev, stream, what):
     the Imported record, checked to be where the device reads."""
     native = None
     if dev.backend == "cuda":
-        native = stream.native if stream.native else 1
+        # a stream only for a producer on a CUDA device (PyTorch refuses
+        # one for host memory)
+        where = getattr(obj, "__dlpack_device__", None)
+        kind = where()[0] if where is not None else _dlpack.CUDA
+        if kind in (_dlpack.CUDA, _dlpack.CUDA_MANAGED):
+            native = stream.native if stream.native else 1
     t = _dlpack.import_tensor(obj, native)
     want = dev.dlpack_device
     ok = (t.device_type, t.device_id) == want

@@ -122,7 +122,7 @@ def _dlpack_capsule(obj, stream):
         except TypeError:  # a producer of DLPack 0.6 (NumPy 1.24)
             return f(stream=stream) if stream is not None else f()
     except BufferError as e:  # what the producer cannot export (NumPy's bool)
-        raise Error("KP_ERR_UNSUPPORTED", "the %s cannot be taken through DLPack: %s"
+        raise Error("KP_ERR_UNSUPPORTED", "the %s cannot be taken through DLPack (bool?): %s"
                     % (type(obj).__name__, e)) from e
 
 

@@ -85,14 +85,14 @@ class GraphCache:
         self._cfg = cache_config(miss, max_graphs, max_bytes, capture_sizes, max_variants)
         p = c_void_p()
         check(lib.kp_graph_cache_create(self.device.ptr, byref(self._cfg), byref(p)))
-        self._h = Handle(p.value, lib.kp_graph_cache_destroy, self.device._h)
+        self._inflight = Inflight(self.device)  # inputs not yet copied; the handle holds them
+        self._h = Handle(p.value, lib.kp_graph_cache_destroy, self.device._h, self._inflight)
         self._ids = {}
         self._host_keys = []  # host functions captured graphs call
         self._fn = None
         self._exc = None
         self._error = None  # a host function's exception, for the next call
         self._enqueue_c = ENQUEUE_FN(self._enqueue)
-        self._inflight = Inflight(self.device)
 
     @property
     def ptr(self):

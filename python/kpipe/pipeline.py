@@ -62,11 +62,14 @@ class Pipeline:
             opts.graph_cache = ctypes.pointer(self._cfg)
         p = c_void_p()
         dev = self.device.ptr
+        # inputs of ticks not yet done: held by the handle, so they outlive
+        # this object until the library has waited for the work
+        self._inflight = Inflight(self.device)
         if text is not None:
             check(lib.kp_pipeline_create_from_json_opts(dev, text.encode(), byref(opts), byref(p)))
         else:
             check(lib.kp_pipeline_create_from_file_opts(dev, path.encode(), byref(opts), byref(p)))
-        self._h = Handle(p.value, lib.kp_pipeline_destroy, self.device._h)
+        self._h = Handle(p.value, lib.kp_pipeline_destroy, self.device._h, self._inflight)
         check(lib.kp_pipeline_setup(self._h.ptr))
         self.name = lib.kp_pipeline_name(self._h.ptr).decode()
         self.mode = "stream" if lib.kp_pipeline_mode(self._h.ptr) == 1 else "graph"
@@ -81,7 +84,6 @@ class Pipeline:
             self._in[i].name = self._names[i]
         self._views = [None] * len(self.outputs)
         self._ready = False
-        self._inflight = Inflight(self.device)  # inputs of ticks not yet done
 
     def _port_name(self, fn, i):
         info = PortInfo()

@@ -43,6 +43,12 @@ _TORCH = {v: k for k, v in _DTYPES.items()}
 _POLICIES = ("capture", "fallback", "strict")
 
 
+_run = lib.kp_graph_cache_run
+# the current stream's raw handle without making a torch.cuda.Stream object
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
+                      lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
 def _flatten(res):
     if isinstance(res, torch.Tensor):
         return [res], False
@@ -59,8 +65,8 @@ def _view(ptr, dtype, shape, strides, dev, owner):
 
 class _Entry:
     """One exact call signature: its prepared call and what the outputs are."""
-    __slots__ = ("call", "ins", "outs", "masks", "lits", "lit_values", "views", "tuple_out",
-                 "n_in", "n_out")
+    __slots__ = ("call", "ref", "ins", "outs", "masks", "lits", "lit_values", "views", "ptrs",
+                 "tuple_out", "n_in", "n_out", "positions")
 
 
 class Graphed:
@@ -87,7 +93,10 @@ class Graphed:
                 k = self._params.index(k)
             self._dynamic[k] = (dims,) if isinstance(dims, int) else tuple(dims)
         self._warmup = warmup
-        self._entries = {}
+        self._entries = {}   # exact signature -> prepared call
+        self._meta = {}      # padded signature -> what fn gives (fake tensors, once)
+        self._sizes = tuple(self._cfg.capture_sizes[i] for i in range(self._cfg.n_capture_sizes))
+        self._streams = {}   # raw stream handle -> kpipe stream pointer
         self._literal_ids = {}
         self._graphs = []  # PyTorch's graphs: they hold the pool the kept graphs use
         self._pool = None
@@ -108,6 +117,8 @@ class Graphed:
         p = c_void_p()
         check(lib.kp_graph_cache_create(self._dev.ptr, byref(self._cfg), byref(p)))
         self._cache = Handle(p.value, lib.kp_graph_cache_destroy, self._dev._h)
+        self._cache_ptr = p.value
+        self._index = t.device.index
         self._pool = torch.cuda.graph_pool_handle()
         self._side = torch.cuda.Stream(t.device)
 
@@ -118,35 +129,77 @@ class Graphed:
             raise Error("KP_ERR_INVALID_ARG", "a %s argument is neither a tensor nor hashable: "
                         "it cannot be part of the key" % type(v).__name__) from None
 
-    def _out_meta(self, args):
-        """Output dtypes and shapes at these input shapes, and which output
-        dimensions follow the dynamic input ones: from PyTorch's fake tensors
-        (no device work), at the shapes and with every dynamic one plus 1."""
-        from torch._subclasses.fake_tensor import FakeTensorMode
+    def _padded(self, args):
+        """The arguments' shapes with the dynamic dimensions padded, as the
+        cache pads them (the smallest capture size that holds a dimension,
+        else the dimension itself)."""
+        sizes = self._sizes
+        out = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                shape = list(a.shape)
+                for d in self._dynamic.get(i, ()):
+                    if 0 <= d < len(shape):
+                        shape[d] = next((c for c in sizes if c >= shape[d]), shape[d])
+                out.append((a.dtype, tuple(shape)))
+            else:
+                out.append((type(a), a))
+        return tuple(out)
 
-        def shapes(bump):
-            with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+    def _out_meta(self, args, padded):
+        """What fn gives at the padded shapes: per output its dtype, padded
+        shape, and for each dimension that follows a dynamic input one, that
+        input's (tensor index, dimension). PyTorch's fake tensors run fn (no
+        device work), once at the padded shapes and once with dynamic input
+        dimension j grown by j + 1: an output dimension grown by j + 1 follows
+        it. Once per padded key."""
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        dyn = [(i, d) for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+               for d in self._dynamic.get(i, ())]
+
+        def run(grow):
+            with FakeTensorMode(allow_non_fake_inputs=True):
                 fake = []
                 for i, a in enumerate(args):
                     if isinstance(a, torch.Tensor):
-                        shape = list(a.shape)
-                        for d in self._dynamic.get(i, ()) if bump else ():
-                            shape[d] += 1
+                        shape = list(padded[i][1])
+                        for j, (di, d) in enumerate(dyn):
+                            if grow and di == i:
+                                shape[d] += j + 1
                         fake.append(torch.empty(shape, dtype=a.dtype, device=a.device))
                     else:
                         fake.append(a)
                 with torch.no_grad():
                     res, tup = _flatten(self.fn(*fake))
                 return [(r.dtype, tuple(r.shape)) for r in res], tup
-        exact, tup = shapes(False)
-        bumped, _ = shapes(True) if self._dynamic else (exact, tup)
-        dyn = [sum(1 << d for d in range(len(s)) if s[d] != b[1][d]) if len(b[1]) == len(s)
-               else 0 for (dt, s), b in zip(exact, bumped)]
-        return exact, dyn, tup
+        base, tup = run(False)
+        grown, _ = run(True) if dyn else (base, tup)
+        tensor_index = {i: k for k, i in enumerate(i for i, a in enumerate(args)
+                                                   if isinstance(a, torch.Tensor))}
+        meta = []
+        for j, ((dt, shape), (_, g)) in enumerate(zip(base, grown)):
+            follows = {}
+            for d in range(min(len(shape), len(g))):
+                if shape[d] != g[d]:
+                    step = g[d] - shape[d]
+                    if not 1 <= step <= len(dyn) or shape[d] != padded[dyn[step - 1][0]][1][
+                            dyn[step - 1][1]]:
+                        raise Error("KP_ERR_UNSUPPORTED", "output %d dimension %d changes with "
+                                    "the dynamic inputs but not one to one: pass exact keys "
+                                    "(no capture_sizes) or make it follow one input" % (j, d))
+                    i, di = dyn[step - 1]
+                    follows[d] = (tensor_index[i], di)
+            meta.append((dt, shape, follows))
+        return meta, tup
 
     def _entry(self, key, args, tensors):
+        padded = self._padded(args)
+        got = self._meta.get(padded)
+        if got is None:
+            got = self._meta[padded] = self._out_meta(args, padded)
+        outs, tuple_out = got
         e = _Entry()
-        outs, out_dyn, e.tuple_out = self._out_meta(args)
+        e.tuple_out = tuple_out
         e.n_in, e.n_out = len(tensors), len(outs)
         if e.n_in + e.n_out > 16:
             raise Error("KP_ERR_INVALID_ARG", "%d tensors in and out; at most 16"
@@ -154,24 +207,26 @@ class Graphed:
         e.ins = (PortInfo * max(1, e.n_in))()
         e.outs = (PortInfo * max(1, e.n_out))()
         e.masks = (c_uint32 * (e.n_in + e.n_out + 1))()
-        k = 0
-        for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor):
-                if a.dtype not in _DTYPES:
-                    raise Error("KP_ERR_UNSUPPORTED", "argument %d is %s; kpipe takes %s"
-                                % (i, a.dtype, ", ".join(str(d) for d in _DTYPES)))
-                fill_desc(e.ins[k].desc, _DTYPES[a.dtype], tuple(a.shape))
-                for d in self._dynamic.get(i, ()):
-                    if not 0 <= d < a.dim():
-                        raise Error("KP_ERR_INVALID_ARG", "dynamic: dimension %d of argument "
-                                    "%d, which has %d" % (d, i, a.dim()))
-                    e.masks[k] |= 1 << d
-                k += 1
-        for j, (dt, shape) in enumerate(outs):
+        e.positions = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+        for k, i in enumerate(e.positions):
+            a = args[i]
+            if a.dtype not in _DTYPES:
+                raise Error("KP_ERR_UNSUPPORTED", "argument %d is %s; kpipe takes %s"
+                            % (i, a.dtype, ", ".join(str(d) for d in _DTYPES)))
+            fill_desc(e.ins[k].desc, _DTYPES[a.dtype], tuple(a.shape))
+            for d in self._dynamic.get(i, ()):
+                if not 0 <= d < a.dim():
+                    raise Error("KP_ERR_INVALID_ARG", "dynamic: dimension %d of argument %d, "
+                                "which has %d" % (d, i, a.dim()))
+                e.masks[k] |= 1 << d
+        for j, (dt, shape, follows) in enumerate(outs):
             if dt not in _DTYPES:
                 raise Error("KP_ERR_UNSUPPORTED", "output %d is %s" % (j, dt))
-            fill_desc(e.outs[j].desc, _DTYPES[dt], shape)
-            e.masks[e.n_in + j] = out_dyn[j]
+            exact = list(shape)
+            for d, (k, di) in follows.items():
+                exact[d] = tensors[k].shape[di]
+                e.masks[e.n_in + j] |= 1 << d
+            fill_desc(e.outs[j].desc, _DTYPES[dt], exact)
         e.lit_values = [a for a in args if not isinstance(a, torch.Tensor)]
         lit_ids = [self._literal(v) for v in e.lit_values]
         e.lits = (c_int64 * max(1, len(lit_ids)))(*lit_ids)
@@ -183,7 +238,9 @@ class Graphed:
         c.outputs, c.n_outputs = e.outs, e.n_out
         c.dynamic = e.masks
         c.literals, c.n_literals = e.lits, len(lit_ids)
+        e.ref = byref(c)
         e.views = [None] * e.n_out
+        e.ptrs = [0] * e.n_out
         return e
 
     # --- a miss: PyTorch captures, kpipe keeps the graph -------------------------------
@@ -258,27 +315,31 @@ class Graphed:
     # --- a call ------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         if kwargs:
-            bound = inspect.signature(self.fn.forward if isinstance(self.fn, torch.nn.Module)
-                                      else self.fn).bind(*args, **kwargs)
-            args = tuple(bound.args)
-        key = tuple((a.dtype, a.shape) if isinstance(a, torch.Tensor) else (type(a), a)
-                    for a in args)
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if self._cache is None:
-            if not tensors:
-                raise Error("KP_ERR_INVALID_ARG", "a graphed call takes one tensor at least")
-            self._setup(tensors[0])
+            args = tuple(inspect.signature(self.fn.forward if isinstance(self.fn, torch.nn.Module)
+                                           else self.fn).bind(*args, **kwargs).args)
+        key = tuple([(a.dtype, a.shape) if isinstance(a, torch.Tensor) else (type(a), a)
+                     for a in args])
         e = self._entries.get(key)
         if e is None:
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            if self._cache is None:
+                if not tensors:
+                    raise Error("KP_ERR_INVALID_ARG", "a graphed call takes one tensor at least")
+                self._setup(tensors[0])
             e = self._entries[key] = self._entry(key, args, tensors)
-        for i, t in enumerate(tensors):
+        ins = e.ins
+        for k, i in enumerate(e.positions):
+            t = args[i]
             if not t.is_contiguous():
                 raise Error("KP_ERR_UNSUPPORTED", "argument %d is not contiguous (strides %s): "
                             "pass .contiguous()" % (i, t.stride()))
-            e.ins[i].data = t.data_ptr()
-        s = self._dev.wrap_stream(torch.cuda.current_stream().cuda_stream)
-        self._current, self._args, self._exc = e, args, None
-        st = lib.kp_graph_cache_run(self._cache.ptr, byref(e.call), s.ptr)
+            ins[k].data = t.data_ptr()
+        raw = _raw_stream(self._index)
+        s = self._streams.get(raw)
+        if s is None:
+            s = self._streams[raw] = self._dev.wrap_stream(raw).ptr
+        self._current, self._args = e, args
+        st = _run(self._cache_ptr, e.ref, s)
         self._current = self._args = None
         if st != 0:
             err = Error(st, lib.kp_last_error().decode(errors="replace"))
@@ -286,17 +347,15 @@ class Graphed:
             if exc is not None:
                 raise err from exc
             raise err
-        res = []
+        outs, views, ptrs = e.outs, e.views, e.ptrs
         for j in range(e.n_out):
-            o, v = e.outs[j], e.views[j]
-            if v is None or v.data_ptr() != o.data:
-                d = o.desc
-                v = e.views[j] = _view(o.data, DTYPE_NAMES[d.dtype],
-                                       [d.shape[k] for k in range(d.ndim)],
-                                       [d.strides[k] for k in range(d.ndim)], self._dev,
-                                       self._cache)
-            res.append(v)
-        return tuple(res) if e.tuple_out else res[0]
+            p = outs[j].data
+            if p != ptrs[j]:  # a new view only where the buffer moved
+                d = outs[j].desc
+                views[j] = _view(p, DTYPE_NAMES[d.dtype], [d.shape[k] for k in range(d.ndim)],
+                                 [d.strides[k] for k in range(d.ndim)], self._dev, self._cache)
+                ptrs[j] = p
+        return tuple(views) if e.tuple_out else views[0]
 
     def stats(self):
         """The cache's counters, with the memory PyTorch's pool reserves."""
