@@ -5,7 +5,8 @@ by the length padded to 64 (captured on first use, one shared pool). The
 block: hidden 1024, 16 heads, MLP 4096, causal attention, batch 4, bf16.
 Four traces of 300 calls: one length, 8 lengths round-robin, growing
 1..1024, 64 random lengths. One process per approach (its traces in that
-order, memory measured after each); host time is until the call returns,
+order, memory measured after each); kpipe's first call captures all 16
+padded sizes (64..1024), largest first; host time is until the call returns,
 wall time adds a device sync. Prints a Markdown table.
     python3 bench/torch_graphed.py            (drives the rest)
     python3 bench/torch_graphed.py APPROACH   (one approach, JSON)

@@ -66,7 +66,7 @@ def _view(ptr, dtype, shape, strides, dev, owner):
 class _Entry:
     """One exact call signature: its prepared call and what the outputs are."""
     __slots__ = ("call", "ref", "ins", "outs", "masks", "lits", "lit_values", "views", "ptrs",
-                 "tuple_out", "n_in", "n_out", "positions")
+                 "tuple_out", "n_in", "n_out", "positions", "n_args")
 
 
 class Graphed:
@@ -74,7 +74,7 @@ class Graphed:
     how the cache did."""
 
     def __init__(self, fn, dynamic=None, policy="capture", capture_sizes=(), max_graphs=64,
-                 max_bytes=0, warmup=1):
+                 max_bytes=0, warmup=1, prepare=True):
         if policy not in _POLICIES:
             raise Error("KP_ERR_INVALID_ARG", "policy %r: capture, fallback or strict" % (policy,))
         self.fn = fn
@@ -93,17 +93,19 @@ class Graphed:
                 k = self._params.index(k)
             self._dynamic[k] = (dims,) if isinstance(dims, int) else tuple(dims)
         self._warmup = warmup
+        self._auto_prepare = prepare and policy != "fallback"
         self._entries = {}   # exact signature -> prepared call
         self._meta = {}      # padded signature -> what fn gives (fake tensors, once)
         self._sizes = tuple(self._cfg.capture_sizes[i] for i in range(self._cfg.n_capture_sizes))
         self._streams = {}   # raw stream handle -> kpipe stream pointer
+        self._by_uid = []    # entries by call.user - 1
+        self._prepared = False
         self._literal_ids = {}
         self._graphs = []  # PyTorch's graphs: they hold the pool the kept graphs use
         self._pool = None
         self._side = None
         self._cache = None
         self._dev = None
-        self._current = None
         self._exc = None
         self._build_c = BUILD_FN(self._build)
         self._enqueue_c = ENQUEUE_FN(self._enqueue)
@@ -234,6 +236,9 @@ class Graphed:
         c.struct_size = ctypes.sizeof(GraphCall)
         c.id = 1
         c.enqueue, c.build = self._enqueue_c, self._build_c
+        e.n_args = len(args)
+        self._by_uid.append(e)
+        c.user = len(self._by_uid)  # the callbacks find the entry by it
         c.inputs, c.n_inputs = e.ins, e.n_in
         c.outputs, c.n_outputs = e.outs, e.n_out
         c.dynamic = e.masks
@@ -244,8 +249,9 @@ class Graphed:
         return e
 
     # --- a miss: PyTorch captures, kpipe keeps the graph -------------------------------
-    def _args_on(self, a):
+    def _args_on(self, user, a):
         """fn's arguments with the static buffers in the tensors' places."""
+        e = self._by_uid[user - 1]
         ins = [_view(a.inputs[i].data, DTYPE_NAMES[a.inputs[i].desc.dtype],
                      [a.inputs[i].desc.shape[d] for d in range(a.inputs[i].desc.ndim)],
                      [a.inputs[i].desc.strides[d] for d in range(a.inputs[i].desc.ndim)],
@@ -254,8 +260,12 @@ class Graphed:
                       [a.outputs[i].desc.shape[d] for d in range(a.outputs[i].desc.ndim)],
                       [a.outputs[i].desc.strides[d] for d in range(a.outputs[i].desc.ndim)],
                       self._dev, self._cache) for i in range(a.n_outputs)]
-        it, lits = iter(ins), iter(self._current.lit_values)
-        args = [next(it) if isinstance(x, torch.Tensor) else next(lits) for x in self._args]
+        args, lits = [None] * e.n_args, iter(e.lit_values)
+        for k, i in enumerate(e.positions):
+            args[i] = ins[k]
+        for i in range(e.n_args):
+            if i not in e.positions:
+                args[i] = next(lits)
         return args, outs
 
     def _run_into(self, args, outs):
@@ -272,8 +282,7 @@ class Graphed:
 
     def _build(self, user, g, args, state):
         try:
-            a = args.contents
-            fargs, outs = self._args_on(a)
+            fargs, outs = self._args_on(user, args.contents)
             cur = torch.cuda.current_stream()
             self._side.wait_stream(cur)
             with torch.cuda.stream(self._side):
@@ -304,7 +313,7 @@ class Graphed:
 
     def _enqueue(self, user, s, args):
         try:  # the fallback policy: fn on the stream, no graph
-            fargs, outs = self._args_on(args.contents)
+            fargs, outs = self._args_on(user, args.contents)
             self._run_into(fargs, outs)
             return 0
         except BaseException as e:  # noqa: B902
@@ -321,6 +330,9 @@ class Graphed:
                      for a in args])
         e = self._entries.get(key)
         if e is None:
+            if self._auto_prepare and not self._prepared and self._sizes:
+                self.prepare(*args)
+                return self(*args)
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
             if self._cache is None:
                 if not tensors:
@@ -338,9 +350,7 @@ class Graphed:
         s = self._streams.get(raw)
         if s is None:
             s = self._streams[raw] = self._dev.wrap_stream(raw).ptr
-        self._current, self._args = e, args
         st = _run(self._cache_ptr, e.ref, s)
-        self._current = self._args = None
         if st != 0:
             err = Error(st, lib.kp_last_error().decode(errors="replace"))
             exc, self._exc = self._exc, None
@@ -356,6 +366,54 @@ class Graphed:
                                  [d.strides[k] for k in range(d.ndim)], self._dev, self._cache)
                 ptrs[j] = p
         return tuple(views) if e.tuple_out else views[0]
+
+    def prepare(self, *args, **kwargs):
+        """Captures every capture size ahead, from example arguments (their
+        dynamic dimensions set to each size), largest first, so the static
+        buffers grow once and a trace inside the sizes captures nothing
+        more. The first call does it when capture_sizes were given (and
+        prepare was not turned off)."""
+        if kwargs:
+            args = tuple(inspect.signature(self.fn.forward if isinstance(self.fn, torch.nn.Module)
+                                           else self.fn).bind(*args, **kwargs).args)
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if not tensors:
+            raise Error("KP_ERR_INVALID_ARG", "prepare takes the call's arguments")
+        if self._cache is None:
+            self._setup(tensors[0])
+        self._prepared = True
+        entries = []
+        for c in sorted(self._sizes, reverse=True):
+            ex = []
+            for i, a in enumerate(args):
+                if isinstance(a, torch.Tensor):
+                    shape = list(a.shape)
+                    for d in self._dynamic.get(i, ()):
+                        shape[d] = c
+                    ex.append(torch.empty(shape, dtype=a.dtype, device=a.device))
+                else:
+                    ex.append(a)
+            key = tuple((a.dtype, a.shape) if isinstance(a, torch.Tensor) else (type(a), a)
+                        for a in ex)
+            e = self._entries.get(key)
+            if e is None:
+                e = self._entries[key] = self._entry(key, ex, [a for a in ex
+                                                               if isinstance(a, torch.Tensor)])
+            entries.append(e)
+        if not entries:
+            return
+        calls = (GraphCall * len(entries))(*[e.call for e in entries])
+        for c in calls:
+            for k in range(c.n_inputs):
+                c.inputs[k].data = None
+        s = self._dev.wrap_stream(_raw_stream(self._index))
+        st = lib.kp_graph_cache_prepare(self._cache_ptr, calls, len(entries), s.ptr)
+        if st != 0:
+            err = Error(st, lib.kp_last_error().decode(errors="replace"))
+            exc, self._exc = self._exc, None
+            if exc is not None:
+                raise err from exc
+            raise err
 
     def stats(self):
         """The cache's counters, with the memory PyTorch's pool reserves."""
@@ -375,7 +433,7 @@ class Graphed:
 
 
 def graphed(fn, dynamic=None, policy="capture", capture_sizes=(), max_graphs=64, max_bytes=0,
-            warmup=1):
+            warmup=1, prepare=True):
     """`fn` (a function or nn.Module over CUDA tensors) run through kpipe's
     graph cache: a hit is one graph launch on the current stream.
 
@@ -385,6 +443,8 @@ def graphed(fn, dynamic=None, policy="capture", capture_sizes=(), max_graphs=64,
     runs fn eagerly) or "strict" (a miss is an error, KP_ERR_NOT_FOUND);
     max_graphs, max_bytes: LRU bounds on graphs kept and on the bytes of
     the cache's buffers and graphs. Non-tensor arguments are literals: each
-    distinct value (compared in full) is its own key.
+    distinct value (compared in full) is its own key. prepare: the first
+    call captures every capture size, largest first (Graphed.prepare), so
+    the static buffers grow once and later calls inside the sizes are hits.
     """
-    return Graphed(fn, dynamic, policy, capture_sizes, max_graphs, max_bytes, warmup)
+    return Graphed(fn, dynamic, policy, capture_sizes, max_graphs, max_bytes, warmup, prepare)
