@@ -174,8 +174,16 @@ class Graphed:
                 with torch.no_grad():
                     res, tup = _flatten(self.fn(*fake))
                 return [(r.dtype, tuple(r.shape)) for r in res], tup
-        base, tup = run(False)
-        grown, _ = run(True) if dyn else (base, tup)
+        try:
+            base, tup = run(False)
+            grown, _ = run(True) if dyn else (base, tup)
+        except Error:
+            raise
+        except Exception as e:
+            raise Error("KP_ERR_INVALID_ARG", "%s on fake tensors of shapes %s: %s: %s" % (
+                getattr(self.fn, "__name__", type(self.fn).__name__),
+                [p[1] for p in padded if isinstance(p[0], torch.dtype)], type(e).__name__,
+                e)) from e
         tensor_index = {i: k for k, i in enumerate(i for i, a in enumerate(args)
                                                    if isinstance(a, torch.Tensor))}
         meta = []
@@ -330,6 +338,10 @@ class Graphed:
                      for a in args])
         e = self._entries.get(key)
         if e is None:
+            for i, a in enumerate(args):
+                if isinstance(a, torch.Tensor) and not a.is_contiguous():
+                    raise Error("KP_ERR_UNSUPPORTED", "argument %d is not contiguous (strides "
+                                "%s): pass .contiguous()" % (i, a.stride()))
             if self._auto_prepare and not self._prepared and self._sizes:
                 self.prepare(*args)
                 return self(*args)

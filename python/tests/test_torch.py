@@ -106,7 +106,8 @@ def test_graphed_blocks_with_changing_lengths(block, dtype, tol):
     # the first call captured 16, 32, 64 and 128, largest first; every call
     # inside them was a hit; 200, past the largest, is a key of its own
     assert st["captures"] == 5 and st["hits"] == len(lengths) - 1, (st, run.report())
-    assert st["invalidations"] == 1 and st["graphs"] <= 5, st
+    # 200 grew the static buffers: the four graphs made on them went stale
+    assert st["invalidations"] == 4 and st["graphs"] <= 5, st
 
 
 def test_graphed_policies_literals_and_bounds():
