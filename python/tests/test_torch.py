@@ -141,6 +141,10 @@ def test_graphed_policies_literals_and_bounds():
 
 def test_graph_cache_with_torch_work():
     c = kpipe.GraphCache("cuda", capture_sizes=[1024, 1 << 20])
+    # kpipe captures this work, not PyTorch: PyTorch must be initialized
+    # (and the work allocate nothing) before; graphed() is the safe way
+    torch.mul(torch.ones(4, device="cuda"), 3)
+    torch.cuda.synchronize()
 
     def work(stream, ins, outs, lits):
         with torch.cuda.stream(torch.cuda.ExternalStream(stream.native)):
