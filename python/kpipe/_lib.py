@@ -296,6 +296,15 @@ def check(status, what=None):
         raise Error(status, detail)
 
 
+def raise_failed(status, cause=None):
+    """Raises Error for a failed status with the library's detail, chained
+    to the Python exception a callback raised (if one did)."""
+    err = Error(status, last_error() or "no detail")
+    if cause is not None:
+        raise err from cause
+    raise err
+
+
 def set_error(status, detail):
     """Records a detail as the library's own (for a callback that fails), and
     returns the status's value."""

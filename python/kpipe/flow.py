@@ -4,11 +4,11 @@ import ctypes
 import json
 import os
 import tempfile
-from ctypes import POINTER, byref, c_size_t, c_void_p
+from ctypes import byref, c_size_t, c_void_p
 
 from ._core import Array, Handle, Stream
 from ._lib import (DTYPES, FLOW_SNAPSHOT_BYTES, STAGE_FN, Error, FlowConfig, FlowStage, check,
-                   fill_desc, lib, set_error)
+                   fill_desc, lib, raise_failed, set_error)
 from .pipeline import spec_text
 
 _POLICIES = {"block": 0, "drop_oldest": 1, "drop_newest": 2}
@@ -150,11 +150,8 @@ class Flow:
 
     def _status(self, st):
         if st != 0:
-            e = Error(st, lib.kp_last_error().decode(errors="replace"))
             exc, self._exc = self._exc, None
-            if exc is not None:
-                raise e from exc
-            raise e
+            raise_failed(st, exc)
 
     @property
     def ptr(self):

@@ -1,12 +1,12 @@
 """kpipe.GraphCache: executable graphs kept per call signature (shapes,
 dtypes, literals), for work whose shapes change per call."""
 import ctypes
-from ctypes import POINTER, byref, c_int, c_int64, c_uint32, c_void_p
+from ctypes import byref, c_int, c_int64, c_uint32, c_void_p
 
 from ._core import Array, Handle, Inflight, Stream, release_host_calls, take
-from ._lib import (DTYPE_NAMES, DTYPES, ENQUEUE_FN, BUILD_FN, GRAPH_MAX_CAPTURE_SIZES, Error,
+from ._lib import (DTYPE_NAMES, DTYPES, ENQUEUE_FN, GRAPH_MAX_CAPTURE_SIZES, Error,
                    GraphCacheConfig, GraphCall, GraphStats, PortInfo, check, desc_shape,
-                   desc_strides, fill_desc, lib, set_error)
+                   desc_strides, fill_desc, lib, raise_failed, set_error)
 
 _MISS = {"capture": 0, "fallback": 1, "strict": 2}
 IN_PLACE = 1
@@ -196,11 +196,8 @@ class GraphCache:
             raise Error("KP_ERR_INVALID_ARG", "a host function raised %s: %s"
                         % (type(err).__name__, err)) from err
         if st != 0:
-            e = Error(st, lib.kp_last_error().decode(errors="replace"))
             exc, self._exc = self._exc, None
-            if exc is not None:
-                raise e from exc
-            raise e
+            raise_failed(st, exc)
 
     def sync(self, stream=None):
         """Waits for the calls' work; raises a host function's exception."""

@@ -3,10 +3,10 @@ tensors, giving a dict of kpipe.Array views."""
 import ctypes
 import json
 import os
-from ctypes import byref, c_bool, c_void_p
+from ctypes import byref, c_void_p
 
 from ._core import Array, Handle, Inflight, take
-from ._lib import (DTYPE_NAMES, Error, GraphCacheConfig, GraphStats, PipelineOptions,
+from ._lib import (DTYPE_NAMES, Error, GraphStats, PipelineOptions,
                    PipelineReport, PortInfo, check, desc_shape, desc_strides, lib)
 from .graph_cache import cache_config, stats_dict
 

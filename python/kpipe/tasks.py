@@ -5,7 +5,7 @@ from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 
 from ._core import Array, Handle, Inflight, Stream, release_host_calls, take
 from ._lib import (DTYPE_NAMES, DTYPES, TASK_FN, Error, TaskArg, TaskEdge, TaskKernel, TasksStats,
-                   check, desc_shape, desc_strides, fill_desc, lib, set_error)
+                   check, desc_shape, desc_strides, fill_desc, lib, raise_failed, set_error)
 
 _ACCESS = {"in": 1, "out": 2, "inout": 3}
 _HAZARDS = {1: "raw", 2: "war", 3: "waw"}
@@ -177,10 +177,7 @@ class Tasks:
         st = f(self.ptr, *a)
         exc, self._exc = self._exc, None
         if st != 0:
-            e = Error(st, lib.kp_last_error().decode(errors="replace"))
-            if exc is not None:
-                raise e from exc
-            raise e
+            raise_failed(st, exc)
 
     def run(self, stream=None):
         """Enqueues the tasks submitted since the last run, as if in order on

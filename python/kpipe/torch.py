@@ -33,7 +33,7 @@ import torch
 
 from ._core import Array, Handle, device as _device
 from ._lib import (BUILD_FN, DTYPE_NAMES, ENQUEUE_FN, Error, GraphCall, GraphStats, PortInfo,
-                   check, fill_desc, lib, set_error)
+                   check, fill_desc, lib, raise_failed, set_error)
 from .graph_cache import cache_config, stats_dict
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -364,11 +364,8 @@ class Graphed:
             s = self._streams[raw] = self._dev.wrap_stream(raw).ptr
         st = _run(self._cache_ptr, e.ref, s)
         if st != 0:
-            err = Error(st, lib.kp_last_error().decode(errors="replace"))
             exc, self._exc = self._exc, None
-            if exc is not None:
-                raise err from exc
-            raise err
+            raise_failed(st, exc)
         outs, views, ptrs = e.outs, e.views, e.ptrs
         for j in range(e.n_out):
             p = outs[j].data
@@ -421,11 +418,8 @@ class Graphed:
         s = self._dev.wrap_stream(_raw_stream(self._index))
         st = lib.kp_graph_cache_prepare(self._cache_ptr, calls, len(entries), s.ptr)
         if st != 0:
-            err = Error(st, lib.kp_last_error().decode(errors="replace"))
             exc, self._exc = self._exc, None
-            if exc is not None:
-                raise err from exc
-            raise err
+            raise_failed(st, exc)
 
     def stats(self):
         """The cache's counters, with the memory PyTorch's pool reserves."""

@@ -95,8 +95,8 @@ def test_work_errors_come_back():
 
     def bad_host(stream, ins, outs, lits):
         stream.host_func(lambda: 1 / 0)
-    c.run(bad_host, [np.ones(3, np.float32)], [("f32", (3,))])
-    with pytest.raises(kpipe.Error) as e:  # raised once, by sync or a later call
+    with pytest.raises(kpipe.Error) as e:  # raised once: by this call, sync or a later one
+        c.run(bad_host, [np.ones(3, np.float32)], [("f32", (3,))])
         c.sync()
     assert isinstance(e.value.__cause__, ZeroDivisionError)
     c.run(copy, [np.ones(2, np.float32)], [("f32", (2,))])
