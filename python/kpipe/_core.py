@@ -253,6 +253,27 @@ def release_host_calls(keys):
         _host_calls.pop(k, None)
 
 
+class Owned:
+    """What Pipeline, GraphCache and Tasks share: a library object behind
+    self._h, inputs in flight (self._inflight) and host functions its graphs
+    call (self._host_keys). close() waits for the work, lets the object go
+    once no Array of it is held, and forgets the host functions."""
+    _host_keys = ()
+
+    def close(self):
+        if self._h.ptr:
+            self._inflight.retire(wait=True)
+            self._h = Handle(None, None)  # freed once no Array of it is held
+            release_host_calls(self._host_keys)
+            self._host_keys = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def _addr(x):
     if isinstance(x, int):
         return x

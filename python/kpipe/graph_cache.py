@@ -3,7 +3,7 @@ dtypes, literals), for work whose shapes change per call."""
 import ctypes
 from ctypes import byref, c_int, c_int64, c_uint32, c_void_p
 
-from ._core import Array, Handle, Inflight, Stream, release_host_calls, take
+from ._core import Array, Handle, Inflight, Owned, Stream, take
 from ._lib import (DTYPE_NAMES, DTYPES, ENQUEUE_FN, GRAPH_MAX_CAPTURE_SIZES, Error,
                    GraphCacheConfig, GraphCall, GraphStats, PortInfo, check, desc_shape,
                    desc_strides, fill_desc, lib, raise_failed, set_error)
@@ -62,7 +62,7 @@ def masks(dynamic, n_ports):
     return m
 
 
-class GraphCache:
+class GraphCache(Owned):
     """A shape-keyed graph cache for Python work.
 
         c = kpipe.GraphCache("cpu", capture_sizes=[64, 128, 256])
@@ -213,16 +213,3 @@ class GraphCache:
     def report(self):
         buf = ctypes.create_string_buffer(1 << 16)
         return lib.kp_graph_cache_report(self.ptr, buf, len(buf)).decode()
-
-    def close(self):
-        if self._h.ptr:
-            self._inflight.retire(wait=True)
-            self._h = Handle(None, None)
-            release_host_calls(self._host_keys)
-            self._host_keys = []
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

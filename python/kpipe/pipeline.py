@@ -5,7 +5,7 @@ import json
 import os
 from ctypes import byref, c_void_p
 
-from ._core import Array, Handle, Inflight, take
+from ._core import Array, Handle, Inflight, Owned, take
 from ._lib import (DTYPE_NAMES, Error, GraphStats, PipelineOptions,
                    PipelineReport, PortInfo, check, desc_shape, desc_strides, lib)
 from .graph_cache import cache_config, stats_dict
@@ -26,7 +26,7 @@ def spec_text(spec, what):
                 % (what, type(spec).__name__))
 
 
-class Pipeline:
+class Pipeline(Owned):
     """A pipeline built from its spec: a dict, JSON text or a file path.
 
         p = kpipe.Pipeline("examples/sample.json", device="cpu")
@@ -35,7 +35,7 @@ class Pipeline:
 
     Outputs are views of the pipeline's memory, rewritten by the next tick
     (copy what must outlive it); each keeps the pipeline's memory alive, so
-    one may outlive close(). Inputs are read in place; they are kept alive
+    one may outlive close() (which waits for the ticks). Inputs are read in place; they are kept alive
     until the tick's work is done. `stream`: None (the device's default
     kpipe stream), a kpipe.Stream, or a native stream (torch.cuda.Stream,
     an int): the tick then runs on the caller's stream.
@@ -173,19 +173,6 @@ class Pipeline:
             buf = ctypes.create_string_buffer(1 << 16)
             d["graph_cache"] = lib.kp_graph_cache_report(c, buf, len(buf)).decode()
         return d
-
-    def close(self):
-        """Frees the pipeline once its work is done and no output view is
-        held (a view keeps its memory)."""
-        if self._h.ptr:
-            self._inflight.retire(wait=True)
-            self._h = Handle(None, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         return "kpipe.Pipeline(%r, %s, %s)" % (self.name, self.device.name, self.mode)

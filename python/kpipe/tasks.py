@@ -3,7 +3,7 @@ found from the regions, run on a stream pool or as one graph."""
 import ctypes
 from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 
-from ._core import Array, Handle, Inflight, Stream, release_host_calls, take
+from ._core import Array, Handle, Inflight, Owned, Stream, take
 from ._lib import (DTYPE_NAMES, DTYPES, TASK_FN, Error, TaskArg, TaskEdge, TaskKernel, TasksStats,
                    check, desc_shape, desc_strides, fill_desc, lib, raise_failed, set_error)
 
@@ -29,7 +29,7 @@ def _contiguous(shape):
     return tuple(reversed(s))
 
 
-class Tasks:
+class Tasks(Owned):
     """Tasks whose bodies are Python callables that enqueue on a stream.
 
         t = kpipe.Tasks("cpu", streams=2)
@@ -230,16 +230,3 @@ class Tasks:
 
     def write_dot(self, path):
         check(lib.kp_tasks_write_dot(self.ptr, str(path).encode()))
-
-    def close(self):
-        if self._h.ptr:
-            self._inflight.retire(wait=True)
-            self._h = Handle(None, None)  # freed once no Array of it is held
-            release_host_calls(self._host_keys)
-            self._host_keys = []
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

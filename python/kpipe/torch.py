@@ -202,7 +202,7 @@ class Graphed:
             meta.append((dt, shape, follows))
         return meta, tup
 
-    def _entry(self, key, args, tensors):
+    def _entry(self, args, tensors):
         padded = self._padded(args)
         got = self._meta.get(padded)
         if got is None:
@@ -350,7 +350,7 @@ class Graphed:
                 if not tensors:
                     raise Error("KP_ERR_INVALID_ARG", "a graphed call takes one tensor at least")
                 self._setup(tensors[0])
-            e = self._entries[key] = self._entry(key, args, tensors)
+            e = self._entries[key] = self._entry(args, tensors)
         ins = e.ins
         for k, i in enumerate(e.positions):
             t = args[i]
@@ -406,8 +406,8 @@ class Graphed:
                         for a in ex)
             e = self._entries.get(key)
             if e is None:
-                e = self._entries[key] = self._entry(key, ex, [a for a in ex
-                                                               if isinstance(a, torch.Tensor)])
+                e = self._entries[key] = self._entry(ex, [a for a in ex
+                                                          if isinstance(a, torch.Tensor)])
             entries.append(e)
         if not entries:
             return
