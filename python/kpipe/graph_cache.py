@@ -77,10 +77,10 @@ class GraphCache(Owned):
     stream.host_func(callable). Outputs come back as views sliced to the
     shapes asked for, valid until the next call.
 
-    kpipe captures fn's work on its own stream: PyTorch work inside it is
-    invisible to PyTorch's caching allocator, so it must allocate nothing
-    (out= forms) and PyTorch must be initialized before. For PyTorch code
-    use kpipe.torch.graphed, which captures through PyTorch.
+    kpipe captures fn's work on its own stream, unknown to PyTorch: PyTorch
+    work inside fn is not supported (its allocator and DLPack import make
+    calls a capture forbids, and the capture fails). For PyTorch code use
+    kpipe.torch.graphed, which captures through PyTorch itself.
     """
 
     def __init__(self, device="cpu", miss="capture", max_graphs=64, max_bytes=0,
