@@ -779,7 +779,13 @@ static void video_calls(void **state) {
     rc = (kp_video_reader_config)KP_VIDEO_READER_CONFIG_INIT;
     rc.pitch = -2;
     KPT_FAILS(kp_video_reader_open(g_dev, "x.mp4", &rc, &r), BAD);
+    rc = (kp_video_reader_config)KP_VIDEO_READER_CONFIG_INIT;
+    rc.parallel = KP_VIDEO_MAX_PARALLEL + 1;
+    KPT_FAILS(kp_video_reader_open(g_dev, "x.mp4", &rc, &r), BAD);
+    assert_non_null(strstr(kp_last_error(), "parallel 17"));
     assert_null(r);
+    KPT_FAILS(kp_video_pool_limit(KP_VIDEO_POOL_MAX + 1), BAD);
+    KPT_FAILS(kp_video_pool_stats_get(NULL), BAD);
     KPT_FAILS(kp_video_reader_get_info(NULL, &info), BAD);
     KPT_FAILS(kp_video_reader_next(NULL, s, buf, sizeof buf, &vf, &eos), BAD);
     kp_video_reader_close(NULL);

@@ -3,8 +3,12 @@
  * lossless per-stream sink); a batch across streams of two sizes resizes
  * every frame and writes one file per stream with every frame; "realtime"
  * paces a file at its frame rate; a live udp:// stream whose sender goes
- * away is reconnected, and a cancel stops a source blocked on the network.
- *   test_streams DEVICE   (cpu or cuda; exit 77 without the device) */
+ * away is reconnected, and a cancel stops a source blocked on the network;
+ * one file on several decoder sessions equals one session's decode; and
+ * decoders opened and closed many times (pooled on NVDEC) leave memory,
+ * RSS and threads where they were.
+ *   test_streams DEVICE [CYCLES]   (cpu or cuda; exit 77 without the
+ *                                   device; CYCLES: the decoder soak's) */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -19,8 +23,13 @@
 
 #include "support/kp_test.h"
 
+#ifdef KP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 static kp_device_t g_dev;
 static bool g_cuda;
+static int g_cycles = 300; /* the decoder soak's; argv[2] */
 static char g_dir[256];
 
 static const char *tmp_path(char *buf, size_t len, const char *name) {
@@ -54,6 +63,8 @@ typedef struct writer_args {
     double fps; /* 0: as fast as it goes */
     bool stop;  /* set to end early */
     kp_status st;
+    bool open_gop;
+    int bframes; /* 0: 2 */
 } writer_args;
 
 static void *write_clip(void *arg) {
@@ -65,8 +76,9 @@ static void *write_clip(void *arg) {
     kp_video_writer_t wr = NULL;
     kp_video_writer_config cfg = KP_VIDEO_WRITER_CONFIG_INIT;
     cfg.crf = 12;
-    cfg.bframes = 2;
+    cfg.bframes = a->bframes ? a->bframes : 2;
     cfg.gop = a->gop;
+    cfg.open_gop = a->open_gop;
     cfg.encoder = "libx264";
     cfg.preset = "ultrafast";
     cfg.threads = 1;
@@ -74,8 +86,7 @@ static void *write_clip(void *arg) {
     if (st == KP_OK) st = kp_malloc(g_dev, bytes, &dev);
     if (st == KP_OK) st = kp_video_writer_open(g_dev, a->path, &cfg, &wr);
     double t0 = now_s();
-    for (int i = 0; st == KP_OK && i < a->n && !__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE);
-         i++) {
+    for (int i = 0; st == KP_OK && i < a->n && !__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE); i++) {
         draw(host, a->w, a->h, i, a->k);
         st = kp_memcpy_htod(g_dev, dev, host, bytes);
         kp_video_frame f = {KP_PIXEL_I420, a->w, a->h, a->w, i, {1, 30}, {30, 1}, false};
@@ -97,7 +108,7 @@ static void *write_clip(void *arg) {
 }
 
 static void make_clip(const char *path, int w, int h, int n, int k) {
-    writer_args a = {path, w, h, n, k, 12, 0, false, KP_OK};
+    writer_args a = {path, w, h, n, k, 12, 0, false, KP_OK, false, 0};
     write_clip(&a);
     KPT_OK(a.st);
 }
@@ -134,8 +145,7 @@ static void many_equal_alone(void **state) {
     for (int k = 0; k < 5; k++) {
         char name[32];
         snprintf(name, sizeof name, "in%d.mp4", k);
-        make_clip(tmp_path(in[k], sizeof in[k], name), k_sizes[k][0], k_sizes[k][1], 20 + 3 * k,
-                  k);
+        make_clip(tmp_path(in[k], sizeof in[k], name), k_sizes[k][0], k_sizes[k][1], 20 + 3 * k, k);
         len += snprintf(json + len, sizeof json - (size_t)len, "%s\"%s\"", k ? ", " : "", in[k]);
     }
     snprintf(json + len, sizeof json - (size_t)len,
@@ -205,8 +215,8 @@ static void batch_across_streams(void **state) {
         assert_int_equal(got.info.height, 48);
         for (int i = 0; i < got.n; i++) {
             KPT_OK(kp_memcpy_htod(g_dev, din, in->data + in->bytes * (size_t)i, in->bytes));
-            KPT_OK(kp_resize_nv12(s, din, in->info.width, in->info.height, in->info.pitch, dout,
-                                  64, 48, 64));
+            KPT_OK(kp_resize_nv12(s, din, in->info.width, in->info.height, in->info.pitch, dout, 64,
+                                  48, 64));
             KPT_OK(kp_stream_sync(s));
             KPT_OK(kp_memcpy_dtoh(g_dev, want, dout, sizeof want));
             assert_memory_equal(want, got.data + got.bytes * (size_t)i, sizeof want);
@@ -218,6 +228,222 @@ static void batch_across_streams(void **state) {
     kp_free(g_dev, din);
     kp_free(g_dev, dout);
     kp_stream_destroy(s);
+}
+
+/* One file on several sessions ("parallel"): every frame equal, byte for
+ * byte and timestamp for timestamp, to one session's decode, on closed and
+ * open groups of pictures with B-frames, a file of one key frame, and more
+ * sessions than groups; through the reader, the flow's JSON, and a reader
+ * closed while its sessions run ahead. */
+static void parallel_equals_sequential(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        int w, h, n, gop, bframes;
+        bool open;
+    } clips[] = {
+        {"closed.mp4", 100, 64, 61, 7, 2, false},
+        {"open.mp4", 100, 64, 50, 9, 3, true},
+        {"onekey.mp4", 64, 48, 20, 0, 2, false},
+        {"closed.mkv", 64, 48, 33, 5, 1, false},
+    };
+    static const int sessions[] = {2, 3, 7, 16};
+    const kp_video_decoder decs[] = {KP_VIDEO_DECODE_SOFTWARE, KP_VIDEO_DECODE_AUTO};
+    for (size_t c = 0; c < sizeof clips / sizeof clips[0]; c++) {
+        char in[512];
+        writer_args a = {tmp_path(in, sizeof in, clips[c].name),
+                         clips[c].w,
+                         clips[c].h,
+                         clips[c].n,
+                         (int)c,
+                         clips[c].gop,
+                         0,
+                         false,
+                         KP_OK,
+                         clips[c].open,
+                         clips[c].bframes};
+        write_clip(&a);
+        KPT_OK(a.st);
+        for (int d = 0; d < (g_cuda ? 2 : 1); d++) {
+            kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
+            cfg.decoder = decs[d];
+            cfg.format = KP_PIXEL_NV12;
+            cfg.threads = 4; /* software: frame threads alone, slice threads in the sessions */
+            frames one, par;
+            KPT_OK(kpt_read_frames_cfg(g_dev, in, &cfg, &one));
+            assert_int_equal(one.n, clips[c].n);
+            for (size_t k = 0; k < sizeof sessions / sizeof sessions[0]; k++) {
+                cfg.parallel = sessions[k];
+                KPT_OK(kpt_read_frames_cfg(g_dev, in, &cfg, &par));
+                if (par.n != one.n)
+                    fprintf(stderr, "%s, %s, %d sessions: %d frames, %d alone\n", clips[c].name,
+                            par.info.decoder, sessions[k], par.n, one.n);
+                assert_int_equal(par.n, one.n);
+                assert_int_equal(par.bytes, one.bytes);
+                assert_memory_equal(par.pts, one.pts, sizeof one.pts[0] * (size_t)one.n);
+                assert_memory_equal(par.data, one.data, one.bytes * (size_t)one.n);
+                free(par.data);
+            }
+            free(one.data);
+            /* closed while the sessions decode ahead: no hang, nothing kept */
+            cfg.parallel = 3;
+            kp_video_reader_t r;
+            kp_stream_t s;
+            void *buf;
+            KPT_OK(kp_video_reader_open(g_dev, in, &cfg, &r));
+            KPT_OK(kp_stream_create(g_dev, &s));
+            KPT_OK(kp_malloc(g_dev, one.bytes, &buf));
+            kp_video_frame f;
+            bool eos;
+            KPT_OK(kp_video_reader_next(r, s, buf, one.bytes, &f, &eos));
+            assert_false(eos);
+            kp_video_reader_close(r);
+            KPT_OK(kp_stream_sync(s));
+            kp_free(g_dev, buf);
+            kp_stream_destroy(s);
+        }
+    }
+    /* through a flow: a lossless file equal to the input decoded alone */
+    char in[512], out[512], json[1024];
+    tmp_path(in, sizeof in, "open.mp4");
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cam\", \"source\": \"video\", "
+             "\"format\": \"nv12\", \"path\": \"%s\", \"parallel\": 4}, {\"name\": \"out\", "
+             "\"sink\": \"video\", \"encoder\": \"libx264\", \"crf\": 0, \"preset\": "
+             "\"ultrafast\", \"path\": \"%s\"}]}",
+             in, tmp_path(out, sizeof out, "parallel.mkv"));
+    run_json(json);
+    frames a, b;
+    read_all(in, &a);
+    read_all(out, &b);
+    assert_int_equal(a.n, b.n);
+    assert_memory_equal(a.data, b.data, a.bytes * (size_t)a.n);
+    free(a.data);
+    free(b.data);
+}
+
+/* What RSS may grow by over the decoder soak: AddressSanitizer keeps
+ * freed blocks in quarantine (256 MiB at most), and its leak check covers
+ * what this one would. */
+#if defined(__SANITIZE_ADDRESS__)
+#define KPT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KPT_ASAN 1
+#endif
+#endif
+#ifdef KPT_ASAN
+static const long k_rss_slack = 300L << 20;
+#else
+static const long k_rss_slack = 16L << 20;
+#endif
+
+static long rss_bytes(void) {
+    long pages = 0, resident = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+    fclose(f);
+    return resident < 0 ? -1 : resident * sysconf(_SC_PAGESIZE);
+}
+
+static int thread_count(void) {
+    char line[256];
+    int n = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1) break;
+    fclose(f);
+    return n;
+}
+
+static size_t device_used(void) {
+    size_t used = 0;
+#ifdef KP_HAVE_CUDA
+    size_t free_b = 0, total = 0;
+    if (g_cuda && cudaMemGetInfo(&free_b, &total) == cudaSuccess) used = total - free_b;
+#endif
+    return used;
+}
+
+/* Decoder open/close cycles (argv[2] of them, alternating two clips of two
+ * sizes, each read to its first frame, which is checked): on NVDEC every
+ * open after the first few takes a pooled decoder and reconfigures it.
+ * Once the pool is cut, device memory, RSS and the thread count are back
+ * at their baseline. */
+static void decoder_soak(void **state) {
+    (void)state;
+    char clip[2][512];
+    make_clip(tmp_path(clip[0], sizeof clip[0], "soak_a.mp4"), 160, 96, 4, 0);
+    make_clip(tmp_path(clip[1], sizeof clip[1], "soak_b.mp4"), 128, 72, 4, 1);
+    frames want[2];
+    KPT_FAILS(kp_video_pool_limit(-1), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_video_pool_limit(KP_VIDEO_POOL_MAX + 1), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_video_pool_stats_get(NULL), KP_ERR_INVALID_ARG);
+    KPT_OK(kp_video_pool_limit(0)); /* every decoder made and freed: the reference */
+    for (int k = 0; k < 2; k++) read_all(clip[k], &want[k]);
+    KPT_OK(kp_video_pool_limit(KP_VIDEO_POOL_DEFAULT));
+    kp_stream_t s;
+    void *buf;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_malloc(g_dev, want[0].bytes, &buf));
+    uint8_t *host = malloc(want[0].bytes);
+    kp_video_pool_stats a, b;
+    long rss0 = 0;
+    int threads0 = 0;
+    size_t dev0 = 0;
+    double t0 = now_s();
+    for (int i = -8; i < g_cycles; i++) {
+        if (i == 0) { /* baseline: warm, then the pool cut */
+            KPT_OK(kp_video_pool_limit(0));
+            KPT_OK(kp_video_pool_limit(KP_VIDEO_POOL_DEFAULT));
+            KPT_OK(kp_video_pool_stats_get(&a));
+            rss0 = rss_bytes();
+            threads0 = thread_count();
+            dev0 = device_used();
+            t0 = now_s();
+        }
+        const int k = i & 1;
+        kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
+        cfg.format = KP_PIXEL_NV12;
+        kp_video_reader_t r;
+        KPT_OK(kp_video_reader_open(g_dev, clip[k], &cfg, &r));
+        kp_video_frame f;
+        bool eos;
+        KPT_OK(kp_video_reader_next(r, s, buf, want[k].bytes, &f, &eos));
+        assert_false(eos);
+        kp_video_reader_close(r);
+        if (i % 50 == 0 || i == g_cycles - 1) {
+            KPT_OK(kp_stream_sync(s));
+            KPT_OK(kp_memcpy_dtoh(g_dev, host, buf, want[k].bytes));
+            assert_memory_equal(host, want[k].data, want[k].bytes);
+        }
+    }
+    const double per = (now_s() - t0) / g_cycles * 1e3;
+    KPT_OK(kp_video_pool_stats_get(&b));
+    KPT_OK(kp_video_pool_limit(0));
+    KPT_OK(kp_stream_sync(s));
+    const long rss1 = rss_bytes();
+    const int threads1 = thread_count();
+    const size_t dev1 = device_used();
+    fprintf(stderr,
+            "decoder soak: %d cycles, %.2f ms each; %llu made, %llu reused; RSS %+.1f MiB, "
+            "threads %d -> %d, device %+.1f MiB\n",
+            g_cycles, per, (unsigned long long)(b.created - a.created),
+            (unsigned long long)(b.reused - a.reused), (double)(rss1 - rss0) / 1048576.0, threads0,
+            threads1, ((double)dev1 - (double)dev0) / 1048576.0);
+    if (g_cuda) { /* NVDEC: after the first decoder of each size, every open reconfigures */
+        assert_true(b.created - a.created <= 2);
+        assert_true(b.reused - a.reused >= (uint64_t)g_cycles - 2);
+    }
+    assert_true(rss1 - rss0 < k_rss_slack);
+    assert_int_equal(threads1, threads0);
+    assert_true(dev1 <= dev0 + (32u << 20));
+    free(host);
+    kp_free(g_dev, buf);
+    kp_stream_destroy(s);
+    for (int k = 0; k < 2; k++) free(want[k].data);
 }
 
 /* "realtime": 15 frames at 30 frames/s take about half a second; without
@@ -249,7 +475,7 @@ static void live_udp_reconnects(void **state) {
     const int port = 20000 + (int)(getpid() % 20000);
     char url[128], json[1024];
     snprintf(url, sizeof url, "udp://127.0.0.1:%d", port);
-    writer_args first = {url, 64, 48, 100000, 0, 10, 30.0, false, KP_OK};
+    writer_args first = {url, 64, 48, 100000, 0, 10, 30.0, false, KP_OK, false, 0};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, write_clip, &first), 0);
     snprintf(json, sizeof json,
@@ -272,7 +498,7 @@ static void live_udp_reconnects(void **state) {
     struct timespec gap = {1, 0};
     nanosleep(&gap, NULL);
     uint64_t before = ss.frames;
-    writer_args second = {url, 64, 48, 100000, 1, 10, 30.0, false, KP_OK};
+    writer_args second = {url, 64, 48, 100000, 1, 10, 30.0, false, KP_OK, false, 0};
     assert_int_equal(pthread_create(&th, NULL, write_clip, &second), 0); /* and comes back */
     t0 = now_s();
     do {
@@ -297,6 +523,7 @@ static void bad_streams(void **state) {
     (void)state;
     char ok[512], json[2048];
     make_clip(tmp_path(ok, sizeof ok, "ok.mp4"), 64, 48, 3, 0);
+    make_clip(tmp_path(json, sizeof json, "ok.mp4.ts"), 64, 48, 3, 0); /* MPEG-TS: no index */
     static const char *const bad[][2] = {
         {"\"paths\": [\"%s\", \"/no/such.mp4\"]", "$.stages[0]: paths[1]"},
         {"\"paths\": [\"%s\", \"udp://127.0.0.1:9\"]", "live URLs and files do not mix"},
@@ -304,6 +531,8 @@ static void bad_streams(void **state) {
         {"\"paths\": [\"%s\"], \"streams\": 2", "or \"paths\", one of them"},
         {"\"path\": \"%s\", \"streams\": 300", "streams: expected an integer from 1 to 256"},
         {"\"path\": \"%s\", \"realtime\": 1", "realtime: expected true or false"},
+        {"\"path\": \"%s\", \"parallel\": 17", "parallel: expected an integer from 1 to 16"},
+        {"\"path\": \"%s.ts\", \"parallel\": 2", "this one has none (mpegts"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char keys[1024];
@@ -334,12 +563,14 @@ int main(int argc, char **argv) {
         return 77;
     }
     g_cuda = strcmp(kp_device_backend(g_dev), "cuda") == 0;
+    if (argc > 2) g_cycles = atoi(argv[2]) > 0 ? atoi(argv[2]) : g_cycles;
     snprintf(g_dir, sizeof g_dir, "/tmp/kp_streams_XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(many_equal_alone),    cmocka_unit_test(batch_across_streams),
-        cmocka_unit_test(realtime_pacing),     cmocka_unit_test(live_udp_reconnects),
-        cmocka_unit_test(bad_streams),
+        cmocka_unit_test(many_equal_alone), cmocka_unit_test(batch_across_streams),
+        cmocka_unit_test(realtime_pacing),  cmocka_unit_test(live_udp_reconnects),
+        cmocka_unit_test(bad_streams),      cmocka_unit_test(parallel_equals_sequential),
+        cmocka_unit_test(decoder_soak),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[300];

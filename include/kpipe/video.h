@@ -76,8 +76,18 @@ typedef struct kp_video_reader_config {
      * NULL: never. */
     bool (*interrupt)(void *user);
     void *interrupt_user;
+    /* One file on several decoder sessions at once: 0 or 1, one session;
+     * N (2 .. KP_VIDEO_MAX_PARALLEL), N sessions (on NVDEC, spread over the
+     * device's engines) decode the groups of pictures between the key
+     * frames of the demuxer's index at once, and frames leave in display
+     * order, equal to one session's, frame for frame. A file without a key
+     * frame index (MPEG-TS, live input) is refused by name. It costs each
+     * session a ring of device frames as long as the longest group of
+     * pictures (at most 64), and one device-to-device copy per frame. */
+    int parallel;
 } kp_video_reader_config;
-#define KP_VIDEO_READER_CONFIG_INIT {KP_VIDEO_DECODE_AUTO, 0, 0, KP_PIXEL_NONE, 0, NULL, NULL}
+#define KP_VIDEO_READER_CONFIG_INIT {KP_VIDEO_DECODE_AUTO, 0, 0, KP_PIXEL_NONE, 0, NULL, NULL, 0}
+#define KP_VIDEO_MAX_PARALLEL 16
 
 typedef struct kp_video_reader_info {
     int32_t width, height;
@@ -107,6 +117,29 @@ kp_status kp_video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, si
                                kp_video_frame *frame, bool *eos);
 void kp_video_reader_close(kp_video_reader_t r);
 
+/* --- the NVDEC decoder pool -------------------------------------------------------- */
+/* Making an NVDEC decoder costs tens of milliseconds (the driver makes them
+ * one at a time); reconfiguring one for a new clip costs a few. A closing
+ * reader gives its decoder to a pool of idle ones (one per process), and
+ * an opening reader takes the smallest that fits (same device and codec,
+ * made for at least the stream's coded size) and reconfigures it. Each
+ * decoder is made for the common frame size at or above its stream's
+ * (352x288, 640x480, 1280x720, 1920x1088, 2560x1440, 3840x2176, 4096x2304,
+ * 7680x4320), so clips of nearby sizes share. An idle decoder holds its
+ * device memory until taken or cut. */
+#define KP_VIDEO_POOL_DEFAULT 16 /* idle decoders kept */
+#define KP_VIDEO_POOL_MAX 64
+typedef struct kp_video_pool_stats {
+    int idle, limit;
+    uint64_t created;   /* decoders made */
+    uint64_t reused;    /* streams that took a pooled decoder */
+    uint64_t destroyed; /* decoders freed: over the limit, or cut */
+} kp_video_pool_stats;
+/* Keeps at most max_idle idle decoders (0 .. KP_VIDEO_POOL_MAX; 0: none,
+ * every decoder freed at close); the idle ones over it are freed now. */
+kp_status kp_video_pool_limit(int max_idle);
+kp_status kp_video_pool_stats_get(kp_video_pool_stats *out);
+
 /* --- writing ----------------------------------------------------------------------- */
 typedef struct kp_video_writer *kp_video_writer_t;
 
@@ -119,8 +152,13 @@ typedef struct kp_video_writer_config {
     int bframes;         /* -1: the preset's */
     int gop;             /* frames between key frames; 0: the encoder's */
     int threads;         /* 0: one per core */
+    /* libx264's open groups of pictures: a key frame after the first is not
+     * an IDR, and the B-frames before it in display order refer to the
+     * group before (smaller files; a reader starting there must decode
+     * from the key frame before). */
+    bool open_gop;
 } kp_video_writer_config;
-#define KP_VIDEO_WRITER_CONFIG_INIT {NULL, NULL, 0, -1, NULL, -1, 0, 0}
+#define KP_VIDEO_WRITER_CONFIG_INIT {NULL, NULL, 0, -1, NULL, -1, 0, 0, false}
 
 /* Makes a writer for `path`; the container follows the extension (.mp4,
  * .mkv, .ts; MPEG-TS for a udp://, srt:// or tcp:// URL). The file is made at the first frame, whose size, format,

@@ -39,12 +39,12 @@ static kp_status kp__synthetic(kp_device_t dev, json_t *s, const char *path, int
  * (synthetic), "width" and "height" (testsrc), "loop" (y4m source), "path"
  * (files). */
 kp_status kp__json_kind_keys(json_t *s, const char *path, const char *kind,
-                               const char *const *allowed) {
+                             const char *const *allowed) {
     static const char *const optional[] = {
-        "frames",  "shape",   "width",   "height",  "loop",    "path",  "listen",
-        "connect", "frame_bytes", "capacity", "timeout_ms", "decoder", "pitch", "codec",
-        "encoder", "bitrate", "crf",     "preset",  "bframes", "gop",   "threads",
-        "format",  "paths",   "streams", "realtime", NULL};
+        "frames",  "shape",       "width",    "height",     "loop",     "path",  "listen",
+        "connect", "frame_bytes", "capacity", "timeout_ms", "decoder",  "pitch", "codec",
+        "encoder", "bitrate",     "crf",      "preset",     "bframes",  "gop",   "threads",
+        "format",  "paths",       "streams",  "realtime",   "parallel", NULL};
     for (const char *const *k = optional; *k; k++) {
         bool ok = false;
         for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, *k) == 0;
@@ -116,8 +116,7 @@ static kp_status kp__opt_str(json_t *s, const char *path, const char *key,
         for (const char *const *a = allowed; a && *a; a++)
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"",
                      a == allowed ? "" : ", ", *a);
-        return KP__PERR("%s.%s: expected %s%s", path, key, allowed ? "one of " : "a string",
-                        list);
+        return KP__PERR("%s.%s: expected %s%s", path, key, allowed ? "one of " : "a string", list);
     }
     *out = t;
     return KP_OK;
@@ -125,13 +124,13 @@ static kp_status kp__opt_str(json_t *s, const char *path, const char *key,
 
 /* Video in (docs/video.md): "path" (a file or a live URL) or "paths" (one
  * stream each), "streams" (that many streams of "path"), decoder, pitch,
- * threads, format, realtime, timeout_ms. */
+ * threads, format, realtime, timeout_ms, parallel (sessions per file). */
 static kp_status kp__video_source(kp_device_t dev, json_t *s, const char *path, int64_t frames,
                                   kp__stage_made *m) {
     KP_CHECK(kp__json_kind_keys(s, path, "video",
                                 (const char *const[]){"frames", "path", "paths", "streams",
-                                                      "realtime", "timeout_ms", "decoder",
-                                                      "pitch", "threads", "format", NULL}));
+                                                      "realtime", "timeout_ms", "decoder", "pitch",
+                                                      "threads", "format", "parallel", NULL}));
     kp__video_source_opts o = {KP_VIDEO_READER_CONFIG_INIT, frames, false};
     kp_video_reader_config *cfg = &o.reader;
     const char *file = json_string_value(json_object_get(s, "path")), *dec = "auto";
@@ -155,7 +154,8 @@ static kp_status kp__video_source(kp_device_t dev, json_t *s, const char *path, 
     cfg->decoder = dec[0] == 'a'   ? KP_VIDEO_DECODE_AUTO
                    : dec[0] == 'n' ? KP_VIDEO_DECODE_NVDEC
                                    : KP_VIDEO_DECODE_SOFTWARE;
-    int64_t pitch = 0, threads = 0, timeout = 0;
+    int64_t pitch = 0, threads = 0, timeout = 0, parallel = 1;
+    KP_CHECK(kp__opt_int(s, path, "parallel", 1, KP_VIDEO_MAX_PARALLEL, &parallel));
     KP_CHECK(kp__opt_int(s, path, "pitch", 0, 2 * KP_VIDEO_MAX_SIDE, &pitch));
     KP_CHECK(kp__opt_int(s, path, "threads", 0, 256, &threads));
     KP_CHECK(kp__opt_int(s, path, "timeout_ms", 0, 86400000, &timeout));
@@ -168,6 +168,7 @@ static kp_status kp__video_source(kp_device_t dev, json_t *s, const char *path, 
     cfg->pitch = pitch;
     cfg->threads = (int)threads;
     cfg->timeout_ms = (int)timeout;
+    cfg->parallel = (int)parallel;
     return kp__stage_video_source(dev, paths, n, &o, m, NULL);
 }
 
@@ -175,15 +176,15 @@ static kp_status kp__video_source(kp_device_t dev, json_t *s, const char *path, 
  * gop, threads, format. */
 static kp_status kp__video_sink(kp_device_t dev, json_t *s, const char *path, kp__stage_made *m) {
     KP_CHECK(kp__json_kind_keys(s, path, "video",
-                           (const char *const[]){"path", "codec", "encoder", "bitrate", "crf",
-                                                 "preset", "bframes", "gop", "threads", "format",
-                                                 NULL}));
+                                (const char *const[]){"path", "codec", "encoder", "bitrate", "crf",
+                                                      "preset", "bframes", "gop", "threads",
+                                                      "format", NULL}));
     kp_video_writer_config cfg = KP_VIDEO_WRITER_CONFIG_INIT;
     const char *file = json_string_value(json_object_get(s, "path")), *format = NULL;
     if (!file) return KP__PERR("%s.path: the video sink needs a file path", path);
     KP_CHECK(kp__opt_str(s, path, "codec", (const char *const[]){"h264", NULL}, &cfg.codec));
-    KP_CHECK(kp__opt_str(s, path, "encoder", (const char *const[]){"auto", "nvenc", "libx264", NULL},
-                         &cfg.encoder));
+    KP_CHECK(kp__opt_str(s, path, "encoder",
+                         (const char *const[]){"auto", "nvenc", "libx264", NULL}, &cfg.encoder));
     KP_CHECK(kp__opt_str(s, path, "preset", NULL, &cfg.preset));
     KP_CHECK(kp__opt_str(s, path, "format", (const char *const[]){"nv12", "i420", NULL}, &format));
     int64_t crf = -1, bframes = -1, gop = 0, threads = 0;
@@ -201,7 +202,7 @@ static kp_status kp__video_sink(kp_device_t dev, json_t *s, const char *path, kp
 }
 
 kp_status kp__json_source(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
-                            kp__stage_made *m) {
+                          kp__stage_made *m) {
     const char *kind = json_string_value(json_object_get(s, "source"));
     char sub[96];
     int64_t frames = 0, w = 0, h = 0;
@@ -210,19 +211,20 @@ kp_status kp__json_source(kp__flow_build *b, kp_device_t dev, json_t *s, const c
     snprintf(sub, sizeof sub, "%s.frames", path);
     if (v) KP_CHECK(kp__json_count(v, sub, 0, INT64_MAX, &frames));
     if (kind && strcmp(kind, "synthetic") == 0) {
-        KP_CHECK(kp__json_kind_keys(s, path, kind, (const char *const[]){"frames", "shape", "streams", NULL}));
+        KP_CHECK(kp__json_kind_keys(s, path, kind,
+                                    (const char *const[]){"frames", "shape", "streams", NULL}));
         st = kp__synthetic(dev, s, path, frames, m);
     } else if (kind && strcmp(kind, "testsrc") == 0) {
-        KP_CHECK(
-            kp__json_kind_keys(s, path, kind, (const char *const[]){"frames", "width", "height", "streams", NULL}));
+        KP_CHECK(kp__json_kind_keys(
+            s, path, kind, (const char *const[]){"frames", "width", "height", "streams", NULL}));
         snprintf(sub, sizeof sub, "%s.width", path);
         KP_CHECK(kp__json_count(json_object_get(s, "width"), sub, 2, 16384, &w));
         snprintf(sub, sizeof sub, "%s.height", path);
         KP_CHECK(kp__json_count(json_object_get(s, "height"), sub, 2, 16384, &h));
         st = kp__stage_testsrc(frames, w, h, m);
     } else if (kind && strcmp(kind, "y4m") == 0) {
-        KP_CHECK(
-            kp__json_kind_keys(s, path, kind, (const char *const[]){"frames", "loop", "path", NULL}));
+        KP_CHECK(kp__json_kind_keys(s, path, kind,
+                                    (const char *const[]){"frames", "loop", "path", NULL}));
         const char *file = json_string_value(json_object_get(s, "path"));
         json_t *loop = json_object_get(s, "loop");
         if (!file) return KP__PERR("%s.path: the y4m source needs a file path", path);
@@ -246,15 +248,15 @@ kp_status kp__json_source(kp__flow_build *b, kp_device_t dev, json_t *s, const c
 }
 
 kp_status kp__json_sink(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
-                          kp__stage_made *m) {
+                        kp__stage_made *m) {
     const char *kind = json_string_value(json_object_get(s, "sink"));
     if (kind && strcmp(kind, "null") == 0) {
         KP_CHECK(kp__json_kind_keys(s, path, kind, (const char *const[]){NULL}));
         return kp__stage_null(m);
     }
     if (kind && strcmp(kind, "remote") == 0) {
-        KP_CHECK(
-            kp__json_kind_keys(s, path, kind, (const char *const[]){"connect", "timeout_ms", NULL}));
+        KP_CHECK(kp__json_kind_keys(s, path, kind,
+                                    (const char *const[]){"connect", "timeout_ms", NULL}));
         kp_status st = kp__remote_sink(b, dev, s, path, m);
         return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
     }

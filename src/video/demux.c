@@ -74,7 +74,8 @@ int kp__reader_interrupt(void *opaque) {
 void kp__reader_arm(kp_video_reader_t r) {
     r->timed_out = r->interrupted = false;
     r->deadline_ns = 0;
-    if (r->cfg.timeout_ms > 0) r->deadline_ns = kp__mono_ns() + (uint64_t)r->cfg.timeout_ms * 1000000u;
+    if (r->cfg.timeout_ms > 0)
+        r->deadline_ns = kp__mono_ns() + (uint64_t)r->cfg.timeout_ms * 1000000u;
 }
 
 kp_status kp__reader_wait_error(kp_video_reader_t r, int averr, kp_status st, const char *what) {
@@ -85,12 +86,15 @@ kp_status kp__reader_wait_error(kp_video_reader_t r, int averr, kp_status st, co
     return kp__av_error(averr, st, "%s: %s", r->path, what);
 }
 
-
 kp_status kp__demux_next(kp_video_reader_t r) {
     for (;;) {
         if (r->demux_eof) return KP_ERR_NOT_FOUND;
         kp__reader_arm(r);
-        int e = av_read_frame(r->fmt, r->pkt);
+        int e = 0;
+        if (r->held) /* the packet a seek stopped at */
+            r->held = false;
+        else
+            e = av_read_frame(r->fmt, r->pkt);
         if (e == AVERROR_EOF) {
             r->demux_eof = true;
             return KP_ERR_NOT_FOUND;
@@ -101,6 +105,17 @@ kp_status kp__demux_next(kp_video_reader_t r) {
             return kp__reader_wait_error(r, e, e == AVERROR(EIO) ? KP_ERR_IO : KP_ERR_PARSE, what);
         }
         if (r->pkt->stream_index == r->st->index) {
+            bool stop = false;
+            if (r->range.on && (r->pkt->flags & AV_PKT_FLAG_KEY)) kp__range_key(r, &stop);
+            if (r->range.on && !r->range.have_start && kp__range_skip(r, r->pkt)) {
+                av_packet_unref(r->pkt); /* before the range: referred to by nothing */
+                continue;
+            }
+            if (stop) {
+                av_packet_unref(r->pkt);
+                r->demux_eof = true;
+                return KP_ERR_NOT_FOUND;
+            }
             r->packets++;
             return KP_OK;
         }

@@ -34,6 +34,7 @@ struct kp_video_reader {
     AVStream *st;
     AVPacket *pkt;
     bool demux_eof;
+    bool held; /* r->pkt is the next packet (a seek read it) */
     /* FFmpeg's interrupt callback: the user's, and the deadline of the wait
      * under way (CLOCK_MONOTONIC ns; 0: none) from cfg.timeout_ms */
     uint64_t deadline_ns;
@@ -50,6 +51,21 @@ struct kp_video_reader {
     uint64_t next;
     /* NVDEC, when it decodes */
     struct kp__nvdec *nv;
+    /* One session of a parallel reader (parallel.c) decodes a range: the
+     * frames in display order from its key frame (index stamp start_ts;
+     * its pts start_pts) up to the next key frame of the index (end_ts,
+     * end_pts; INT64_MAX: the end of the file), dropping what lies
+     * outside. Key packets are matched as they are demuxed; the key packet
+     * after the end, or an IDR ending the range, ends the demux. */
+    struct kp__range {
+        bool on, ended;
+        int64_t start_ts, end_ts;
+        bool have_start, have_end;
+        int64_t start_pts, end_pts;
+    } range;
+    /* a parallel reader: the sessions, each a reader with a range (r->nv
+     * and r->dec unused) */
+    struct kp__par *par;
     bool failed; /* a named error stopped it: every later call repeats that */
     kp_status fail_status;
     char fail_detail[512];
@@ -65,11 +81,43 @@ void kp__av_log_capture(void);
  * end of the file. */
 kp_status kp__demux_next(kp_video_reader_t r);
 
+/* Ranges (parallel.c). What a decoded frame with `pts` is to r's range:
+ * KP__RANGE_KEEP (and always when no range is on), KP__RANGE_DROP (before
+ * its start), or KP__RANGE_END (the range is complete: r->range.ended). A
+ * frame without a timestamp in a range is KP_ERR_UNSUPPORTED, named. */
+enum { KP__RANGE_KEEP, KP__RANGE_DROP, KP__RANGE_END };
+kp_status kp__range_frame(kp_video_reader_t r, int64_t pts, int *what);
+/* A key packet of r's stream just demuxed into r->pkt: counts it against
+ * the range; *stop: the demux ends before it. */
+void kp__range_key(kp_video_reader_t r, bool *stop);
+/* Whether a packet of r's stream, demuxed before its range's start, need
+ * not be decoded: H.264 pictures that no other picture refers to. */
+bool kp__range_skip(kp_video_reader_t r, const AVPacket *pkt);
+/* A parallel reader over r (opened, described, no decoder): its sessions,
+ * each a reader made with cfg.parallel = KP__PAR_SESSION. */
+#define KP__PAR_SESSION (-1)
+kp_status kp__par_open(kp_video_reader_t r);
+kp_status kp__par_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video_frame *frame,
+                       bool *eos);
+void kp__par_close(struct kp__par *p);
+/* A packet's stamp as the index keeps it: its dts (MP4), or where packets
+ * have none, its pts (Matroska). */
+static inline int64_t kp__pkt_stamp(const AVPacket *p) {
+    return p->dts != AV_NOPTS_VALUE ? p->dts : p->pts;
+}
+/* Seeks r to the key frame stamped `ts` in the index, holding its packet
+ * in r->pkt for the next demux, and empties the decoder for the range
+ * [start_ts, end_ts) of index stamps. */
+kp_status kp__reader_seek(kp_video_reader_t r, int64_t ts, int64_t start_ts, int64_t end_ts);
+
 /* NVDEC (nvdec.c): opens a session for r's stream, or says why not
  * (KP_ERR_UNSUPPORTED with the reason in the detail). */
 kp_status kp__nvdec_open(kp_video_reader_t r);
 kp_status kp__nvdec_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video_frame *frame,
                          bool *eos);
 void kp__nvdec_close(struct kp__nvdec *nv);
+/* Forgets what the parser and the output queue hold (a seek); the decoder
+ * stays. */
+kp_status kp__nvdec_reset(struct kp__nvdec *nv);
 
 #endif

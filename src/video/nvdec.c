@@ -55,9 +55,13 @@ struct kp__nvdec {
     AVBSFContext *bsf;
     AVPacket *fpkt;
     unsigned surfaces, coded_w, coded_h;
+    unsigned max_w, max_h; /* what the decoder was made for: a reconfigure stays within */
     CUVIDPARSERDISPINFO q[KP__NV_QUEUE];
     unsigned qh, qn;
     bool eos_sent;
+    uint8_t *seq; /* the parameter sets as Annex B (kp__nv_seqhdr) */
+    size_t seq_len;
+    bool broken;         /* a device error: the decoder is not pooled */
     kp_status cb_status; /* a callback's error, its detail in cb_detail */
     char cb_detail[400];
 };
@@ -65,12 +69,13 @@ struct kp__nvdec {
 static kp_status kp__cu_error(CUresult e, const char *what) {
     const char *name = NULL;
     if (kp__cu->cuGetErrorName(e, &name) != CUDA_SUCCESS || !name) name = "?";
-    return kp__error((int)e == 2 /* CUDA_ERROR_OUT_OF_MEMORY */ ? KP_ERR_OUT_OF_MEMORY : KP_ERR_DEVICE,
+    return kp__error((int)e == 2 /* CUDA_ERROR_OUT_OF_MEMORY */ ? KP_ERR_OUT_OF_MEMORY
+                                                                : KP_ERR_DEVICE,
                      "NVDEC: %s: %s (%d)", what, name, (int)e);
 }
-#define KP__CU(call, what)                                   \
-    do {                                                     \
-        CUresult kp__e = (call);                             \
+#define KP__CU(call, what)                                           \
+    do {                                                             \
+        CUresult kp__e = (call);                                     \
         if (kp__e != CUDA_SUCCESS) return kp__cu_error(kp__e, what); \
     } while (0)
 
@@ -101,14 +106,125 @@ static kp_status kp__nv_fits(struct kp__nvdec *nv, unsigned w, unsigned h) {
     return KP_OK;
 }
 
+/* --- the decoder pool -----------------------------------------------------------------
+ * Idle decoders, per process: a closing reader gives its decoder here (with
+ * its hold on the device's primary context), an opening one takes the
+ * smallest that fits and reconfigures it in the sequence callback, where
+ * the driver requires it. A decoder is made for the common frame size at
+ * or above the stream's (its maximum), so clips of nearby sizes share. */
+#define KP__NV_POOL_MAX 64
+typedef struct kp__nv_idle {
+    CUvideodecoder dec;
+    CUdevice cudev;
+    CUcontext ctx;
+    cudaVideoCodec codec;
+    unsigned max_w, max_h, surfaces;
+} kp__nv_idle;
+static pthread_mutex_t kp__pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static kp__nv_idle kp__pool[KP__NV_POOL_MAX];
+static int kp__pool_n, kp__pool_limit = KP_VIDEO_POOL_DEFAULT;
+static uint64_t kp__pool_created, kp__pool_reused, kp__pool_destroyed;
+
+static void kp__nv_destroy(CUvideodecoder dec, CUcontext ctx, CUdevice cudev) {
+    CUcontext dummy;
+    if (kp__cu->cuCtxPushCurrent(ctx) == CUDA_SUCCESS) {
+        kp__cuvid->cuvidDestroyDecoder(dec);
+        kp__cu->cuCtxPopCurrent(&dummy);
+    }
+    kp__cu->cuDevicePrimaryCtxRelease(cudev);
+}
+
+/* The idle decoders over `keep`, out of the pool (destroyed by the caller,
+ * outside the lock): how many. */
+static int kp__pool_cut(int keep, kp__nv_idle *out) {
+    int n = 0;
+    while (kp__pool_n > keep) out[n++] = kp__pool[--kp__pool_n];
+    kp__pool_destroyed += (uint64_t)n;
+    return n;
+}
+
+/* Takes the smallest idle decoder for (device, codec) of at least w x h
+ * coded and n surfaces; false: none. */
+static bool kp__pool_take(CUdevice cudev, cudaVideoCodec codec, unsigned w, unsigned h, unsigned n,
+                          kp__nv_idle *out) {
+    pthread_mutex_lock(&kp__pool_mu);
+    int best = -1;
+    for (int i = 0; i < kp__pool_n; i++) {
+        const kp__nv_idle *d = &kp__pool[i];
+        if (d->cudev != cudev || d->codec != codec || d->max_w < w || d->max_h < h ||
+            d->surfaces < n)
+            continue;
+        if (best < 0 ||
+            (uint64_t)d->max_w * d->max_h < (uint64_t)kp__pool[best].max_w * kp__pool[best].max_h)
+            best = i;
+    }
+    if (best >= 0) {
+        *out = kp__pool[best];
+        kp__pool[best] = kp__pool[--kp__pool_n];
+    }
+    pthread_mutex_unlock(&kp__pool_mu);
+    return best >= 0;
+}
+
+/* Gives a decoder (and its context hold) to the pool; false: full. */
+static bool kp__pool_give(const kp__nv_idle *d) {
+    pthread_mutex_lock(&kp__pool_mu);
+    bool ok = kp__pool_n < kp__pool_limit;
+    if (ok) kp__pool[kp__pool_n++] = *d;
+    pthread_mutex_unlock(&kp__pool_mu);
+    return ok;
+}
+
+kp_status kp__video_pool_limit(int max_idle) {
+    kp__nv_idle cut[KP__NV_POOL_MAX];
+    pthread_mutex_lock(&kp__pool_mu);
+    kp__pool_limit = max_idle;
+    int n = kp__pool_cut(max_idle, cut);
+    pthread_mutex_unlock(&kp__pool_mu);
+    for (int i = 0; i < n; i++) kp__nv_destroy(cut[i].dec, cut[i].ctx, cut[i].cudev);
+    return KP_OK;
+}
+
+kp_status kp__video_pool_stats(kp_video_pool_stats *out) {
+    pthread_mutex_lock(&kp__pool_mu);
+    *out = (kp_video_pool_stats){kp__pool_n, kp__pool_limit, kp__pool_created, kp__pool_reused,
+                                 kp__pool_destroyed};
+    pthread_mutex_unlock(&kp__pool_mu);
+    return KP_OK;
+}
+
+/* The common frame size at or above w x h coded (within the engine's
+ * limits): a pooled decoder's maximum. */
+static void kp__nv_bucket(const CUVIDDECODECAPS *c, unsigned w, unsigned h, unsigned *bw,
+                          unsigned *bh) {
+    static const unsigned sizes[][2] = {{352, 288},   {640, 480},   {1280, 720},
+                                        {1920, 1088}, {2560, 1440}, {3840, 2176},
+                                        {4096, 2304}, {7680, 4320}, {8192, 8192}};
+    *bw = w;
+    *bh = h;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (sizes[i][0] < w || sizes[i][1] < h) continue;
+        unsigned x = sizes[i][0] < c->nMaxWidth ? sizes[i][0] : c->nMaxWidth,
+                 y = sizes[i][1] < c->nMaxHeight ? sizes[i][1] : c->nMaxHeight;
+        if (x >= w && y >= h && ((x + 15) / 16) * ((y + 15) / 16) <= c->nMaxMBCount) {
+            *bw = x;
+            *bh = y;
+        }
+        break;
+    }
+}
+
 static int CUDAAPI kp__nv_sequence(void *user, CUVIDEOFORMAT *fmt) {
     struct kp__nvdec *nv = user;
     const kp_video_reader_info *in = &nv->r->info;
     int w = fmt->display_area.right - fmt->display_area.left,
         h = fmt->display_area.bottom - fmt->display_area.top;
+    /* the bitstream says (the container may not, and its header is not
+     * always probed) */
+    if (fmt->video_signal_description.video_full_range_flag) nv->r->full_range = true;
     if (nv->dec) {
-        if (fmt->coded_width == nv->coded_w && fmt->coded_height == nv->coded_h &&
-            w == in->width && h == in->height)
+        if (fmt->coded_width == nv->coded_w && fmt->coded_height == nv->coded_h && w == in->width &&
+            h == in->height)
             return (int)nv->surfaces;
         return kp__nv_fail(nv, kp__error(KP_ERR_UNSUPPORTED,
                                          "%s: the stream changes size from %dx%d to %dx%d: a size "
@@ -132,12 +248,48 @@ static int CUDAAPI kp__nv_sequence(void *user, CUVIDEOFORMAT *fmt) {
     if (st != KP_OK) return kp__nv_fail(nv, st);
     unsigned n = fmt->min_num_decode_surfaces + KP__NV_EXTRA;
     if (n > KP__NV_QUEUE) n = KP__NV_QUEUE;
+    kp__nv_idle idle;
+    while (kp__pool_take(nv->cudev, fmt->codec, fmt->coded_width, fmt->coded_height, n, &idle)) {
+        CUVIDRECONFIGUREDECODERINFO ri;
+        memset(&ri, 0, sizeof ri);
+        ri.ulWidth = fmt->coded_width;
+        ri.ulHeight = fmt->coded_height;
+        ri.ulTargetWidth = (unsigned)w;
+        ri.ulTargetHeight = (unsigned)h;
+        ri.ulNumDecodeSurfaces = idle.surfaces;
+        ri.display_area.left = (short)fmt->display_area.left;
+        ri.display_area.top = (short)fmt->display_area.top;
+        ri.display_area.right = (short)fmt->display_area.right;
+        ri.display_area.bottom = (short)fmt->display_area.bottom;
+        ri.target_rect.right = (short)w;
+        ri.target_rect.bottom = (short)h;
+        if (kp__cuvid->cuvidReconfigureDecoder &&
+            kp__cuvid->cuvidReconfigureDecoder(idle.dec, &ri) == CUDA_SUCCESS) {
+            kp__cu->cuDevicePrimaryCtxRelease(idle.cudev); /* nv holds the context already */
+            pthread_mutex_lock(&kp__pool_mu);
+            kp__pool_reused++;
+            pthread_mutex_unlock(&kp__pool_mu);
+            nv->dec = idle.dec;
+            nv->surfaces = idle.surfaces;
+            nv->max_w = idle.max_w;
+            nv->max_h = idle.max_h;
+            nv->coded_w = fmt->coded_width;
+            nv->coded_h = fmt->coded_height;
+            return (int)idle.surfaces;
+        }
+        kp__nv_destroy(idle.dec, idle.ctx, idle.cudev); /* it would not: the next, or a new one */
+        pthread_mutex_lock(&kp__pool_mu);
+        kp__pool_destroyed++;
+        pthread_mutex_unlock(&kp__pool_mu);
+    }
+    unsigned bw, bh;
+    kp__nv_bucket(&nv->caps, fmt->coded_width, fmt->coded_height, &bw, &bh);
     CUVIDDECODECREATEINFO ci;
     memset(&ci, 0, sizeof ci);
     ci.ulWidth = fmt->coded_width;
     ci.ulHeight = fmt->coded_height;
-    ci.ulMaxWidth = fmt->coded_width;
-    ci.ulMaxHeight = fmt->coded_height;
+    ci.ulMaxWidth = bw;
+    ci.ulMaxHeight = bh;
     ci.ulNumDecodeSurfaces = n;
     ci.CodecType = fmt->codec;
     ci.ChromaFormat = cudaVideoChromaFormat_420;
@@ -156,7 +308,12 @@ static int CUDAAPI kp__nv_sequence(void *user, CUVIDEOFORMAT *fmt) {
         nv->dec = NULL;
         return kp__nv_fail(nv, kp__cu_error(e, "creating the decoder"));
     }
+    pthread_mutex_lock(&kp__pool_mu);
+    kp__pool_created++;
+    pthread_mutex_unlock(&kp__pool_mu);
     nv->surfaces = n;
+    nv->max_w = bw;
+    nv->max_h = bh;
     nv->coded_w = fmt->coded_width;
     nv->coded_h = fmt->coded_height;
     return (int)n;
@@ -165,10 +322,13 @@ static int CUDAAPI kp__nv_sequence(void *user, CUVIDEOFORMAT *fmt) {
 static int CUDAAPI kp__nv_decode(void *user, CUVIDPICPARAMS *pic) {
     struct kp__nvdec *nv = user;
     if (!nv->dec)
-        return kp__nv_fail(nv, kp__error(KP_ERR_PARSE, "%s: a picture before any sequence header",
-                                         nv->r->path));
+        return kp__nv_fail(
+            nv, kp__error(KP_ERR_PARSE, "%s: a picture before any sequence header", nv->r->path));
     CUresult e = kp__cuvid->cuvidDecodePicture(nv->dec, pic);
-    if (e != CUDA_SUCCESS) return kp__nv_fail(nv, kp__cu_error(e, "decoding a picture"));
+    if (e != CUDA_SUCCESS) {
+        nv->broken = true;
+        return kp__nv_fail(nv, kp__cu_error(e, "decoding a picture"));
+    }
     return 1;
 }
 
@@ -176,8 +336,8 @@ static int CUDAAPI kp__nv_display(void *user, CUVIDPARSERDISPINFO *d) {
     struct kp__nvdec *nv = user;
     if (!d) return 1; /* the end of the stream */
     if (nv->qn == KP__NV_QUEUE)
-        return kp__nv_fail(nv, kp__error(KP_ERR_STATE, "NVDEC: more than %d pictures to output",
-                                         KP__NV_QUEUE));
+        return kp__nv_fail(
+            nv, kp__error(KP_ERR_STATE, "NVDEC: more than %d pictures to output", KP__NV_QUEUE));
     nv->q[(nv->qh + nv->qn++) % KP__NV_QUEUE] = *d;
     return 1;
 }
@@ -186,16 +346,107 @@ void kp__nvdec_close(struct kp__nvdec *nv) {
     if (!nv) return;
     if (nv->ctx) {
         CUcontext dummy;
+        bool pooled = false;
         if (kp__cu->cuCtxPushCurrent(nv->ctx) == CUDA_SUCCESS) {
-            if (nv->dec) kp__cuvid->cuvidDestroyDecoder(nv->dec);
             if (nv->parser) kp__cuvid->cuvidDestroyVideoParser(nv->parser);
+            /* the decoder goes to the pool with the context hold, or away */
+            if (nv->dec) {
+                kp__nv_idle d = {nv->dec,   nv->cudev, nv->ctx,     nv->codec,
+                                 nv->max_w, nv->max_h, nv->surfaces};
+                pooled = !nv->broken && kp__pool_give(&d);
+                if (!pooled) {
+                    kp__cuvid->cuvidDestroyDecoder(nv->dec);
+                    pthread_mutex_lock(&kp__pool_mu);
+                    kp__pool_destroyed++;
+                    pthread_mutex_unlock(&kp__pool_mu);
+                }
+            }
             kp__cu->cuCtxPopCurrent(&dummy);
         }
-        kp__cu->cuDevicePrimaryCtxRelease(nv->cudev);
+        if (!pooled) kp__cu->cuDevicePrimaryCtxRelease(nv->cudev);
     }
     av_bsf_free(&nv->bsf);
     av_packet_free(&nv->fpkt);
+    kp__free(nv->seq);
     kp__free(nv);
+}
+
+static kp_status kp__nv_parser(struct kp__nvdec *nv) {
+    CUVIDPARSERPARAMS pp;
+    memset(&pp, 0, sizeof pp);
+    pp.CodecType = nv->codec;
+    pp.ulMaxNumDecodeSurfaces = 1; /* the sequence callback gives the number */
+    pp.ulMaxDisplayDelay = 4;      /* lets decode run ahead of output */
+    pp.pUserData = nv;
+    pp.pfnSequenceCallback = kp__nv_sequence;
+    pp.pfnDecodePicture = kp__nv_decode;
+    pp.pfnDisplayPicture = kp__nv_display;
+    KP__CU(kp__cuvid->cuvidCreateVideoParser(&nv->parser, &pp), "creating the parser");
+    return KP_OK;
+}
+
+/* The stream's parameter sets (H.264's SPS and PPS; HEVC's VPS too) from
+ * the container's extradata (avcC or hvcC, or Annex B already) as Annex B
+ * into nv->seq, for a parser made after a seek: the bitstream filter puts
+ * them before IDR frames only, and an open GOP's key frame is not one. */
+static kp_status kp__nv_seqhdr(struct kp__nvdec *nv) {
+    const AVCodecParameters *par = nv->r->st->codecpar;
+    const uint8_t *x = par->extradata;
+    const size_t n = par->extradata_size > 0 ? (size_t)par->extradata_size : 0;
+    if (!n) return KP_OK;
+    /* at most 4 bytes of start code per 2 bytes of length: 2n is enough */
+    if (!(nv->seq = kp__calloc(2 * n + 8, 1)))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "NVDEC: no memory");
+    if (x[0] != 1) { /* Annex B already */
+        memcpy(nv->seq, x, n);
+        nv->seq_len = n;
+        return KP_OK;
+    }
+    const bool hevc = par->codec_id == AV_CODEC_ID_HEVC;
+    size_t i = hevc ? 23 : 5, len = 0;
+    unsigned groups = hevc ? (n > 22 ? x[22] : 0) : 2;
+    for (unsigned g = 0; g < groups && i < n; g++) {
+        if (hevc) i++; /* the array's NAL type */
+        if (i + (hevc ? 2 : 1) > n) break;
+        unsigned count = hevc ? (unsigned)(x[i] << 8 | x[i + 1]) : (g ? x[i] : x[i] & 0x1f);
+        i += hevc ? 2 : 1;
+        for (unsigned k = 0; k < count && i + 2 <= n; k++) {
+            size_t l = (size_t)(x[i] << 8 | x[i + 1]);
+            i += 2;
+            if (l > n - i) break;
+            memcpy(nv->seq + len, "\0\0\0\1", 4);
+            memcpy(nv->seq + len + 4, x + i, l);
+            len += 4 + l;
+            i += l;
+        }
+    }
+    nv->seq_len = len;
+    return KP_OK;
+}
+
+kp_status kp__nvdec_reset(struct kp__nvdec *nv) {
+    CUcontext dummy;
+    KP__CU(kp__cu->cuCtxPushCurrent(nv->ctx), "cuCtxPushCurrent");
+    if (nv->parser) kp__cuvid->cuvidDestroyVideoParser(nv->parser);
+    nv->parser = NULL;
+    kp_status st = kp__nv_parser(nv);
+    CUresult e = CUDA_SUCCESS;
+    if (st == KP_OK && nv->seq_len) { /* the new parser learns the stream's parameters */
+        CUVIDSOURCEDATAPACKET p;
+        memset(&p, 0, sizeof p);
+        p.payload = nv->seq;
+        p.payload_size = (unsigned long)nv->seq_len;
+        e = kp__cuvid->cuvidParseVideoData(nv->parser, &p);
+    }
+    kp__cu->cuCtxPopCurrent(&dummy);
+    KP_CHECK(st);
+    if (nv->cb_status != KP_OK) return kp__error(nv->cb_status, "%s", nv->cb_detail);
+    if (e != CUDA_SUCCESS) return kp__cu_error(e, "parsing the parameter sets");
+    av_bsf_flush(nv->bsf);
+    av_packet_unref(nv->fpkt);
+    nv->qh = nv->qn = 0;
+    nv->eos_sent = false;
+    return KP_OK;
 }
 
 static kp_status kp__nv_setup(struct kp__nvdec *nv) {
@@ -220,8 +471,8 @@ static kp_status kp__nv_setup(struct kp__nvdec *nv) {
     if (e != CUDA_SUCCESS) return kp__cu_error(e, "cuvidGetDecoderCaps");
     KP_CHECK(kp__nv_fits(nv, (unsigned)r->info.width, (unsigned)r->info.height));
 
-    const AVBitStreamFilter *f =
-        av_bsf_get_by_name(nv->codec == cudaVideoCodec_H264 ? "h264_mp4toannexb" : "hevc_mp4toannexb");
+    const AVBitStreamFilter *f = av_bsf_get_by_name(
+        nv->codec == cudaVideoCodec_H264 ? "h264_mp4toannexb" : "hevc_mp4toannexb");
     if (!f) return kp__error(KP_ERR_UNSUPPORTED, "this FFmpeg lacks the mp4toannexb filters");
     int ae = av_bsf_alloc(f, &nv->bsf);
     if (ae >= 0) ae = avcodec_parameters_copy(nv->bsf->par_in, r->st->codecpar);
@@ -231,18 +482,8 @@ static kp_status kp__nv_setup(struct kp__nvdec *nv) {
     }
     if (ae < 0) return kp__av_error(ae, KP_ERR_PARSE, "%s: the bitstream filter", r->path);
     if (!(nv->fpkt = av_packet_alloc())) return kp__error(KP_ERR_OUT_OF_MEMORY, "NVDEC: no memory");
-
-    CUVIDPARSERPARAMS pp;
-    memset(&pp, 0, sizeof pp);
-    pp.CodecType = nv->codec;
-    pp.ulMaxNumDecodeSurfaces = 1; /* the sequence callback gives the number */
-    pp.ulMaxDisplayDelay = 4;      /* lets decode run ahead of output */
-    pp.pUserData = nv;
-    pp.pfnSequenceCallback = kp__nv_sequence;
-    pp.pfnDecodePicture = kp__nv_decode;
-    pp.pfnDisplayPicture = kp__nv_display;
-    KP__CU(kp__cuvid->cuvidCreateVideoParser(&nv->parser, &pp), "creating the parser");
-    return KP_OK;
+    KP_CHECK(kp__nv_seqhdr(nv));
+    return kp__nv_parser(nv);
 }
 
 static kp_status kp__nv_feed(struct kp__nvdec *nv);
@@ -254,8 +495,8 @@ kp_status kp__nvdec_open(kp_video_reader_t r) {
     struct kp__nvdec *nv = kp__calloc(1, sizeof *nv);
     if (!nv) return kp__error(KP_ERR_OUT_OF_MEMORY, "NVDEC: no memory");
     nv->r = r;
-    nv->codec = r->st->codecpar->codec_id == AV_CODEC_ID_H264 ? cudaVideoCodec_H264
-                                                              : cudaVideoCodec_HEVC;
+    nv->codec =
+        r->st->codecpar->codec_id == AV_CODEC_ID_H264 ? cudaVideoCodec_H264 : cudaVideoCodec_HEVC;
     kp_status st = kp__nv_setup(nv);
     if (st != KP_OK) {
         kp__nvdec_close(nv);
@@ -367,7 +608,8 @@ static kp_status kp__nv_output(struct kp__nvdec *nv, const CUVIDPARSERDISPINFO *
     c.Height = (size_t)in->height;
     CUresult e = kp__cu->cuMemcpy2DAsync(&c, s);
     if (e == CUDA_SUCCESS) { /* the chroma plane follows the (even) surface height */
-        c.srcDevice = (CUdeviceptr)(src + (unsigned long long)pitch * (((unsigned)in->height + 1) & ~1u));
+        c.srcDevice =
+            (CUdeviceptr)(src + (unsigned long long)pitch * (((unsigned)in->height + 1) & ~1u));
         c.dstDevice = (CUdeviceptr)((uintptr_t)dst + (size_t)(in->pitch * in->height));
         c.Height = (size_t)in->height / 2;
         e = kp__cu->cuMemcpy2DAsync(&c, s);
@@ -375,6 +617,7 @@ static kp_status kp__nv_output(struct kp__nvdec *nv, const CUVIDPARSERDISPINFO *
     /* the surface goes back once the copies have read it */
     CUresult se = e == CUDA_SUCCESS ? kp__cu->cuStreamSynchronize(s) : CUDA_SUCCESS;
     CUresult ue = kp__cuvid->cuvidUnmapVideoFrame(nv->dec, src);
+    nv->broken |= e != CUDA_SUCCESS || se != CUDA_SUCCESS || ue != CUDA_SUCCESS;
     if (e != CUDA_SUCCESS) return kp__cu_error(e, "copying a picture");
     if (se != CUDA_SUCCESS) return kp__cu_error(se, "waiting for a picture's copy");
     if (ue != CUDA_SUCCESS) return kp__cu_error(ue, "unmapping a picture");
@@ -384,16 +627,26 @@ static kp_status kp__nv_output(struct kp__nvdec *nv, const CUVIDPARSERDISPINFO *
 kp_status kp__nvdec_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video_frame *vf,
                          bool *eos) {
     struct kp__nvdec *nv = r->nv;
-    while (!nv->qn) {
-        if (nv->eos_sent) {
+    CUVIDPARSERDISPINFO d;
+    for (;;) {
+        while (!nv->qn && !r->range.ended) {
+            if (nv->eos_sent) {
+                *eos = true;
+                return KP_OK;
+            }
+            KP_CHECK(kp__nv_feed(nv));
+        }
+        if (r->range.ended) {
             *eos = true;
             return KP_OK;
         }
-        KP_CHECK(kp__nv_feed(nv));
+        d = nv->q[nv->qh];
+        nv->qh = (nv->qh + 1) % KP__NV_QUEUE;
+        nv->qn--;
+        int what = KP__RANGE_KEEP; /* a picture outside a range is never mapped */
+        if (r->range.on) KP_CHECK(kp__range_frame(r, d.timestamp, &what));
+        if (what == KP__RANGE_KEEP) break;
     }
-    CUVIDPARSERDISPINFO d = nv->q[nv->qh];
-    nv->qh = (nv->qh + 1) % KP__NV_QUEUE;
-    nv->qn--;
     CUcontext dummy;
     KP__CU(kp__cu->cuCtxPushCurrent(nv->ctx), "cuCtxPushCurrent");
     kp_status st = kp__nv_output(nv, &d, (CUstream)kp_stream_native(s), dst);

@@ -27,7 +27,12 @@ static kp_status kp__sw_open(kp_video_reader_t r) {
     int e = avcodec_parameters_to_context(r->dec, par);
     if (e < 0) return kp__av_error(e, KP_ERR_PARSE, "%s: the stream's parameters", r->path);
     r->dec->thread_count = r->cfg.threads;
-    r->dec->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
+    /* A session of a parallel reader decodes on slice threads only: frame
+     * threads report an error frames later, and a range must know whether
+     * it came from a picture before its start (expected, ignored) or after
+     * (the file's). The sessions give the parallelism. */
+    r->dec->thread_type =
+        r->cfg.parallel == KP__PAR_SESSION ? FF_THREAD_SLICE : FF_THREAD_FRAME | FF_THREAD_SLICE;
     r->dec->pkt_timebase = r->st->time_base;
     /* a damaged bitstream is an error, not a concealed picture */
     r->dec->err_recognition |= AV_EF_EXPLODE;
@@ -52,13 +57,29 @@ static void kp__copy_plane(uint8_t *dst, int64_t dst_pitch, const uint8_t *src, 
 static kp_status kp__sw_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video_frame *vf,
                              bool *eos) {
     for (;;) {
+        if (r->range.ended) {
+            *eos = true;
+            return KP_OK;
+        }
         int e = avcodec_receive_frame(r->dec, r->frame);
+        if (e == 0 && r->range.on) { /* a frame outside the range is neither copied nor sent */
+            int what = KP__RANGE_KEEP;
+            kp_status st = kp__range_frame(r, r->frame->best_effort_timestamp, &what);
+            if (st != KP_OK || what != KP__RANGE_KEEP) av_frame_unref(r->frame);
+            KP_CHECK(st);
+            if (what != KP__RANGE_KEEP) continue;
+        }
         if (e == 0) break;
         if (e == AVERROR_EOF) {
             *eos = true;
             return KP_OK;
         }
-        if (e != AVERROR(EAGAIN))
+        /* Before a range's own key frame (an open GOP's, reached from the
+         * key frame before), the pictures shown before that one refer to
+         * a group never decoded here: their errors are expected, and they
+         * are dropped anyway. */
+        const bool lenient = r->range.on && !r->range.have_start;
+        if (e != AVERROR(EAGAIN) && !lenient)
             return kp__av_error(e, KP_ERR_PARSE, "%s: a corrupt bitstream: decoding frame %llu",
                                 r->path, (unsigned long long)r->next);
         kp_status st = kp__demux_next(r);
@@ -71,7 +92,7 @@ static kp_status kp__sw_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_v
         KP_CHECK(st);
         e = avcodec_send_packet(r->dec, r->pkt);
         av_packet_unref(r->pkt);
-        if (e < 0 && e != AVERROR(EAGAIN))
+        if (e < 0 && e != AVERROR(EAGAIN) && !lenient)
             return kp__av_error(e, KP_ERR_PARSE, "%s: a corrupt bitstream at packet %llu", r->path,
                                 (unsigned long long)r->packets - 1);
     }
@@ -110,7 +131,8 @@ static kp_status kp__sw_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_v
     if (r->info.format == KP_PIXEL_NV12) { /* U and V interleaved as they are copied */
         for (int64_t y = 0; y < h / 2; y++) {
             uint8_t *row = b + p * h + y * p;
-            const uint8_t *u = fr->data[1] + y * fr->linesize[1], *v = fr->data[2] + y * fr->linesize[2];
+            const uint8_t *u = fr->data[1] + y * fr->linesize[1],
+                          *v = fr->data[2] + y * fr->linesize[2];
             for (int64_t x = 0; x < w / 2; x++) {
                 row[2 * x] = u[x];
                 row[2 * x + 1] = v[x];
@@ -141,6 +163,7 @@ static kp_status kp__sw_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_v
 
 /* --- the reader ---------------------------------------------------------------------- */
 void kp__video_reader_free(kp_video_reader_t r) {
+    if (r->par) kp__par_close(r->par);
     if (r->nv) kp__nvdec_close(r->nv);
     for (int i = 0; i < KP__SW_RING; i++) {
         if (r->pending[i] && kp_event_sync(r->ev[i]) != KP_OK) kp_clear_error();
@@ -216,6 +239,28 @@ static kp_status kp__reader_pick(kp_video_reader_t r) {
     return kp__sw_open(r);
 }
 
+/* Whether an MP4's header already says all a reader needs of its video
+ * stream (codec, size, parameter sets, frame rate), so that probing the
+ * stream, which decodes its first frames in software (about 75 ms for a
+ * 1080p clip on 16 cores, most of a short clip's open), can be skipped.
+ * Other containers are probed. */
+static bool kp__header_complete(const AVFormatContext *fc) {
+    if (!fc->iformat || strncmp(fc->iformat->name, "mov,mp4", 7) != 0 ||
+        (fc->ctx_flags & AVFMTCTX_NOHEADER))
+        return false;
+    int videos = 0;
+    for (unsigned i = 0; i < fc->nb_streams; i++) {
+        const AVStream *st = fc->streams[i];
+        const AVCodecParameters *p = st->codecpar;
+        if (p->codec_type != AVMEDIA_TYPE_VIDEO) continue;
+        if (p->codec_id == AV_CODEC_ID_NONE || p->width <= 0 || p->height <= 0 ||
+            p->extradata_size <= 0 || st->avg_frame_rate.num <= 0 || st->avg_frame_rate.den <= 0)
+            return false;
+        videos++;
+    }
+    return videos == 1;
+}
+
 kp_status kp__video_reader_make(kp_device_t dev, const char *path,
                                 const kp_video_reader_config *cfg, kp_video_reader_t *out) {
     kp__av_log_capture();
@@ -234,14 +279,15 @@ kp_status kp__video_reader_make(kp_device_t dev, const char *path,
     kp__reader_arm(r);
     int e = avformat_open_input(&r->fmt, path, NULL, NULL); /* frees fmt on failure */
     if (e < 0)
-        st = kp__reader_wait_error(
-            r, e,
-            e == AVERROR(ENOENT) || e == AVERROR(EACCES) || e == AVERROR(EISDIR) ||
-                    e == AVERROR(ECONNREFUSED) || e == AVERROR(EIO)
-                ? KP_ERR_IO
-                : KP_ERR_PARSE,
-            "cannot open as a video file");
-    if (st == KP_OK && (e = avformat_find_stream_info(r->fmt, NULL)) < 0)
+        st = kp__reader_wait_error(r, e,
+                                   e == AVERROR(ENOENT) || e == AVERROR(EACCES) ||
+                                           e == AVERROR(EISDIR) || e == AVERROR(ECONNREFUSED) ||
+                                           e == AVERROR(EIO)
+                                       ? KP_ERR_IO
+                                       : KP_ERR_PARSE,
+                                   "cannot open as a video file");
+    if (st == KP_OK && !kp__header_complete(r->fmt) &&
+        (e = avformat_find_stream_info(r->fmt, NULL)) < 0)
         st = kp__reader_wait_error(r, e, KP_ERR_PARSE, "cannot read its streams");
     if (st == KP_OK) {
         e = av_find_best_stream(r->fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0);
@@ -255,7 +301,7 @@ kp_status kp__video_reader_make(kp_device_t dev, const char *path,
     }
     if (st == KP_OK && !(r->pkt = av_packet_alloc()))
         st = kp__error(KP_ERR_OUT_OF_MEMORY, "video reader: no memory");
-    if (st == KP_OK) st = kp__reader_pick(r);
+    if (st == KP_OK) st = r->cfg.parallel > 1 ? kp__par_open(r) : kp__reader_pick(r);
     if (st != KP_OK) {
         kp__video_reader_free(r);
         return st;
@@ -279,11 +325,45 @@ kp_status kp__video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, s
     if (kp_stream_device(s) != r->dev)
         return kp__error(KP_ERR_INVALID_ARG, "the stream is on %s, the reader on %s",
                          kp_device_name(kp_stream_device(s)), kp_device_name(r->dev));
-    kp_status st = r->nv ? kp__nvdec_next(r, s, dst, frame, eos) : kp__sw_next(r, s, dst, frame, eos);
+    kp_status st = r->par  ? kp__par_next(r, s, dst, frame, eos)
+                   : r->nv ? kp__nvdec_next(r, s, dst, frame, eos)
+                           : kp__sw_next(r, s, dst, frame, eos);
     if (st != KP_OK) { /* the decoder's state is unknown now: it stays stopped */
         r->failed = true;
         r->fail_status = st;
         snprintf(r->fail_detail, sizeof r->fail_detail, "%s", kp_last_error());
     }
     return st;
+}
+
+kp_status kp__reader_seek(kp_video_reader_t r, int64_t ts, int64_t start_ts, int64_t end_ts) {
+    av_packet_unref(r->pkt);
+    r->held = r->demux_eof = false;
+    r->range = (struct kp__range){0};
+    if (r->nv) KP_CHECK(kp__nvdec_reset(r->nv));
+    if (r->dec) avcodec_flush_buffers(r->dec);
+    /* A demuxer may seek by presentation time (MP4 shifts by the B-frame
+     * delay) and land a key frame early: the packets up to the one at `ts`
+     * are demuxed and dropped, never decoded. */
+    int e = av_seek_frame(r->fmt, r->st->index, ts, AVSEEK_FLAG_BACKWARD);
+    if (e < 0) return kp__av_error(e, KP_ERR_PARSE, "%s: seeking to %lld", r->path, (long long)ts);
+    for (;;) {
+        kp_status st = kp__demux_next(r);
+        if (st == KP_ERR_NOT_FOUND)
+            return kp__error(KP_ERR_PARSE, "%s: no packet at %lld, a key frame in the index",
+                             r->path, (long long)ts);
+        KP_CHECK(st);
+        const int64_t at = kp__pkt_stamp(r->pkt);
+        if (r->pkt->flags & AV_PKT_FLAG_KEY) {
+            if (at == ts) break;
+            if (at > ts || at == AV_NOPTS_VALUE)
+                return kp__error(KP_ERR_PARSE,
+                                 "%s: seeking to the key frame at %lld landed at %lld, after it",
+                                 r->path, (long long)ts, (long long)at);
+        }
+        av_packet_unref(r->pkt);
+    }
+    r->held = true;
+    r->range = (struct kp__range){.on = true, .start_ts = start_ts, .end_ts = end_ts};
+    return KP_OK;
 }

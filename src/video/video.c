@@ -9,8 +9,9 @@
 #ifdef KP_HAVE_VIDEO
 #define KP__VIDEO_OR(call) return (call)
 #else
-#define KP__VIDEO_OR(call) \
-    return kp__error(KP_ERR_UNSUPPORTED, "video files are not built in (KP_VIDEO: FFmpeg's libraries were not found)")
+#define KP__VIDEO_OR(call)               \
+    return kp__error(KP_ERR_UNSUPPORTED, \
+                     "video files are not built in (KP_VIDEO: FFmpeg's libraries were not found)")
 #endif
 
 bool kp_video_built(void) {
@@ -30,8 +31,8 @@ static kp_status kp__path_check(const char *path, const char *what) {
 }
 
 /* --- the reader -------------------------------------------------------------------- */
-kp_status kp_video_reader_open(kp_device_t dev, const char *path,
-                               const kp_video_reader_config *cfg, kp_video_reader_t *out) {
+kp_status kp_video_reader_open(kp_device_t dev, const char *path, const kp_video_reader_config *cfg,
+                               kp_video_reader_t *out) {
     KP_API_ENTRY();
     if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
@@ -41,7 +42,8 @@ kp_status kp_video_reader_open(kp_device_t dev, const char *path,
     if (cfg) c = *cfg;
     if (c.decoder != KP_VIDEO_DECODE_AUTO && c.decoder != KP_VIDEO_DECODE_NVDEC &&
         c.decoder != KP_VIDEO_DECODE_SOFTWARE)
-        return kp__error(KP_ERR_INVALID_ARG, "decoder %d (auto, nvdec or software)", (int)c.decoder);
+        return kp__error(KP_ERR_INVALID_ARG, "decoder %d (auto, nvdec or software)",
+                         (int)c.decoder);
     if (c.pitch < 0 || c.pitch % 2 || c.pitch > 2 * KP_VIDEO_MAX_SIDE)
         return kp__error(KP_ERR_INVALID_ARG, "pitch %lld (0, or even and at most %d)",
                          (long long)c.pitch, 2 * KP_VIDEO_MAX_SIDE);
@@ -51,6 +53,9 @@ kp_status kp_video_reader_open(kp_device_t dev, const char *path,
         return kp__error(KP_ERR_INVALID_ARG, "format %d (none, I420 or NV12)", (int)c.format);
     if (c.timeout_ms < 0 || c.timeout_ms > 86400000)
         return kp__error(KP_ERR_INVALID_ARG, "timeout_ms %d (0 .. 86400000)", c.timeout_ms);
+    if (c.parallel < 0 || c.parallel > KP_VIDEO_MAX_PARALLEL)
+        return kp__error(KP_ERR_INVALID_ARG, "parallel %d (0 .. %d sessions)", c.parallel,
+                         KP_VIDEO_MAX_PARALLEL);
     if (c.format == KP_PIXEL_I420 && c.decoder == KP_VIDEO_DECODE_NVDEC)
         return kp__error(KP_ERR_UNSUPPORTED, "NVDEC gives NV12, not I420");
     KP__VIDEO_OR(kp__video_reader_make(dev, path, &c, out));
@@ -67,7 +72,11 @@ kp_status kp_video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, si
     KP_API_ENTRY();
     if (!r || !s || !dst || !frame || !eos)
         return kp__error(KP_ERR_INVALID_ARG, "%s is NULL",
-                         !r ? "reader" : !s ? "stream" : !dst ? "dst" : !frame ? "frame" : "eos");
+                         !r       ? "reader"
+                         : !s     ? "stream"
+                         : !dst   ? "dst"
+                         : !frame ? "frame"
+                                  : "eos");
     KP__VIDEO_OR(kp__video_reader_next(r, s, dst, capacity, frame, eos));
 }
 
@@ -79,9 +88,24 @@ void kp_video_reader_close(kp_video_reader_t r) {
 #endif
 }
 
+/* --- the decoder pool -------------------------------------------------------------- */
+kp_status kp_video_pool_limit(int max_idle) {
+    KP_API_ENTRY();
+    if (max_idle < 0 || max_idle > KP_VIDEO_POOL_MAX)
+        return kp__error(KP_ERR_INVALID_ARG, "max_idle %d (0 .. %d decoders)", max_idle,
+                         KP_VIDEO_POOL_MAX);
+    KP__VIDEO_OR(kp__video_pool_limit(max_idle));
+}
+
+kp_status kp_video_pool_stats_get(kp_video_pool_stats *out) {
+    KP_API_ENTRY();
+    if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
+    KP__VIDEO_OR(kp__video_pool_stats(out));
+}
+
 /* --- the writer -------------------------------------------------------------------- */
-kp_status kp_video_writer_open(kp_device_t dev, const char *path,
-                               const kp_video_writer_config *cfg, kp_video_writer_t *out) {
+kp_status kp_video_writer_open(kp_device_t dev, const char *path, const kp_video_writer_config *cfg,
+                               kp_video_writer_t *out) {
     KP_API_ENTRY();
     if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
@@ -103,10 +127,11 @@ kp_status kp_video_writer_open(kp_device_t dev, const char *path,
         return kp__error(KP_ERR_INVALID_ARG, "both a bitrate and a crf: give one");
     if (c.bframes < -1 || c.bframes > 16)
         return kp__error(KP_ERR_INVALID_ARG, "bframes %d (0 .. 16)", c.bframes);
-    if (c.gop < 0 || c.gop > 10000) return kp__error(KP_ERR_INVALID_ARG, "gop %d (0 .. 10000)", c.gop);
+    if (c.gop < 0 || c.gop > 10000)
+        return kp__error(KP_ERR_INVALID_ARG, "gop %d (0 .. 10000)", c.gop);
     if (c.threads < 0 || c.threads > 256)
         return kp__error(KP_ERR_INVALID_ARG, "threads %d (0 .. 256)", c.threads);
-    static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster", "fast",
+    static const char *const presets[] = {"ultrafast", "superfast", "veryfast", "faster",  "fast",
                                           "medium",    "slow",      "slower",   "veryslow"};
     bool known = !c.preset;
     for (size_t i = 0; !known && i < sizeof presets / sizeof *presets; i++)

@@ -100,6 +100,7 @@ static kp_status kp__open_encoder(kp_video_writer_t w, const char *name) {
     if (strcmp(name, "libx264") == 0) {
         av_opt_set(c->priv_data, "preset", w->preset, 0);
         if (!w->cfg.bitrate) av_opt_set_double(c->priv_data, "crf", crf, 0);
+        if (w->cfg.open_gop) av_opt_set(c->priv_data, "x264-params", "open-gop=1", 0);
     } else if (!w->cfg.bitrate) { /* NVENC: constant quality */
         av_opt_set_int(c->priv_data, "cq", crf, 0);
     }

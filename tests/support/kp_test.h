@@ -100,5 +100,8 @@ typedef struct kpt_frames {
 } kpt_frames;
 kp_status kpt_read_frames(kp_device_t dev, const char *path, kp_video_decoder decoder,
                           kp_pixel_format format, kpt_frames *out);
+/* The same through a reader with configuration `cfg`. */
+kp_status kpt_read_frames_cfg(kp_device_t dev, const char *path, const kp_video_reader_config *cfg,
+                              kpt_frames *out);
 
 #endif

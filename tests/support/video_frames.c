@@ -10,12 +10,17 @@
 
 kp_status kpt_read_frames(kp_device_t dev, const char *path, kp_video_decoder decoder,
                           kp_pixel_format format, kpt_frames *out) {
-    memset(out, 0, sizeof *out);
     kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
     cfg.decoder = decoder;
     cfg.format = format;
+    return kpt_read_frames_cfg(dev, path, &cfg, out);
+}
+
+kp_status kpt_read_frames_cfg(kp_device_t dev, const char *path, const kp_video_reader_config *cfg,
+                              kpt_frames *out) {
+    memset(out, 0, sizeof *out);
     kp_video_reader_t r;
-    kp_status st = kp_video_reader_open(dev, path, &cfg, &r);
+    kp_status st = kp_video_reader_open(dev, path, cfg, &r);
     if (st != KP_OK) return st;
     KPT_OK(kp_video_reader_get_info(r, &out->info));
     out->bytes = out->info.frame_bytes;
