@@ -45,7 +45,8 @@ static double now_s(void) {
 static kp_device_t g_dev;
 
 /* --- clips ------------------------------------------------------------------------- */
-static void make_clip(const char *path, int w, int h, int n, int64_t bitrate) {
+static void make_clip_gop(const char *path, int w, int h, int n, int64_t bitrate, int gop,
+                          bool open_gop) {
     size_t bytes = (size_t)w * h * 3 / 2;
     uint8_t *host = malloc(bytes);
     void *dev;
@@ -58,6 +59,8 @@ static void make_clip(const char *path, int w, int h, int n, int64_t bitrate) {
     c.bframes = 3;
     c.preset = "veryfast";
     c.encoder = "libx264";
+    c.gop = gop;
+    c.open_gop = open_gop;
     CHECK(kp_video_writer_open(g_dev, path, &c, &wr));
     for (int i = 0; i < n; i++) {
         for (int y = 0; y < h; y++)
@@ -74,6 +77,10 @@ static void make_clip(const char *path, int w, int h, int n, int64_t bitrate) {
     kp_free(g_dev, dev);
     kp_stream_destroy(s);
     free(host);
+}
+
+static void make_clip(const char *path, int w, int h, int n, int64_t bitrate) {
+    make_clip_gop(path, w, h, n, bitrate, 0, false);
 }
 
 /* --- the hand-written NVDEC loop --------------------------------------------------------- */
@@ -122,7 +129,8 @@ static int CUDAAPI hand_display(void *u, CUVIDPARSERDISPINFO *d) {
     pp.output_stream = H->stream;
     unsigned long long src;
     unsigned pitch;
-    if (H->cv->cuvidMapVideoFrame(H->dec, d->picture_index, &src, &pitch, &pp) != CUDA_SUCCESS) return 0;
+    if (H->cv->cuvidMapVideoFrame(H->dec, d->picture_index, &src, &pitch, &pp) != CUDA_SUCCESS)
+        return 0;
     CUDA_MEMCPY2D c = {0};
     c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
     c.srcDevice = src;
@@ -201,11 +209,22 @@ static double hand_loop(const char *path, long *frames) {
     return t > 0 ? H.frames / t : 0;
 }
 
+static size_t device_used(void) {
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    return total - free_b;
+}
+
+/* device memory held by the last read_loop_n's reader, at its first frame */
+static size_t g_read_held;
+
 /* --- kpipe ---------------------------------------------------------------------------- */
 /* The reader alone into one device buffer: frames/s. */
-static double read_loop(const char *path, kp_video_decoder dec, long *frames) {
+static double read_loop_n(const char *path, kp_video_decoder dec, int parallel, long *frames) {
     kp_video_reader_config c = KP_VIDEO_READER_CONFIG_INIT;
     c.decoder = dec;
+    c.parallel = parallel;
+    size_t before = device_used();
     kp_video_reader_t r;
     kp_video_reader_info in;
     CHECK(kp_video_reader_open(g_dev, path, &c, &r));
@@ -221,7 +240,7 @@ static double read_loop(const char *path, kp_video_decoder dec, long *frames) {
         bool eos;
         CHECK(kp_video_reader_next(r, s, buf, in.frame_bytes, &f, &eos));
         if (eos) break;
-        n++;
+        if (!n++) g_read_held = device_used() - before;
     }
     CHECK(kp_stream_sync(s));
     double t = now_s() - t0;
@@ -230,6 +249,10 @@ static double read_loop(const char *path, kp_video_decoder dec, long *frames) {
     kp_video_reader_close(r);
     *frames = n;
     return n / t;
+}
+
+static double read_loop(const char *path, kp_video_decoder dec, long *frames) {
+    return read_loop_n(path, dec, 0, frames);
 }
 
 /* Runs a flow; frames/s, with its health. */
@@ -253,7 +276,8 @@ static double run_flow(const char *json, kp_flow_snapshot *h, bool print) {
 }
 
 static const char *enhance(char *buf, size_t len, int w, int h, const char *fmt) {
-    const char *in = fmt[0] == 'n' ? "nv12_rgb" : "i420_rgb", *out = fmt[0] == 'n' ? "rgb_nv12" : "rgb_i420";
+    const char *in = fmt[0] == 'n' ? "nv12_rgb" : "i420_rgb",
+               *out = fmt[0] == 'n' ? "rgb_nv12" : "rgb_i420";
     snprintf(buf, len,
              "{\"kpipe_spec\": 1, \"execution\": \"graph\", \"modules\": ["
              "{\"type\": \"%s\", \"id\": \"rgb\", \"params\": {\"width\": %d, \"height\": %d}},"
@@ -281,41 +305,53 @@ static void bench_clip(const char *dir, int w, int h, int n, int64_t bitrate) {
     double reader_fps = read_loop(clip, KP_VIDEO_DECODE_NVDEC, &fr);
     double sw_fps = read_loop(clip, KP_VIDEO_DECODE_SOFTWARE, &fs);
     kp_flow_snapshot h1;
-    snprintf(json, sizeof json,
-             "{\"kpipe_flow\": 1, \"strict_no_host_copies\": true, \"stages\": ["
-             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
-             "{\"name\": \"null\", \"sink\": \"null\"}]}", clip);
+    snprintf(
+        json, sizeof json,
+        "{\"kpipe_flow\": 1, \"strict_no_host_copies\": true, \"stages\": ["
+        "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
+        "{\"name\": \"null\", \"sink\": \"null\"}]}",
+        clip);
     double flow_fps = run_flow(json, &h1, false);
     printf("| decode only | frames/s | ratio to the hand loop |\n|---|---|---|\n");
     printf("| hand NVDEC loop (%ld frames) | %.0f | 1.00 |\n", fh, hand_fps);
-    printf("| flow: video source (NVDEC) -> null, strict | %.0f | %.2f |\n", flow_fps, flow_fps / hand_fps);
-    printf("| kp_video_reader_next loop (NVDEC, %ld frames) | %.0f | %.2f |\n", fr, reader_fps, reader_fps / hand_fps);
-    printf("| libavcodec software, all cores (%ld frames) | %.0f | %.2f |\n", fs, sw_fps, sw_fps / hand_fps);
+    printf("| flow: video source (NVDEC) -> null, strict | %.0f | %.2f |\n", flow_fps,
+           flow_fps / hand_fps);
+    printf("| kp_video_reader_next loop (NVDEC, %ld frames) | %.0f | %.2f |\n", fr, reader_fps,
+           reader_fps / hand_fps);
+    printf("| libavcodec software, all cores (%ld frames) | %.0f | %.2f |\n", fs, sw_fps,
+           sw_fps / hand_fps);
     printf("  frames in flight at most %zu; frame buffers %zu bytes\n", h1.max_frames_in_flight,
            h1.device_bytes);
 
     /* each stage alone: the pipeline (flow: decode -> enhance -> null, minus
      * decode by device time) and the encoder (flow: decode -> encode) */
     kp_flow_snapshot h2, h3, h4, h5;
-    snprintf(json, sizeof json,
-             "{\"kpipe_flow\": 1, \"stages\": ["
-             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
-             "{\"name\": \"enhance\", \"pipeline\": %s},"
-             "{\"name\": \"null\", \"sink\": \"null\"}]}", clip, enhance(pipe, sizeof pipe, w, h, "nv12"));
+    snprintf(
+        json, sizeof json,
+        "{\"kpipe_flow\": 1, \"stages\": ["
+        "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
+        "{\"name\": \"enhance\", \"pipeline\": %s},"
+        "{\"name\": \"null\", \"sink\": \"null\"}]}",
+        clip, enhance(pipe, sizeof pipe, w, h, "nv12"));
     double dec_enh_fps = run_flow(json, &h2, false);
-    snprintf(json, sizeof json,
-             "{\"kpipe_flow\": 1, \"stages\": ["
-             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
-             "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": \"ultrafast\"}]}",
-             clip, out);
+    snprintf(
+        json, sizeof json,
+        "{\"kpipe_flow\": 1, \"stages\": ["
+        "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
+        "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": "
+        "\"ultrafast\"}]}",
+        clip, out);
     double dec_enc_fps = run_flow(json, &h3, false);
-    snprintf(json, sizeof json,
-             "{\"kpipe_flow\": 1, \"stages\": ["
-             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
-             "{\"name\": \"enhance\", \"pipeline\": %s},"
-             "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": \"ultrafast\"}]}",
-             clip, enhance(pipe, sizeof pipe, w, h, "nv12"), out);
-    printf("| end to end (NVDEC -> enhance -> libx264 ultrafast), best of 2 | frames/s |\n|---|---|\n");
+    snprintf(
+        json, sizeof json,
+        "{\"kpipe_flow\": 1, \"stages\": ["
+        "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
+        "{\"name\": \"enhance\", \"pipeline\": %s},"
+        "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": "
+        "\"ultrafast\"}]}",
+        clip, enhance(pipe, sizeof pipe, w, h, "nv12"), out);
+    printf("| end to end (NVDEC -> enhance -> libx264 ultrafast), best of 2 | frames/s "
+           "|\n|---|---|\n");
     double e2e_fps = run_flow(json, &h4, true);
     e2e_fps = fmax(e2e_fps, run_flow(json, &h4, false));
     /* the encoder alone on the frames it encodes end to end (sharpened
@@ -323,11 +359,13 @@ static void bench_clip(const char *dir, int w, int h, int n, int64_t bitrate) {
      * (NVDEC runs 2-7x faster than libx264 here) into the encoder */
     char out2[600];
     snprintf(out2, sizeof out2, "%s.again.mp4", out);
-    snprintf(json, sizeof json,
-             "{\"kpipe_flow\": 1, \"stages\": ["
-             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
-             "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": \"ultrafast\"}]}",
-             out, out2);
+    snprintf(
+        json, sizeof json,
+        "{\"kpipe_flow\": 1, \"stages\": ["
+        "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
+        "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": "
+        "\"ultrafast\"}]}",
+        out, out2);
     double enc_alone = fmax(run_flow(json, &h5, false), run_flow(json, &h5, false));
     remove(out2);
     double enh_alone = h2.stages[1].gpu_p50_us > 0 ? 1e6 / h2.stages[1].gpu_p50_us : 0;
@@ -340,8 +378,10 @@ static void bench_clip(const char *dir, int w, int h, int n, int64_t bitrate) {
     printf("| **end to end** | **%.0f** (%.2f of the slowest stage alone, %.0f) |\n", e2e_fps,
            e2e_fps / slowest, slowest);
     uint64_t copies = 0;
-    for (size_t i = 0; i + 1 < h4.n_stages; i++) copies += h4.stages[i].copies.htod + h4.stages[i].copies.dtoh;
-    printf("  host copies before the sink: %llu over %llu frames; the sink: %llu d2h (one per frame, libx264 on the host)\n",
+    for (size_t i = 0; i + 1 < h4.n_stages; i++)
+        copies += h4.stages[i].copies.htod + h4.stages[i].copies.dtoh;
+    printf("  host copies before the sink: %llu over %llu frames; the sink: %llu d2h (one per "
+           "frame, libx264 on the host)\n",
            (unsigned long long)copies, (unsigned long long)h4.frames_done,
            (unsigned long long)h4.stages[h4.n_stages - 1].copies.dtoh);
     printf("  frames in flight at most %zu; frame buffers %zu bytes\n", h4.max_frames_in_flight,
@@ -349,18 +389,22 @@ static void bench_clip(const char *dir, int w, int h, int n, int64_t bitrate) {
     /* the .y4m path on the same frames */
     snprintf(json, sizeof json,
              "{\"kpipe_flow\": 1, \"stages\": ["
-             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"software\"},"
-             "{\"name\": \"raw\", \"sink\": \"y4m\", \"path\": \"%s\"}]}", clip, y4m);
+             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": "
+             "\"software\"},"
+             "{\"name\": \"raw\", \"sink\": \"y4m\", \"path\": \"%s\"}]}",
+             clip, y4m);
     run_flow(json, &h5, false);
     snprintf(json, sizeof json,
              "{\"kpipe_flow\": 1, \"stages\": ["
              "{\"name\": \"read\", \"source\": \"y4m\", \"path\": \"%s\"},"
              "{\"name\": \"enhance\", \"pipeline\": %s},"
-             "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": \"ultrafast\"}]}",
+             "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": "
+             "\"ultrafast\"}]}",
              y4m, enhance(pipe, sizeof pipe, w, h, "i420"), out);
     double y4m_fps = run_flow(json, &h5, false);
-    printf("| .y4m in (the same frames, raw) -> enhance -> libx264 | %.0f (%.2f of the MP4 path) |\n",
-           y4m_fps, y4m_fps / e2e_fps);
+    printf(
+        "| .y4m in (the same frames, raw) -> enhance -> libx264 | %.0f (%.2f of the MP4 path) |\n",
+        y4m_fps, y4m_fps / e2e_fps);
     remove(y4m);
 }
 
@@ -391,12 +435,6 @@ static double hand_loops(const char *path, int k) {
         frames += t[i].frames;
     }
     return frames / (now_s() - t0);
-}
-
-static size_t device_used(void) {
-    size_t free_b = 0, total = 0;
-    cudaMemGetInfo(&free_b, &total);
-    return total - free_b;
 }
 
 /* One source of n streams of the clip (each its own NVDEC session) into a
@@ -473,11 +511,135 @@ static void bench_streams(const char *dir, int frames) {
     for (int i = 0; i < 4; i++) streams_row(clip, rt[i], true, frames);
 }
 
+/* One file on N NVDEC sessions ("parallel"): frames/s of the reader alone
+ * against one session, on 2160p and 1080p clips with a key frame every
+ * second (closed, and open groups of pictures at 2160p). */
+static void bench_parallel(const char *dir, int frames) {
+    static const struct {
+        int w, h;
+        int64_t bitrate;
+        bool open;
+    } clips[] = {
+        {3840, 2160, 20000000, false}, {3840, 2160, 20000000, true}, {1920, 1080, 6000000, false}};
+    printf("\n## One file on several NVDEC sessions (reader alone, %d frames, a key frame "
+           "every 30)\n\n| clip | sessions | frames/s | x one session | device MiB held |\n"
+           "|---|---|---|---|---|\n",
+           frames);
+    for (size_t c = 0; c < sizeof clips / sizeof clips[0]; c++) {
+        char clip[512];
+        snprintf(clip, sizeof clip, "%s/par_%d_%d.mp4", dir, clips[c].h, (int)clips[c].open);
+        double t0 = now_s();
+        make_clip_gop(clip, clips[c].w, clips[c].h, frames, clips[c].bitrate, 30, clips[c].open);
+        fprintf(stderr, "clip %dp made in %.1f s\n", clips[c].h, now_s() - t0);
+        const int n[] = {1, 2, 4, 7};
+        double one = 0;
+        for (int i = 0; i < 4; i++) {
+            long got = 0;
+            double fps = read_loop_n(clip, KP_VIDEO_DECODE_NVDEC, n[i], &got);
+            if (got != frames) {
+                fprintf(stderr, "parallel %d: %ld frames of %d\n", n[i], got, frames);
+                exit(1);
+            }
+            if (i == 0) one = fps;
+            printf("| %dp H.264%s | %d | %.0f | %.2f | %.0f |\n", clips[c].h,
+                   clips[c].open ? ", open GOP" : "", n[i], fps, fps / one,
+                   (double)g_read_held / 1048576.0);
+        }
+        remove(clip);
+    }
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A decoder for each of many short clips (1080p and 720p in turn): open,
+ * first frame on the device, close; p50 and p99 in ms, pooled decoders
+ * (reconfigured) against a decoder made each time. */
+static void bench_pool(const char *dir, int clips) {
+    char clip[2][512];
+    snprintf(clip[0], sizeof clip[0], "%s/short_1080.mp4", dir);
+    snprintf(clip[1], sizeof clip[1], "%s/short_720.mp4", dir);
+    make_clip(clip[0], 1920, 1080, 10, 6000000);
+    make_clip(clip[1], 1280, 720, 10, 4000000);
+    printf("\n## A decoder for each of many short clips (1080p and 720p in turn: open, first "
+           "frame, close)\n\n| decoders | clips | p50 ms | p99 ms | of which open, p50 | container "
+           "alone (libavformat open + stream info), p50 | made | reused |\n"
+           "|---|---|---|---|---|---|---|---|\n");
+    kp_stream_t s;
+    void *buf;
+    CHECK(kp_stream_create(g_dev, &s));
+    CHECK(kp_malloc(g_dev, 1920 * 1088 * 3 / 2, &buf));
+    for (int pooled = 1; pooled >= 0; pooled--) {
+        const int n = pooled ? clips : clips / 10;
+        double *t = calloc((size_t)n, sizeof *t);
+        CHECK(kp_video_pool_limit(0));
+        CHECK(kp_video_pool_limit(pooled ? KP_VIDEO_POOL_DEFAULT : 0));
+        double *t_open = calloc((size_t)n, sizeof *t), *t_demux = calloc((size_t)n, sizeof *t);
+        kp_video_pool_stats a, b;
+        CHECK(kp_video_pool_stats_get(&a));
+        for (int i = -2; i < n; i++) { /* two to warm up */
+            /* the container alone, as the reader opens it: demux's share */
+            double t0 = now_s();
+            AVFormatContext *fc = NULL;
+            if (avformat_open_input(&fc, clip[i & 1], NULL, NULL) < 0 ||
+                avformat_find_stream_info(fc, NULL) < 0) {
+                fprintf(stderr, "%s: cannot open\n", clip[i & 1]);
+                exit(1);
+            }
+            avformat_close_input(&fc);
+            if (i >= 0) t_demux[i] = (now_s() - t0) * 1e3;
+            t0 = now_s();
+            kp_video_reader_config c = KP_VIDEO_READER_CONFIG_INIT;
+            c.decoder = KP_VIDEO_DECODE_NVDEC;
+            kp_video_reader_t r;
+            CHECK(kp_video_reader_open(g_dev, clip[i & 1], &c, &r));
+            if (i >= 0) t_open[i] = (now_s() - t0) * 1e3;
+            kp_video_frame f;
+            bool eos;
+            CHECK(kp_video_reader_next(r, s, buf, 1920 * 1088 * 3 / 2, &f, &eos));
+            CHECK(kp_stream_sync(s));
+            if (i >= 0) t[i] = (now_s() - t0) * 1e3;
+            kp_video_reader_close(r);
+        }
+        CHECK(kp_video_pool_stats_get(&b));
+        qsort(t, (size_t)n, sizeof *t, cmp_double);
+        qsort(t_open, (size_t)n, sizeof *t, cmp_double);
+        qsort(t_demux, (size_t)n, sizeof *t, cmp_double);
+        printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %llu | %llu |\n",
+               pooled ? "pooled (reconfigured)" : "made each time", n, t[n / 2],
+               t[(size_t)((n - 1) * 0.99)], t_open[n / 2], t_demux[n / 2],
+               (unsigned long long)(b.created - a.created),
+               (unsigned long long)(b.reused - a.reused));
+        free(t);
+        free(t_open);
+        free(t_demux);
+    }
+    CHECK(kp_video_pool_limit(KP_VIDEO_POOL_DEFAULT));
+    kp_free(g_dev, buf);
+    kp_stream_destroy(s);
+    remove(clip[0]);
+    remove(clip[1]);
+}
+
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* rows reach a log as they come */
     if (argc < 2) {
         fprintf(stderr, "usage: bench_video DIR [FRAMES_1080 FRAMES_2160]\n"
-                        "       bench_video DIR streams [FRAMES]\n");
+                        "       bench_video DIR streams [FRAMES]\n"
+                        "       bench_video DIR parallel [FRAMES [CLIPS]]\n");
         return 2;
+    }
+    if (argc > 2 && strcmp(argv[2], "parallel") == 0) {
+        if (kp_device_open("cuda", &g_dev) != KP_OK) {
+            fprintf(stderr, "no cuda device: %s\n", kp_last_error());
+            return 77;
+        }
+        bench_parallel(argv[1], argc > 3 ? atoi(argv[3]) : 300);
+        bench_pool(argv[1], argc > 4 ? atoi(argv[4]) : 1000);
+        kp_device_close(g_dev);
+        return 0;
     }
     if (argc > 2 && strcmp(argv[2], "streams") == 0) {
         if (kp_device_open("cuda", &g_dev) != KP_OK) {

@@ -6,7 +6,7 @@
 # minutes; their rows collect in build-gpu/gpu-check.rows and the whole
 # table is printed after every call.
 #   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench] [taskbench] [hostpath]
-#                        [multigpu] [video] [streams] [fusion] [python]
+#                        [multigpu] [video] [streams] [parallel] [fusion] [python]
 #   (none: all but multigpu, which needs two GPUs: the 2 x H200 machine)
 # Unpack carried Debian packages first (see docs/gpu-machine.md).
 set -uo pipefail
@@ -189,6 +189,20 @@ stage_streams() {
   fi
   cat "$out/bench_streams.md"
   rm -rf /tmp/kp_bench_streams
+}
+
+# One file on several NVDEC sessions: bench_video's parallel table (2160p
+# and 1080p, 1 to 7 sessions).
+stage_parallel() {
+  mkdir -p /tmp/kp_bench_parallel
+  if build-gpu/bench/bench_video /tmp/kp_bench_parallel parallel ${KP_PARALLEL_FRAMES:-300} \
+       >"$out/bench_parallel.md" 2>&1; then
+    row "bench_video parallel" PASS "bench_parallel.md"
+  else
+    row "bench_video parallel" FAIL "$(tail -1 "$out/bench_parallel.md")"
+  fi
+  cat "$out/bench_parallel.md"
+  rm -rf /tmp/kp_bench_parallel
 }
 
 stage_soak() {
@@ -420,7 +434,7 @@ stage_python() {
 
 for stage in ${*:-build test sanitize soak bench cache flowbench taskbench}; do
   case $stage in
-    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams|fusion|python) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams|parallel|fusion|python) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done
