@@ -636,7 +636,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "no cuda device: %s\n", kp_last_error());
             return 77;
         }
-        bench_parallel(argv[1], argc > 3 ? atoi(argv[3]) : 300);
+        const int frames = argc > 3 ? atoi(argv[3]) : 300; /* 0: the pool's table alone */
+        if (frames > 0) bench_parallel(argv[1], frames);
         bench_pool(argv[1], argc > 4 ? atoi(argv[4]) : 1000);
         kp_device_close(g_dev);
         return 0;
