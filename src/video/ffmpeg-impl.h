@@ -93,13 +93,17 @@ void kp__range_key(kp_video_reader_t r, bool *stop);
 /* Whether a packet of r's stream, demuxed before its range's start, need
  * not be decoded: H.264 pictures that no other picture refers to. */
 bool kp__range_skip(kp_video_reader_t r, const AVPacket *pkt);
-/* A parallel reader over r (opened, described, no decoder): its sessions,
- * each a reader made with cfg.parallel = KP__PAR_SESSION. */
+/* What a key packet is: *start, an IDR (nothing after refers to what came
+ * before); *end, nothing after it is shown before it. */
+void kp__key_kind(kp_video_reader_t r, const AVPacket *pkt, bool *start, bool *end);
+/* The sessions of a parallel reader are readers made with cfg.parallel =
+ * KP__PAR_SESSION; kp__video_reader_make with parallel > 1 opens the demux
+ * alone, and parallel.c adds the sessions. */
 #define KP__PAR_SESSION (-1)
-kp_status kp__par_open(kp_video_reader_t r);
-kp_status kp__par_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video_frame *frame,
-                       bool *eos);
-void kp__par_close(struct kp__par *p);
+/* Whether r can give a frame of `capacity` bytes on `s` (and has not
+ * failed), and stopping r for good after a failed frame. */
+kp_status kp__video_reader_check(kp_video_reader_t r, kp_stream_t s, size_t capacity);
+void kp__video_reader_fail(kp_video_reader_t r, kp_status st);
 /* A packet's stamp as the index keeps it: its dts (MP4), or where packets
  * have none, its pts (Matroska). */
 static inline int64_t kp__pkt_stamp(const AVPacket *p) {

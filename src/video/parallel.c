@@ -69,105 +69,7 @@ struct kp__par {
     kp__par_session *ss;
 };
 
-/* --- ranges --------------------------------------------------------------------------- */
-kp_status kp__range_frame(kp_video_reader_t r, int64_t pts, int *what) {
-    struct kp__range *g = &r->range;
-    *what = KP__RANGE_KEEP;
-    if (pts == AV_NOPTS_VALUE)
-        return kp__error(KP_ERR_UNSUPPORTED,
-                         "%s: a frame without a timestamp: parallel decode orders frames by them",
-                         r->path);
-    if (!g->have_start || pts < g->start_pts) {
-        *what = KP__RANGE_DROP;
-    } else if (g->have_end && pts >= g->end_pts) {
-        *what = KP__RANGE_END;
-        g->ended = true;
-    }
-    return KP_OK;
-}
-
-/* The first byte of each NAL unit of a packet (at most `max`): length-
- * prefixed (MP4's avcC / hvcC, the length size in the extradata) or Annex
- * B start codes. */
-static size_t kp__nal_heads(kp_video_reader_t r, const AVPacket *pkt, uint8_t *out, size_t max) {
-    const AVCodecParameters *par = r->st->codecpar;
-    const bool hevc = par->codec_id == AV_CODEC_ID_HEVC;
-    const uint8_t *x = par->extradata;
-    int lsize = 0; /* 0: Annex B */
-    if (x && par->extradata_size > (hevc ? 22 : 4) && x[0] == 1)
-        lsize = (hevc ? x[21] : x[4]) % 4 + 1;
-    const uint8_t *d = pkt->data;
-    const size_t n = (size_t)pkt->size;
-    size_t m = 0;
-    for (size_t i = 0; i < n && m < max;) {
-        size_t len, at;
-        if (lsize) {
-            if (n - i < (size_t)lsize) break;
-            len = 0;
-            for (int k = 0; k < lsize; k++) len = len << 8 | d[i + (size_t)k];
-            at = i + (size_t)lsize;
-            if (len > n - at) break;
-            i = at + len;
-        } else { /* the next 00 00 01 */
-            while (i + 3 <= n && !(d[i] == 0 && d[i + 1] == 0 && d[i + 2] == 1)) i++;
-            if (i + 3 > n) break;
-            at = i + 3;
-            len = n - at;
-            i = at;
-        }
-        if (len && at < n) out[m++] = d[at];
-    }
-    return m;
-}
-
-/* What a key packet is: *start, an IDR (nothing after refers to what came
- * before: H.264 NAL type 5, HEVC 19 or 20); *end, nothing after it is
- * shown before it (H.264 5, HEVC 20). */
-static void kp__key_kind(kp_video_reader_t r, const AVPacket *pkt, bool *start, bool *end) {
-    const bool hevc = r->st->codecpar->codec_id == AV_CODEC_ID_HEVC;
-    uint8_t h[64];
-    const size_t m = kp__nal_heads(r, pkt, h, sizeof h);
-    *start = *end = false;
-    for (size_t i = 0; i < m; i++) {
-        int type = hevc ? (h[i] >> 1) & 0x3f : h[i] & 0x1f;
-        if (hevc ? (type == 19 || type == 20) : type == 5) *start = true;
-        if (hevc ? type == 20 : type == 5) *end = true;
-    }
-}
-
-bool kp__range_skip(kp_video_reader_t r, const AVPacket *pkt) {
-    if (r->st->codecpar->codec_id != AV_CODEC_ID_H264 || (pkt->flags & AV_PKT_FLAG_KEY))
-        return false;
-    uint8_t h[64];
-    const size_t m = kp__nal_heads(r, pkt, h, sizeof h);
-    bool slices = false;
-    for (size_t i = 0; i < m; i++) {
-        const int type = h[i] & 0x1f;
-        if (type < 1 || type > 5) continue;
-        if (h[i] & 0x60) return false; /* nal_ref_idc: a reference */
-        slices = true;
-    }
-    return slices;
-}
-
-void kp__range_key(kp_video_reader_t r, bool *stop) {
-    struct kp__range *g = &r->range;
-    const int64_t at = kp__pkt_stamp(r->pkt);
-    *stop = false;
-    if (!g->have_start && at == g->start_ts) {
-        g->have_start = true;
-        g->start_pts = r->pkt->pts;
-    } else if (g->have_start && !g->have_end && at == g->end_ts) {
-        g->have_end = true;
-        g->end_pts = r->pkt->pts;
-        bool start, end;
-        kp__key_kind(r, r->pkt, &start, &end);
-        *stop = end;
-    } else if (g->have_end) {
-        *stop = true;
-    }
-}
-
+/* --- sessions --------------------------------------------------------------------------- */
 /* Decodes group c into the session's ring. */
 static kp_status kp__par_group(kp__par_session *w, uint64_t c) {
     struct kp__par *p = w->p;
@@ -225,7 +127,7 @@ static void *kp__par_main(void *arg) {
     return NULL;
 }
 
-void kp__par_close(struct kp__par *p) {
+static void kp__par_close(struct kp__par *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     p->stop = true;
@@ -325,7 +227,7 @@ static kp_status kp__par_session_open(struct kp__par *p, kp__par_session *w) {
     return KP_OK;
 }
 
-kp_status kp__par_open(kp_video_reader_t r) {
+static kp_status kp__par_open(kp_video_reader_t r) {
     enum AVCodecID id = r->st->codecpar->codec_id;
     if (id != AV_CODEC_ID_H264 && id != AV_CODEC_ID_HEVC)
         return kp__error(KP_ERR_UNSUPPORTED,
@@ -373,8 +275,8 @@ kp_status kp__par_open(kp_video_reader_t r) {
     return KP_OK;
 }
 
-kp_status kp__par_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video_frame *frame,
-                       bool *eos) {
+static kp_status kp__par_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video_frame *frame,
+                              bool *eos) {
     struct kp__par *p = r->par;
     kp__par_session *w = NULL;
     pthread_mutex_lock(&p->mu);
@@ -416,4 +318,36 @@ kp_status kp__par_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video_f
     pthread_mutex_unlock(&p->mu);
     r->next++;
     return KP_OK;
+}
+
+/* --- the reader's entry points: one session, or several ------------------------------- */
+kp_status kp__video_open(kp_device_t dev, const char *path, const kp_video_reader_config *cfg,
+                         kp_video_reader_t *out) {
+    kp_video_reader_t r;
+    KP_CHECK(kp__video_reader_make(dev, path, cfg, &r)); /* parallel > 1: demux alone */
+    if (cfg->parallel > 1) {
+        kp_status st = kp__par_open(r);
+        if (st != KP_OK) {
+            kp__video_close(r);
+            return st;
+        }
+    }
+    *out = r;
+    return KP_OK;
+}
+
+kp_status kp__video_next(kp_video_reader_t r, kp_stream_t s, void *dst, size_t capacity,
+                         kp_video_frame *frame, bool *eos) {
+    if (!r->par) return kp__video_reader_next(r, s, dst, capacity, frame, eos);
+    *eos = false;
+    KP_CHECK(kp__video_reader_check(r, s, capacity));
+    kp_status st = kp__par_next(r, s, dst, frame, eos);
+    if (st != KP_OK) kp__video_reader_fail(r, st);
+    return st;
+}
+
+void kp__video_close(kp_video_reader_t r) {
+    kp__par_close(r->par);
+    r->par = NULL;
+    kp__video_reader_free(r);
 }

@@ -163,7 +163,6 @@ static kp_status kp__sw_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_v
 
 /* --- the reader ---------------------------------------------------------------------- */
 void kp__video_reader_free(kp_video_reader_t r) {
-    if (r->par) kp__par_close(r->par);
     if (r->nv) kp__nvdec_close(r->nv);
     for (int i = 0; i < KP__SW_RING; i++) {
         if (r->pending[i] && kp_event_sync(r->ev[i]) != KP_OK) kp_clear_error();
@@ -301,7 +300,7 @@ kp_status kp__video_reader_make(kp_device_t dev, const char *path,
     }
     if (st == KP_OK && !(r->pkt = av_packet_alloc()))
         st = kp__error(KP_ERR_OUT_OF_MEMORY, "video reader: no memory");
-    if (st == KP_OK) st = r->cfg.parallel > 1 ? kp__par_open(r) : kp__reader_pick(r);
+    if (st == KP_OK && r->cfg.parallel <= 1) st = kp__reader_pick(r); /* else parallel.c's */
     if (st != KP_OK) {
         kp__video_reader_free(r);
         return st;
@@ -315,9 +314,7 @@ kp_status kp__video_reader_info(kp_video_reader_t r, kp_video_reader_info *out) 
     return KP_OK;
 }
 
-kp_status kp__video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, size_t capacity,
-                                kp_video_frame *frame, bool *eos) {
-    *eos = false;
+kp_status kp__video_reader_check(kp_video_reader_t r, kp_stream_t s, size_t capacity) {
     if (r->failed) return kp__error(r->fail_status, "%s", r->fail_detail);
     if (capacity < r->info.frame_bytes)
         return kp__error(KP_ERR_INVALID_ARG, "%s: a frame needs %zu bytes; %zu given", r->path,
@@ -325,14 +322,22 @@ kp_status kp__video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, s
     if (kp_stream_device(s) != r->dev)
         return kp__error(KP_ERR_INVALID_ARG, "the stream is on %s, the reader on %s",
                          kp_device_name(kp_stream_device(s)), kp_device_name(r->dev));
-    kp_status st = r->par  ? kp__par_next(r, s, dst, frame, eos)
-                   : r->nv ? kp__nvdec_next(r, s, dst, frame, eos)
-                           : kp__sw_next(r, s, dst, frame, eos);
-    if (st != KP_OK) { /* the decoder's state is unknown now: it stays stopped */
-        r->failed = true;
-        r->fail_status = st;
-        snprintf(r->fail_detail, sizeof r->fail_detail, "%s", kp_last_error());
-    }
+    return KP_OK;
+}
+
+void kp__video_reader_fail(kp_video_reader_t r, kp_status st) {
+    r->failed = true; /* the decoder's state is unknown now: it stays stopped */
+    r->fail_status = st;
+    snprintf(r->fail_detail, sizeof r->fail_detail, "%s", kp_last_error());
+}
+
+kp_status kp__video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, size_t capacity,
+                                kp_video_frame *frame, bool *eos) {
+    *eos = false;
+    KP_CHECK(kp__video_reader_check(r, s, capacity));
+    kp_status st =
+        r->nv ? kp__nvdec_next(r, s, dst, frame, eos) : kp__sw_next(r, s, dst, frame, eos);
+    if (st != KP_OK) kp__video_reader_fail(r, st);
     return st;
 }
 

@@ -25,6 +25,13 @@ kp_status kp__video_reader_info(kp_video_reader_t r, kp_video_reader_info *out);
 kp_status kp__video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, size_t capacity,
                                 kp_video_frame *frame, bool *eos);
 void kp__video_reader_free(kp_video_reader_t r);
+/* The reader's entry points (parallel.c): one session (reader.c), or
+ * cfg.parallel sessions. */
+kp_status kp__video_open(kp_device_t dev, const char *path, const kp_video_reader_config *cfg,
+                         kp_video_reader_t *out);
+kp_status kp__video_next(kp_video_reader_t r, kp_stream_t s, void *dst, size_t capacity,
+                         kp_video_frame *frame, bool *eos);
+void kp__video_close(kp_video_reader_t r);
 kp_status kp__video_pool_limit(int max_idle);
 kp_status kp__video_pool_stats(kp_video_pool_stats *out);
 kp_status kp__video_writer_make(kp_device_t dev, const char *path,

@@ -58,7 +58,7 @@ kp_status kp_video_reader_open(kp_device_t dev, const char *path, const kp_video
                          KP_VIDEO_MAX_PARALLEL);
     if (c.format == KP_PIXEL_I420 && c.decoder == KP_VIDEO_DECODE_NVDEC)
         return kp__error(KP_ERR_UNSUPPORTED, "NVDEC gives NV12, not I420");
-    KP__VIDEO_OR(kp__video_reader_make(dev, path, &c, out));
+    KP__VIDEO_OR(kp__video_open(dev, path, &c, out));
 }
 
 kp_status kp_video_reader_get_info(kp_video_reader_t r, kp_video_reader_info *out) {
@@ -77,12 +77,12 @@ kp_status kp_video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, si
                          : !dst   ? "dst"
                          : !frame ? "frame"
                                   : "eos");
-    KP__VIDEO_OR(kp__video_reader_next(r, s, dst, capacity, frame, eos));
+    KP__VIDEO_OR(kp__video_next(r, s, dst, capacity, frame, eos));
 }
 
 void kp_video_reader_close(kp_video_reader_t r) {
 #ifdef KP_HAVE_VIDEO
-    if (r) kp__video_reader_free(r);
+    if (r) kp__video_close(r);
 #else
     (void)r;
 #endif
