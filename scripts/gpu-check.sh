@@ -212,6 +212,13 @@ stage_soak() {
     row "soak: 1M ticks per mode (cuda)" FAIL "$(grep -vE '^ ' "$out/soak.log" | tail -2 | tr '\n' ' ')"
   fi
   cat "$out/soak.log"
+  # 10,000 decoder open/close cycles (pooled NVDEC decoders): memory, RSS
+  # and threads back at their baseline
+  if build-gpu/tests/test_streams cuda 10000 >"$out/soak_decoders.log" 2>&1; then
+    row "soak: 10k decoder open/close (cuda)" PASS "$(grep -oE 'decoder soak: .*' "$out/soak_decoders.log")"
+  else
+    row "soak: 10k decoder open/close (cuda)" FAIL "$(grep -E 'ERROR|FAILED' "$out/soak_decoders.log" | head -2 | tr '\n' ' ')"
+  fi
 }
 
 stage_bench() {
