@@ -291,6 +291,17 @@ static const char *enhance(char *buf, size_t len, int w, int h, const char *fmt)
     return buf;
 }
 
+/* A flow decoding `in` on NVDEC into libx264 (ultrafast) writing `out`. */
+static void decode_encode(char *json, size_t len, const char *in, const char *out) {
+    snprintf(json, len,
+             "{\"kpipe_flow\": 1, \"stages\": ["
+             "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": "
+             "\"nvdec\"},"
+             "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": "
+             "\"ultrafast\"}]}",
+             in, out);
+}
+
 static void bench_clip(const char *dir, int w, int h, int n, int64_t bitrate) {
     char clip[512], y4m[512], out[512], json[4096], pipe[2048];
     snprintf(clip, sizeof clip, "%s/clip_%d.mp4", dir, h);
@@ -334,13 +345,7 @@ static void bench_clip(const char *dir, int w, int h, int n, int64_t bitrate) {
         "{\"name\": \"null\", \"sink\": \"null\"}]}",
         clip, enhance(pipe, sizeof pipe, w, h, "nv12"));
     double dec_enh_fps = run_flow(json, &h2, false);
-    snprintf(
-        json, sizeof json,
-        "{\"kpipe_flow\": 1, \"stages\": ["
-        "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
-        "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": "
-        "\"ultrafast\"}]}",
-        clip, out);
+    decode_encode(json, sizeof json, clip, out);
     double dec_enc_fps = run_flow(json, &h3, false);
     snprintf(
         json, sizeof json,
@@ -359,13 +364,7 @@ static void bench_clip(const char *dir, int w, int h, int n, int64_t bitrate) {
      * (NVDEC runs 2-7x faster than libx264 here) into the encoder */
     char out2[600];
     snprintf(out2, sizeof out2, "%s.again.mp4", out);
-    snprintf(
-        json, sizeof json,
-        "{\"kpipe_flow\": 1, \"stages\": ["
-        "{\"name\": \"decode\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": \"nvdec\"},"
-        "{\"name\": \"encode\", \"sink\": \"video\", \"path\": \"%s\", \"preset\": "
-        "\"ultrafast\"}]}",
-        out, out2);
+    decode_encode(json, sizeof json, out, out2);
     double enc_alone = fmax(run_flow(json, &h5, false), run_flow(json, &h5, false));
     remove(out2);
     double enh_alone = h2.stages[1].gpu_p50_us > 0 ? 1e6 / h2.stages[1].gpu_p50_us : 0;

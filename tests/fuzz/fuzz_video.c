@@ -42,6 +42,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
     cfg.decoder = KP_VIDEO_DECODE_SOFTWARE;
     cfg.threads = 1;
+    /* the last byte's low bit: two sessions, through the key frame index,
+     * the ranges and the NAL walk (src/video/range.c, parallel.c) */
+    cfg.parallel = size && (data[size - 1] & 1) ? 2 : 0;
     kp_video_reader_t r = NULL;
     kp_status st = kp_video_reader_open(g_dev, g_path, &cfg, &r);
     if (st != KP_OK) {
