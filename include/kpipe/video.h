@@ -85,15 +85,25 @@ typedef struct kp_video_reader_config {
      * session a ring of device frames as long as the longest group of
      * pictures (at most 64), and one device-to-device copy per frame. */
     int parallel;
+    /* The largest frames the stream may change to mid-stream (an adaptive
+     * stream's renditions, a camera switching modes); 0: its first size.
+     * Frames of any even size within both sides follow each other, each
+     * described by its kp_video_frame; the pitch (when not given) and
+     * info.frame_bytes are those of the largest. A frame beyond either
+     * side is KP_ERR_UNSUPPORTED, named. On NVDEC a size change
+     * reconfigures the decoder (made for the largest size) in place. */
+    int32_t max_width, max_height;
 } kp_video_reader_config;
-#define KP_VIDEO_READER_CONFIG_INIT {KP_VIDEO_DECODE_AUTO, 0, 0, KP_PIXEL_NONE, 0, NULL, NULL, 0}
+#define KP_VIDEO_READER_CONFIG_INIT \
+    {KP_VIDEO_DECODE_AUTO, 0, 0, KP_PIXEL_NONE, 0, NULL, NULL, 0, 0, 0}
 #define KP_VIDEO_MAX_PARALLEL 16
 
 typedef struct kp_video_reader_info {
-    int32_t width, height;
+    int32_t width, height; /* the first frame's */
     int64_t pitch;
     kp_pixel_format format;
-    size_t frame_bytes;   /* pitch * height * 3 / 2 */
+    size_t frame_bytes;   /* pitch * max_height * 3 / 2 */
+    int32_t max_width, max_height; /* the largest frames taken (config, or the first size) */
     int32_t time_base[2]; /* of the stream's timestamps */
     int32_t rate[2];      /* frames per second; 0/0: unknown */
     int64_t frames;       /* as the container says; 0: unknown */
@@ -111,8 +121,9 @@ kp_status kp_video_reader_open(kp_device_t dev, const char *path,
 kp_status kp_video_reader_get_info(kp_video_reader_t r, kp_video_reader_info *out);
 /* Decodes the next frame into dst (device memory of at least
  * info.frame_bytes), enqueued on `s`; *eos at the end (dst untouched).
- * `frame` gets its description and timestamp. A corrupt bitstream, or a
- * size change mid-stream, is a named error. */
+ * `frame` gets its description (its own size, the reader's pitch) and
+ * timestamp. A corrupt bitstream, or a frame larger than max_width x
+ * max_height, is a named error. */
 kp_status kp_video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, size_t capacity,
                                kp_video_frame *frame, bool *eos);
 void kp_video_reader_close(kp_video_reader_t r);

@@ -10,6 +10,19 @@ kp_status kp__video_frame_bytes(int64_t pitch, int64_t height, size_t *out) {
     return KP_OK;
 }
 
+kp_status kp__video_size_check(const char *path, uint64_t index, int w, int h, int max_w,
+                               int max_h) {
+    if (w < 2 || h < 2 || w % 2 || h % 2)
+        return kp__error(KP_ERR_UNSUPPORTED, "%s: frame %llu is %dx%d: kpipe reads even sizes",
+                         path, (unsigned long long)index, w, h);
+    if (w > max_w || h > max_h)
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "%s: frame %llu is %dx%d, beyond the %dx%d this reader takes (set "
+                         "max_width and max_height for a stream that changes size)",
+                         path, (unsigned long long)index, w, h, max_w, max_h);
+    return KP_OK;
+}
+
 kp_status kp__video_frame_check(const kp_video_frame *f, size_t bytes, const char *what) {
     if (!f) return kp__error(KP_ERR_INVALID_ARG, "%s: the frame description is NULL", what);
     if (f->format != KP_PIXEL_I420 && f->format != KP_PIXEL_NV12)

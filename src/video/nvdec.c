@@ -1,48 +1,30 @@
-/* NVDEC: the driver's parser and decoder, opened at run time through
- * FFmpeg's loader headers (libffmpeg-nvenc-dev), so nothing links against
- * the driver and the build works where no GPU is.
+/* NVDEC: one session's parser, decoder and output, through the driver's
+ * entry points that decoders.c loads at run time (and where the pool of
+ * idle decoders lives).
  *
  * Packets come from the reader's demuxer through the mp4-to-Annex-B
  * bitstream filter, one at a time, into the parser; its callbacks run on
  * the calling thread: the sequence callback checks the stream against the
- * decoder's limits and makes the decoder (once: a size change mid-stream is
- * refused by name), the decode callback starts a picture on the engine,
- * the display callback queues the picture for output. A packet is fed only
- * when that queue is empty, and the decoder has KP__NV_EXTRA surfaces over
- * the parser's minimum: the parser cycles through its surfaces, so a
- * picture queued for output is never decoded over before it is copied.
- * Each output picture is mapped, copied on the caller's stream into the
- * destination (device to device, at the reader's pitch), and unmapped once
- * the copy has finished. The flush at the end drains the delayed pictures. */
-#include <pthread.h>
+ * decoder's limits and takes a decoder (from the pool, or a new one made
+ * for the reader's largest size); at a size change mid-stream it copies
+ * out the pictures still queued and reconfigures the decoder in place. The
+ * decode callback starts a picture on the engine, the display callback
+ * queues the picture for output. A packet is fed only when that queue is
+ * empty, and the decoder has KP__NV_EXTRA surfaces over the parser's
+ * minimum: the parser cycles through its surfaces, so a picture queued for
+ * output is never decoded over before it is copied. Each output picture is
+ * mapped, copied on the caller's stream into the destination (device to
+ * device, at the reader's pitch), and unmapped once the copy has finished.
+ * The flush at the end drains the delayed pictures. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <ffnvcodec/dynlink_loader.h>
-
 #include "ffmpeg-impl.h"
+#include "nvdec-impl.h"
 
 #define KP__NV_QUEUE 32 /* display queue: every surface at most */
 #define KP__NV_EXTRA 8  /* decode surfaces over the parser's minimum */
-
-static CudaFunctions *kp__cu;
-static CuvidFunctions *kp__cuvid;
-static char kp__nv_why[160];
-
-static void kp__nv_load(void) {
-    if (cuda_load_functions(&kp__cu, NULL) < 0) {
-        snprintf(kp__nv_why, sizeof kp__nv_why, "cannot load libcuda.so.1 (the NVIDIA driver)");
-        kp__cu = NULL;
-    } else if (cuvid_load_functions(&kp__cuvid, NULL) < 0) {
-        snprintf(kp__nv_why, sizeof kp__nv_why,
-                 "cannot load libnvcuvid.so.1 (the NVIDIA driver's video decoder)");
-        kp__cuvid = NULL;
-    } else if (kp__cu->cuInit(0) != CUDA_SUCCESS) {
-        snprintf(kp__nv_why, sizeof kp__nv_why, "cuInit failed");
-        kp__cuvid = NULL;
-    }
-}
 
 struct kp__nvdec {
     kp_video_reader_t r;
@@ -61,18 +43,22 @@ struct kp__nvdec {
     bool eos_sent;
     uint8_t *seq; /* the parameter sets as Annex B (kp__nv_seqhdr) */
     size_t seq_len;
+    int cur_w, cur_h; /* the size of the pictures queued now */
+    CUstream stream;  /* the caller's, while a frame is asked for */
+    uint64_t resizes; /* size changes taken mid-stream */
+    /* pictures taken out before a size change (kp__nv_resize), handed on
+     * before the queue; their device frames are kept for the next */
+    struct kp__nv_held {
+        void *buf;
+        int w, h;
+        int64_t pts;
+    } held[KP__NV_QUEUE];
+    unsigned held_h, held_n;
     bool broken;         /* a device error: the decoder is not pooled */
     kp_status cb_status; /* a callback's error, its detail in cb_detail */
     char cb_detail[400];
 };
 
-static kp_status kp__cu_error(CUresult e, const char *what) {
-    const char *name = NULL;
-    if (kp__cu->cuGetErrorName(e, &name) != CUDA_SUCCESS || !name) name = "?";
-    return kp__error((int)e == 2 /* CUDA_ERROR_OUT_OF_MEMORY */ ? KP_ERR_OUT_OF_MEMORY
-                                                                : KP_ERR_DEVICE,
-                     "NVDEC: %s: %s (%d)", what, name, (int)e);
-}
 #define KP__CU(call, what)                                           \
     do {                                                             \
         CUresult kp__e = (call);                                     \
@@ -106,184 +92,51 @@ static kp_status kp__nv_fits(struct kp__nvdec *nv, unsigned w, unsigned h) {
     return KP_OK;
 }
 
-/* --- the decoder pool -----------------------------------------------------------------
- * Idle decoders, per process: a closing reader gives its decoder here (with
- * its hold on the device's primary context), an opening one takes the
- * smallest that fits and reconfigures it in the sequence callback, where
- * the driver requires it. A decoder is made for the common frame size at
- * or above the stream's (its maximum), so clips of nearby sizes share. */
-#define KP__NV_POOL_MAX 64
-typedef struct kp__nv_idle {
-    CUvideodecoder dec;
-    CUdevice cudev;
-    CUcontext ctx;
-    cudaVideoCodec codec;
-    unsigned max_w, max_h, surfaces;
-} kp__nv_idle;
-static pthread_mutex_t kp__pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static kp__nv_idle kp__pool[KP__NV_POOL_MAX];
-static int kp__pool_n, kp__pool_limit = KP_VIDEO_POOL_DEFAULT;
-static uint64_t kp__pool_created, kp__pool_reused, kp__pool_destroyed;
-
-static void kp__nv_destroy(CUvideodecoder dec, CUcontext ctx, CUdevice cudev) {
-    CUcontext dummy;
-    if (kp__cu->cuCtxPushCurrent(ctx) == CUDA_SUCCESS) {
-        kp__cuvid->cuvidDestroyDecoder(dec);
-        kp__cu->cuCtxPopCurrent(&dummy);
-    }
-    kp__cu->cuDevicePrimaryCtxRelease(cudev);
-}
-
-/* The idle decoders over `keep`, out of the pool (destroyed by the caller,
- * outside the lock): how many. */
-static int kp__pool_cut(int keep, kp__nv_idle *out) {
-    int n = 0;
-    while (kp__pool_n > keep) out[n++] = kp__pool[--kp__pool_n];
-    kp__pool_destroyed += (uint64_t)n;
-    return n;
-}
-
-/* Takes the smallest idle decoder for (device, codec) of at least w x h
- * coded and n surfaces; false: none. */
-static bool kp__pool_take(CUdevice cudev, cudaVideoCodec codec, unsigned w, unsigned h, unsigned n,
-                          kp__nv_idle *out) {
-    pthread_mutex_lock(&kp__pool_mu);
-    int best = -1;
-    for (int i = 0; i < kp__pool_n; i++) {
-        const kp__nv_idle *d = &kp__pool[i];
-        if (d->cudev != cudev || d->codec != codec || d->max_w < w || d->max_h < h ||
-            d->surfaces < n)
-            continue;
-        if (best < 0 ||
-            (uint64_t)d->max_w * d->max_h < (uint64_t)kp__pool[best].max_w * kp__pool[best].max_h)
-            best = i;
-    }
-    if (best >= 0) {
-        *out = kp__pool[best];
-        kp__pool[best] = kp__pool[--kp__pool_n];
-    }
-    pthread_mutex_unlock(&kp__pool_mu);
-    return best >= 0;
-}
-
-/* Gives a decoder (and its context hold) to the pool; false: full. */
-static bool kp__pool_give(const kp__nv_idle *d) {
-    pthread_mutex_lock(&kp__pool_mu);
-    bool ok = kp__pool_n < kp__pool_limit;
-    if (ok) kp__pool[kp__pool_n++] = *d;
-    pthread_mutex_unlock(&kp__pool_mu);
-    return ok;
-}
-
-kp_status kp__video_pool_limit(int max_idle) {
-    kp__nv_idle cut[KP__NV_POOL_MAX];
-    pthread_mutex_lock(&kp__pool_mu);
-    kp__pool_limit = max_idle;
-    int n = kp__pool_cut(max_idle, cut);
-    pthread_mutex_unlock(&kp__pool_mu);
-    for (int i = 0; i < n; i++) kp__nv_destroy(cut[i].dec, cut[i].ctx, cut[i].cudev);
-    return KP_OK;
-}
-
-kp_status kp__video_pool_stats(kp_video_pool_stats *out) {
-    pthread_mutex_lock(&kp__pool_mu);
-    *out = (kp_video_pool_stats){kp__pool_n, kp__pool_limit, kp__pool_created, kp__pool_reused,
-                                 kp__pool_destroyed};
-    pthread_mutex_unlock(&kp__pool_mu);
-    return KP_OK;
-}
-
-/* The common frame size at or above w x h coded (within the engine's
- * limits): a pooled decoder's maximum. */
-static void kp__nv_bucket(const CUVIDDECODECAPS *c, unsigned w, unsigned h, unsigned *bw,
-                          unsigned *bh) {
-    static const unsigned sizes[][2] = {{352, 288},   {640, 480},   {1280, 720},
-                                        {1920, 1088}, {2560, 1440}, {3840, 2176},
-                                        {4096, 2304}, {7680, 4320}, {8192, 8192}};
-    *bw = w;
-    *bh = h;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        if (sizes[i][0] < w || sizes[i][1] < h) continue;
-        unsigned x = sizes[i][0] < c->nMaxWidth ? sizes[i][0] : c->nMaxWidth,
-                 y = sizes[i][1] < c->nMaxHeight ? sizes[i][1] : c->nMaxHeight;
-        if (x >= w && y >= h && ((x + 15) / 16) * ((y + 15) / 16) <= c->nMaxMBCount) {
-            *bw = x;
-            *bh = y;
-        }
-        break;
-    }
-}
-
-static int CUDAAPI kp__nv_sequence(void *user, CUVIDEOFORMAT *fmt) {
-    struct kp__nvdec *nv = user;
-    const kp_video_reader_info *in = &nv->r->info;
-    int w = fmt->display_area.right - fmt->display_area.left,
-        h = fmt->display_area.bottom - fmt->display_area.top;
-    /* the bitstream says (the container may not, and its header is not
-     * always probed) */
-    if (fmt->video_signal_description.video_full_range_flag) nv->r->full_range = true;
-    if (nv->dec) {
-        if (fmt->coded_width == nv->coded_w && fmt->coded_height == nv->coded_h && w == in->width &&
-            h == in->height)
-            return (int)nv->surfaces;
-        return kp__nv_fail(nv, kp__error(KP_ERR_UNSUPPORTED,
-                                         "%s: the stream changes size from %dx%d to %dx%d: a size "
-                                         "change mid-stream is not supported",
-                                         nv->r->path, (int)in->width, (int)in->height, w, h));
-    }
-    if (fmt->chroma_format != cudaVideoChromaFormat_420 || fmt->bit_depth_luma_minus8 ||
-        fmt->bit_depth_chroma_minus8)
-        return kp__nv_fail(nv, kp__error(KP_ERR_UNSUPPORTED,
-                                         "%s: %d-bit, chroma format %d: kpipe decodes 8-bit "
-                                         "4:2:0 on NVDEC",
-                                         nv->r->path, 8 + fmt->bit_depth_luma_minus8,
-                                         (int)fmt->chroma_format));
-    if (w != in->width || h != in->height)
-        return kp__nv_fail(nv, kp__error(KP_ERR_UNSUPPORTED,
-                                         "%s: the bitstream's pictures are %dx%d, the "
-                                         "container says %dx%d (a size change mid-stream "
-                                         "is not supported)",
-                                         nv->r->path, w, h, (int)in->width, (int)in->height));
-    kp_status st = kp__nv_fits(nv, fmt->coded_width, fmt->coded_height);
-    if (st != KP_OK) return kp__nv_fail(nv, st);
-    unsigned n = fmt->min_num_decode_surfaces + KP__NV_EXTRA;
-    if (n > KP__NV_QUEUE) n = KP__NV_QUEUE;
+/* A decoder for fmt in nv->dec: an idle one from the pool, reconfigured, or
+ * a new one made for the common size at or above the larger of the coded
+ * size and the reader's maximum, so that later sizes reconfigure it. */
+static kp_status kp__nv_make(struct kp__nvdec *nv, const CUVIDEOFORMAT *fmt, unsigned w, unsigned h,
+                             unsigned n) {
+    CUVIDRECONFIGUREDECODERINFO ri;
+    memset(&ri, 0, sizeof ri);
+    ri.ulWidth = fmt->coded_width;
+    ri.ulHeight = fmt->coded_height;
+    ri.ulTargetWidth = w;
+    ri.ulTargetHeight = h;
+    ri.display_area.left = (short)fmt->display_area.left;
+    ri.display_area.top = (short)fmt->display_area.top;
+    ri.display_area.right = (short)fmt->display_area.right;
+    ri.display_area.bottom = (short)fmt->display_area.bottom;
+    ri.target_rect.right = (short)w; /* cropped, not scaled: bit-exact */
+    ri.target_rect.bottom = (short)h;
     kp__nv_idle idle;
     while (kp__pool_take(nv->cudev, fmt->codec, fmt->coded_width, fmt->coded_height, n, &idle)) {
-        CUVIDRECONFIGUREDECODERINFO ri;
-        memset(&ri, 0, sizeof ri);
-        ri.ulWidth = fmt->coded_width;
-        ri.ulHeight = fmt->coded_height;
-        ri.ulTargetWidth = (unsigned)w;
-        ri.ulTargetHeight = (unsigned)h;
         ri.ulNumDecodeSurfaces = idle.surfaces;
-        ri.display_area.left = (short)fmt->display_area.left;
-        ri.display_area.top = (short)fmt->display_area.top;
-        ri.display_area.right = (short)fmt->display_area.right;
-        ri.display_area.bottom = (short)fmt->display_area.bottom;
-        ri.target_rect.right = (short)w;
-        ri.target_rect.bottom = (short)h;
         if (kp__cuvid->cuvidReconfigureDecoder &&
             kp__cuvid->cuvidReconfigureDecoder(idle.dec, &ri) == CUDA_SUCCESS) {
             kp__cu->cuDevicePrimaryCtxRelease(idle.cudev); /* nv holds the context already */
-            pthread_mutex_lock(&kp__pool_mu);
-            kp__pool_reused++;
-            pthread_mutex_unlock(&kp__pool_mu);
+            kp__pool_count(KP__POOL_REUSED);
             nv->dec = idle.dec;
             nv->surfaces = idle.surfaces;
             nv->max_w = idle.max_w;
             nv->max_h = idle.max_h;
-            nv->coded_w = fmt->coded_width;
-            nv->coded_h = fmt->coded_height;
-            return (int)idle.surfaces;
+            return KP_OK;
         }
         kp__nv_destroy(idle.dec, idle.ctx, idle.cudev); /* it would not: the next, or a new one */
-        pthread_mutex_lock(&kp__pool_mu);
-        kp__pool_destroyed++;
-        pthread_mutex_unlock(&kp__pool_mu);
+        kp__pool_count(KP__POOL_DESTROYED);
+    }
+    const kp_video_reader_info *in = &nv->r->info;
+    unsigned mw = (unsigned)(in->max_width + 15) & ~15u,
+             mh = (unsigned)(in->max_height + 15) & ~15u;
+    if (mw < fmt->coded_width) mw = fmt->coded_width;
+    if (mh < fmt->coded_height) mh = fmt->coded_height;
+    if (kp__nv_fits(nv, mw, mh) != KP_OK) { /* the maximum is beyond the engine: this size */
+        kp_clear_error();
+        mw = fmt->coded_width;
+        mh = fmt->coded_height;
     }
     unsigned bw, bh;
-    kp__nv_bucket(&nv->caps, fmt->coded_width, fmt->coded_height, &bw, &bh);
+    kp__nv_bucket(&nv->caps, mw, mh, &bw, &bh);
     CUVIDDECODECREATEINFO ci;
     memset(&ci, 0, sizeof ci);
     ci.ulWidth = fmt->coded_width;
@@ -300,23 +153,110 @@ static int CUDAAPI kp__nv_sequence(void *user, CUVIDEOFORMAT *fmt) {
     ci.display_area.bottom = (short)fmt->display_area.bottom;
     ci.OutputFormat = cudaVideoSurfaceFormat_NV12;
     ci.DeinterlaceMode = cudaVideoDeinterlaceMode_Weave;
-    ci.ulTargetWidth = (unsigned)w; /* cropped, not scaled: bit-exact */
-    ci.ulTargetHeight = (unsigned)h;
+    ci.ulTargetWidth = w;
+    ci.ulTargetHeight = h;
     ci.ulNumOutputSurfaces = 2;
     CUresult e = kp__cuvid->cuvidCreateDecoder(&nv->dec, &ci);
     if (e != CUDA_SUCCESS) {
         nv->dec = NULL;
-        return kp__nv_fail(nv, kp__cu_error(e, "creating the decoder"));
+        return kp__cu_error(e, "creating the decoder");
     }
-    pthread_mutex_lock(&kp__pool_mu);
-    kp__pool_created++;
-    pthread_mutex_unlock(&kp__pool_mu);
+    kp__pool_count(KP__POOL_CREATED);
     nv->surfaces = n;
     nv->max_w = bw;
     nv->max_h = bh;
+    return KP_OK;
+}
+
+static kp_status kp__nv_output(struct kp__nvdec *nv, const CUVIDPARSERDISPINFO *d, CUstream s,
+                               void *dst);
+
+/* A size change: the pictures still queued for output belong to the old
+ * size, and a reconfigure takes their surfaces, so each is copied out
+ * first into a held device frame (at the reader's pitch), handed on before
+ * the queue. Then the decoder is reconfigured in place, or, when the new
+ * size is beyond what it was made for, freed and another taken. */
+static kp_status kp__nv_resize(struct kp__nvdec *nv, const CUVIDEOFORMAT *fmt, unsigned w,
+                               unsigned h, unsigned n) {
+    if (nv->held_n + nv->qn > KP__NV_QUEUE)
+        return kp__error(KP_ERR_STATE, "NVDEC: more than %d pictures held over size changes",
+                         KP__NV_QUEUE);
+    while (nv->qn) {
+        struct kp__nv_held *e = &nv->held[(nv->held_h + nv->held_n) % KP__NV_QUEUE];
+        if (!e->buf) KP_CHECK(kp_malloc(nv->r->dev, nv->r->info.frame_bytes, &e->buf));
+        const CUVIDPARSERDISPINFO d = nv->q[nv->qh];
+        KP_CHECK(kp__nv_output(nv, &d, nv->stream, e->buf));
+        nv->qh = (nv->qh + 1) % KP__NV_QUEUE;
+        nv->qn--;
+        e->w = nv->cur_w;
+        e->h = nv->cur_h;
+        e->pts = d.timestamp;
+        nv->held_n++;
+    }
+    nv->resizes++;
+    if (fmt->coded_width <= nv->max_w && fmt->coded_height <= nv->max_h && n <= nv->surfaces &&
+        kp__cuvid->cuvidReconfigureDecoder) {
+        CUVIDRECONFIGUREDECODERINFO ri;
+        memset(&ri, 0, sizeof ri);
+        ri.ulWidth = fmt->coded_width;
+        ri.ulHeight = fmt->coded_height;
+        ri.ulTargetWidth = w;
+        ri.ulTargetHeight = h;
+        ri.ulNumDecodeSurfaces = nv->surfaces;
+        ri.display_area.left = (short)fmt->display_area.left;
+        ri.display_area.top = (short)fmt->display_area.top;
+        ri.display_area.right = (short)fmt->display_area.right;
+        ri.display_area.bottom = (short)fmt->display_area.bottom;
+        ri.target_rect.right = (short)w;
+        ri.target_rect.bottom = (short)h;
+        CUresult e = kp__cuvid->cuvidReconfigureDecoder(nv->dec, &ri);
+        if (e == CUDA_SUCCESS) return KP_OK;
+        nv->broken = true;
+        return kp__cu_error(e, "reconfiguring the decoder for a new size");
+    }
+    kp__cuvid->cuvidDestroyDecoder(nv->dec);
+    kp__pool_count(KP__POOL_DESTROYED);
+    nv->dec = NULL;
+    return kp__nv_make(nv, fmt, w, h, n);
+}
+
+static int CUDAAPI kp__nv_sequence(void *user, CUVIDEOFORMAT *fmt) {
+    struct kp__nvdec *nv = user;
+    const kp_video_reader_info *in = &nv->r->info;
+    int w = fmt->display_area.right - fmt->display_area.left,
+        h = fmt->display_area.bottom - fmt->display_area.top;
+    /* the bitstream says (the container may not, and its header is not
+     * always probed) */
+    if (fmt->video_signal_description.video_full_range_flag) nv->r->full_range = true;
+    if (nv->dec && fmt->coded_width == nv->coded_w && fmt->coded_height == nv->coded_h &&
+        w == nv->cur_w && h == nv->cur_h)
+        return (int)nv->surfaces;
+    if (fmt->chroma_format != cudaVideoChromaFormat_420 || fmt->bit_depth_luma_minus8 ||
+        fmt->bit_depth_chroma_minus8)
+        return kp__nv_fail(nv, kp__error(KP_ERR_UNSUPPORTED,
+                                         "%s: %d-bit, chroma format %d: kpipe decodes 8-bit "
+                                         "4:2:0 on NVDEC",
+                                         nv->r->path, 8 + fmt->bit_depth_luma_minus8,
+                                         (int)fmt->chroma_format));
+    if (!nv->dec && (w != in->width || h != in->height))
+        return kp__nv_fail(nv, kp__error(KP_ERR_UNSUPPORTED,
+                                         "%s: the bitstream's pictures are %dx%d, the "
+                                         "container says %dx%d",
+                                         nv->r->path, w, h, (int)in->width, (int)in->height));
+    kp_status st = kp__video_size_check(nv->r->path, nv->r->next, w, h, (int)in->max_width,
+                                        (int)in->max_height);
+    if (st == KP_OK) st = kp__nv_fits(nv, fmt->coded_width, fmt->coded_height);
+    if (st != KP_OK) return kp__nv_fail(nv, st);
+    unsigned n = fmt->min_num_decode_surfaces + KP__NV_EXTRA;
+    if (n > KP__NV_QUEUE) n = KP__NV_QUEUE;
+    st = nv->dec ? kp__nv_resize(nv, fmt, (unsigned)w, (unsigned)h, n)
+                 : kp__nv_make(nv, fmt, (unsigned)w, (unsigned)h, n);
+    if (st != KP_OK) return kp__nv_fail(nv, st);
     nv->coded_w = fmt->coded_width;
     nv->coded_h = fmt->coded_height;
-    return (int)n;
+    nv->cur_w = w;
+    nv->cur_h = h;
+    return (int)nv->surfaces;
 }
 
 static int CUDAAPI kp__nv_decode(void *user, CUVIDPICPARAMS *pic) {
@@ -356,15 +296,15 @@ void kp__nvdec_close(struct kp__nvdec *nv) {
                 pooled = !nv->broken && kp__pool_give(&d);
                 if (!pooled) {
                     kp__cuvid->cuvidDestroyDecoder(nv->dec);
-                    pthread_mutex_lock(&kp__pool_mu);
-                    kp__pool_destroyed++;
-                    pthread_mutex_unlock(&kp__pool_mu);
+                    kp__pool_count(KP__POOL_DESTROYED);
                 }
             }
             kp__cu->cuCtxPopCurrent(&dummy);
         }
         if (!pooled) kp__cu->cuDevicePrimaryCtxRelease(nv->cudev);
     }
+    for (int i = 0; i < KP__NV_QUEUE; i++)
+        if (nv->held[i].buf) kp_free(nv->r->dev, nv->held[i].buf);
     av_bsf_free(&nv->bsf);
     av_packet_free(&nv->fpkt);
     kp__free(nv->seq);
@@ -444,7 +384,7 @@ kp_status kp__nvdec_reset(struct kp__nvdec *nv) {
     if (e != CUDA_SUCCESS) return kp__cu_error(e, "parsing the parameter sets");
     av_bsf_flush(nv->bsf);
     av_packet_unref(nv->fpkt);
-    nv->qh = nv->qn = 0;
+    nv->qh = nv->qn = nv->held_h = nv->held_n = 0;
     nv->eos_sent = false;
     return KP_OK;
 }
@@ -489,9 +429,7 @@ static kp_status kp__nv_setup(struct kp__nvdec *nv) {
 static kp_status kp__nv_feed(struct kp__nvdec *nv);
 
 kp_status kp__nvdec_open(kp_video_reader_t r) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, kp__nv_load);
-    if (!kp__cu || !kp__cuvid) return kp__error(KP_ERR_UNSUPPORTED, "NVDEC: %s", kp__nv_why);
+    KP_CHECK(kp__nv_driver());
     struct kp__nvdec *nv = kp__calloc(1, sizeof *nv);
     if (!nv) return kp__error(KP_ERR_OUT_OF_MEMORY, "NVDEC: no memory");
     nv->r = r;
@@ -575,7 +513,8 @@ static kp_status kp__nv_feed(struct kp__nvdec *nv) {
     return KP_OK;
 }
 
-/* Maps a queued picture, copies it to dst on the caller's stream, unmaps. */
+/* Maps a queued picture (of the current size), copies it to dst on the
+ * caller's stream at the reader's pitch, unmaps. */
 static kp_status kp__nv_output(struct kp__nvdec *nv, const CUVIDPARSERDISPINFO *d, CUstream s,
                                void *dst) {
     const kp_video_reader_info *in = &nv->r->info;
@@ -604,14 +543,14 @@ static kp_status kp__nv_output(struct kp__nvdec *nv, const CUVIDPARSERDISPINFO *
     c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
     c.dstDevice = (CUdeviceptr)(uintptr_t)dst;
     c.dstPitch = (size_t)in->pitch;
-    c.WidthInBytes = (size_t)in->width;
-    c.Height = (size_t)in->height;
+    c.WidthInBytes = (size_t)nv->cur_w;
+    c.Height = (size_t)nv->cur_h;
     CUresult e = kp__cu->cuMemcpy2DAsync(&c, s);
     if (e == CUDA_SUCCESS) { /* the chroma plane follows the (even) surface height */
         c.srcDevice =
-            (CUdeviceptr)(src + (unsigned long long)pitch * (((unsigned)in->height + 1) & ~1u));
-        c.dstDevice = (CUdeviceptr)((uintptr_t)dst + (size_t)(in->pitch * in->height));
-        c.Height = (size_t)in->height / 2;
+            (CUdeviceptr)(src + (unsigned long long)pitch * (((unsigned)nv->cur_h + 1) & ~1u));
+        c.dstDevice = (CUdeviceptr)((uintptr_t)dst + (size_t)(in->pitch * nv->cur_h));
+        c.Height = (size_t)nv->cur_h / 2;
         e = kp__cu->cuMemcpy2DAsync(&c, s);
     }
     /* the surface goes back once the copies have read it */
@@ -624,12 +563,47 @@ static kp_status kp__nv_output(struct kp__nvdec *nv, const CUVIDPARSERDISPINFO *
     return KP_OK;
 }
 
+/* Hands on the oldest held picture (kp__nv_resize) when its range keeps
+ * it: *done once dst has it or the range has ended. */
+static kp_status kp__nv_held_next(struct kp__nvdec *nv, CUstream s, void *dst, kp_video_frame *vf,
+                                  bool *done) {
+    kp_video_reader_t r = nv->r;
+    struct kp__nv_held *e = &nv->held[nv->held_h];
+    nv->held_h = (nv->held_h + 1) % KP__NV_QUEUE;
+    nv->held_n--;
+    int what = KP__RANGE_KEEP;
+    if (r->range.on) KP_CHECK(kp__range_frame(r, e->pts, &what));
+    *done = what != KP__RANGE_DROP;
+    if (what != KP__RANGE_KEEP) return KP_OK;
+    const kp_video_reader_info *in = &r->info;
+    CUcontext dummy;
+    KP__CU(kp__cu->cuCtxPushCurrent(nv->ctx), "cuCtxPushCurrent");
+    CUresult ce =
+        kp__cu->cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)e->buf,
+                                  (size_t)(in->pitch * e->h / 2 * 3), s);
+    /* the held frame may be refilled at the next size change, on another stream */
+    if (ce == CUDA_SUCCESS) ce = kp__cu->cuStreamSynchronize(s);
+    kp__cu->cuCtxPopCurrent(&dummy);
+    if (ce != CUDA_SUCCESS) return kp__cu_error(ce, "copying a held picture");
+    r->next++;
+    *vf = (kp_video_frame){KP_PIXEL_NV12,
+                           e->w,
+                           e->h,
+                           in->pitch,
+                           e->pts,
+                           {in->time_base[0], in->time_base[1]},
+                           {in->rate[0], in->rate[1]},
+                           r->full_range};
+    return KP_OK;
+}
+
 kp_status kp__nvdec_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video_frame *vf,
                          bool *eos) {
     struct kp__nvdec *nv = r->nv;
     CUVIDPARSERDISPINFO d;
+    nv->stream = (CUstream)kp_stream_native(s); /* for a size change while feeding */
     for (;;) {
-        while (!nv->qn && !r->range.ended) {
+        while (!nv->qn && !nv->held_n && !r->range.ended) {
             if (nv->eos_sent) {
                 *eos = true;
                 return KP_OK;
@@ -638,6 +612,13 @@ kp_status kp__nvdec_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video
         }
         if (r->range.ended) {
             *eos = true;
+            return KP_OK;
+        }
+        if (nv->held_n) {
+            bool done = false;
+            KP_CHECK(kp__nv_held_next(nv, nv->stream, dst, vf, &done));
+            if (!done) continue;
+            *eos = r->range.ended;
             return KP_OK;
         }
         d = nv->q[nv->qh];
@@ -655,8 +636,8 @@ kp_status kp__nvdec_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video
     r->next++;
     const kp_video_reader_info *in = &r->info;
     *vf = (kp_video_frame){KP_PIXEL_NV12,
-                           in->width,
-                           in->height,
+                           nv->cur_w,
+                           nv->cur_h,
                            in->pitch,
                            d.timestamp,
                            {in->time_base[0], in->time_base[1]},

@@ -102,12 +102,9 @@ static kp_status kp__sw_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_v
         st = kp__error(KP_ERR_UNSUPPORTED,
                        "%s: pixel format %s: kpipe reads 8-bit 4:2:0 (yuv420p, yuvj420p)", r->path,
                        av_get_pix_fmt_name(fr->format) ? av_get_pix_fmt_name(fr->format) : "?");
-    else if (fr->width != r->info.width || fr->height != r->info.height)
-        st = kp__error(KP_ERR_UNSUPPORTED,
-                       "%s: frame %llu is %dx%d but the stream began at %dx%d: a size change "
-                       "mid-stream is not supported",
-                       r->path, (unsigned long long)r->next, fr->width, fr->height,
-                       (int)r->info.width, (int)r->info.height);
+    else
+        st = kp__video_size_check(r->path, r->next, fr->width, fr->height, r->info.max_width,
+                                  r->info.max_height);
     if (st != KP_OK) {
         av_frame_unref(fr);
         return st;
@@ -125,7 +122,7 @@ static kp_status kp__sw_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_v
         av_frame_unref(fr);
         return st;
     }
-    const int64_t w = r->info.width, h = r->info.height, p = r->info.pitch;
+    const int64_t w = fr->width, h = fr->height, p = r->info.pitch;
     uint8_t *b = r->stage[k];
     kp__copy_plane(b, p, fr->data[0], fr->linesize[0], w, h);
     if (r->info.format == KP_PIXEL_NV12) { /* U and V interleaved as they are copied */
@@ -146,13 +143,13 @@ static kp_status kp__sw_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_v
     int64_t pts = fr->best_effort_timestamp;
     bool full = fr->format == AV_PIX_FMT_YUVJ420P || fr->color_range == AVCOL_RANGE_JPEG;
     av_frame_unref(fr);
-    KP_CHECK(kp_memcpy_async(s, dst, b, r->info.frame_bytes));
+    KP_CHECK(kp_memcpy_async(s, dst, b, (size_t)(p * h / 2 * 3)));
     KP_CHECK(kp_event_record(r->ev[k], s));
     r->pending[k] = true;
     r->next++;
     *vf = (kp_video_frame){r->info.format,
-                           r->info.width,
-                           r->info.height,
+                           (int32_t)w,
+                           (int32_t)h,
                            p,
                            pts == AV_NOPTS_VALUE ? KP_VIDEO_NO_PTS : pts,
                            {r->info.time_base[0], r->info.time_base[1]},
@@ -189,11 +186,17 @@ static kp_status kp__reader_describe(kp_video_reader_t r) {
                          par->width, par->height, KP_VIDEO_MAX_SIDE, KP_VIDEO_MAX_SIDE);
     in->width = par->width;
     in->height = par->height;
-    in->pitch = r->cfg.pitch ? r->cfg.pitch : par->width;
+    in->max_width = r->cfg.max_width ? r->cfg.max_width : par->width;
+    in->max_height = r->cfg.max_height ? r->cfg.max_height : par->height;
+    if (in->width > in->max_width || in->height > in->max_height)
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "%s: frames of %dx%d, beyond max_width x max_height %dx%d", r->path,
+                         (int)in->width, (int)in->height, (int)in->max_width, (int)in->max_height);
+    in->pitch = r->cfg.pitch ? r->cfg.pitch : in->max_width;
     if (in->pitch < in->width)
         return kp__error(KP_ERR_INVALID_ARG, "pitch %lld is below the width %d",
                          (long long)in->pitch, (int)in->width);
-    KP_CHECK(kp__video_frame_bytes(in->pitch, in->height, &in->frame_bytes));
+    KP_CHECK(kp__video_frame_bytes(in->pitch, in->max_height, &in->frame_bytes));
     in->time_base[0] = r->st->time_base.num;
     in->time_base[1] = r->st->time_base.den;
     AVRational fr = r->st->avg_frame_rate.num ? r->st->avg_frame_rate : r->st->r_frame_rate;

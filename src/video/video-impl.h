@@ -15,6 +15,11 @@
  * there is a pts, and pitch * height * 3 / 2 within `bytes` (0: not
  * checked). `what` starts the detail. */
 kp_status kp__video_frame_check(const kp_video_frame *f, size_t bytes, const char *what);
+/* Whether a decoded frame of w x h (frame `index` of `path`) can be given
+ * by a reader taking frames up to max_w x max_h: even sides within them,
+ * or KP_ERR_UNSUPPORTED naming the sizes and what to set. */
+kp_status kp__video_size_check(const char *path, uint64_t index, int w, int h, int max_w,
+                               int max_h);
 /* pitch * height * 3 / 2, checked: KP_ERR_INVALID_ARG on overflow. */
 kp_status kp__video_frame_bytes(int64_t pitch, int64_t height, size_t *out);
 
@@ -36,8 +41,8 @@ kp_status kp__video_pool_limit(int max_idle);
 kp_status kp__video_pool_stats(kp_video_pool_stats *out);
 kp_status kp__video_writer_make(kp_device_t dev, const char *path,
                                 const kp_video_writer_config *cfg, kp_video_writer_t *out);
-kp_status kp__video_writer_write(kp_video_writer_t w, kp_stream_t s, const void *src,
-                                 size_t bytes, const kp_video_frame *frame);
+kp_status kp__video_writer_write(kp_video_writer_t w, kp_stream_t s, const void *src, size_t bytes,
+                                 const kp_video_frame *frame);
 const char *kp__video_writer_encoder(kp_video_writer_t w);
 kp_status kp__video_writer_finish(kp_video_writer_t w);
 #endif

@@ -56,6 +56,15 @@ kp_status kp_video_reader_open(kp_device_t dev, const char *path, const kp_video
     if (c.parallel < 0 || c.parallel > KP_VIDEO_MAX_PARALLEL)
         return kp__error(KP_ERR_INVALID_ARG, "parallel %d (0 .. %d sessions)", c.parallel,
                          KP_VIDEO_MAX_PARALLEL);
+    if (c.max_width < 0 || c.max_height < 0 || c.max_width > KP_VIDEO_MAX_SIDE ||
+        c.max_height > KP_VIDEO_MAX_SIDE || c.max_width % 2 || c.max_height % 2 ||
+        !c.max_width != !c.max_height)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "max_width %d, max_height %d (both 0, or both even and at most %d)",
+                         (int)c.max_width, (int)c.max_height, KP_VIDEO_MAX_SIDE);
+    if (c.pitch && c.pitch < c.max_width)
+        return kp__error(KP_ERR_INVALID_ARG, "pitch %lld is below max_width %d", (long long)c.pitch,
+                         (int)c.max_width);
     if (c.format == KP_PIXEL_I420 && c.decoder == KP_VIDEO_DECODE_NVDEC)
         return kp__error(KP_ERR_UNSUPPORTED, "NVDEC gives NV12, not I420");
     KP__VIDEO_OR(kp__video_open(dev, path, &c, out));

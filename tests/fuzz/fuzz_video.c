@@ -45,6 +45,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* the last byte's low bit: two sessions, through the key frame index,
      * the ranges and the NAL walk (src/video/range.c, parallel.c) */
     cfg.parallel = size && (data[size - 1] & 1) ? 2 : 0;
+    /* its next bit: frames may change size up to 640x480 */
+    if (size && (data[size - 1] & 2)) {
+        cfg.max_width = 640;
+        cfg.max_height = 480;
+    }
     kp_video_reader_t r = NULL;
     kp_status st = kp_video_reader_open(g_dev, g_path, &cfg, &r);
     if (st != KP_OK) {
