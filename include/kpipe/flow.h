@@ -322,7 +322,7 @@ typedef struct kp_flow_stream_stats {
     double host_p50_us, host_p99_us; /* the source function's time per frame: input to frame */
     /* what the source says of it: for a video source its decoder, decode
      * errors, reconnections and why it fell back to software ("" if nothing) */
-    char detail[160];
+    char detail[320];
 } kp_flow_stream_stats;
 
 /* The flow's source streams, in stream order: up to `cap` into out, and

@@ -90,6 +90,10 @@ typedef struct kp__video_source_opts {
     kp_video_reader_config reader;
     int64_t frames;
     bool realtime;
+    /* the flow's strict_no_host_copies: on a cuda device every stream
+     * decodes on NVDEC, and one NVDEC cannot take is refused by name
+     * instead of falling back to software (which uploads every frame) */
+    bool strict;
 } kp__video_source_opts;
 kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size_t n_paths,
                                  const kp__video_source_opts *o, kp__stage_made *out,

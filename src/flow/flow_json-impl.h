@@ -25,6 +25,7 @@ typedef struct kp__flow_build {
     size_t n_opened;
     size_t n;
     size_t frame_bytes, budget, trace;
+    bool strict; /* strict_no_host_copies: sources refuse what would copy from the host */
     char y4m_tags[256]; /* a y4m source's header tags, for a y4m sink */
 } kp__flow_build;
 

@@ -320,13 +320,12 @@ static kp_status kp__stage_made_all(kp__flow_build *b, json_t *s, const char *pa
  * made as they come, sinks after them all. */
 static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
     static const char *const keys[] = {
-        "name",        "source",   "pipeline",   "sink",    "queue",  "batch",
-        "frames",      "shape",    "width",      "height",  "loop",   "path",
-        "device",      "replicas", "deal",       "handoff", "listen", "connect",
-        "frame_bytes", "capacity", "timeout_ms", "decoder",  "pitch",      "codec",
-        "encoder",     "bitrate",  "crf",        "preset",  "bframes", "gop",
-        "threads",     "format",   "from",       "split",   "streams", "paths",
-        "realtime",    "parallel",    NULL};
+        "name",    "source",   "pipeline", "sink",      "queue",       "batch",    "frames",
+        "shape",   "width",    "height",   "loop",      "path",        "device",   "replicas",
+        "deal",    "handoff",  "listen",   "connect",   "frame_bytes", "capacity", "timeout_ms",
+        "decoder", "pitch",    "codec",    "encoder",   "bitrate",     "crf",      "preset",
+        "bframes", "gop",      "threads",  "format",    "from",        "split",    "streams",
+        "paths",   "realtime", "parallel", "max_width", "max_height",  NULL};
     size_t n = json_array_size(arr);
     if (!json_is_array(arr) || n < 2 || n > KP_FLOW_MAX_STAGES)
         return KP__PERR("$.stages: expected an array of 2 to %d stages", KP_FLOW_MAX_STAGES);
@@ -370,8 +369,8 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
         uint32_t deadline_us = 0;
         snprintf(path, sizeof path, "$.stages[%zu]", i);
         if (b->sink[i])
-            KP_CHECK(kp__stage_made_all(b, json_array_get(arr, i), path, i, b->n_rep[i],
-                                        &deadline_us));
+            KP_CHECK(
+                kp__stage_made_all(b, json_array_get(arr, i), path, i, b->n_rep[i], &deadline_us));
     }
     return KP_OK;
 }
@@ -398,9 +397,9 @@ static kp_status kp__ends(const kp__flow_build *b, const kp_flow_config *cfg) {
 }
 
 static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *out) {
-    static const char *const keys[] = {"kpipe_flow",   "name",   "budget_bytes",
-                                       "trace_events", "stages", "strict_no_host_copies",
-                                       NULL};
+    static const char *const keys[] = {
+        "kpipe_flow", "name", "budget_bytes", "trace_events", "stages", "strict_no_host_copies",
+        NULL};
     if (!json_is_object(root)) return KP__PERR("$: expected an object");
     json_t *ver = json_object_get(root, "kpipe_flow");
     if (!ver) return KP__PERR("$.kpipe_flow: missing (this kpipe reads version 1)");
@@ -424,6 +423,7 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
         if (!json_is_boolean(v)) return KP__PERR("$.strict_no_host_copies: expected true or false");
         strict = json_is_true(v);
     }
+    b->strict = strict;
     KP_CHECK(kp__stages(b, json_object_get(root, "stages")));
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.strict_no_host_copies = strict;

@@ -41,10 +41,11 @@ static kp_status kp__synthetic(kp_device_t dev, json_t *s, const char *path, int
 kp_status kp__json_kind_keys(json_t *s, const char *path, const char *kind,
                              const char *const *allowed) {
     static const char *const optional[] = {
-        "frames",  "shape",       "width",    "height",     "loop",     "path",  "listen",
-        "connect", "frame_bytes", "capacity", "timeout_ms", "decoder",  "pitch", "codec",
-        "encoder", "bitrate",     "crf",      "preset",     "bframes",  "gop",   "threads",
-        "format",  "paths",       "streams",  "realtime",   "parallel", NULL};
+        "frames",   "shape",    "width",       "height",     "loop",       "path",
+        "listen",   "connect",  "frame_bytes", "capacity",   "timeout_ms", "decoder",
+        "pitch",    "codec",    "encoder",     "bitrate",    "crf",        "preset",
+        "bframes",  "gop",      "threads",     "format",     "paths",      "streams",
+        "realtime", "parallel", "max_width",   "max_height", NULL};
     for (const char *const *k = optional; *k; k++) {
         bool ok = false;
         for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, *k) == 0;
@@ -124,14 +125,16 @@ static kp_status kp__opt_str(json_t *s, const char *path, const char *key,
 
 /* Video in (docs/video.md): "path" (a file or a live URL) or "paths" (one
  * stream each), "streams" (that many streams of "path"), decoder, pitch,
- * threads, format, realtime, timeout_ms, parallel (sessions per file). */
+ * threads, format, realtime, timeout_ms, parallel (sessions per file),
+ * max_width and max_height (a stream that changes size). */
 static kp_status kp__video_source(kp_device_t dev, json_t *s, const char *path, int64_t frames,
-                                  kp__stage_made *m) {
+                                  bool strict, kp__stage_made *m) {
     KP_CHECK(kp__json_kind_keys(s, path, "video",
                                 (const char *const[]){"frames", "path", "paths", "streams",
                                                       "realtime", "timeout_ms", "decoder", "pitch",
-                                                      "threads", "format", "parallel", NULL}));
-    kp__video_source_opts o = {KP_VIDEO_READER_CONFIG_INIT, frames, false};
+                                                      "threads", "format", "parallel", "max_width",
+                                                      "max_height", NULL}));
+    kp__video_source_opts o = {KP_VIDEO_READER_CONFIG_INIT, frames, false, strict};
     kp_video_reader_config *cfg = &o.reader;
     const char *file = json_string_value(json_object_get(s, "path")), *dec = "auto";
     json_t *list = json_object_get(s, "paths");
@@ -154,8 +157,10 @@ static kp_status kp__video_source(kp_device_t dev, json_t *s, const char *path, 
     cfg->decoder = dec[0] == 'a'   ? KP_VIDEO_DECODE_AUTO
                    : dec[0] == 'n' ? KP_VIDEO_DECODE_NVDEC
                                    : KP_VIDEO_DECODE_SOFTWARE;
-    int64_t pitch = 0, threads = 0, timeout = 0, parallel = 1;
+    int64_t pitch = 0, threads = 0, timeout = 0, parallel = 1, max_w = 0, max_h = 0;
     KP_CHECK(kp__opt_int(s, path, "parallel", 1, KP_VIDEO_MAX_PARALLEL, &parallel));
+    KP_CHECK(kp__opt_int(s, path, "max_width", 0, KP_VIDEO_MAX_SIDE, &max_w));
+    KP_CHECK(kp__opt_int(s, path, "max_height", 0, KP_VIDEO_MAX_SIDE, &max_h));
     KP_CHECK(kp__opt_int(s, path, "pitch", 0, 2 * KP_VIDEO_MAX_SIDE, &pitch));
     KP_CHECK(kp__opt_int(s, path, "threads", 0, 256, &threads));
     KP_CHECK(kp__opt_int(s, path, "timeout_ms", 0, 86400000, &timeout));
@@ -169,6 +174,8 @@ static kp_status kp__video_source(kp_device_t dev, json_t *s, const char *path, 
     cfg->threads = (int)threads;
     cfg->timeout_ms = (int)timeout;
     cfg->parallel = (int)parallel;
+    cfg->max_width = (int32_t)max_w;
+    cfg->max_height = (int32_t)max_h;
     return kp__stage_video_source(dev, paths, n, &o, m, NULL);
 }
 
@@ -233,7 +240,7 @@ kp_status kp__json_source(kp__flow_build *b, kp_device_t dev, json_t *s, const c
         st = kp__stage_y4m_source(dev, file, frames, json_is_true(loop), m, b->y4m_tags,
                                   sizeof b->y4m_tags);
     } else if (kind && strcmp(kind, "video") == 0) {
-        st = kp__video_source(dev, s, path, frames, m);
+        st = kp__video_source(dev, s, path, frames, b->strict, m);
     } else if (kind && strcmp(kind, "remote") == 0) {
         KP_CHECK(kp__json_kind_keys(
             s, path, kind,

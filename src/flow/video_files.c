@@ -21,10 +21,10 @@ typedef struct kp__video_stream {
     /* "realtime": frame k is due at t0 + (pts_k - pts_0) in wall time */
     double t0_us;
     int64_t pts0;
-    bool gap; /* the next frame follows a reconnection */
+    bool gap;       /* the next frame follows a reconnection */
     kp_flow_t flow; /* for the reader's interrupt: the flow's cancel */
     _Atomic uint64_t reconnects, errors;
-    char last_error[96];
+    char last_error[160];
     pthread_mutex_t mu; /* info and last_error, read by kp_flow_streams */
 } kp__video_stream;
 
@@ -67,13 +67,24 @@ static void kp__sleep_until(kp_flow_t f, double due_us) {
     }
 }
 
+/* Keeps the thread's last error as the stream's, less what the stream's
+ * health says already (the call, the stream's path), so the reason fits. */
+static void kp__video_keep_error(kp__video_stream *s) {
+    const char *e = kp_last_error();
+    static const char call[] = "kp_video_reader_open: ";
+    if (strncmp(e, call, sizeof call - 1) == 0) e += sizeof call - 1;
+    size_t n = strlen(s->path);
+    if (strncmp(e, s->path, n) == 0 && e[n] == ':' && e[n + 1] == ' ') e += n + 2;
+    pthread_mutex_lock(&s->mu);
+    snprintf(s->last_error, sizeof s->last_error, "%s", e);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* A live stream that ended or failed opens again, after 100 ms, then
  * twice as long each time up to 2 s, until it opens or the flow is
  * cancelled; the frame after the gap is marked. */
 static kp_status kp__video_reconnect(kp__video_src *v, kp__video_stream *s, kp_flow_t flow) {
-    pthread_mutex_lock(&s->mu);
-    snprintf(s->last_error, sizeof s->last_error, "%s", kp_last_error());
-    pthread_mutex_unlock(&s->mu);
+    kp__video_keep_error(s);
     kp_clear_error();
     kp_video_reader_close(s->r);
     s->r = NULL;
@@ -105,9 +116,7 @@ static kp_status kp__video_reconnect(kp__video_src *v, kp__video_stream *s, kp_f
         }
         kp_video_reader_close(s->r);
         s->r = NULL;
-        pthread_mutex_lock(&s->mu);
-        snprintf(s->last_error, sizeof s->last_error, "%s", kp_last_error());
-        pthread_mutex_unlock(&s->mu);
+        kp__video_keep_error(s);
         kp_clear_error();
         if ((wait_us *= 2) > 2e6) wait_us = 2e6;
     }
@@ -134,7 +143,11 @@ static kp_status kp__video_src_fn(void *user, const kp_stage_ctx *c, kp_frame *f
     }
     if (*eos) return KP_OK;
     f->desc = s->desc;
-    f->bytes = s->info.frame_bytes;
+    if (f->video.height != s->info.height) { /* a stream that changed size: this frame's rows */
+        int64_t shape[2] = {f->video.height / 2 * 3, f->video.pitch};
+        KP_CHECK(kp_desc_init(&f->desc, KP_U8, 2, shape, NULL));
+    }
+    f->bytes = (size_t)(f->video.pitch * f->video.height / 2 * 3);
     f->discontinuity = s->gap;
     s->gap = false;
     if (v->realtime && f->video.pts != KP_VIDEO_NO_PTS && f->video.time_base[1] > 0) {
@@ -163,8 +176,8 @@ static void kp__video_src_detail(void *user, char *buf, size_t len) {
 
 /* Whether a path names live input: a URL FFmpeg reads from the network. */
 static bool kp__is_live(const char *path) {
-    static const char *const schemes[] = {"udp://", "srt://", "rtsp://", "rtp://", "tcp://",
-                                          "rtmp://", NULL};
+    static const char *const schemes[] = {"udp://", "srt://",  "rtsp://", "rtp://",
+                                          "tcp://", "rtmp://", NULL};
     for (const char *const *k = schemes; *k; k++)
         if (strncmp(path, *k, strlen(*k)) == 0) return true;
     return false;
@@ -176,8 +189,7 @@ kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size
     if (o->frames < 0)
         return kp__error(KP_ERR_INVALID_ARG, "frames: %lld is negative", (long long)o->frames);
     if (n_paths < 1 || n_paths > KP_FLOW_MAX_STREAMS)
-        return kp__error(KP_ERR_INVALID_ARG, "%zu streams (1 .. %d)", n_paths,
-                         KP_FLOW_MAX_STREAMS);
+        return kp__error(KP_ERR_INVALID_ARG, "%zu streams (1 .. %d)", n_paths, KP_FLOW_MAX_STREAMS);
     kp__video_src *v = kp__calloc(1, sizeof *v);
     kp__video_stream *streams = v ? kp__calloc(n_paths, sizeof *streams) : NULL;
     void **users = streams ? kp__calloc(n_paths, sizeof *users) : NULL;
@@ -217,6 +229,14 @@ kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size
         }
         v->live = live;
         kp_video_reader_config cfg = o->reader;
+        const bool strict = o->strict && strcmp(kp_device_backend(dev), "cuda") == 0;
+        if (strict && cfg.decoder == KP_VIDEO_DECODE_SOFTWARE) {
+            st = kp__error(KP_ERR_UNSUPPORTED,
+                           "decoder \"software\" uploads every frame from the host: refused "
+                           "under strict_no_host_copies");
+            break;
+        }
+        if (strict) cfg.decoder = KP_VIDEO_DECODE_NVDEC;
         cfg.interrupt = kp__video_src_interrupt;
         cfg.interrupt_user = s;
         if (live && !cfg.timeout_ms) cfg.timeout_ms = 2000; /* a dead camera is noticed */
@@ -227,7 +247,10 @@ kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size
             int64_t shape[2] = {s->info.height / 2 * 3, s->info.pitch};
             st = kp_desc_init(&s->desc, KP_U8, 2, shape, NULL);
         }
-        if (st != KP_OK) st = kp__error_prefix(st, "paths[%zu]", i);
+        if (st != KP_OK && strict)
+            st = kp__error_prefix(st, "paths[%zu]: strict_no_host_copies takes NVDEC only", i);
+        else if (st != KP_OK)
+            st = kp__error_prefix(st, "paths[%zu]", i);
         if (s->info.frame_bytes > bytes) bytes = s->info.frame_bytes;
     }
     if (st != KP_OK) {
@@ -243,8 +266,15 @@ kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size
         kp__video_src_free(&v->s[0]);
         return st;
     }
-    *out = (kp__stage_made){kp__video_src_fn, NULL, &v->s[0], kp__video_src_free, bytes, 1, NULL,
-                            n_paths > 1 ? n_paths : 0, n_paths > 1 ? users : NULL};
+    *out = (kp__stage_made){kp__video_src_fn,
+                            NULL,
+                            &v->s[0],
+                            kp__video_src_free,
+                            bytes,
+                            1,
+                            NULL,
+                            n_paths > 1 ? n_paths : 0,
+                            n_paths > 1 ? users : NULL};
     return KP_OK;
 }
 
@@ -257,8 +287,8 @@ typedef struct kp__video_sink {
     char codec[32], encoder[32], preset[32];
     char path[1024];
     bool per_stream;
-    kp_video_writer_t w; /* one file */
-    kp_video_writer_t *ws; /* per stream: KP_FLOW_MAX_STREAMS, opened at each one's first frame */
+    kp_video_writer_t w;    /* one file */
+    kp_video_writer_t *ws;  /* per stream: KP_FLOW_MAX_STREAMS, opened at each one's first frame */
     kp_pixel_format format; /* KP_PIXEL_NONE: the frames' own */
 } kp__video_sink;
 
@@ -350,9 +380,8 @@ static kp_status kp__video_sink_end(void *user, const kp_stage_ctx *c, kp_status
     return kp__video_sink_close_all(s);
 }
 
-kp_status kp__stage_video_sink(kp_device_t dev, const char *path,
-                               const kp_video_writer_config *cfg, kp_pixel_format format,
-                               kp__stage_made *out) {
+kp_status kp__stage_video_sink(kp_device_t dev, const char *path, const kp_video_writer_config *cfg,
+                               kp_pixel_format format, kp__stage_made *out) {
     if (!path || !*path || strlen(path) >= sizeof((kp__video_sink *)0)->path)
         return kp__error(KP_ERR_INVALID_ARG, "video sink: a path of 1 to 1023 characters");
     kp__video_sink *s = kp__calloc(1, sizeof *s);
@@ -390,7 +419,7 @@ kp_status kp__stage_video_sink(kp_device_t dev, const char *path,
         kp__video_sink_free(s);
         return st;
     }
-    *out = (kp__stage_made){kp__video_sink_fn, NULL, s, kp__video_sink_free, 0, 1,
-                            kp__video_sink_end, 0, NULL};
+    *out = (kp__stage_made){kp__video_sink_fn,  NULL, s,   kp__video_sink_free, 0, 1,
+                            kp__video_sink_end, 0,    NULL};
     return KP_OK;
 }
