@@ -4,9 +4,10 @@
  * every frame and writes one file per stream with every frame; "realtime"
  * paces a file at its frame rate; a live udp:// stream whose sender goes
  * away is reconnected, and a cancel stops a source blocked on the network;
- * one file on several decoder sessions equals one session's decode; and
- * decoders opened and closed many times (pooled on NVDEC) leave memory,
- * RSS and threads where they were.
+ * one file on several decoder sessions equals one session's decode;
+ * decoders opened and closed many times (pooled on NVDEC), and a stream
+ * switching size 1,000 times, leave memory, RSS and threads where they
+ * were.
  *   test_streams DEVICE [CYCLES]   (cpu or cuda; exit 77 without the
  *                                   device; CYCLES: the decoder soak's) */
 #include <math.h>
@@ -446,6 +447,171 @@ static void decoder_soak(void **state) {
     for (int k = 0; k < 2; k++) free(want[k].data);
 }
 
+/* Appends the bytes of `path` to `out`. */
+static void append_file(FILE *out, const char *path) {
+    FILE *in = fopen(path, "rb");
+    assert_non_null(in);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+}
+
+/* Reads `path` with `cfg` and checks frame i against frame i % per of
+ * want[(i / per + first) % 2] (its segment decoded alone), every byte of
+ * every row; frames `soak_from` .. the end are a soak: RSS, threads and
+ * device memory at its end equal those at its start. Returns the frames
+ * read, or -1 with the error in kp_last_error() when the reader failed. */
+static int read_switching(const char *path, const kp_video_reader_config *cfg, const frames *want,
+                          const int (*size)[2], int per, int first, int soak_from) {
+    kp_video_reader_t r;
+    KPT_OK(kp_video_reader_open(g_dev, path, cfg, &r));
+    kp_video_reader_info info;
+    KPT_OK(kp_video_reader_get_info(r, &info));
+    kp_stream_t s;
+    void *buf;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_malloc(g_dev, info.frame_bytes, &buf));
+    uint8_t *host = malloc(info.frame_bytes);
+    long rss0 = 0;
+    int threads0 = 0, n = 0;
+    size_t dev0 = 0;
+    kp_status st;
+    for (;; n++) {
+        if (n == soak_from) {
+            rss0 = rss_bytes();
+            threads0 = thread_count();
+            dev0 = device_used();
+        }
+        kp_video_frame f;
+        bool eos;
+        st = kp_video_reader_next(r, s, buf, info.frame_bytes, &f, &eos);
+        if (st != KP_OK || eos) break;
+        const int k = (n / per + first) % 2, w = size[k][0], h = size[k][1];
+        assert_int_equal(f.width, w);
+        assert_int_equal(f.height, h);
+        assert_int_equal(f.pitch, info.pitch);
+        KPT_OK(kp_stream_sync(s));
+        const int64_t p = info.pitch;
+        KPT_OK(kp_memcpy_dtoh(g_dev, host, buf, (size_t)(p * h / 2 * 3)));
+        const uint8_t *ref = want[k].data + want[k].bytes * (size_t)(n % per);
+        for (int y = 0; y < h / 2 * 3; y++) /* luma rows, then the interleaved chroma rows */
+            if (memcmp(host + y * p, ref + (size_t)y * (size_t)w, (size_t)w) != 0)
+                fail_msg("%s: frame %d (%dx%d) differs from its segment's at row %d", path, n, w, h,
+                         y);
+    }
+    if (soak_from >= 0 && n > soak_from) {
+        const long rss1 = rss_bytes();
+        const int threads1 = thread_count();
+        const size_t dev1 = device_used();
+        fprintf(stderr,
+                "size switches: %d frames, %d switches; RSS %+.1f MiB, threads %d -> %d, "
+                "device %+.1f MiB over the last %d frames\n",
+                n, n / per - 1, (double)(rss1 - rss0) / 1048576.0, threads0, threads1,
+                ((double)dev1 - (double)dev0) / 1048576.0, n - soak_from);
+        assert_true(rss1 - rss0 < k_rss_slack);
+        assert_int_equal(threads1, threads0);
+        assert_true(dev1 <= dev0 + (4u << 20));
+    }
+    kp_video_reader_close(r);
+    free(host);
+    kp_free(g_dev, buf);
+    kp_stream_destroy(s);
+    return st == KP_OK ? n : -1;
+}
+
+/* A stream that changes size at every segment: MPEG-TS segments of two
+ * sizes, each starting at an IDR, joined byte for byte (as an adaptive
+ * stream's renditions are). 1,000 switches between the sizes (1080p and
+ * 720p in the GPU soak, small sizes otherwise): every frame equals its
+ * segment's decoded alone, and memory, RSS and threads stay at their
+ * baseline. A stream growing beyond its first size needs max_width and
+ * max_height, and is refused by name without them. */
+static void size_switches(void **state) {
+    (void)state;
+    const bool big = g_cycles >= 10000;
+    const int size[2][2] = {{big ? 1920 : 192, big ? 1080 : 108},
+                            {big ? 1280 : 128, big ? 720 : 72}};
+    const int per = 3, switches = 1000;
+    char seg[2][512], joined[512], grows[512];
+    frames want[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(seg[k], sizeof seg[k], "%s/switch_%d.ts", g_dir, k);
+        writer_args a = {seg[k], size[k][0], size[k][1], per, k, per, 0, false, KP_OK, false, 0};
+        write_clip(&a);
+        KPT_OK(a.st);
+        read_all(seg[k], &want[k]);
+        assert_int_equal(want[k].n, per);
+    }
+    FILE *out = fopen(tmp_path(joined, sizeof joined, "switching.ts"), "wb");
+    assert_non_null(out);
+    for (int i = 0; i <= switches; i++) append_file(out, seg[i % 2]);
+    fclose(out);
+    out = fopen(tmp_path(grows, sizeof grows, "growing.ts"), "wb");
+    assert_non_null(out);
+    for (int i = 0; i < 3; i++) append_file(out, seg[(i + 1) % 2]);
+    fclose(out);
+
+    kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
+    cfg.format = KP_PIXEL_NV12;
+    kp_video_pool_stats a, b;
+    KPT_OK(kp_video_pool_stats_get(&a));
+    assert_int_equal(read_switching(joined, &cfg, want, size, per, 0, 20 * per),
+                     (switches + 1) * per);
+    KPT_OK(kp_video_pool_stats_get(&b));
+    if (g_cuda) assert_true(b.created - a.created <= 1); /* reconfigured in place */
+
+    /* growing: refused by name at the larger segment, read with the maximum */
+    assert_int_equal(read_switching(grows, &cfg, want, size, per, 1, -1), -1);
+    assert_non_null(strstr(kp_last_error(), "max_width"));
+    kp_clear_error();
+    cfg.max_width = size[0][0];
+    cfg.max_height = size[0][1];
+    assert_int_equal(read_switching(grows, &cfg, want, size, per, 1, -1), 3 * per);
+
+    /* the configuration's rules, one validation for C and JSON */
+    kp_video_reader_t r = NULL;
+    kp_video_reader_config bad = cfg;
+    bad.max_width = 191;
+    KPT_FAILS(kp_video_reader_open(g_dev, grows, &bad, &r), KP_ERR_INVALID_ARG);
+    bad.max_width = 192;
+    bad.max_height = 0;
+    KPT_FAILS(kp_video_reader_open(g_dev, grows, &bad, &r), KP_ERR_INVALID_ARG);
+    bad = cfg;
+    bad.pitch = bad.max_width - 2;
+    KPT_FAILS(kp_video_reader_open(g_dev, grows, &bad, &r), KP_ERR_INVALID_ARG);
+    bad = cfg;
+    bad.max_width = 2;
+    bad.max_height = 2;
+    KPT_FAILS(kp_video_reader_open(g_dev, grows, &bad, &r), KP_ERR_UNSUPPORTED);
+    assert_null(r);
+    char json[1400];
+    kp_flow_t f = NULL;
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"in\", \"source\": \"video\", \"path\": "
+             "\"%s\", "
+             "\"format\": \"nv12\", \"max_width\": 191, \"max_height\": 108}, "
+             "{\"name\": \"out\", \"sink\": \"null\"}]}",
+             grows);
+    KPT_FAILS(kp_flow_create_from_json(g_dev, json, &f), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "max_width 191"));
+    /* a flow carries each frame at its own size */
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"in\", \"source\": \"video\", \"path\": "
+             "\"%s\", "
+             "\"format\": \"nv12\", \"max_width\": %d, \"max_height\": %d}, "
+             "{\"name\": \"out\", \"sink\": \"null\"}]}",
+             grows, size[0][0], size[0][1]);
+    KPT_OK(kp_flow_create_from_json(g_dev, json, &f));
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(h.frames_done, 3 * per);
+    kp_flow_destroy(f);
+    for (int k = 0; k < 2; k++) free(want[k].data);
+}
+
 /* "realtime": 15 frames at 30 frames/s take about half a second; without
  * it, far less. */
 static void realtime_pacing(void **state) {
@@ -517,6 +683,208 @@ static void live_udp_reconnects(void **state) {
     kp_flow_destroy(f);
 }
 
+/* Eight live udp:// cameras into one batch stage (max 8, deadline 20 ms):
+ * one camera dies mid-run and comes back. While it is gone the batches
+ * keep coming from the other seven (the sink's count never stops for
+ * longer than about one deadline plus a frame, where a batch held for the
+ * dead camera would stop it for its 400 ms timeout and more), none of
+ * their frames is dropped, the dead one reconnects and says so in its
+ * health, and a cancel ends it all at once. */
+static void live_kill_one_of_eight(void **state) {
+    (void)state;
+    enum { N = 8, DEAD = 3 };
+    const int port = 20000 + (int)((getpid() + 7919) % 20000);
+    char url[N][128], paths[N * 160] = "", json[4096];
+    writer_args cam[N];
+    pthread_t th[N];
+    for (int k = 0; k < N; k++) {
+        snprintf(url[k], sizeof url[k], "udp://127.0.0.1:%d", port + k);
+        cam[k] = (writer_args){url[k], 64, 48, 1000000, k, 10, 30.0, false, KP_OK, false, 0};
+        assert_int_equal(pthread_create(&th[k], NULL, write_clip, &cam[k]), 0);
+        char one[160];
+        snprintf(one, sizeof one, "%s\"%s?timeout=2000000\"", k ? ", " : "", url[k]);
+        strcat(paths, one);
+    }
+    const double deadline = 0.020, frame = 1 / 30.0;
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cams\", \"source\": \"video\", "
+             "\"format\": \"nv12\", \"paths\": [%s], \"timeout_ms\": 400},"
+             "{\"name\": \"batch\", \"queue\": {\"capacity\": 64, \"policy\": \"drop_oldest\"}, "
+             "\"batch\": {\"max\": 8, \"deadline_us\": %d, \"resize\": [64, 48]}, "
+             "\"pipeline\": {\"kpipe_spec\": 1, \"name\": \"b\", \"modules\": ["
+             "{\"type\": \"resize\", \"id\": \"same\", \"params\": {\"width\": 64, \"height\": "
+             "48, \"out_width\": 64, \"out_height\": 48, \"batch\": 8}}], "
+             "\"inputs\": {\"x\": \"same.input\"}, \"outputs\": {\"y\": \"same.output\"}}},"
+             "{\"name\": \"out\", \"sink\": \"null\"}]}",
+             paths, (int)(deadline * 1e6));
+    kp_flow_t f;
+    KPT_OK(kp_flow_create_from_json(g_dev, json, &f));
+    KPT_OK(kp_flow_start(f));
+    kp_flow_stream_stats ss[N];
+    size_t n = 0;
+    double t0 = now_s();
+    uint64_t least;
+    do { /* every camera seen */
+        KPT_OK(kp_flow_streams(f, ss, N, &n));
+        least = UINT64_MAX;
+        for (int k = 0; k < N; k++) least = ss[k].frames < least ? ss[k].frames : least;
+    } while (least < 10 && now_s() - t0 < 15.0);
+    assert_true(least >= 10);
+    /* kill one; watch the sink's count and the others' for 2 s, then bring
+     * it back and watch until it has given 10 more frames */
+    uint64_t drops0 = 0;
+    for (int k = 0; k < N; k++) drops0 += k == DEAD ? 0 : ss[k].drops;
+    __atomic_store_n(&cam[DEAD].stop, true, __ATOMIC_RELEASE);
+    pthread_join(th[DEAD], NULL);
+    const double killed = now_s();
+    uint64_t dead_before = 0, last_done = 0;
+    double last_move = killed, worst = 0, back = 0, reconnected_at = 0;
+    bool revived = false;
+    for (;;) {
+        const double t = now_s();
+        kp_flow_snapshot h;
+        KPT_OK(kp_flow_health(f, &h));
+        KPT_OK(kp_flow_streams(f, ss, N, &n));
+        if (h.frames_done != last_done) {
+            if (last_done && t - last_move > worst) worst = t - last_move;
+            last_done = h.frames_done;
+            last_move = t;
+        }
+        if (!revived && t - killed > 2.0) {
+            dead_before = ss[DEAD].frames;
+            cam[DEAD] =
+                (writer_args){url[DEAD], 64, 48, 1000000, DEAD, 10, 30.0, false, KP_OK, false, 0};
+            assert_int_equal(pthread_create(&th[DEAD], NULL, write_clip, &cam[DEAD]), 0);
+            revived = true;
+            back = t;
+        }
+        if (revived && !reconnected_at && ss[DEAD].frames >= dead_before + 10) reconnected_at = t;
+        if ((reconnected_at && t - reconnected_at > 1.0) || t - killed > 20.0) break;
+        struct timespec d = {0, 1000000};
+        nanosleep(&d, NULL);
+    }
+    uint64_t drops = 0;
+    for (int k = 0; k < N; k++) drops += k == DEAD ? 0 : ss[k].drops;
+    drops -= drops0;
+    fprintf(stderr,
+            "live, 1 of 8 killed: the sink's longest stop %.1f ms (deadline %.0f ms, a frame "
+            "%.1f ms); the others dropped %llu (%llu before); camera %d back after %.2f s: "
+            "%s\n",
+            worst * 1e3, deadline * 1e3, frame * 1e3, (unsigned long long)drops,
+            (unsigned long long)drops0, DEAD, reconnected_at ? reconnected_at - back : -1.0,
+            ss[DEAD].detail);
+    assert_true(reconnected_at > 0);
+    assert_int_equal(drops, 0);
+    assert_null(strstr(ss[DEAD].detail, " 0 reconnects"));
+    assert_non_null(strstr(ss[DEAD].detail, "timed out"));
+    /* 100 ms over the deadline and a frame: scheduling on a loaded 2-core
+     * machine; a batch held for the dead camera would stop for 400+ ms */
+    assert_true(worst < deadline + frame + 0.100);
+    for (int k = 0; k < N; k++) __atomic_store_n(&cam[k].stop, true, __ATOMIC_RELEASE);
+    for (int k = 0; k < N; k++) pthread_join(th[k], NULL);
+    KPT_OK(kp_flow_cancel(f)); /* eight sources blocked on silent sockets */
+    t0 = now_s();
+    KPT_FAILS(kp_flow_wait(f), KP_ERR_STATE);
+    assert_true(now_s() - t0 < 3.0);
+    kp_flow_destroy(f);
+}
+
+/* SRT over loopback: the flow's source listens, a camera calls it and
+ * sends MPEG-TS at 30 frames/s; 20 frames come through. Skipped where
+ * FFmpeg was built without libsrt. */
+static void live_srt(void **state) {
+    (void)state;
+    const int port = 20000 + (int)((getpid() + 3571) % 20000);
+    char send[160], listen[160], json[1024];
+    snprintf(send, sizeof send, "srt://127.0.0.1:%d?mode=caller", port);
+    snprintf(listen, sizeof listen, "srt://127.0.0.1:%d?mode=listener", port);
+    writer_args cam = {send, 64, 48, 100000, 0, 10, 30.0, false, KP_OK, false, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, write_clip, &cam), 0);
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cam\", \"source\": \"video\", "
+             "\"path\": \"%s\", \"frames\": 20, \"timeout_ms\": 5000}, {\"name\": \"out\", "
+             "\"sink\": \"null\"}]}",
+             listen);
+    kp_flow_t f;
+    kp_status st = kp_flow_create_from_json(g_dev, json, &f); /* waits for the camera's call */
+    if (st != KP_OK && strstr(kp_last_error(), "Protocol not found")) {
+        __atomic_store_n(&cam.stop, true, __ATOMIC_RELEASE);
+        pthread_join(th, NULL);
+        fprintf(stderr, "SKIP live_srt: this FFmpeg reads no srt://\n");
+        skip();
+    }
+    KPT_OK(st);
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(h.frames_done, 20);
+    kp_flow_destroy(f);
+    __atomic_store_n(&cam.stop, true, __ATOMIC_RELEASE);
+    pthread_join(th, NULL); /* the camera's write fails once the flow hangs up: not checked */
+}
+
+/* A stream NVDEC cannot take (raw video in a YUV4MPEG2 file, which
+ * libavformat reads): decoded in software, the reason in the stream's
+ * health; under strict_no_host_copies on cuda, refused by name when the
+ * flow is made, since software decode uploads every frame. */
+static void strict_refuses_software(void **state) {
+    (void)state;
+    char y4m[512], json[1024];
+    FILE *out = fopen(tmp_path(y4m, sizeof y4m, "raw.y4m"), "wb");
+    assert_non_null(out);
+    fprintf(out, "YUV4MPEG2 W64 H48 F30:1 Ip A1:1 C420jpeg\n");
+    uint8_t pic[64 * 48 * 3 / 2];
+    for (int i = 0; i < 5; i++) {
+        draw(pic, 64, 48, i, 0);
+        fprintf(out, "FRAME\n");
+        assert_int_equal(fwrite(pic, 1, sizeof pic, out), sizeof pic);
+    }
+    fclose(out);
+    for (int strict = 0; strict < 2; strict++) {
+        snprintf(json, sizeof json,
+                 "{\"kpipe_flow\": 1, \"strict_no_host_copies\": %s, \"stages\": [{\"name\": "
+                 "\"cam\", \"source\": \"video\", \"path\": \"%s\"}, {\"name\": \"out\", "
+                 "\"sink\": \"null\"}]}",
+                 strict ? "true" : "false", y4m);
+        kp_flow_t f = NULL;
+        if (strict && g_cuda) {
+            KPT_FAILS(kp_flow_create_from_json(g_dev, json, &f), KP_ERR_UNSUPPORTED);
+            fprintf(stderr, "strict: %s\n", kp_last_error());
+            assert_non_null(strstr(kp_last_error(), "strict_no_host_copies takes NVDEC only"));
+            assert_non_null(strstr(kp_last_error(), "rawvideo"));
+            assert_null(f);
+            continue;
+        }
+        KPT_OK(kp_flow_create_from_json(g_dev, json, &f));
+        kp_flow_stream_stats ss;
+        size_t n = 0;
+        KPT_OK(kp_flow_streams(f, &ss, 1, &n));
+        assert_non_null(strstr(ss.detail, "fell back: "));
+        assert_non_null(strstr(ss.detail, g_cuda ? "kpipe decodes H.264 and HEVC on NVDEC"
+                                                 : "NVDEC decodes for cuda devices only"));
+        if (!strict) { /* the strict cpu flow would stop at its first host copy after a lap */
+            KPT_OK(kp_flow_start(f));
+            KPT_OK(kp_flow_wait(f));
+            kp_flow_snapshot h;
+            KPT_OK(kp_flow_health(f, &h));
+            assert_int_equal(h.frames_done, 5);
+        }
+        kp_flow_destroy(f);
+    }
+    if (g_cuda) { /* "software" by name is refused as well */
+        snprintf(json, sizeof json,
+                 "{\"kpipe_flow\": 1, \"strict_no_host_copies\": true, \"stages\": [{\"name\": "
+                 "\"cam\", \"source\": \"video\", \"decoder\": \"software\", \"path\": \"%s\"}, "
+                 "{\"name\": \"out\", \"sink\": \"null\"}]}",
+                 y4m);
+        kp_flow_t f = NULL;
+        KPT_FAILS(kp_flow_create_from_json(g_dev, json, &f), KP_ERR_UNSUPPORTED);
+        assert_non_null(strstr(kp_last_error(), "refused under strict_no_host_copies"));
+    }
+}
+
 /* Bad streams are named: a missing file among several, mixed files and
  * URLs, both "path" and "paths". */
 static void bad_streams(void **state) {
@@ -567,10 +935,17 @@ int main(int argc, char **argv) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kp_streams_XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(many_equal_alone), cmocka_unit_test(batch_across_streams),
-        cmocka_unit_test(realtime_pacing),  cmocka_unit_test(live_udp_reconnects),
-        cmocka_unit_test(bad_streams),      cmocka_unit_test(parallel_equals_sequential),
+        cmocka_unit_test(many_equal_alone),
+        cmocka_unit_test(batch_across_streams),
+        cmocka_unit_test(realtime_pacing),
+        cmocka_unit_test(live_udp_reconnects),
+        cmocka_unit_test(live_kill_one_of_eight),
+        cmocka_unit_test(live_srt),
+        cmocka_unit_test(strict_refuses_software),
+        cmocka_unit_test(bad_streams),
+        cmocka_unit_test(parallel_equals_sequential),
         cmocka_unit_test(decoder_soak),
+        cmocka_unit_test(size_switches),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[300];
