@@ -205,20 +205,29 @@ stage_parallel() {
   rm -rf /tmp/kp_bench_parallel
 }
 
+# KP_SOAK_VIDEO_ONLY=1: the video soaks alone (test_soak's 1M ticks skipped)
 stage_soak() {
-  if build-gpu/tests/test_soak cuda 1000000 100000 1000 >"$out/soak.log" 2>&1; then
-    row "soak: 1M ticks per mode (cuda)" PASS "allocators, host allocs, RSS flat; see soak.log"
-  else
-    row "soak: 1M ticks per mode (cuda)" FAIL "$(grep -vE '^ ' "$out/soak.log" | tail -2 | tr '\n' ' ')"
+  if [ -z "${KP_SOAK_VIDEO_ONLY:-}" ]; then
+    if build-gpu/tests/test_soak cuda 1000000 100000 1000 >"$out/soak.log" 2>&1; then
+      row "soak: 1M ticks per mode (cuda)" PASS "allocators, host allocs, RSS flat; see soak.log"
+    else
+      row "soak: 1M ticks per mode (cuda)" FAIL "$(grep -vE '^ ' "$out/soak.log" | tail -2 | tr '\n' ' ')"
+    fi
+    cat "$out/soak.log"
   fi
-  cat "$out/soak.log"
-  # 10,000 decoder open/close cycles (pooled NVDEC decoders): memory, RSS
-  # and threads back at their baseline
-  if build-gpu/tests/test_streams cuda 10000 >"$out/soak_decoders.log" 2>&1; then
-    row "soak: 10k decoder open/close (cuda)" PASS "$(grep -oE 'decoder soak: .*' "$out/soak_decoders.log")"
-  else
-    row "soak: 10k decoder open/close (cuda)" FAIL "$(grep -E 'ERROR|FAILED' "$out/soak_decoders.log" | head -2 | tr '\n' ' ')"
-  fi
+  # 10,000 decoder open/close cycles (pooled NVDEC decoders), and 1,000
+  # size switches (1080p and 720p) in one stream: memory, RSS and threads
+  # back at their baseline
+  local rc=0
+  build-gpu/tests/test_streams cuda 10000 >"$out/soak_decoders.log" 2>&1 || rc=$?
+  local bad; bad=$(grep -E 'ERROR|FAILED' "$out/soak_decoders.log" | head -2 | tr '\n' ' ')
+  local dec; dec=$(grep -oE 'decoder soak: .*' "$out/soak_decoders.log")
+  local sw; sw=$(grep -oE 'size switches: .*' "$out/soak_decoders.log")
+  [ $rc -eq 0 ] && row "soak: 10k decoder open/close (cuda)" PASS "$dec" \
+    || row "soak: 10k decoder open/close (cuda)" FAIL "rc=$rc $bad"
+  [ $rc -eq 0 ] && [ -n "$sw" ] && row "soak: 1,000 size switches 1080p/720p (cuda)" PASS "$sw" \
+    || row "soak: 1,000 size switches 1080p/720p (cuda)" FAIL "rc=$rc ${sw:-no figures} $bad"
+  grep -E '^(live|strict|size|decoder)' "$out/soak_decoders.log" || true
 }
 
 stage_bench() {
