@@ -238,11 +238,9 @@ static int CUDAAPI kp__nv_sequence(void *user, CUVIDEOFORMAT *fmt) {
                                          "4:2:0 on NVDEC",
                                          nv->r->path, 8 + fmt->bit_depth_luma_minus8,
                                          (int)fmt->chroma_format));
-    if (!nv->dec && (w != in->width || h != in->height))
-        return kp__nv_fail(nv, kp__error(KP_ERR_UNSUPPORTED,
-                                         "%s: the bitstream's pictures are %dx%d, the "
-                                         "container says %dx%d",
-                                         nv->r->path, w, h, (int)in->width, (int)in->height));
+    /* the container's size may be any the stream takes (MPEG-TS gives the
+     * last one its probe saw): each picture is described by its own, and
+     * the reader's maximum bounds them */
     kp_status st = kp__video_size_check(nv->r->path, nv->r->next, w, h, (int)in->max_width,
                                         (int)in->max_height);
     if (st == KP_OK) st = kp__nv_fits(nv, fmt->coded_width, fmt->coded_height);
