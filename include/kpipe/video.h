@@ -137,7 +137,9 @@ void kp_video_reader_close(kp_video_reader_t r);
  * decoder is made for the common frame size at or above its stream's
  * (352x288, 640x480, 1280x720, 1920x1088, 2560x1440, 3840x2176, 4096x2304,
  * 7680x4320), so clips of nearby sizes share. An idle decoder holds its
- * device memory until taken or cut. */
+ * device memory until taken or cut: a program cuts the pool
+ * (kp_video_pool_limit(0)) before it closes the device, or
+ * compute-sanitizer's memcheck reports the decoders as leaked. */
 #define KP_VIDEO_POOL_DEFAULT 16 /* idle decoders kept */
 #define KP_VIDEO_POOL_MAX 64
 typedef struct kp_video_pool_stats {
