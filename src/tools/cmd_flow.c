@@ -247,7 +247,7 @@ int kpt_cmd_flow(int argc, char **argv) {
         rc = kpt_fail("flow", st);
     }
     kp_flow_destroy(f);
-    kp_video_pool_limit(0); /* idle NVDEC decoders go before the device */
+    if (kp_video_built()) kp_video_pool_limit(0); /* idle NVDEC decoders go before the device */
     kp_device_close(dev);
     return rc;
 }
