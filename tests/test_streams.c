@@ -774,12 +774,14 @@ static void live_kill_one_of_eight(void **state) {
             (unsigned long long)drops0, DEAD, reconnected_at ? reconnected_at - back : -1.0,
             ss[DEAD].detail);
     assert_true(reconnected_at > 0);
-    assert_int_equal(drops, 0);
+    /* under compute-sanitizer the tool sets the pace: the figures print only */
+    const bool timing = !getenv("KP_TEST_NO_TIMING");
+    if (timing) assert_int_equal(drops, 0);
     assert_null(strstr(ss[DEAD].detail, " 0 reconnects"));
     assert_non_null(strstr(ss[DEAD].detail, "timed out"));
     /* 100 ms over the deadline and a frame: scheduling on a loaded 2-core
      * machine; a batch held for the dead camera would stop for 400+ ms */
-    assert_true(worst < deadline + frame + 0.100);
+    if (timing) assert_true(worst < deadline + frame + 0.100);
     for (int k = 0; k < N; k++) __atomic_store_n(&cam[k].stop, true, __ATOMIC_RELEASE);
     for (int k = 0; k < N; k++) pthread_join(th[k], NULL);
     KPT_OK(kp_flow_cancel(f)); /* eight sources blocked on silent sockets */

@@ -68,6 +68,7 @@ int kp__reader_interrupt(void *opaque) {
     kp_video_reader_t r = opaque;
     if (r->cfg.interrupt && r->cfg.interrupt(r->cfg.interrupt_user)) r->interrupted = true;
     if (r->deadline_ns && kp__mono_ns() > r->deadline_ns) r->timed_out = true;
+    if (r->interrupted || r->timed_out) r->stopped = r->interrupted ? 1 : 2;
     return r->interrupted || r->timed_out;
 }
 
@@ -79,8 +80,10 @@ void kp__reader_arm(kp_video_reader_t r) {
 }
 
 kp_status kp__reader_wait_error(kp_video_reader_t r, int averr, kp_status st, const char *what) {
-    if (r->interrupted) return kp__error(KP_ERR_STATE, "%s: %s: interrupted", r->path, what);
-    if (r->timed_out)
+    const bool latched = averr == AVERROR_EXIT && !r->interrupted && !r->timed_out;
+    if (r->interrupted || (latched && r->stopped == 1))
+        return kp__error(KP_ERR_STATE, "%s: %s: interrupted", r->path, what);
+    if (r->timed_out || (latched && r->stopped == 2))
         return kp__error(KP_ERR_IO, "%s: %s: timed out after %d ms", r->path, what,
                          r->cfg.timeout_ms);
     return kp__av_error(averr, st, "%s: %s", r->path, what);

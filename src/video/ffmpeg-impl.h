@@ -39,6 +39,10 @@ struct kp_video_reader {
      * under way (CLOCK_MONOTONIC ns; 0: none) from cfg.timeout_ms */
     uint64_t deadline_ns;
     bool timed_out, interrupted;
+    /* why the callback last stopped a wait (1 interrupted, 2 timed out), kept
+     * past the next arm: a protocol that latches the stop (udp's receiving
+     * thread) returns it from a later call as AVERROR_EXIT */
+    int stopped;
     uint64_t packets;
     /* software decode */
     AVCodecContext *dec;
