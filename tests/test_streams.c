@@ -633,6 +633,16 @@ static void realtime_pacing(void **state) {
     }
 }
 
+/* Cancels a flow whose sources wait on the network: the wait returns
+ * KP_ERR_STATE within 3 s; the flow is destroyed. */
+static void cancel_promptly(kp_flow_t f) {
+    KPT_OK(kp_flow_cancel(f));
+    const double t0 = now_s();
+    KPT_FAILS(kp_flow_wait(f), KP_ERR_STATE);
+    assert_true(now_s() - t0 < 3.0);
+    kp_flow_destroy(f);
+}
+
 /* A udp:// camera: a sender streams MPEG-TS to loopback, stops, and comes
  * back; the source reconnects (its health says so) and frames flow again;
  * then a cancel stops it while it waits on the network. */
@@ -676,11 +686,7 @@ static void live_udp_reconnects(void **state) {
     assert_null(strstr(ss.detail, " 0 reconnects"));
     __atomic_store_n(&second.stop, true, __ATOMIC_RELEASE);
     pthread_join(th, NULL);
-    KPT_OK(kp_flow_cancel(f)); /* blocked on a silent socket now */
-    t0 = now_s();
-    KPT_FAILS(kp_flow_wait(f), KP_ERR_STATE);
-    assert_true(now_s() - t0 < 3.0);
-    kp_flow_destroy(f);
+    cancel_promptly(f); /* blocked on a silent socket now */
 }
 
 /* Eight live udp:// cameras into one batch stage (max 8, deadline 20 ms):
@@ -784,11 +790,7 @@ static void live_kill_one_of_eight(void **state) {
     if (timing) assert_true(worst < deadline + frame + 0.100);
     for (int k = 0; k < N; k++) __atomic_store_n(&cam[k].stop, true, __ATOMIC_RELEASE);
     for (int k = 0; k < N; k++) pthread_join(th[k], NULL);
-    KPT_OK(kp_flow_cancel(f)); /* eight sources blocked on silent sockets */
-    t0 = now_s();
-    KPT_FAILS(kp_flow_wait(f), KP_ERR_STATE);
-    assert_true(now_s() - t0 < 3.0);
-    kp_flow_destroy(f);
+    cancel_promptly(f); /* eight sources blocked on silent sockets */
 }
 
 /* SRT over loopback: the flow's source listens, a camera calls it and

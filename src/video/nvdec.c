@@ -92,26 +92,33 @@ static kp_status kp__nv_fits(struct kp__nvdec *nv, unsigned w, unsigned h) {
     return KP_OK;
 }
 
+/* What a reconfigure for fmt's sequence takes: its coded size, its display
+ * area cropped (not scaled: bit-exact) to w x h, `surfaces`. */
+static void kp__nv_reconf_info(const CUVIDEOFORMAT *fmt, unsigned w, unsigned h, unsigned surfaces,
+                               CUVIDRECONFIGUREDECODERINFO *ri) {
+    memset(ri, 0, sizeof *ri);
+    ri->ulWidth = fmt->coded_width;
+    ri->ulHeight = fmt->coded_height;
+    ri->ulTargetWidth = w;
+    ri->ulTargetHeight = h;
+    ri->ulNumDecodeSurfaces = surfaces;
+    ri->display_area.left = (short)fmt->display_area.left;
+    ri->display_area.top = (short)fmt->display_area.top;
+    ri->display_area.right = (short)fmt->display_area.right;
+    ri->display_area.bottom = (short)fmt->display_area.bottom;
+    ri->target_rect.right = (short)w;
+    ri->target_rect.bottom = (short)h;
+}
+
 /* A decoder for fmt in nv->dec: an idle one from the pool, reconfigured, or
  * a new one made for the common size at or above the larger of the coded
  * size and the reader's maximum, so that later sizes reconfigure it. */
 static kp_status kp__nv_make(struct kp__nvdec *nv, const CUVIDEOFORMAT *fmt, unsigned w, unsigned h,
                              unsigned n) {
     CUVIDRECONFIGUREDECODERINFO ri;
-    memset(&ri, 0, sizeof ri);
-    ri.ulWidth = fmt->coded_width;
-    ri.ulHeight = fmt->coded_height;
-    ri.ulTargetWidth = w;
-    ri.ulTargetHeight = h;
-    ri.display_area.left = (short)fmt->display_area.left;
-    ri.display_area.top = (short)fmt->display_area.top;
-    ri.display_area.right = (short)fmt->display_area.right;
-    ri.display_area.bottom = (short)fmt->display_area.bottom;
-    ri.target_rect.right = (short)w; /* cropped, not scaled: bit-exact */
-    ri.target_rect.bottom = (short)h;
     kp__nv_idle idle;
     while (kp__pool_take(nv->cudev, fmt->codec, fmt->coded_width, fmt->coded_height, n, &idle)) {
-        ri.ulNumDecodeSurfaces = idle.surfaces;
+        kp__nv_reconf_info(fmt, w, h, idle.surfaces, &ri);
         if (kp__cuvid->cuvidReconfigureDecoder &&
             kp__cuvid->cuvidReconfigureDecoder(idle.dec, &ri) == CUDA_SUCCESS) {
             kp__cu->cuDevicePrimaryCtxRelease(idle.cudev); /* nv holds the context already */
@@ -197,18 +204,7 @@ static kp_status kp__nv_resize(struct kp__nvdec *nv, const CUVIDEOFORMAT *fmt, u
     if (fmt->coded_width <= nv->max_w && fmt->coded_height <= nv->max_h && n <= nv->surfaces &&
         kp__cuvid->cuvidReconfigureDecoder) {
         CUVIDRECONFIGUREDECODERINFO ri;
-        memset(&ri, 0, sizeof ri);
-        ri.ulWidth = fmt->coded_width;
-        ri.ulHeight = fmt->coded_height;
-        ri.ulTargetWidth = w;
-        ri.ulTargetHeight = h;
-        ri.ulNumDecodeSurfaces = nv->surfaces;
-        ri.display_area.left = (short)fmt->display_area.left;
-        ri.display_area.top = (short)fmt->display_area.top;
-        ri.display_area.right = (short)fmt->display_area.right;
-        ri.display_area.bottom = (short)fmt->display_area.bottom;
-        ri.target_rect.right = (short)w;
-        ri.target_rect.bottom = (short)h;
+        kp__nv_reconf_info(fmt, w, h, nv->surfaces, &ri);
         CUresult e = kp__cuvid->cuvidReconfigureDecoder(nv->dec, &ri);
         if (e == CUDA_SUCCESS) return KP_OK;
         nv->broken = true;
