@@ -161,7 +161,13 @@ static int hand_out(hand *H, const CUVIDPARSERDISPINFO *d) {
     return 1;
 }
 
-static double hand_loop(const char *path, long *frames, bool deferred) {
+/* The hand loop over one file: frames/s from the moment its decoder exists
+ * (kpipe makes its decoders when a source opens, outside the timed run)
+ * to the last picture copied. With `bar`, the loops of several threads
+ * wait there for each other once their decoders exist, so they decode at
+ * once; *t_end: when this one finished. */
+static double hand_loop_at(const char *path, long *frames, bool deferred, pthread_barrier_t *bar,
+                           double *t_end) {
     hand H = {0};
     H.deferred = deferred;
     if (cuda_load_functions(&H.cu, NULL) < 0 || cuvid_load_functions(&H.cv, NULL) < 0) return 0;
@@ -194,7 +200,7 @@ static double hand_loop(const char *path, long *frames, bool deferred) {
     CUvideoparser parser;
     H.cv->cuvidCreateVideoParser(&parser, &pp);
     AVPacket *pkt = av_packet_alloc();
-    double t0 = now_s();
+    double t0 = 0;
     for (bool more = true; more;) {
         more = av_read_frame(fmt, pkt) >= 0;
         if (more && pkt->stream_index != si) {
@@ -210,12 +216,17 @@ static double hand_loop(const char *path, long *frames, bool deferred) {
             for (int i = 0; i < H.qn; i++) hand_out(&H, &H.q[i]);
             H.qn = 0;
             av_packet_unref(pkt);
+            if (!t0 && H.dec) { /* the decoder exists: the timed run starts */
+                if (bar) pthread_barrier_wait(bar);
+                t0 = now_s();
+            }
         }
     }
     CUVIDSOURCEDATAPACKET eos = {0};
     eos.flags = CUVID_PKT_ENDOFSTREAM;
     H.cv->cuvidParseVideoData(parser, &eos);
     for (int i = 0; i < H.qn; i++) hand_out(&H, &H.q[i]);
+    if (t_end) *t_end = now_s();
     double t = now_s() - t0;
     H.cv->cuvidDestroyVideoParser(parser);
     H.cv->cuvidDestroyDecoder(H.dec);
@@ -228,6 +239,10 @@ static double hand_loop(const char *path, long *frames, bool deferred) {
     avformat_close_input(&fmt);
     *frames = H.frames;
     return t > 0 ? H.frames / t : 0;
+}
+
+static double hand_loop(const char *path, long *frames, bool deferred) {
+    return hand_loop_at(path, frames, deferred, NULL, NULL);
 }
 
 static size_t device_used(void) {
@@ -434,28 +449,36 @@ typedef struct hand_thread {
     long frames;
     pthread_t th;
     bool deferred;
+    pthread_barrier_t *bar;
+    double t_end;
 } hand_thread;
 
 static void *hand_thread_main(void *arg) {
     hand_thread *t = arg;
-    hand_loop(t->path, &t->frames, t->deferred);
+    hand_loop_at(t->path, &t->frames, t->deferred, t->bar, &t->t_end);
     return NULL;
 }
 
 /* k hand loops at once, each its own session on its own thread: total frames/s. */
 static double hand_loops(const char *path, int k, bool deferred) {
     hand_thread t[16];
-    double t0 = now_s();
+    pthread_barrier_t bar; /* the main thread too: it takes the start time */
+    pthread_barrier_init(&bar, NULL, (unsigned)k + 1);
     for (int i = 0; i < k; i++) {
-        t[i] = (hand_thread){path, 0, 0, deferred};
+        t[i] = (hand_thread){path, 0, 0, deferred, &bar, 0};
         pthread_create(&t[i].th, NULL, hand_thread_main, &t[i]);
     }
+    pthread_barrier_wait(&bar); /* every decoder exists */
+    const double t0 = now_s();
     long frames = 0;
+    double end = t0;
     for (int i = 0; i < k; i++) {
         pthread_join(t[i].th, NULL);
         frames += t[i].frames;
+        if (t[i].t_end > end) end = t[i].t_end;
     }
-    return frames / (now_s() - t0);
+    pthread_barrier_destroy(&bar);
+    return frames / (end - t0);
 }
 
 /* One source of n streams of the clip (each its own NVDEC session) into a
