@@ -17,7 +17,6 @@ typedef struct kp__video_stream {
     char path[1024];
     kp_video_reader_t r;
     kp_video_reader_info info;
-    kp_tensor_desc desc;
     /* "realtime": frame k is due at t0 + (pts_k - pts_0) in wall time */
     double t0_us;
     int64_t pts0;
@@ -33,6 +32,7 @@ typedef struct kp__video_src {
     kp_video_reader_config cfg;
     int64_t frames; /* per stream; 0: all */
     bool realtime, live;
+    size_t frame_bytes; /* the flow's frames: the largest stream's at creation */
     size_t n;
     void **users;
     kp__video_stream *s;
@@ -71,8 +71,8 @@ static void kp__sleep_until(kp_flow_t f, double due_us) {
  * health says already (the call, the stream's path), so the reason fits. */
 static void kp__video_keep_error(kp__video_stream *s) {
     const char *e = kp_last_error();
-    static const char call[] = "kp_video_reader_open: ";
-    if (strncmp(e, call, sizeof call - 1) == 0) e += sizeof call - 1;
+    static const char call[] = "kp_video_reader_"; /* _open: or _next: */
+    if (strncmp(e, call, sizeof call - 1) == 0 && strstr(e, ": ")) e = strstr(e, ": ") + 2;
     size_t n = strlen(s->path);
     if (strncmp(e, s->path, n) == 0 && e[n] == ':' && e[n + 1] == ' ') e += n + 2;
     pthread_mutex_lock(&s->mu);
@@ -99,17 +99,14 @@ static kp_status kp__video_reconnect(kp__video_src *v, kp__video_stream *s, kp_f
         cfg.interrupt_user = s;
         kp_status st = kp_video_reader_open(v->dev, s->path, &cfg, &s->r);
         if (st == KP_OK) st = kp_video_reader_get_info(s->r, &info);
-        if (st == KP_OK && info.frame_bytes > s->info.frame_bytes)
-            st = kp__error(KP_ERR_MISMATCH, "%s: came back with %dx%d frames, larger than before",
+        if (st == KP_OK && info.frame_bytes > v->frame_bytes)
+            st = kp__error(KP_ERR_MISMATCH,
+                           "%s: came back with %dx%d frames, larger than the flow's frames",
                            s->path, (int)info.width, (int)info.height);
         if (st == KP_OK) {
             pthread_mutex_lock(&s->mu); /* kp_flow_streams reads it */
             s->info = info;
             pthread_mutex_unlock(&s->mu);
-            int64_t shape[2] = {info.height / 2 * 3, info.pitch};
-            st = kp_desc_init(&s->desc, KP_U8, 2, shape, NULL);
-        }
-        if (st == KP_OK) {
             s->gap = true;
             s->t0_us = 0;
             return KP_OK;
@@ -142,12 +139,10 @@ static kp_status kp__video_src_fn(void *user, const kp_stage_ctx *c, kp_frame *f
         KP_CHECK(kp__video_reconnect(v, s, c->flow));
     }
     if (*eos) return KP_OK;
-    f->desc = s->desc;
-    if (f->video.height != s->info.height) { /* a stream that changed size: this frame's rows */
-        int64_t shape[2] = {f->video.height / 2 * 3, f->video.pitch};
-        KP_CHECK(kp_desc_init(&f->desc, KP_U8, 2, shape, NULL));
-    }
-    f->bytes = (size_t)(f->video.pitch * f->video.height / 2 * 3);
+    /* the frame's own rows: a stream may change size (max_width, max_height) */
+    int64_t shape[2] = {f->video.height / 2 * 3, f->video.pitch};
+    KP_CHECK(kp_desc_init(&f->desc, KP_U8, 2, shape, NULL));
+    f->bytes = (size_t)kp_desc_bytes_needed(&f->desc);
     f->discontinuity = s->gap;
     s->gap = false;
     if (v->realtime && f->video.pts != KP_VIDEO_NO_PTS && f->video.time_base[1] > 0) {
@@ -205,7 +200,6 @@ kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size
     v->s = streams;
     v->users = users;
     kp_status st = KP_OK;
-    size_t bytes = 0;
     for (size_t i = 0; i < n_paths && st == KP_OK; i++) {
         kp__video_stream *s = &v->s[i];
         s->owner = v;
@@ -243,15 +237,10 @@ kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size
         v->cfg = cfg;
         st = kp_video_reader_open(dev, s->path, &cfg, &s->r);
         if (st == KP_OK) st = kp_video_reader_get_info(s->r, &s->info);
-        if (st == KP_OK) {
-            int64_t shape[2] = {s->info.height / 2 * 3, s->info.pitch};
-            st = kp_desc_init(&s->desc, KP_U8, 2, shape, NULL);
-        }
-        if (st != KP_OK && strict)
-            st = kp__error_prefix(st, "paths[%zu]: strict_no_host_copies takes NVDEC only", i);
-        else if (st != KP_OK)
-            st = kp__error_prefix(st, "paths[%zu]", i);
-        if (s->info.frame_bytes > bytes) bytes = s->info.frame_bytes;
+        if (st != KP_OK)
+            st = kp__error_prefix(st, "paths[%zu]%s", i,
+                                  strict ? ": strict_no_host_copies takes NVDEC only" : "");
+        if (s->info.frame_bytes > v->frame_bytes) v->frame_bytes = s->info.frame_bytes;
     }
     if (st != KP_OK) {
         kp__video_src_free(&v->s[0]);
@@ -270,7 +259,7 @@ kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size
                             NULL,
                             &v->s[0],
                             kp__video_src_free,
-                            bytes,
+                            v->frame_bytes,
                             1,
                             NULL,
                             n_paths > 1 ? n_paths : 0,
