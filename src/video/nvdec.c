@@ -45,7 +45,6 @@ struct kp__nvdec {
     size_t seq_len;
     int cur_w, cur_h; /* the size of the pictures queued now */
     CUstream stream;  /* the caller's, while a frame is asked for */
-    uint64_t resizes; /* size changes taken mid-stream */
     /* pictures taken out before a size change (kp__nv_resize), handed on
      * before the queue; their device frames are kept for the next */
     struct kp__nv_held {
@@ -200,7 +199,6 @@ static kp_status kp__nv_resize(struct kp__nvdec *nv, const CUVIDEOFORMAT *fmt, u
         e->pts = d.timestamp;
         nv->held_n++;
     }
-    nv->resizes++;
     if (fmt->coded_width <= nv->max_w && fmt->coded_height <= nv->max_h && n <= nv->surfaces &&
         kp__cuvid->cuvidReconfigureDecoder) {
         CUVIDRECONFIGUREDECODERINFO ri;

@@ -251,22 +251,17 @@ static kp_status kp__par_open(kp_video_reader_t r) {
     if (p->n > p->groups) p->n = (unsigned)p->groups;
     if (!(p->ss = kp__calloc(p->n, sizeof *p->ss)))
         return kp__error(KP_ERR_OUT_OF_MEMORY, "parallel reader: no memory");
-    for (unsigned i = 0; i < p->n; i++) {
-        kp__par_session *w = &p->ss[i];
-        w->p = p;
-        w->id = i;
-        if (i == 0) {
-            KP_CHECK(kp__par_session_open(p, w)); /* gives the frame size to the others */
-            kp_video_reader_info in = w->sub->info;
-            snprintf(r->info.decoder, sizeof r->info.decoder, "%.30s x%u", in.decoder, p->n);
-            snprintf(r->info.fallback, sizeof r->info.fallback, "%s", in.fallback);
-            r->info.format = in.format;
-            r->info.pitch = in.pitch;
-            r->info.frame_bytes = in.frame_bytes;
-            continue;
-        }
-        KP_CHECK(kp__par_session_open(p, w));
+    for (unsigned i = 0; i < p->n; i++) { /* the first gives the frame size to the others */
+        p->ss[i].p = p;
+        p->ss[i].id = i;
+        KP_CHECK(kp__par_session_open(p, &p->ss[i]));
     }
+    const kp_video_reader_info in = p->ss[0].sub->info;
+    snprintf(r->info.decoder, sizeof r->info.decoder, "%.30s x%u", in.decoder, p->n);
+    snprintf(r->info.fallback, sizeof r->info.fallback, "%s", in.fallback);
+    r->info.format = in.format;
+    r->info.pitch = in.pitch;
+    r->info.frame_bytes = in.frame_bytes;
     for (unsigned i = 0; i < p->n; i++) {
         if (pthread_create(&p->ss[i].th, NULL, kp__par_main, &p->ss[i]) != 0)
             return kp__error(KP_ERR_INTERNAL, "parallel reader: cannot start session %u", i);
@@ -307,7 +302,9 @@ static kp_status kp__par_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_
     *frame = w->vf[slot];
     pthread_mutex_unlock(&p->mu);
     kp_status st = kp_stream_wait_event(s, w->ready[slot]);
-    if (st == KP_OK) st = kp_memcpy_async(s, dst, w->buf[slot], p->bytes);
+    /* the frame's own bytes: a stream may change size below the maximum */
+    const size_t bytes = (size_t)(frame->pitch * frame->height / 2 * 3);
+    if (st == KP_OK) st = kp_memcpy_async(s, dst, w->buf[slot], bytes);
     if (st == KP_OK) st = kp_event_record(w->freed[slot], s);
     if (st != KP_OK) return st;
     pthread_mutex_lock(&p->mu);
