@@ -8,6 +8,8 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
@@ -350,7 +352,8 @@ static void json_flow_errors(void **state) {
         {"{\"kpipe_flow\": 1, \"stagez\": []}", "$.stagez: unknown key"},
         {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"sink\": \"null\"}, "
          "{\"name\": \"b\", \"sink\": \"null\"}]}",
-         "$.stages[0]: a stage is one of a \"source\", a \"pipeline\", a \"split\" or a \"sink\", and the first is a source"},
+         "$.stages[0]: a stage is one of a \"source\", a \"pipeline\", a \"split\" or a \"sink\", "
+         "and the first is a source"},
         {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"synthetic\", "
          "\"shape\": [4]}, {\"name\": \"a\", \"sink\": \"null\"}]}",
          "$.stages[1].name: \"a\" is used twice"},
@@ -552,9 +555,9 @@ static void json_pipeline_batches(void **state) {
 }
 
 /* --- one set of rules for the C and the JSON form ------------------------------------- */
-#define RELU_SPEC(max)                                                                     \
+#define RELU_SPEC(max)                                                                   \
     "{\"kpipe_spec\": 1, \"modules\": [{\"type\": \"relu\", \"id\": \"r\", \"params\": " \
-    "{\"size\": {\"max\": " #max "}}}], \"inputs\": {\"x\": \"r.input\"}, \"outputs\": "  \
+    "{\"size\": {\"max\": " #max "}}}], \"inputs\": {\"x\": \"r.input\"}, \"outputs\": " \
     "{\"y\": \"r.output\"}}"
 
 /* What each form is given: a C configuration to spoil, and the same flow
@@ -658,13 +661,20 @@ static void budget_fills_batches(void **state) {
     (void)state;
     for (int two = 0; two < 2; two++) {
         batch_ctx b1 = {.frames = 200, .ordered = true}, b2 = {.ordered = true};
-        kp_flow_stage st[4] = {
-            {.name = "s", .fn = batch_source, .user = &b1},
-            {.name = "b1", .user = &b1, .queue_capacity = 4, .batch_fn = batch_stage,
-             .max_batch = two ? 2 : 4, .deadline_us = 1000000},
-            {.name = "b2", .user = &b2, .queue_capacity = 4, .batch_fn = batch_stage,
-             .max_batch = 2, .deadline_us = 1000000},
-            {.name = "k", .fn = batch_sink, .user = &b1, .queue_capacity = 4}};
+        kp_flow_stage st[4] = {{.name = "s", .fn = batch_source, .user = &b1},
+                               {.name = "b1",
+                                .user = &b1,
+                                .queue_capacity = 4,
+                                .batch_fn = batch_stage,
+                                .max_batch = two ? 2 : 4,
+                                .deadline_us = 1000000},
+                               {.name = "b2",
+                                .user = &b2,
+                                .queue_capacity = 4,
+                                .batch_fn = batch_stage,
+                                .max_batch = 2,
+                                .deadline_us = 1000000},
+                               {.name = "k", .fn = batch_sink, .user = &b1, .queue_capacity = 4}};
         if (!two) st[2] = st[3];
         kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
         cfg.dev = g_dev;
@@ -716,23 +726,59 @@ static double empty_flow_secs(size_t n, int spin_us) {
     return secs;
 }
 
+/* The fastest of three: a test beside others on a small host (ctest -j)
+ * sees their load in one run, seldom in all three. */
+static double empty_flow_best(size_t n, int spin_us) {
+    double best = empty_flow_secs(n, spin_us);
+    for (int i = 0; i < 2; i++) {
+        double t = empty_flow_secs(n, spin_us);
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+static _Atomic bool g_hog_stop;
+
+static void *hog(void *arg) {
+    (void)arg;
+    while (!atomic_load_explicit(&g_hog_stop, memory_order_relaxed)) {
+    }
+    return NULL;
+}
+
 /* More stages than cores, each spinning up to 1 ms: a spinner must not
  * hold off the thread it waits for. Pausing on the core made this 50
- * times slower than not spinning at all; it must stay within a few times. */
+ * times slower than not spinning at all; it must stay within a few times.
+ * Then the same beside one busy thread per core, as on a host shared with
+ * other programs: a spinner that stays runnable there waits behind the
+ * busy threads for its turn, where a sleeper is run at once when woken
+ * (spinning by default made a frame cost 430 us against 22 us sleeping),
+ * so a spin that loses its core must give up spinning for a while. */
 static void spinning_on_a_small_host(void **state) {
     (void)state;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     size_t n = cpus + 1 < 4 ? 4 : cpus + 1 > 32 ? 32 : (size_t)cpus + 1;
-    double quiet = empty_flow_secs(n, -1), spin = empty_flow_secs(n, 1000),
-           dflt = empty_flow_secs(n, 0);
+    double quiet = empty_flow_best(n, -1), spin = empty_flow_best(n, 1000),
+           dflt = empty_flow_best(n, 0);
     printf("%zu empty stages on %ld cores, 3000 frames: %.1f us per frame sleeping, %.1f spinning "
            "1 ms, %.1f by default\n",
            n, cpus, quiet / 3e-3, spin / 3e-3, dflt / 3e-3);
+    pthread_t hogs[32];
+    size_t n_hogs = cpus < 1 ? 1 : cpus > 32 ? 32 : (size_t)cpus;
+    atomic_store(&g_hog_stop, false);
+    for (size_t i = 0; i < n_hogs; i++)
+        assert_int_equal(pthread_create(&hogs[i], NULL, hog, NULL), 0);
+    double l_quiet = empty_flow_best(n, -1), l_dflt = empty_flow_best(n, 0);
+    atomic_store(&g_hog_stop, true);
+    for (size_t i = 0; i < n_hogs; i++) pthread_join(hogs[i], NULL);
+    printf("... beside %zu busy threads: %.1f us per frame sleeping, %.1f by default\n", n_hogs,
+           l_quiet / 3e-3, l_dflt / 3e-3);
     /* under compute-sanitizer or valgrind every hand-over is slowed by the
      * tool, not the flow: the figures are printed, not held to the bound */
     if (getenv("KP_TEST_NO_TIMING")) return;
     assert_true(spin <= 4 * quiet + 0.05);
     assert_true(dflt <= 4 * quiet + 0.05);
+    assert_true(l_dflt <= 4 * l_quiet + 0.05);
 }
 
 static kp_status noop(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {

@@ -235,8 +235,12 @@ typedef struct kp_flow_config {
      * cost: each waiting stage keeps a core busy for up to spin_us per
      * wait. Where the flow's threads are at least as many as the host's
      * cores, a spinning stage yields its core (sched_yield) between looks,
-     * so it never holds off the stage it waits for. 0: 20; -1: never
-     * spin; at most 10^6. */
+     * so it never holds off the stage it waits for. A spin that finds its
+     * thread was taken off the core (the host busy with other work) stops,
+     * and that thread sleeps without spinning for 1 ms, doubling while
+     * such losses follow within a second, up to 1 s: on a busy host a
+     * thread that sleeps is run at once when woken, one that spins waits
+     * its turn. 0: 20; -1: never spin; at most 10^6. */
     int spin_us;
     /* Every copy between host and device memory each stage makes is
      * counted (kp_flow_stage_stats); with this set, one made after the
