@@ -582,6 +582,9 @@ static void spoil_deadline(kp_flow_config *cfg, kp_flow_stage *st) {
     st[1].deadline_us = KP_FLOW_MAX_DEADLINE_US + 1;
 }
 
+static void spoil_carry(kp_flow_config *cfg, kp_flow_stage *st) { cfg->carry_us = -2; }
+static void spoil_spin(kp_flow_config *cfg, kp_flow_stage *st) { cfg->spin_us = 1000001; }
+
 static void one_validation_for_both_forms(void **state) {
     (void)state;
     static const rule_case cases[] = {
@@ -597,6 +600,10 @@ static void one_validation_for_both_forms(void **state) {
         {"a deadline past the maximum",
          "\"batch\": {\"max\": 4, \"deadline_us\": 10000001}, \"pipeline\": " RELU_SPEC(2000), NULL,
          "deadline_us", spoil_deadline},
+        {"a carry_us below -1", "\"pipeline\": " RELU_SPEC(500), "\"carry_us\": -2, ",
+         "carry_us is -2 (-1 .. 1000000)", spoil_carry},
+        {"a spin_us past 10^6", "\"pipeline\": " RELU_SPEC(500), "\"spin_us\": 1000001, ",
+         "spin_us is 1000001 (-1 .. 1000000)", spoil_spin},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const rule_case *c = &cases[k];

@@ -4,14 +4,17 @@
  * frame checked in order at the sink; drop-newest rings whose drops plus
  * deliveries equal what was made; a micro-batching stage behind a ring
  * (its timed waits); spinning on and off; cancellation at random points
- * of random frames, after which every frame is back on the free stack.
+ * of random frames, after which every frame is back on the free stack;
+ * frames carried through short stages by the thread upstream.
  * Built for ThreadSanitizer as much as for itself.
  *   test_flow_ring [FRAMES] [CANCEL_RUNS]   (defaults 1000000, 300) */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <cmocka.h>
 
@@ -229,6 +232,106 @@ static void cancel_at_random_points(void **state) {
     }
 }
 
+/* Carrying: each stage counts the frames it ran on the source's thread,
+ * checks that no two of its runs overlap and that none comes after its end
+ * function, and the sink checks order and payload. */
+typedef struct carry_ctx {
+    ring_ctx *ring;
+    pthread_t source_thread;
+    _Atomic int inside;
+    _Atomic bool ended, overlap, after_end;
+    _Atomic uint64_t on_source;
+} carry_ctx;
+
+static carry_ctx g_carry[4];
+
+static kp_status carry_run(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    carry_ctx *k = user;
+    if (atomic_fetch_add(&k->inside, 1) != 0) atomic_store(&k->overlap, true);
+    if (atomic_load(&k->ended)) atomic_store(&k->after_end, true);
+    kp_status st = KP_OK;
+    if (c->index == 0) {
+        k->source_thread = pthread_self();
+        st = src(k->ring, c, f, eos);
+    } else {
+        if (pthread_equal(pthread_self(), g_carry[0].source_thread))
+            atomic_fetch_add(&k->on_source, 1);
+        st = c->index == 3 ? sink(k->ring, c, f, eos) : mid(k->ring, c, f, eos);
+    }
+    atomic_fetch_sub(&k->inside, 1);
+    return st;
+}
+
+static kp_status carry_end(void *user, const kp_stage_ctx *c, kp_status why) {
+    carry_ctx *k = user;
+    atomic_store(&k->ended, true);
+    return KP_OK;
+}
+
+/* source -> a -> b -> sink by carry_us and spin_us; stalls one frame in
+ * stall_one_in (0: none). Returns the frames the sink ran on the source's
+ * thread. */
+static uint64_t run_carried(ring_ctx *t, int carry_us, int spin_us, kp_flow_snapshot *snap) {
+    memset(g_carry, 0, sizeof g_carry);
+    kp_flow_stage st[4];
+    static const char *names[] = {"source", "a", "b", "sink"};
+    for (size_t i = 0; i < 4; i++) {
+        g_carry[i].ring = t;
+        st[i] = (kp_flow_stage){.name = names[i],
+                                .fn = carry_run,
+                                .end_fn = carry_end,
+                                .user = &g_carry[i],
+                                .queue_capacity = i ? 4 : 0};
+    }
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    cfg.dev = g_dev;
+    cfg.stages = st;
+    cfg.n_stages = 4;
+    cfg.spin_us = spin_us;
+    cfg.carry_us = carry_us;
+    t->ordered = t->payload_ok = true;
+    assert_int_equal(kp_flow_create(&cfg, &t->flow), KP_OK);
+    assert_int_equal(kp_flow_start(t->flow), KP_OK);
+    assert_int_equal(kp_flow_wait(t->flow), KP_OK);
+    assert_int_equal(kp_flow_health(t->flow, snap), KP_OK);
+    kp_flow_destroy(t->flow);
+    assert_int_equal(t->seen, t->frames);
+    assert_true(t->ordered && t->payload_ok);
+    assert_int_equal(snap->frames_in_flight, 0);
+    for (size_t i = 0; i < 4; i++) {
+        assert_false(atomic_load(&g_carry[i].overlap));
+        assert_false(atomic_load(&g_carry[i].after_end));
+        assert_true(atomic_load(&g_carry[i].ended));
+        if (i) assert_int_equal(snap->queues[i].pushed, t->frames); /* carried or queued */
+        if (i) assert_int_equal(snap->stages[i].in, t->frames);
+    }
+    return atomic_load(&g_carry[3].on_source);
+}
+
+/* Short stages are carried by the thread upstream: most frames reach the
+ * sink on the source's thread, in order, none lost, no stage run twice at
+ * once or after its end; with carry_us -1 none is. With random stalls
+ * (which make a stage long for a while) frames go by turns carried and
+ * queued, still in order. */
+static void carried_frames(void **state) {
+    (void)state;
+    static const int spins[] = {0, -1};
+    for (size_t k = 0; k < 2; k++) {
+        ring_ctx t = {.frames = g_frames / 10};
+        kp_flow_snapshot snap;
+        uint64_t carried = run_carried(&t, 0, spins[k], &snap);
+        print_message("spin_us %d: %llu of %llu frames carried to the sink\n", spins[k],
+                      (unsigned long long)carried, (unsigned long long)t.frames);
+        assert_true(carried >= t.frames / 2);
+        ring_ctx n = {.frames = g_frames / 100};
+        assert_int_equal(run_carried(&n, -1, spins[k], &snap), 0);
+        ring_ctx r = {.frames = g_frames / 10, .stall_one_in = 61};
+        carried = run_carried(&r, 0, spins[k], &snap);
+        print_message("spin_us %d, stalls: %llu of %llu frames carried to the sink\n", spins[k],
+                      (unsigned long long)carried, (unsigned long long)r.frames);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_frames = strtoull(argv[1], NULL, 10);
     if (argc > 2) g_cancel_runs = atoi(argv[2]);
@@ -239,6 +342,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(drop_newest_accounts_for_every_frame),
         cmocka_unit_test(batches_behind_a_ring),
         cmocka_unit_test(cancel_at_random_points),
+        cmocka_unit_test(carried_frames),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     kp_device_close(g_dev);

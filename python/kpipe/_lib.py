@@ -153,7 +153,7 @@ class FlowConfig(Structure):
     _fields_ = [("struct_size", c_size_t), ("dev", c_void_p), ("stages", POINTER(FlowStage)),
                 ("n_stages", c_size_t), ("frame_bytes", c_size_t), ("budget_bytes", c_size_t),
                 ("trace_events", c_size_t), ("spin_us", c_int),
-                ("strict_no_host_copies", c_bool)]
+                ("strict_no_host_copies", c_bool), ("carry_us", c_int)]
 
 
 HOST_FN = CFUNCTYPE(None, c_void_p)

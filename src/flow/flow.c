@@ -71,9 +71,8 @@ static kp_status kp__stage_inputs(const kp_flow_config *c, size_t i, uint16_t *u
             bool later = false;
             for (size_t m = i; name && m < c->n_stages && !later; m++)
                 later = c->stages[m].name && strcmp(c->stages[m].name, name) == 0;
-            return kp__error(KP_ERR_INVALID_ARG,
-                             "stages[%zu] (%s).from[%zu]: %s%s%s", i, s->name, k,
-                             name ? "\"" : "NULL", name ? name : "",
+            return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).from[%zu]: %s%s%s", i, s->name,
+                             k, name ? "\"" : "NULL", name ? name : "",
                              !name   ? ""
                              : later ? "\" comes at or after it: a stage takes frames only from "
                                        "stages before it (no cycles)"
@@ -81,8 +80,8 @@ static kp_status kp__stage_inputs(const kp_flow_config *c, size_t i, uint16_t *u
         }
         for (size_t m = 0; m < *n; m++)
             if (up[m] == j)
-                return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).from[%zu]: \"%s\" twice",
-                                 i, s->name, k, name);
+                return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).from[%zu]: \"%s\" twice", i,
+                                 s->name, k, name);
         up[(*n)++] = (uint16_t)j;
     }
     return KP_OK;
@@ -276,11 +275,30 @@ kp_status kp__flow_check_config(const kp_flow_config *c) {
                          c->budget_bytes, c->frame_bytes);
     if (c->spin_us > 1000000 || c->spin_us < -1)
         return kp__error(KP_ERR_INVALID_ARG, "spin_us is %d (-1 .. 1000000)", c->spin_us);
+    if (c->carry_us > 1000000 || c->carry_us < -1)
+        return kp__error(KP_ERR_INVALID_ARG, "carry_us is %d (-1 .. 1000000)", c->carry_us);
     if (c->trace_events > ((size_t)1 << 24))
         return kp__error(KP_ERR_INVALID_ARG, "trace_events is %zu (at most 2^24)", c->trace_events);
     for (size_t i = 0; i < c->n_stages; i++) KP_CHECK(kp__check_stage(c, i));
     KP_CHECK(kp__check_graph(c));
     return kp__check_budget(c);
+}
+
+/* Which stage may carry frames into which (runtime-impl.h, kp__stage):
+ * single stages on one device joined by a lock-free ring, the one upstream
+ * passing frames to no other stage and not micro-batching. */
+static void kp__carry_links(struct kp_flow *f) {
+    for (size_t i = 0; f->carry_ns && i < f->n; i++) {
+        const kp__lstage *ls = &f->ls[i];
+        if (ls->source || ls->n_rep != 1 || !f->q[i].spsc) continue;
+        size_t u = 0;
+        while (u < f->n && !(f->ls[u].n_out == 1 && f->ls[u].out[0] == i)) u++;
+        if (u == f->n || f->ls[u].n_rep != 1) continue;
+        kp__stage *s = &f->st[f->ls[u].first], *t = &f->st[ls->first];
+        if (t->batch_fn || s->batch_fn || s->dev_i != t->dev_i) continue;
+        s->carry_to = t;
+        t->carry_in = true;
+    }
 }
 
 /* The stages' threads, queues and reordering rings; then the frames. */
@@ -311,7 +329,8 @@ static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
             KP_CHECK(kp__flow_stage_init(f, &f->st[k], cs, i, r, devs[n_dev > 1 ? r : 0]));
         f->n_frames += ls->n_rep;
         if (!ls->source) {
-            KP_CHECK(kp__queue_init(&f->q[i], cs->queue_capacity, cs->policy, kp__one_to_one(c, i)));
+            KP_CHECK(
+                kp__queue_init(&f->q[i], cs->queue_capacity, cs->policy, kp__one_to_one(c, i)));
             if (ls->n_rep > 1 && cs->deal == KP_DEAL_ROUND_ROBIN) f->q[i].round_robin = ls->n_rep;
             f->n_frames += cs->queue_capacity;
         }
@@ -333,6 +352,7 @@ static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
         if (!(ls->ro = kp__calloc(ls->ro_cap, sizeof *ls->ro)))
             return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for reordering");
     }
+    kp__carry_links(f);
     bool staging = false;
     for (size_t j = 0; j < f->n_st; j++)
         KP_CHECK(
@@ -399,6 +419,7 @@ static kp_status kp__flow_create(const kp_flow_config *config, kp_flow_t *out) {
 #ifdef KP_HAVE_CUDA
     f->nvtx = nvtxDomainCreateA("kpipe flow"); /* NULL without a tool attached */
 #endif
+    f->carry_ns = c.carry_us < 0 ? 0 : (uint32_t)(c.carry_us ? c.carry_us : KP__CARRY_US) * 1000u;
     KP_CHECK_GOTO(kp__make_stages(f, &c), st, fail);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     f->spin_us = c.spin_us < 0 ? 0 : c.spin_us ? c.spin_us : KP__SPIN_US;

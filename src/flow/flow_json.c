@@ -18,6 +18,7 @@
  * column; every other error names the JSON path. */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -397,9 +398,9 @@ static kp_status kp__ends(const kp__flow_build *b, const kp_flow_config *cfg) {
 }
 
 static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *out) {
-    static const char *const keys[] = {
-        "kpipe_flow", "name", "budget_bytes", "trace_events", "stages", "strict_no_host_copies",
-        NULL};
+    static const char *const keys[] = {"kpipe_flow",   "name",     "budget_bytes",
+                                       "trace_events", "stages",   "strict_no_host_copies",
+                                       "spin_us",      "carry_us", NULL};
     if (!json_is_object(root)) return KP__PERR("$: expected an object");
     json_t *ver = json_object_get(root, "kpipe_flow");
     if (!ver) return KP__PERR("$.kpipe_flow: missing (this kpipe reads version 1)");
@@ -424,9 +425,17 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
         strict = json_is_true(v);
     }
     b->strict = strict;
+    /* ints here; their ranges are the C form's, checked by the same code below */
+    int64_t spin = 0, carry = 0;
+    if ((v = json_object_get(root, "spin_us")))
+        KP_CHECK(kp__json_count(v, "$.spin_us", INT_MIN, INT_MAX, &spin));
+    if ((v = json_object_get(root, "carry_us")))
+        KP_CHECK(kp__json_count(v, "$.carry_us", INT_MIN, INT_MAX, &carry));
     KP_CHECK(kp__stages(b, json_object_get(root, "stages")));
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.strict_no_host_copies = strict;
+    cfg.spin_us = (int)spin;
+    cfg.carry_us = (int)carry;
     cfg.dev = b->dev;
     cfg.stages = b->st;
     cfg.n_stages = b->n;

@@ -254,14 +254,18 @@ kp_status kp_flow_write_dot(kp_flow_t f, const char *path) {
         fprintf(fp, "  ");
         kp__dot_name(fp, s->name);
         fprintf(fp, " [label=\"%s\\n%s on %s", s->name,
-                ls->source ? "source" : ls->n_out ? (s->batch_fn ? "batch" : "stage") : "sink",
+                ls->source  ? "source"
+                : ls->n_out ? (s->batch_fn ? "batch" : "stage")
+                            : "sink",
                 kp_device_name(s->ctx.dev));
         if (ls->source && ls->n_rep > 1) fprintf(fp, "\\n%zu streams", ls->n_rep);
         if (!ls->source && ls->n_rep > 1) fprintf(fp, "\\n%zu replicas", ls->n_rep);
-        if (s->batch_fn)
-            fprintf(fp, "\\nbatch %zu, deadline %u us", s->max_batch, s->deadline_us);
+        if (s->batch_fn) fprintf(fp, "\\nbatch %zu, deadline %u us", s->max_batch, s->deadline_us);
         if (ls->n_out > 1) fprintf(fp, "\\nsplit by %s", kp_route_str(ls->route));
-        fprintf(fp, "\"%s];\n", ls->source ? ", shape=invhouse" : !ls->n_out ? ", shape=house" : "");
+        fprintf(fp, "\"%s];\n",
+                ls->source   ? ", shape=invhouse"
+                : !ls->n_out ? ", shape=house"
+                             : "");
     }
     for (size_t i = 0; i < f->n; i++) {
         const kp__lstage *ls = &f->ls[i];
@@ -272,7 +276,8 @@ kp_status kp_flow_write_dot(kp_flow_t f, const char *path) {
             fprintf(fp, " -> ");
             kp__dot_name(fp, f->st[f->ls[ls->out[k]].first].name);
             fprintf(fp, " [label=\"%zu, %s", q->cap, kp_queue_policy_str(q->policy));
-            if (ls->n_out > 1) fprintf(fp, "\\n%s %% %zu == %zu", kp_route_str(ls->route), ls->n_out, k);
+            if (ls->n_out > 1)
+                fprintf(fp, "\\n%s %% %zu == %zu", kp_route_str(ls->route), ls->n_out, k);
             fprintf(fp, "\"];\n");
         }
     }

@@ -41,4 +41,3 @@ const char *kp_route_str(kp_route r) {
     }
     return "invalid";
 }
-

@@ -138,6 +138,27 @@ static kp__fframe *kp__sp_pop(struct kp_flow *f, kp__queue *q, const struct time
     return fr;
 }
 
+bool kp__queue_wait_ready(struct kp_flow *f, kp__queue *q) {
+    size_t h = atomic_load_explicit(&q->sp_head, memory_order_relaxed);
+    if (kp__sp_empty(q, h)) kp__sp_wait(f, q, false, h, NULL);
+    return !kp__sp_empty(q, h) && !atomic_load_explicit(&f->cancel, memory_order_relaxed);
+}
+
+bool kp__queue_drained(kp__queue *q) {
+    return atomic_load_explicit(&q->sp_head, memory_order_acquire) ==
+           atomic_load_explicit(&q->sp_tail, memory_order_relaxed);
+}
+
+bool kp__queue_empty(kp__queue *q) {
+    if (!q->spsc) return atomic_load_explicit(&q->depth, memory_order_relaxed) == 0;
+    return atomic_load_explicit(&q->sp_head, memory_order_relaxed) ==
+           atomic_load_explicit(&q->sp_tail, memory_order_relaxed);
+}
+
+bool kp__queue_consumer_asleep(kp__queue *q) {
+    return atomic_load_explicit(&q->sp_not_empty.waiters, memory_order_relaxed) != 0;
+}
+
 /* --- the locked form --------------------------------------------------- */
 
 void kp__queue_push(struct kp_flow *f, kp__queue *q, kp__fframe *fr) {
@@ -267,5 +288,5 @@ void kp__queue_counts(kp__queue *q, size_t *depth, uint64_t *pushed) {
     }
     size_t h = atomic_load(&q->sp_head), t = atomic_load(&q->sp_tail);
     *depth = t >= h ? t - h : 0; /* read apart: the tail read last is the newer */
-    *pushed = t;
+    *pushed = t + atomic_load(&q->carried);
 }

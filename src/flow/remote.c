@@ -423,8 +423,8 @@ kp_status kp__remote_stage_made(const kp__remote_end *e, kp_flow_stage_fn fn, kp
     kp__remote *r;
     KP_CHECK(kp__remote_new(e, &r));
     r->serve = serve;
-    *out =
-        (kp__stage_made){fn, NULL, r, kp__remote_free, e->receiver ? e->frame_bytes : 0, 1, end_fn, 0, NULL};
+    *out = (kp__stage_made){fn,     NULL, r,   kp__remote_free, e->receiver ? e->frame_bytes : 0, 1,
+                            end_fn, 0,    NULL};
     return KP_OK;
 }
 

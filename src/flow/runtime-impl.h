@@ -45,6 +45,15 @@
 #define KP__GPU_SLOTS 4      /* measurements in flight per stage */
 #define KP__REP_DEPTH 2      /* frames a replica has on its device at most: one runs, one waits */
 #define KP__PROBE_N 8        /* frames timed per way of an automatic hand-over */
+#define KP__CARRY_US 20      /* kp_flow_config.carry_us 0 */
+/* Carrying into a stage (kp__stage) costs the carrying thread the stage's
+ * run; queueing the frame instead costs it a store while the stage's thread
+ * is awake, a futex wake (a system call) while it sleeps. So a stage
+ * is carried into: */
+#define KP__CARRY_ALWAYS_NS 200 /* ... always, when its runs are this short; */
+#define KP__CARRY_WAKE_NS 3000  /* ... when its thread sleeps, this short: a wake costs as much; */
+/* ... and when its thread sleeps and its runs are within carry_us, where
+ * the carrying thread has nothing queued for itself. */
 
 typedef struct kp__fframe {
     kp_frame f;
@@ -94,6 +103,7 @@ typedef struct kp__queue {
     _Atomic size_t open_in; /* upstream stages not yet ended: it closes at 0 */
     _Atomic size_t depth, max_depth;
     _Atomic uint64_t pushed, drops;
+    _Atomic uint64_t carried; /* frames carried past it (stage.c): pushed, for health */
 } kp__queue;
 
 typedef struct kp__stage {
@@ -150,6 +160,19 @@ typedef struct kp__stage {
 #ifdef KP_HAVE_CUDA
     nvtxStringHandle_t nvtx_name; /* the stage's name, registered once */
 #endif
+    /* Carrying (stage.c). A frame done at a single stage whose one
+     * downstream stage is single too, on the same device, may be run on
+     * through that stage by the same thread, instead of being queued for
+     * the stage's own thread: when the stage is idle with nothing queued,
+     * and either its runs are very short or its thread is asleep and its
+     * runs are short (kp_flow_config.carry_us). A stage that may be carried
+     * into runs only under `held`, which its own thread or the carrying one
+     * takes; its own thread keeps it once it has stopped. */
+    struct kp__stage *carry_to; /* the stage frames may be carried into; NULL: none */
+    bool carry_in;              /* frames may be carried into this one */
+    _Atomic size_t held;       /* 1 while a thread runs it (a size_t: spun on) */
+    kp__wake hold_free;        /* its own thread, waiting for `held` */
+    _Atomic uint32_t cost_ns;  /* its host time per run, a moving average */
 } kp__stage;
 
 /* A logical stage: its replicas (threads) and, when there are several, the
@@ -229,6 +252,7 @@ struct kp_flow {
     double spin_us;  /* kp_flow_config.spin_us, resolved */
     bool strict_copies; /* kp_flow_config.strict_no_host_copies */
     bool spin_yield; /* more threads than cores: a spin yields the core */
+    uint32_t carry_ns; /* kp_flow_config.carry_us in ns, resolved; 0: never carry */
 #ifdef KP_HAVE_CUDA
     nvtxDomainHandle_t nvtx; /* "kpipe flow" */
 #endif
@@ -292,6 +316,16 @@ kp__fframe *kp__queue_pop(struct kp_flow *f, kp__queue *q, size_t r);
 /* A frame if one arrives before `deadline` (CLOCK_MONOTONIC); NULL at the
  * deadline, at end of stream or on cancel. */
 kp__fframe *kp__queue_pop_until(struct kp_flow *f, kp__queue *q, const struct timespec *deadline);
+/* For a lock-free ring's consumer: waits until a frame is there (true),
+ * or the queue is closed and empty or the flow cancelled (false). Takes
+ * nothing. */
+bool kp__queue_wait_ready(struct kp_flow *f, kp__queue *q);
+/* For a lock-free ring's producer: whether every frame pushed has been
+ * taken, and whether its consumer sleeps waiting for one. */
+bool kp__queue_drained(kp__queue *q);
+/* Whether no frame waits in the queue (any form; a moment's view). */
+bool kp__queue_empty(kp__queue *q);
+bool kp__queue_consumer_asleep(kp__queue *q);
 /* End of stream (or a stop): wakes every thread waiting on the queue. */
 void kp__queue_close(kp__queue *q);
 /* Frames still queued at the end go back to the free list. */

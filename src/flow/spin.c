@@ -57,8 +57,8 @@ static _Thread_local double kp__spin_off_until, kp__spin_off_us;
 
 static void kp__spin_lost(double now) {
     if (kp__spin_off_us && now - kp__spin_off_until < KP__SPIN_OFF_MAX_US)
-        kp__spin_off_us = kp__spin_off_us * 2 > KP__SPIN_OFF_MAX_US ? KP__SPIN_OFF_MAX_US
-                                                                    : kp__spin_off_us * 2;
+        kp__spin_off_us =
+            kp__spin_off_us * 2 > KP__SPIN_OFF_MAX_US ? KP__SPIN_OFF_MAX_US : kp__spin_off_us * 2;
     else
         kp__spin_off_us = KP__SPIN_OFF_MIN_US;
     kp__spin_off_until = now + kp__spin_off_us;

@@ -66,6 +66,16 @@ static struct kp__gpu_slot *kp__gpu_begin(kp__stage *s) {
     return g;
 }
 
+/* The moving average of the stage's host time per run, for carrying: an
+ * eighth of each new run (the first run sets it). */
+static void kp__cost_update(kp__stage *s, double us) {
+    double ns = us * 1e3;
+    uint32_t now = ns >= 4e9 ? 4000000000u : ns <= 0 ? 0 : (uint32_t)ns;
+    uint32_t prev = atomic_load_explicit(&s->cost_ns, memory_order_relaxed);
+    int64_t next = prev == UINT32_MAX ? now : (int64_t)prev + ((int64_t)now - (int64_t)prev) / 8;
+    atomic_store_explicit(&s->cost_ns, (uint32_t)next, memory_order_relaxed);
+}
+
 /* Runs the stage function on n frames (1 unless micro-batching), timed on
  * the host, on the device (sampled), traced and named for NVTX; then tells
  * whether the stage's stream has work pending. */
@@ -85,6 +95,7 @@ static kp_status kp__timed_call(kp__stage *s, kp__fframe *const *frs, size_t n, 
     kp__flow_nvtx_pop(s);
     double t1 = kp__now_us();
     kp__record_sample(s->lat, &s->n_lat, t1 - t0);
+    kp__cost_update(s, t1 - t0);
     for (size_t i = 0; i < n; i++) kp__flow_trace(s, frs[i]->f.seq, t0, t1);
     /* A stage that left work on its stream last time most likely did
      * again: it records the frame's event without asking (an event on an
@@ -107,8 +118,7 @@ static kp_status kp__timed_call(kp__stage *s, kp__fframe *const *frs, size_t n, 
  * bring them over from other devices, run the function, mark the frames'
  * new work. A stream with nothing pending has nothing to hand over: the
  * next user need not wait (host-only stages cost no event traffic). */
-static kp_status kp__run_frames_watched(kp__stage *s, kp__fframe *const *frs, size_t n,
-                                        bool *eos) {
+static kp_status kp__run_frames_watched(kp__stage *s, kp__fframe *const *frs, size_t n, bool *eos) {
     for (size_t i = 0; i < n; i++)
         if (frs[i]->ev_dev >= 0)
             KP_CHECK(kp_stream_wait_event(s->ctx.stream, frs[i]->ev[frs[i]->ev_dev]));
@@ -164,6 +174,92 @@ static kp_status kp__run_frames(kp__stage *s, kp__fframe *const *frs, size_t n, 
     return st;
 }
 
+/* --- carrying (runtime-impl.h, kp__stage) ------------------------------ */
+
+/* Takes stage s for its own thread, waiting while a carrying thread runs it
+ * (never long: one run of a short stage). Not cut short by a cancel: the
+ * carrying thread lets go once its run returns. */
+static void kp__hold(kp__stage *s) {
+    for (;;) {
+        size_t idle = 0;
+        if (atomic_compare_exchange_strong_explicit(&s->held, &idle, 1, memory_order_acquire,
+                                                    memory_order_relaxed))
+            return;
+        kp__flow_spin_while(s->flow, &s->held, 1);
+        if (!atomic_load_explicit(&s->held, memory_order_relaxed)) continue;
+        uint32_t key = kp__wake_prepare(&s->hold_free);
+        if (!atomic_load_explicit(&s->held, memory_order_relaxed))
+            kp__wake_cancel(&s->hold_free);
+        else
+            kp__wake_wait(&s->hold_free, key, NULL);
+    }
+}
+
+static void kp__unhold(kp__stage *s) {
+    atomic_store_explicit(&s->held, 0, memory_order_release);
+    kp__wake_all(&s->hold_free);
+}
+
+/* Whether stage t is worth carrying into by the thread of stage o (see
+ * KP__CARRY_ALWAYS_NS): its runs are short enough for the state of its
+ * thread and of o's queue. */
+static bool kp__carry_worth(const kp__stage *o, kp__stage *t) {
+    struct kp_flow *f = t->flow;
+    uint32_t cost = atomic_load_explicit(&t->cost_ns, memory_order_relaxed);
+    if (cost <= KP__CARRY_ALWAYS_NS) return true;
+    if (cost > f->carry_ns || !kp__queue_consumer_asleep(&f->q[t->index])) return false;
+    return cost <= KP__CARRY_WAKE_NS ||
+           (!f->ls[o->index].source && kp__queue_empty(&f->q[o->index]));
+}
+
+/* Takes stage t to carry a frame into it, by the thread that feeds its
+ * queue: only when nobody runs it and every frame queued for it has been
+ * taken (and, taken under `held`, run and passed on), so the frame carried
+ * is the next in order. */
+static bool kp__carry_take(kp__stage *t) {
+    size_t idle = 0;
+    if (atomic_load_explicit(&t->held, memory_order_relaxed) ||
+        !atomic_compare_exchange_strong_explicit(&t->held, &idle, 1, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return false;
+    if (kp__queue_drained(&t->flow->q[t->index])) return true;
+    kp__unhold(t);
+    return false;
+}
+
+/* Passes frame fr, done at s, on: carried through the stages downstream
+ * while each can take it, then queued for the next (or finished at a
+ * sink). The caller holds s where s may be carried into; each stage is let
+ * go once the next is taken (hand over hand), so it can run its next frame
+ * while this one goes on. */
+static void kp__pass(kp__stage *s, kp__fframe *fr) {
+    struct kp_flow *f = s->flow;
+    const kp__stage *o = s;
+    kp__stage *t;
+    while ((t = s->carry_to) != NULL && !atomic_load_explicit(&f->cancel, memory_order_relaxed) &&
+           kp__carry_worth(o, t) && kp__carry_take(t)) {
+        kp__bump(&s->out, 1);
+        kp__bump(&f->q[t->index].carried, 1); /* one writer: the holder of s */
+        if (s->carry_in) kp__unhold(s);
+        s = t;
+        kp__bump(&s->in, 1);
+        kp_status st = kp__run_frames(s, &fr, 1, NULL);
+        if (st != KP_OK) {
+            kp__frame_put(f, fr, false);
+            kp__flow_fail(f, s, st);
+            kp__unhold(s);
+            return;
+        }
+    }
+    if (f->ls[s->index].source) {
+        kp__bump(&s->out, 1);
+        kp__flow_pass_on(f, s->index, fr);
+    } else {
+        kp__flow_forward(s, fr);
+    }
+    if (s->carry_in) kp__unhold(s);
+}
+
 static void kp__source_loop(kp__stage *s) {
     struct kp_flow *f = s->flow;
     const uint32_t stream = f->ls[s->index].stream_base + (uint32_t)s->replica;
@@ -194,8 +290,7 @@ static void kp__source_loop(kp__stage *s) {
             if (st != KP_OK) kp__flow_fail(f, s, st);
             return;
         }
-        kp__bump(&s->out, 1);
-        kp__flow_pass_on(f, s->index, fr);
+        kp__pass(s, fr);
     }
 }
 
@@ -208,16 +303,26 @@ static void kp__stage_loop(kp__stage *s) {
             kp__flow_fail(f, s, rst);
             return;
         }
-        if (!(fr = kp__queue_pop(f, &f->q[s->index], s->replica))) return;
+        /* one that may be carried into waits for a frame first, then takes
+         * itself: a thread must not hold it while it sleeps */
+        if (s->carry_in) {
+            if (!kp__queue_wait_ready(f, &f->q[s->index])) return;
+            kp__hold(s);
+        }
+        if (!(fr = kp__queue_pop(f, &f->q[s->index], s->replica))) {
+            if (s->carry_in) kp__unhold(s);
+            return;
+        }
         kp__bump(&s->in, 1);
         kp_status st = kp__run_frames(s, &fr, 1, NULL);
         if (st == KP_OK) st = kp__flow_replica_issued(s);
         if (st != KP_OK) {
             kp__frame_put(f, fr, false);
             kp__flow_fail(f, s, st);
+            if (s->carry_in) kp__unhold(s);
             return;
         }
-        kp__flow_forward(s, fr);
+        kp__pass(s, fr);
     }
 }
 
@@ -277,6 +382,9 @@ void *kp__flow_stage_main(void *arg) {
         kp__batch_loop(s);
     else
         kp__stage_loop(s);
+    /* no frame is carried into a stage whose thread has stopped: it takes
+     * the stage for good, once a run carried into it has returned */
+    if (s->carry_in) kp__hold(s);
     kp__stage_end(s);
     /* end of stream (or cancel) flows downstream once every replica (or
      * stream) stopped: a queue closes when every stage feeding it has */
@@ -295,6 +403,7 @@ kp_status kp__flow_stage_init(struct kp_flow *f, kp__stage *s, const kp_flow_sta
     s->index = i;
     s->replica = r;
     s->probe.from = -1;
+    atomic_store(&s->cost_ns, UINT32_MAX); /* unknown until its own thread runs it */
     KP_CHECK(kp__flow_device_index(f, dev, &s->dev_i));
     snprintf(s->name, sizeof s->name, "%s", cs->name);
     s->fn = cs->fn;
@@ -302,7 +411,7 @@ kp_status kp__flow_stage_init(struct kp_flow *f, kp__stage *s, const kp_flow_sta
     s->end_fn = cs->end_fn;
     s->max_batch = cs->batch_fn ? cs->max_batch : 1;
     s->deadline_us = cs->deadline_us;
-    s->user = cs->replica_users && cs->replica_users[r]   ? cs->replica_users[r]
+    s->user = cs->replica_users && cs->replica_users[r] ? cs->replica_users[r]
               : cs->stream_users && cs->stream_users[r] ? cs->stream_users[r]
                                                         : cs->user;
     if (s->batch_fn && (!(s->batch = kp__calloc(s->max_batch, sizeof *s->batch)) ||

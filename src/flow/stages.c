@@ -197,7 +197,8 @@ kp_status kp__stage_pipeline(kp_pipeline_t p, kp__stage_made *out) {
         return st;
     }
     int64_t out_bytes = kp_desc_bytes_needed(&s->out.desc);
-    *out = (kp__stage_made){kp__pstage_fn, NULL, s, kp__pstage_free, (size_t)out_bytes, 1, NULL, 0, NULL};
+    *out = (kp__stage_made){kp__pstage_fn, NULL, s,   kp__pstage_free, (size_t)out_bytes, 1,
+                            NULL,          0,    NULL};
     return KP_OK;
 }
 

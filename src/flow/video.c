@@ -76,7 +76,7 @@ static kp_status kp__y4m_line(FILE *f, const char *path, char *line) {
 
 typedef struct kp__y4m_info {
     int64_t width, height;
-    int32_t rate[2]; /* the F tag; 0/0 without one */
+    int32_t rate[2];         /* the F tag; 0/0 without one */
     char tags[KP__Y4M_LINE]; /* F, I, A, C and X as read, for the sink to write back */
 } kp__y4m_info;
 
@@ -237,9 +237,14 @@ static kp_status kp__y4m_src_fn(void *user, const kp_stage_ctx *c, kp_frame *f, 
     s->next++;
     f->desc = s->desc;
     f->bytes = s->frame_bytes;
-    f->video = (kp_video_frame){KP_PIXEL_I420,     (int32_t)s->info.width, (int32_t)s->info.height,
-                                s->info.width,     KP_VIDEO_NO_PTS,        {0, 0},
-                                {s->info.rate[0], s->info.rate[1]}, false};
+    f->video = (kp_video_frame){KP_PIXEL_I420,
+                                (int32_t)s->info.width,
+                                (int32_t)s->info.height,
+                                s->info.width,
+                                KP_VIDEO_NO_PTS,
+                                {0, 0},
+                                {s->info.rate[0], s->info.rate[1]},
+                                false};
     return KP_OK;
 }
 
@@ -270,7 +275,8 @@ kp_status kp__stage_y4m_source(kp_device_t dev, const char *path, int64_t frames
         return st;
     }
     snprintf(tags, tags_len, "%s", s->info.tags);
-    *out = (kp__stage_made){kp__y4m_src_fn, NULL, s, kp__y4m_src_free, s->frame_bytes, 1, NULL, 0, NULL};
+    *out = (kp__stage_made){kp__y4m_src_fn, NULL, s,   kp__y4m_src_free, s->frame_bytes, 1,
+                            NULL,           0,    NULL};
     return KP_OK;
 }
 
@@ -305,8 +311,14 @@ static kp_status kp__testsrc_fn(void *user, const kp_stage_ctx *c, kp_frame *f, 
         &kp__testsrc_kernel, {(uint32_t)(blocks < 8192 ? blocks : 8192), 1, 1}, {256, 1, 1}, 0, &p};
     f->desc = s->desc;
     f->bytes = (size_t)bytes;
-    f->video = (kp_video_frame){KP_PIXEL_I420, (int32_t)s->width, (int32_t)s->height, s->width,
-                                (int64_t)f->seq, {1, 30}, {30, 1}, false};
+    f->video = (kp_video_frame){KP_PIXEL_I420,
+                                (int32_t)s->width,
+                                (int32_t)s->height,
+                                s->width,
+                                (int64_t)f->seq,
+                                {1, 30},
+                                {30, 1},
+                                false};
     return kp_launch_kernel(c->stream, &l);
 }
 
