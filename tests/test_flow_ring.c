@@ -8,7 +8,6 @@
  * frames carried through short stages by the thread upstream.
  * Built for ThreadSanitizer as much as for itself.
  *   test_flow_ring [FRAMES] [CANCEL_RUNS]   (defaults 1000000, 300) */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -237,13 +236,13 @@ static void cancel_at_random_points(void **state) {
  * function, and the sink checks order and payload. */
 typedef struct carry_ctx {
     ring_ctx *ring;
-    pthread_t source_thread;
     _Atomic int inside;
     _Atomic bool ended, overlap, after_end;
     _Atomic uint64_t on_source;
 } carry_ctx;
 
 static carry_ctx g_carry[4];
+static _Thread_local bool tl_source; /* this thread runs the source */
 
 static kp_status carry_run(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     carry_ctx *k = user;
@@ -251,11 +250,10 @@ static kp_status carry_run(void *user, const kp_stage_ctx *c, kp_frame *f, bool 
     if (atomic_load(&k->ended)) atomic_store(&k->after_end, true);
     kp_status st = KP_OK;
     if (c->index == 0) {
-        k->source_thread = pthread_self();
+        tl_source = true;
         st = src(k->ring, c, f, eos);
     } else {
-        if (pthread_equal(pthread_self(), g_carry[0].source_thread))
-            atomic_fetch_add(&k->on_source, 1);
+        if (tl_source) atomic_fetch_add(&k->on_source, 1);
         st = c->index == 3 ? sink(k->ring, c, f, eos) : mid(k->ring, c, f, eos);
     }
     atomic_fetch_sub(&k->inside, 1);
