@@ -39,7 +39,7 @@ static kp_status busy(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos)
 }
 
 /* Seconds for g_frames through the 4 stages of st by spin_us and carry_us. */
-static double run_flow(kp_device_t dev, kp_flow_stage *st, int spin_us, int carry_us, long frames) {
+static double run_flow(kp_device_t dev, kp_flow_stage *st, int spin_us, int carry_us) {
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.dev = dev;
     cfg.stages = st;
@@ -47,8 +47,6 @@ static double run_flow(kp_device_t dev, kp_flow_stage *st, int spin_us, int carr
     cfg.spin_us = spin_us;
     cfg.carry_us = carry_us;
     kp_flow_t f;
-    long keep = g_frames;
-    g_frames = frames;
     if (kp_flow_create(&cfg, &f) != KP_OK) exit(1);
     double t0 = kpt_now_us();
     if (kp_flow_start(f) != KP_OK || kp_flow_wait(f) != KP_OK) {
@@ -57,7 +55,6 @@ static double run_flow(kp_device_t dev, kp_flow_stage *st, int spin_us, int carr
     }
     double us = kpt_now_us() - t0;
     kp_flow_destroy(f);
-    g_frames = keep;
     return us * 1e-6;
 }
 
@@ -117,7 +114,7 @@ int main(int argc, char **argv) {
     for (int carry = 0; carry < 2; carry++)
         for (int rep = 0; rep < 12; rep++) {
             if (carry && spins[rep] > 0) continue;
-            double us = run_flow(dev, st, spins[rep], carry ? -1 : 0, g_frames) * 1e6;
+            double us = run_flow(dev, st, spins[rep], carry ? -1 : 0) * 1e6;
             printf("kpipe flow, 4 empty stages, %ld frames, spin_us %4d, carry_us %2d: %.3f us per "
                    "frame, %.3f us per frame and stage\n",
                    g_frames, spins[rep], carry ? -1 : 0, us / (double)g_frames,
@@ -127,6 +124,7 @@ int main(int argc, char **argv) {
      * frame every w us, so frames/s / (1 / w) is what the hand-overs keep
      * (with fewer cores than stages, the host, not the flow, bounds it) */
     static double work[] = {1, 5, 20};
+    const long frames = g_frames;
     for (size_t k = 0; k < 3; k++) {
         kp_flow_stage bs[4];
         for (int i = 0; i < 4; i++) {
@@ -134,15 +132,16 @@ int main(int argc, char **argv) {
             bs[i].fn = busy;
             bs[i].user = &work[k];
         }
-        long n = (long)(2e5 / work[k]);
+        long n = g_frames = (long)(2e5 / work[k]);
         for (int carry = 0; carry < 2; carry++) {
-            double secs = run_flow(dev, bs, 0, carry ? -1 : 0, n);
+            double secs = run_flow(dev, bs, 0, carry ? -1 : 0);
             printf("kpipe flow, 4 stages busy %4.1f us, %ld frames, carry_us %2d: %.3f us per "
                    "frame, frames/s / slowest stage alone %.3f\n",
                    work[k], n, carry ? -1 : 0, secs * 1e6 / (double)n,
                    work[k] * 1e-6 * (double)n / secs);
         }
     }
+    g_frames = frames;
     kp_device_close(dev);
     wake_floor(g_frames / 4);
     return 0;

@@ -207,9 +207,9 @@ static bool kp__carry_worth(const kp__stage *o, kp__stage *t) {
     struct kp_flow *f = t->flow;
     uint32_t cost = atomic_load_explicit(&t->cost_ns, memory_order_relaxed);
     if (cost <= KP__CARRY_ALWAYS_NS) return true;
-    if (cost > f->carry_ns || !kp__queue_consumer_asleep(&f->q[t->index])) return false;
-    return cost <= KP__CARRY_WAKE_NS ||
-           (!f->ls[o->index].source && kp__queue_empty(&f->q[o->index]));
+    if (!kp__queue_consumer_asleep(&f->q[t->index])) return false;
+    if (cost <= KP__CARRY_WAKE_NS) return true; /* whatever carry_us: as flow.h says */
+    return cost <= f->carry_ns && !f->ls[o->index].source && kp__queue_empty(&f->q[o->index]);
 }
 
 /* Takes stage t to carry a frame into it, by the thread that feeds its
