@@ -8,6 +8,8 @@
 //   (d) saturated frames/s against the slowest stage run alone;
 //   (e) micro-batching of the GEMM stage (up to 8 frames, 100 us deadline,
 //       one batched GEMM) against batch 1: frames/s and p99 latency;
+//   the flow with carrying off (carry_us -1) against the default, saturated
+//   and at 50% load;
 //   and the driver allocations after warm-up (kpipe's pool counters).
 // TBB runs one token per frame in flight with a CUDA stream per token; the
 // flow has a thread and a stream per stage, queues of capacity 4 (21 frames
@@ -142,7 +144,7 @@ uint64_t driver_allocs(kp_device_t dev) {
 // buffers taken from the pool for the first time (a frame slot first used
 // late); *late_driver, device allocations that reached the driver.
 Run run_kpipe(kp_device_t dev, Bench *b, size_t batch, uint64_t *late_misses,
-              uint64_t *late_driver) {
+              uint64_t *late_driver, int carry_us = 0) {
     kp_flow_stage st[5] = {{"h2d", kp_h2d, b, 0, KP_QUEUE_BLOCK, nullptr, 0, 0},
                            {"preprocess", kp_pre, b, 4, KP_QUEUE_BLOCK, nullptr, 0, 0},
                            {"gemm", kp_gemm, b, 4, KP_QUEUE_BLOCK, nullptr, 0, 0},
@@ -160,6 +162,7 @@ Run run_kpipe(kp_device_t dev, Bench *b, size_t batch, uint64_t *late_misses,
     cfg.stages = st;
     cfg.n_stages = 5;
     cfg.frame_bytes = 2 * fw_matrix_bytes(b->w);
+    cfg.carry_us = carry_us;
     kp_flow_t f;
     b->start.assign((size_t)b->frames, 0);
     b->lat.assign((size_t)b->frames, 0);
@@ -188,7 +191,7 @@ Run run_kpipe(kp_device_t dev, Bench *b, size_t batch, uint64_t *late_misses,
         std::exit(1);
     }
     kp_flow_health(f, &h);
-    if (b->period_us <= 0 && batch == 1) { // where the saturated flow's time goes
+    if (b->period_us <= 0 && batch == 1 && !carry_us) { // where the saturated flow's time goes
         std::printf("    stages (host p50 / device p50 us):");
         for (size_t i = 0; i < h.n_stages; i++)
             std::printf(" %s %.1f/%.1f", h.stages[i].name, h.stages[i].host_p50_us,
@@ -286,10 +289,13 @@ int main(int argc, char **argv) {
         run_tbb(&b, streams, bufs);
         Run ks_ = run_kpipe(dev, &b, 1, &late, &drv), ts = run_tbb(&b, streams, bufs);
         Run kb = run_kpipe(dev, &b, 8, &late_b, &drv_b);
+        uint64_t late_n = 0, drv_n = 0;
+        Run kn = run_kpipe(dev, &b, 1, &late_n, &drv_n, -1);
         // 50% load: half the lower of the two saturated rates, for both
         b.period_us = 2e6 / std::min(ks_.fps, ts.fps);
         Run kp_ = run_kpipe(dev, &b, 1, &late, &drv), tp = run_tbb(&b, streams, bufs);
         Run kbp = run_kpipe(dev, &b, 8, &late_b, &drv_b);
+        Run knp = run_kpipe(dev, &b, 1, &late_n, &drv_n, -1);
         double got, want;
         if (fw_check(b.w, (int)((frames - 1) % kRing), &got, &want)) return 1;
         line("kpipe flow, saturated", k, ks_);
@@ -298,11 +304,16 @@ int main(int argc, char **argv) {
         line("kpipe flow, 50% load", k, kp_);
         line("oneTBB parallel_pipeline, 50% load", k, tp);
         line("kpipe flow, batch<=8, 50% load", k, kbp);
+        line("kpipe flow, never carried, sat.", k, kn);
+        line("kpipe flow, never carried, 50% load", k, knp);
         std::printf("  (a) saturated frames/s kpipe / TBB: %.3f\n", ks_.fps / ts.fps);
         std::printf("  (c) 50%% load latency kpipe / TBB: p50 %.3f, p99 %.3f\n", kp_.p50 / tp.p50,
                     kp_.p99 / tp.p99);
         std::printf("  (d) saturated frames/s / slowest stage alone: kpipe %.3f, TBB %.3f\n",
                     ks_.fps * slowest * 1e-6, ts.fps * slowest * 1e-6);
+        std::printf("  carried / never carried (carry_us -1): saturated frames/s %.3f; 50%% load "
+                    "p50 %.3f, p99 %.3f\n",
+                    ks_.fps / kn.fps, kp_.p50 / knp.p50, kp_.p99 / knp.p99);
         std::printf("  (e) batch<=8 / batch 1: frames/s %.3f, p99 %.3f saturated; p99 %.3f at 50%% "
                     "load\n",
                     kb.fps / ks_.fps, kb.p99 / ks_.p99, kbp.p99 / kp_.p99);

@@ -31,6 +31,7 @@ typedef struct ring_ctx {
     bool ordered, payload_ok;
     _Atomic uint64_t made;
     uint64_t cancel_at; /* the middle stage cancels the flow at this seq (0: never) */
+    double busy_us;     /* carrying: each stage keeps its core this long per frame */
     kp_flow_t flow;
 } ring_ctx;
 
@@ -249,6 +250,13 @@ static kp_status carry_run(void *user, const kp_stage_ctx *c, kp_frame *f, bool 
     if (atomic_fetch_add(&k->inside, 1) != 0) atomic_store(&k->overlap, true);
     if (atomic_load(&k->ended)) atomic_store(&k->after_end, true);
     kp_status st = KP_OK;
+    if (k->ring->busy_us > 0) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        do clock_gettime(CLOCK_MONOTONIC, &b);
+        while ((double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) * 1e-3 <
+               k->ring->busy_us);
+    }
     if (c->index == 0) {
         tl_source = true;
         st = src(k->ring, c, f, eos);
@@ -314,9 +322,9 @@ static uint64_t run_carried(ring_ctx *t, int carry_us, int spin_us, kp_flow_snap
 static void carried_frames(void **state) {
     (void)state;
     static const int spins[] = {0, -1};
+    kp_flow_snapshot snap;
     for (size_t k = 0; k < 2; k++) {
         ring_ctx t = {.frames = g_frames / 10};
-        kp_flow_snapshot snap;
         uint64_t carried = run_carried(&t, 0, spins[k], &snap);
         print_message("spin_us %d: %llu of %llu frames carried to the sink\n", spins[k],
                       (unsigned long long)carried, (unsigned long long)t.frames);
@@ -333,6 +341,21 @@ static void carried_frames(void **state) {
         carried = run_carried(&r, 0, spins[k], &snap);
         print_message("spin_us %d, stalls: %llu of %llu frames carried to the sink\n", spins[k],
                       (unsigned long long)carried, (unsigned long long)r.frames);
+    }
+    /* A source kept busy, stages of 1 us (past the 0.2 us carried whatever
+     * the thread's state): were every frame carried into a sleeping
+     * thread's stage, its thread would never wake and the source would run
+     * the whole flow. One such frame in 1024 goes to the stage's own thread
+     * instead, so at least frames / 1024 run there, spinning or not. (On
+     * 2 cores the threads' turns on the cores queue many frames anyway; on
+     * a host with a core per thread only this rule does.) */
+    for (size_t k = 0; k < 2; k++) {
+        ring_ctx b = {.frames = 20480, .busy_us = 1.0};
+        run_carried(&b, 0, spins[k], &snap);
+        uint64_t own = b.frames - atomic_load(&g_carry[1].on_source);
+        print_message("spin_us %d, busy 1 us: stage a ran %llu of %llu frames on its thread\n",
+                      spins[k], (unsigned long long)own, (unsigned long long)b.frames);
+        assert_true(own >= b.frames / 1024);
     }
 }
 

@@ -39,6 +39,11 @@
 
 #define KP__MAX_QUEUE 1024
 #define KP__LAT_SAMPLES 1024 /* host-time samples kept per stage */
+/* One run in about this many is timed on the host (every one while the
+ * flow traces): two clock reads are most of what an empty stage costs. The
+ * gaps between timed runs are random (0 .. 2 * KP__TIME_EVERY - 2 runs),
+ * so a stage whose runs alternate in cost is not sampled on one kind. */
+#define KP__TIME_EVERY 8
 #define KP__SPIN_US 20       /* spin before sleeping (spin_us 0) */
 #define KP__GPU_EVERY 8      /* one frame in this many gets its device time measured */
 #define KP__REQUERY 64       /* a busy stage queries its stream once in this many frames */
@@ -53,7 +58,10 @@
 #define KP__CARRY_ALWAYS_NS 200 /* ... always, when its runs are this short; */
 #define KP__CARRY_WAKE_NS 3000  /* ... when its thread sleeps, this short: a wake costs as much; */
 /* ... and when its thread sleeps and its runs are within carry_us, where
- * the carrying thread has nothing queued for itself. */
+ * the carrying thread is not a source. Into a sleeping thread's stage only
+ * where the carrying one has nothing queued for itself, and never one
+ * frame in this many, which wakes the thread instead: */
+#define KP__CARRY_PROBE 1024
 
 typedef struct kp__fframe {
     kp_frame f;
@@ -140,6 +148,7 @@ typedef struct kp__stage {
     _Atomic uint64_t in, out, runs; /* runs: on its device, for kp_flow_health */
     _Atomic uint32_t lat[KP__LAT_SAMPLES]; /* tenths of a microsecond */
     _Atomic uint64_t n_lat;
+    uint32_t time_gap, time_rng; /* runs before the next timed one; its random state */
     /* device time: a pair of events around the stage's work on sampled
      * frames, read once both have completed (never waited for) */
     struct kp__gpu_slot {
@@ -170,9 +179,11 @@ typedef struct kp__stage {
      * takes; its own thread keeps it once it has stopped. */
     struct kp__stage *carry_to; /* the stage frames may be carried into; NULL: none */
     bool carry_in;              /* frames may be carried into this one */
-    _Atomic size_t held;       /* 1 while a thread runs it (a size_t: spun on) */
+    _Atomic size_t held;       /* 1 while a thread runs it, 2 while its own thread
+                                  sleeps for it (stage.c; a size_t: spun on) */
     kp__wake hold_free;        /* its own thread, waiting for `held` */
     _Atomic uint32_t cost_ns;  /* its host time per run, a moving average */
+    uint32_t carry_probe;      /* frames carried into it past a sleeping thread */
 } kp__stage;
 
 /* A logical stage: its replicas (threads) and, when there are several, the

@@ -31,7 +31,25 @@ static void kp__record_sample(_Atomic uint32_t *ring, _Atomic uint64_t *n, doubl
     uint64_t k = atomic_load_explicit(n, memory_order_relaxed);
     kp__bump(n, 1); /* one writer: the stage's thread (or the waiter, after it) */
     double tenths = us * 10.0;
-    atomic_store(&ring[k % KP__LAT_SAMPLES], tenths > 4e9 ? 4000000000u : (uint32_t)tenths);
+    atomic_store_explicit(&ring[k % KP__LAT_SAMPLES], tenths > 4e9 ? 4000000000u : (uint32_t)tenths,
+                          memory_order_relaxed); /* a statistic: read for health only */
+}
+
+/* Whether this run of s is timed on the host (KP__TIME_EVERY): every run
+ * while the flow traces, else one after a random gap. */
+static bool kp__time_this(kp__stage *s) {
+    if (s->flow->trace) return true;
+    if (s->time_gap) {
+        s->time_gap--;
+        return false;
+    }
+    uint32_t x = s->time_rng; /* xorshift32: the stage's thread alone moves it */
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    s->time_rng = x;
+    s->time_gap = x % (2 * KP__TIME_EVERY - 1);
+    return true;
 }
 
 bool kp__flow_gpu_harvest(kp__stage *s, struct kp__gpu_slot *g, bool force) {
@@ -82,7 +100,8 @@ static void kp__cost_update(kp__stage *s, double us) {
 static kp_status kp__timed_call(kp__stage *s, kp__fframe *const *frs, size_t n, bool *eos,
                                 bool *idle) {
     struct kp__gpu_slot *g = kp__gpu_begin(s);
-    double t0 = kp__now_us();
+    const bool timed = kp__time_this(s);
+    double t0 = timed ? kp__now_us() : 0;
     kp__flow_nvtx_push(s, frs[0]->f.seq, n);
     kp_status st;
     if (s->batch_fn) {
@@ -93,10 +112,12 @@ static kp_status kp__timed_call(kp__stage *s, kp__fframe *const *frs, size_t n, 
         st = s->fn(s->user, &s->ctx, &frs[0]->f, eos);
     }
     kp__flow_nvtx_pop(s);
-    double t1 = kp__now_us();
-    kp__record_sample(s->lat, &s->n_lat, t1 - t0);
-    kp__cost_update(s, t1 - t0);
-    for (size_t i = 0; i < n; i++) kp__flow_trace(s, frs[i]->f.seq, t0, t1);
+    if (timed) {
+        double t1 = kp__now_us();
+        kp__record_sample(s->lat, &s->n_lat, t1 - t0);
+        kp__cost_update(s, t1 - t0);
+        for (size_t i = 0; i < n; i++) kp__flow_trace(s, frs[i]->f.seq, t0, t1);
+    }
     /* A stage that left work on its stream last time most likely did
      * again: it records the frame's event without asking (an event on an
      * idle stream only costs the next stage a wait that returns at once),
@@ -178,7 +199,9 @@ static kp_status kp__run_frames(kp__stage *s, kp__fframe *const *frs, size_t n, 
 
 /* Takes stage s for its own thread, waiting while a carrying thread runs it
  * (never long: one run of a short stage). Not cut short by a cancel: the
- * carrying thread lets go once its run returns. */
+ * carrying thread lets go once its run returns. `held` is 0 while free, 1
+ * while held, 2 while held and its own thread sleeps for it: only then
+ * does letting go cost a wake. */
 static void kp__hold(kp__stage *s) {
     for (;;) {
         size_t idle = 0;
@@ -186,9 +209,13 @@ static void kp__hold(kp__stage *s) {
                                                     memory_order_relaxed))
             return;
         kp__flow_spin_while(s->flow, &s->held, 1);
-        if (!atomic_load_explicit(&s->held, memory_order_relaxed)) continue;
+        size_t one = 1;
+        if (!atomic_compare_exchange_strong_explicit(&s->held, &one, 2, memory_order_relaxed,
+                                                     memory_order_relaxed) &&
+            one != 2)
+            continue; /* let go meanwhile: take it */
         uint32_t key = kp__wake_prepare(&s->hold_free);
-        if (!atomic_load_explicit(&s->held, memory_order_relaxed))
+        if (atomic_load_explicit(&s->held, memory_order_relaxed) != 2)
             kp__wake_cancel(&s->hold_free);
         else
             kp__wake_wait(&s->hold_free, key, NULL);
@@ -196,20 +223,29 @@ static void kp__hold(kp__stage *s) {
 }
 
 static void kp__unhold(kp__stage *s) {
-    atomic_store_explicit(&s->held, 0, memory_order_release);
-    kp__wake_all(&s->hold_free);
+    if (atomic_exchange_explicit(&s->held, 0, memory_order_release) == 2)
+        kp__wake_all(&s->hold_free);
 }
 
 /* Whether stage t is worth carrying into by the thread of stage o (see
  * KP__CARRY_ALWAYS_NS): its runs are short enough for the state of its
- * thread and of o's queue. */
+ * thread and of o's queue. A thread asleep stays asleep while frames are
+ * carried past it, so carrying into it must not make o's thread the flow's
+ * bottleneck: o carries into a sleeping thread's stage only with nothing
+ * queued for itself, and one such frame in KP__CARRY_PROBE goes to the
+ * sleeping thread instead (a source cannot tell whether it is the
+ * bottleneck: when it is, the woken thread then stays awake on the frames
+ * that follow, and they are queued for it). */
 static bool kp__carry_worth(const kp__stage *o, kp__stage *t) {
     struct kp_flow *f = t->flow;
     uint32_t cost = atomic_load_explicit(&t->cost_ns, memory_order_relaxed);
     if (cost <= KP__CARRY_ALWAYS_NS) return true;
     if (!kp__queue_consumer_asleep(&f->q[t->index])) return false;
-    if (cost <= KP__CARRY_WAKE_NS) return true; /* whatever carry_us: as flow.h says */
-    return cost <= f->carry_ns && !f->ls[o->index].source && kp__queue_empty(&f->q[o->index]);
+    const bool source = f->ls[o->index].source;
+    if (!source && !kp__queue_empty(&f->q[o->index])) return false;
+    /* within KP__CARRY_WAKE_NS whatever carry_us, as flow.h says */
+    if (cost > KP__CARRY_WAKE_NS && (cost > f->carry_ns || source)) return false;
+    return ++t->carry_probe % KP__CARRY_PROBE != 0; /* o's thread alone counts */
 }
 
 /* Takes stage t to carry a frame into it, by the thread that feeds its
@@ -404,6 +440,8 @@ kp_status kp__flow_stage_init(struct kp_flow *f, kp__stage *s, const kp_flow_sta
     s->replica = r;
     s->probe.from = -1;
     atomic_store(&s->cost_ns, UINT32_MAX); /* unknown until its own thread runs it */
+    s->time_gap = 0;                       /* its first run is timed */
+    s->time_rng = 0x9e3779b9u ^ (uint32_t)(i * 64 + r + 1);
     KP_CHECK(kp__flow_device_index(f, dev, &s->dev_i));
     snprintf(s->name, sizeof s->name, "%s", cs->name);
     s->fn = cs->fn;
