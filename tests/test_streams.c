@@ -65,7 +65,9 @@ typedef struct writer_args {
     bool stop;  /* set to end early */
     kp_status st;
     bool open_gop;
-    int bframes; /* 0: 2 */
+    int bframes;         /* 0: 2 */
+    const char *options; /* the writer's FFmpeg options */
+    bool retry;          /* open again until the first frame goes out (a server not up yet) */
 } writer_args;
 
 static void *write_clip(void *arg) {
@@ -83,11 +85,28 @@ static void *write_clip(void *arg) {
     cfg.encoder = "libx264";
     cfg.preset = "ultrafast";
     cfg.threads = 1;
+    cfg.options = a->options;
     kp_status st = kp_stream_create(g_dev, &s);
     if (st == KP_OK) st = kp_malloc(g_dev, bytes, &dev);
     if (st == KP_OK) st = kp_video_writer_open(g_dev, a->path, &cfg, &wr);
+    for (double until = now_s() + 10.0; a->retry && st == KP_OK;) { /* the first frame */
+        draw(host, a->w, a->h, 0, a->k);
+        kp_video_frame f = {KP_PIXEL_I420, a->w, a->h, a->w, 0, {1, 30}, {30, 1}, false};
+        st = kp_memcpy_htod(g_dev, dev, host, bytes);
+        if (st == KP_OK && kp_video_writer_write(wr, s, dev, bytes, &f) == KP_OK) break;
+        if (kp_video_writer_close(wr) != KP_OK) kp_clear_error();
+        wr = NULL;
+        struct timespec d = {0, 50000000};
+        nanosleep(&d, NULL);
+        if (now_s() > until || __atomic_load_n(&a->stop, __ATOMIC_ACQUIRE)) {
+            st = KP_ERR_IO;
+            break;
+        }
+        st = kp_video_writer_open(g_dev, a->path, &cfg, &wr);
+    }
     double t0 = now_s();
-    for (int i = 0; st == KP_OK && i < a->n && !__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE); i++) {
+    for (int i = a->retry ? 1 : 0;
+         st == KP_OK && i < a->n && !__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE); i++) {
         draw(host, a->w, a->h, i, a->k);
         st = kp_memcpy_htod(g_dev, dev, host, bytes);
         kp_video_frame f = {KP_PIXEL_I420, a->w, a->h, a->w, i, {1, 30}, {30, 1}, false};
@@ -109,7 +128,7 @@ static void *write_clip(void *arg) {
 }
 
 static void make_clip(const char *path, int w, int h, int n, int k) {
-    writer_args a = {path, w, h, n, k, 12, 0, false, KP_OK, false, 0};
+    writer_args a = {path, w, h, n, k, 12, 0, false, KP_OK, false, 0, NULL, false};
     write_clip(&a);
     KPT_OK(a.st);
 }
@@ -262,7 +281,9 @@ static void parallel_equals_sequential(void **state) {
                          false,
                          KP_OK,
                          clips[c].open,
-                         clips[c].bframes};
+                         clips[c].bframes,
+                         NULL,
+                         false};
         write_clip(&a);
         KPT_OK(a.st);
         for (int d = 0; d < (g_cuda ? 2 : 1); d++) {
@@ -537,7 +558,8 @@ static void size_switches(void **state) {
     frames want[2];
     for (int k = 0; k < 2; k++) {
         snprintf(seg[k], sizeof seg[k], "%s/switch_%d.ts", g_dir, k);
-        writer_args a = {seg[k], size[k][0], size[k][1], per, k, per, 0, false, KP_OK, false, 0};
+        writer_args a = {seg[k], size[k][0], size[k][1], per, k,    per,  0,
+                         false,  KP_OK,      false,      0,   NULL, false};
         write_clip(&a);
         KPT_OK(a.st);
         read_all(seg[k], &want[k]);
@@ -651,7 +673,7 @@ static void live_udp_reconnects(void **state) {
     const int port = 20000 + (int)(getpid() % 20000);
     char url[128], json[1024];
     snprintf(url, sizeof url, "udp://127.0.0.1:%d", port);
-    writer_args first = {url, 64, 48, 100000, 0, 10, 30.0, false, KP_OK, false, 0};
+    writer_args first = {url, 64, 48, 100000, 0, 10, 30.0, false, KP_OK, false, 0, NULL, false};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, write_clip, &first), 0);
     snprintf(json, sizeof json,
@@ -674,7 +696,7 @@ static void live_udp_reconnects(void **state) {
     struct timespec gap = {1, 0};
     nanosleep(&gap, NULL);
     uint64_t before = ss.frames;
-    writer_args second = {url, 64, 48, 100000, 1, 10, 30.0, false, KP_OK, false, 0};
+    writer_args second = {url, 64, 48, 100000, 1, 10, 30.0, false, KP_OK, false, 0, NULL, false};
     assert_int_equal(pthread_create(&th, NULL, write_clip, &second), 0); /* and comes back */
     t0 = now_s();
     do {
@@ -705,7 +727,8 @@ static void live_kill_one_of_eight(void **state) {
     pthread_t th[N];
     for (int k = 0; k < N; k++) {
         snprintf(url[k], sizeof url[k], "udp://127.0.0.1:%d", port + k);
-        cam[k] = (writer_args){url[k], 64, 48, 1000000, k, 10, 30.0, false, KP_OK, false, 0};
+        cam[k] = (writer_args){url[k], 64,    48,    1000000, k,    10,   30.0,
+                               false,  KP_OK, false, 0,       NULL, false};
         assert_int_equal(pthread_create(&th[k], NULL, write_clip, &cam[k]), 0);
         char one[160];
         snprintf(one, sizeof one, "%s\"%s?timeout=2000000\"", k ? ", " : "", url[k]);
@@ -758,8 +781,8 @@ static void live_kill_one_of_eight(void **state) {
         }
         if (!revived && t - killed > 2.0) {
             dead_before = ss[DEAD].frames;
-            cam[DEAD] =
-                (writer_args){url[DEAD], 64, 48, 1000000, DEAD, 10, 30.0, false, KP_OK, false, 0};
+            cam[DEAD] = (writer_args){url[DEAD], 64,    48,    1000000, DEAD, 10,   30.0,
+                                      false,     KP_OK, false, 0,       NULL, false};
             assert_int_equal(pthread_create(&th[DEAD], NULL, write_clip, &cam[DEAD]), 0);
             revived = true;
             back = t;
@@ -802,7 +825,7 @@ static void live_srt(void **state) {
     char send[160], listen[160], json[1024];
     snprintf(send, sizeof send, "srt://127.0.0.1:%d?mode=caller", port);
     snprintf(listen, sizeof listen, "srt://127.0.0.1:%d?mode=listener", port);
-    writer_args cam = {send, 64, 48, 100000, 0, 10, 30.0, false, KP_OK, false, 0};
+    writer_args cam = {send, 64, 48, 100000, 0, 10, 30.0, false, KP_OK, false, 0, NULL, false};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, write_clip, &cam), 0);
     snprintf(json, sizeof json,
@@ -827,6 +850,94 @@ static void live_srt(void **state) {
     kp_flow_destroy(f);
     __atomic_store_n(&cam.stop, true, __ATOMIC_RELEASE);
     pthread_join(th, NULL); /* the camera's write fails once the flow hangs up: not checked */
+}
+
+/* RTSP over loopback: the flow's source is the server a camera publishes
+ * to (FFmpeg's RTSP demuxer listening, "rtsp_flags": "listen"); the camera
+ * announces and records H.264 over RTP on TCP ("rtsp_transport=tcp"), at
+ * 30 frames/s, trying again until the server is up; 20 frames come
+ * through, each of the camera's size. */
+static void live_rtsp(void **state) {
+    (void)state;
+    const int port = 20000 + (int)((getpid() + 7919) % 20000);
+    char url[160], json[1024];
+    snprintf(url, sizeof url, "rtsp://127.0.0.1:%d/live", port);
+    writer_args cam = {
+        url, 64, 48, 100000, 0, 10, 30.0, false, KP_OK, false, 0, "rtsp_transport=tcp", true};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, write_clip, &cam), 0);
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cam\", \"source\": \"video\", "
+             "\"path\": \"%s\", \"options\": {\"rtsp_flags\": \"listen\"}, \"frames\": 20, "
+             "\"timeout_ms\": 30000}, {\"name\": \"out\", \"sink\": \"null\"}]}",
+             url);
+    kp_flow_t f;
+    KPT_OK(kp_flow_create_from_json(g_dev, json, &f)); /* waits for the camera's announce */
+    kp_flow_stream_stats ss;
+    size_t n = 0;
+    KPT_OK(kp_flow_streams(f, &ss, 1, &n));
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(h.frames_done, 20);
+    kp_flow_destroy(f);
+    __atomic_store_n(&cam.stop, true, __ATOMIC_RELEASE);
+    pthread_join(th, NULL); /* the camera's write fails once the server is gone: not checked */
+}
+
+/* FFmpeg options: one FFmpeg does not take, or not key=value, is refused
+ * by name, the same in the C form and the JSON form. */
+static void bad_options(void **state) {
+    (void)state;
+    char clip[512], json[2048];
+    make_clip(tmp_path(clip, sizeof clip, "opts.mp4"), 64, 48, 3, 0);
+    static const char *const bad[][3] = {
+        {"no_such_option=1", "{\"no_such_option\": \"1\"}", "option \"no_such_option\" is not one"},
+        {"a=b&", NULL, "nothing after the last '&'"},
+        {"a", NULL, "\"a\" is not key=value"},
+        {NULL, "{\"a\": \"b=c\"}", "without '=' or '&'"},
+        {NULL, "[\"a\"]", "expected an object of FFmpeg options"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (bad[i][0]) {
+            kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
+            cfg.options = bad[i][0];
+            kp_video_reader_t r = (kp_video_reader_t)1;
+            KPT_FAILS(kp_video_reader_open(g_dev, clip, &cfg, &r), KP_ERR_INVALID_ARG);
+            assert_null(r);
+            assert_non_null(strstr(kp_last_error(), bad[i][2]));
+            /* the writer: refused at open, or (well formed) at the first frame,
+             * where FFmpeg makes the container */
+            writer_args a = {tmp_path(json, sizeof json, "o.mp4"),
+                             64,
+                             48,
+                             1,
+                             0,
+                             12,
+                             0,
+                             false,
+                             KP_OK,
+                             false,
+                             0,
+                             bad[i][0],
+                             false};
+            write_clip(&a);
+            assert_int_equal(a.st, KP_ERR_INVALID_ARG);
+        }
+        if (!bad[i][1]) continue; /* JSON cannot say it: keys and values are apart */
+        snprintf(json, sizeof json,
+                 "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cam\", \"source\": \"video\", "
+                 "\"path\": \"%s\", \"options\": %s}, {\"name\": \"out\", \"sink\": \"null\"}]}",
+                 clip, bad[i][1]);
+        kp_flow_t f = (kp_flow_t)1;
+        kp_status st = kp_flow_create_from_json(g_dev, json, &f);
+        if (st == KP_OK || !strstr(kp_last_error(), bad[i][2]))
+            fprintf(stderr, "case %zu: %s (want \"%s\")\n", i, kp_last_error(), bad[i][2]);
+        assert_true(st == KP_ERR_INVALID_ARG || st == KP_ERR_PARSE); /* the C check's, or JSON's */
+        assert_non_null(strstr(kp_last_error(), bad[i][2]));
+        assert_null(f);
+    }
 }
 
 /* A stream NVDEC cannot take (raw video in a YUV4MPEG2 file, which
@@ -945,6 +1056,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(live_udp_reconnects),
         cmocka_unit_test(live_kill_one_of_eight),
         cmocka_unit_test(live_srt),
+        cmocka_unit_test(live_rtsp),
+        cmocka_unit_test(bad_options),
         cmocka_unit_test(strict_refuses_software),
         cmocka_unit_test(bad_streams),
         cmocka_unit_test(parallel_equals_sequential),

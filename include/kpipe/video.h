@@ -93,9 +93,16 @@ typedef struct kp_video_reader_config {
      * side is KP_ERR_UNSUPPORTED, named. On NVDEC a size change
      * reconfigures the decoder (made for the largest size) in place. */
     int32_t max_width, max_height;
+    /* FFmpeg's own options for the container or the protocol, as
+     * "key=value" pairs joined by '&' (KP_VIDEO_OPTIONS_MAX bytes at most):
+     * an RTSP server that a camera publishes to, "rtsp_flags=listen"; RTSP
+     * over TCP, "rtsp_transport=tcp". An option FFmpeg does not take there
+     * is KP_ERR_INVALID_ARG, named. NULL: none. */
+    const char *options;
 } kp_video_reader_config;
 #define KP_VIDEO_READER_CONFIG_INIT \
-    {KP_VIDEO_DECODE_AUTO, 0, 0, KP_PIXEL_NONE, 0, NULL, NULL, 0, 0, 0}
+    {KP_VIDEO_DECODE_AUTO, 0, 0, KP_PIXEL_NONE, 0, NULL, NULL, 0, 0, 0, NULL}
+#define KP_VIDEO_OPTIONS_MAX 1024
 #define KP_VIDEO_MAX_PARALLEL 16
 
 typedef struct kp_video_reader_info {
@@ -170,8 +177,11 @@ typedef struct kp_video_writer_config {
      * group before (smaller files; a reader starting there must decode
      * from the key frame before). */
     bool open_gop;
+    /* FFmpeg's options for the container or the protocol, as the reader's
+     * (publishing to an RTSP server over TCP: "rtsp_transport=tcp"). */
+    const char *options;
 } kp_video_writer_config;
-#define KP_VIDEO_WRITER_CONFIG_INIT {NULL, NULL, 0, -1, NULL, -1, 0, 0, false}
+#define KP_VIDEO_WRITER_CONFIG_INIT {NULL, NULL, 0, -1, NULL, -1, 0, 0, false, NULL}
 
 /* Makes a writer for `path`; the container follows the extension (.mp4,
  * .mkv, .ts; MPEG-TS for a udp://, srt:// or tcp:// URL). The file is made at the first frame, whose size, format,

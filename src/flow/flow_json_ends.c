@@ -123,17 +123,45 @@ static kp_status kp__opt_str(json_t *s, const char *path, const char *key,
     return KP_OK;
 }
 
+/* "options": {"key": "value", ...}, FFmpeg's options for the container or
+ * protocol, joined into buf as kp_video_reader_config.options takes them
+ * (whose check then applies to both forms); *out NULL without the key. */
+static kp_status kp__av_options_json(json_t *s, const char *path, char *buf, size_t n,
+                                     const char **out) {
+    json_t *o = json_object_get(s, "options");
+    *out = NULL;
+    if (!o) return KP_OK;
+    if (!json_is_object(o))
+        return KP__PERR("%s.options: expected an object of FFmpeg options (strings)", path);
+    size_t at = 0;
+    const char *key;
+    json_t *v;
+    buf[0] = '\0';
+    json_object_foreach(o, key, v) {
+        const char *val = json_string_value(v);
+        if (!val || !*key || !*val || strpbrk(key, "=&") || strpbrk(val, "=&"))
+            return KP__PERR("%s.options.%.64s: expected a non-empty string, without '=' or '&'",
+                            path, key);
+        int w = snprintf(buf + at, n - at, "%s%s=%s", at ? "&" : "", key, val);
+        if (w < 0 || (size_t)w >= n - at)
+            return KP__PERR("%s.options: at most %zu characters in all", path, n - 1);
+        at += (size_t)w;
+    }
+    *out = at ? buf : NULL;
+    return KP_OK;
+}
+
 /* Video in (docs/video.md): "path" (a file or a live URL) or "paths" (one
  * stream each), "streams" (that many streams of "path"), decoder, pitch,
  * threads, format, realtime, timeout_ms, parallel (sessions per file),
- * max_width and max_height (a stream that changes size). */
+ * max_width and max_height (a stream that changes size), options. */
 static kp_status kp__video_source(kp_device_t dev, json_t *s, const char *path, int64_t frames,
                                   bool strict, kp__stage_made *m) {
     KP_CHECK(kp__json_kind_keys(s, path, "video",
                                 (const char *const[]){"frames", "path", "paths", "streams",
                                                       "realtime", "timeout_ms", "decoder", "pitch",
                                                       "threads", "format", "parallel", "max_width",
-                                                      "max_height", NULL}));
+                                                      "max_height", "options", NULL}));
     kp__video_source_opts o = {KP_VIDEO_READER_CONFIG_INIT, frames, false, strict};
     kp_video_reader_config *cfg = &o.reader;
     const char *file = json_string_value(json_object_get(s, "path")), *dec = "auto";
@@ -176,16 +204,18 @@ static kp_status kp__video_source(kp_device_t dev, json_t *s, const char *path, 
     cfg->parallel = (int)parallel;
     cfg->max_width = (int32_t)max_w;
     cfg->max_height = (int32_t)max_h;
+    char opts[KP_VIDEO_OPTIONS_MAX];
+    KP_CHECK(kp__av_options_json(s, path, opts, sizeof opts, &cfg->options));
     return kp__stage_video_source(dev, paths, n, &o, m, NULL);
 }
 
 /* A video file out: path, codec, encoder, bitrate or crf, preset, bframes,
- * gop, threads, format. */
+ * gop, threads, format, options. */
 static kp_status kp__video_sink(kp_device_t dev, json_t *s, const char *path, kp__stage_made *m) {
     KP_CHECK(kp__json_kind_keys(s, path, "video",
                                 (const char *const[]){"path", "codec", "encoder", "bitrate", "crf",
                                                       "preset", "bframes", "gop", "threads",
-                                                      "format", NULL}));
+                                                      "format", "options", NULL}));
     kp_video_writer_config cfg = KP_VIDEO_WRITER_CONFIG_INIT;
     const char *file = json_string_value(json_object_get(s, "path")), *format = NULL;
     if (!file) return KP__PERR("%s.path: the video sink needs a file path", path);
@@ -205,6 +235,8 @@ static kp_status kp__video_sink(kp_device_t dev, json_t *s, const char *path, kp
     cfg.gop = (int)gop;
     cfg.threads = (int)threads;
     kp_pixel_format pf = !format ? KP_PIXEL_NONE : format[0] == 'n' ? KP_PIXEL_NV12 : KP_PIXEL_I420;
+    char opts[KP_VIDEO_OPTIONS_MAX];
+    KP_CHECK(kp__av_options_json(s, path, opts, sizeof opts, &cfg.options));
     return kp__stage_video_sink(dev, file, &cfg, pf, m);
 }
 

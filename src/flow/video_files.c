@@ -29,7 +29,8 @@ typedef struct kp__video_stream {
 
 typedef struct kp__video_src {
     kp_device_t dev;
-    kp_video_reader_config cfg;
+    kp_video_reader_config cfg; /* cfg.options points into options: reopened live streams */
+    char options[KP_VIDEO_OPTIONS_MAX];
     int64_t frames; /* per stream; 0: all */
     bool realtime, live;
     size_t frame_bytes; /* the flow's frames: the largest stream's at creation */
@@ -234,6 +235,12 @@ kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size
         cfg.interrupt = kp__video_src_interrupt;
         cfg.interrupt_user = s;
         if (live && !cfg.timeout_ms) cfg.timeout_ms = 2000; /* a dead camera is noticed */
+        if (cfg.options && strlen(cfg.options) >= sizeof v->options) {
+            st = kp__error(KP_ERR_INVALID_ARG, "options: at most %d characters",
+                           KP_VIDEO_OPTIONS_MAX - 1);
+            break;
+        }
+        if (cfg.options) cfg.options = memcpy(v->options, cfg.options, strlen(cfg.options) + 1);
         v->cfg = cfg;
         st = kp_video_reader_open(dev, s->path, &cfg, &s->r);
         if (st == KP_OK) st = kp_video_reader_get_info(s->r, &s->info);
@@ -274,6 +281,7 @@ typedef struct kp__video_sink {
     kp_device_t dev;
     kp_video_writer_config cfg; /* its strings point into the buffers below */
     char codec[32], encoder[32], preset[32];
+    char options[KP_VIDEO_OPTIONS_MAX];
     char path[1024];
     bool per_stream;
     kp_video_writer_t w;    /* one file */
@@ -390,6 +398,12 @@ kp_status kp__stage_video_sink(kp_device_t dev, const char *path, const kp_video
         snprintf(to[k], sizeof s->codec, "%s", from[k]);
         *dst[k] = to[k];
     }
+    if (cfg->options && strlen(cfg->options) >= sizeof s->options) {
+        kp__free(s);
+        return kp__error(KP_ERR_INVALID_ARG, "options: at most %d characters",
+                         KP_VIDEO_OPTIONS_MAX - 1);
+    }
+    if (cfg->options) s->cfg.options = memcpy(s->options, cfg->options, strlen(cfg->options) + 1);
     s->format = format;
     snprintf(s->path, sizeof s->path, "%s", path);
     s->per_stream = strstr(path, KP__STREAM_KEY) != NULL;

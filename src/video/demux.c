@@ -61,6 +61,27 @@ kp_status kp__av_error(int averr, kp_status st, const char *fmt, ...) {
                      last, *last ? ")" : "");
 }
 
+kp_status kp__av_options(const char *options, AVDictionary **out) {
+    *out = NULL;
+    if (!options || !*options) return KP_OK;
+    int e = av_dict_parse_string(out, options, "=", "&", 0);
+    if (e < 0) {
+        av_dict_free(out);
+        return kp__av_error(e, KP_ERR_INVALID_ARG, "options \"%.64s\"", options);
+    }
+    return KP_OK;
+}
+
+kp_status kp__av_options_left(AVDictionary **d, const char *path) {
+    const AVDictionaryEntry *e = av_dict_get(*d, "", NULL, AV_DICT_IGNORE_SUFFIX);
+    kp_status st =
+        e ? kp__error(KP_ERR_INVALID_ARG, "%s: option \"%.64s\" is not one that FFmpeg takes there",
+                      path, e->key)
+          : KP_OK;
+    av_dict_free(d);
+    return st;
+}
+
 /* --- demux --------------------------------------------------------------------------- */
 /* FFmpeg polls this while it waits for input: the user's interrupt (a
  * cancelled flow) or the wait's deadline stops the wait. */

@@ -26,6 +26,7 @@ kp_status kp__reader_wait_error(struct kp_video_reader *r, int averr, kp_status 
 struct kp_video_reader {
     kp_device_t dev;
     char path[KP__VIDEO_PATH_MAX];
+    char options[KP_VIDEO_OPTIONS_MAX]; /* cfg.options points here */
     kp_video_reader_config cfg;
     kp_video_reader_info info;
     bool full_range;
@@ -79,6 +80,12 @@ struct kp_video_reader {
  * logged message (FFmpeg's log goes to the error details, never to stderr,
  * unless KPIPE_FFMPEG_LOG=1). */
 kp_status kp__av_error(int averr, kp_status st, const char *fmt, ...) KP__PRINTF(3, 4);
+/* kp_video_reader_config.options (checked by kp__video_options_check) as
+ * a dictionary for FFmpeg; *out NULL for none. */
+kp_status kp__av_options(const char *options, AVDictionary **out);
+/* After FFmpeg took what it knows of d: KP_ERR_INVALID_ARG naming the
+ * first option left, which nothing there takes; frees d either way. */
+kp_status kp__av_options_left(AVDictionary **d, const char *path);
 /* Installs the log capture (once). */
 void kp__av_log_capture(void);
 /* The next packet of the video stream into r->pkt: KP_ERR_NOT_FOUND at the

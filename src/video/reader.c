@@ -271,16 +271,30 @@ kp_status kp__video_reader_make(kp_device_t dev, const char *path,
     r->dev = dev;
     r->cfg = *cfg;
     memcpy(r->path, path, strlen(path) + 1);
+    if (cfg->options) {
+        memcpy(r->options, cfg->options, strlen(cfg->options) + 1); /* checked: it fits */
+        r->cfg.options = r->options;
+    }
+    AVDictionary *opts = NULL;
+    kp_status ost = kp__av_options(r->cfg.options, &opts);
+    if (ost != KP_OK) {
+        kp__free(r);
+        return ost;
+    }
     kp_status st = KP_OK;
     if (!(r->fmt = avformat_alloc_context())) {
+        av_dict_free(&opts);
         kp__free(r);
         return kp__error(KP_ERR_OUT_OF_MEMORY, "video reader: no memory");
     }
     r->fmt->interrupt_callback.callback = kp__reader_interrupt;
     r->fmt->interrupt_callback.opaque = r;
     kp__reader_arm(r);
-    int e = avformat_open_input(&r->fmt, path, NULL, NULL); /* frees fmt on failure */
-    if (e < 0)
+    int e = avformat_open_input(&r->fmt, path, NULL, &opts); /* frees fmt on failure */
+    kp_status left = kp__av_options_left(&opts, path);
+    if (e >= 0 && left != KP_OK)
+        st = left;
+    else if (e < 0)
         st = kp__reader_wait_error(r, e,
                                    e == AVERROR(ENOENT) || e == AVERROR(EACCES) ||
                                            e == AVERROR(EISDIR) || e == AVERROR(ECONNREFUSED) ||

@@ -10,6 +10,9 @@
 
 #define KP__VIDEO_PATH_MAX 1024
 
+/* kp_video_reader_config.options well formed (video.c): for every entry. */
+kp_status kp__video_options_check(const char *options);
+
 /* A frame description a writer or a module can take: format, even sides
  * within KP_VIDEO_MAX_SIDE, an even pitch >= width, a time base > 0 when
  * there is a pts, and pitch * height * 3 / 2 within `bytes` (0: not

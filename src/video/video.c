@@ -30,6 +30,28 @@ static kp_status kp__path_check(const char *path, const char *what) {
     return KP_OK;
 }
 
+/* FFmpeg options (kp_video_reader_config.options): "key=value" pairs joined
+ * by '&', each key and value non-empty and without '=' or '&'. Whether
+ * FFmpeg takes them is known only where it opens the input or output. */
+kp_status kp__video_options_check(const char *o) {
+    if (!o) return KP_OK;
+    size_t n = strlen(o);
+    if (n >= KP_VIDEO_OPTIONS_MAX)
+        return kp__error(KP_ERR_INVALID_ARG, "options: at most %d characters",
+                         KP_VIDEO_OPTIONS_MAX - 1);
+    for (const char *p = o; *p;) {
+        const char *amp = strchr(p, '&'), *end = amp ? amp : p + strlen(p);
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        if (!eq || eq == p || eq + 1 == end || memchr(eq + 1, '=', (size_t)(end - eq - 1)))
+            return kp__error(KP_ERR_INVALID_ARG,
+                             "options: \"%.*s\" is not key=value (pairs joined by '&')",
+                             (int)(end - p > 64 ? 64 : end - p), p);
+        p = amp ? amp + 1 : end;
+        if (amp && !*p) return kp__error(KP_ERR_INVALID_ARG, "options: nothing after the last '&'");
+    }
+    return KP_OK;
+}
+
 /* --- the reader -------------------------------------------------------------------- */
 kp_status kp_video_reader_open(kp_device_t dev, const char *path, const kp_video_reader_config *cfg,
                                kp_video_reader_t *out) {
@@ -67,6 +89,7 @@ kp_status kp_video_reader_open(kp_device_t dev, const char *path, const kp_video
                          (int)c.max_width);
     if (c.format == KP_PIXEL_I420 && c.decoder == KP_VIDEO_DECODE_NVDEC)
         return kp__error(KP_ERR_UNSUPPORTED, "NVDEC gives NV12, not I420");
+    KP_CHECK(kp__video_options_check(c.options));
     KP__VIDEO_OR(kp__video_open(dev, path, &c, out));
 }
 
@@ -147,6 +170,7 @@ kp_status kp_video_writer_open(kp_device_t dev, const char *path, const kp_video
         known = strcmp(c.preset, presets[i]) == 0;
     if (!known)
         return kp__error(KP_ERR_INVALID_ARG, "preset \"%.32s\" (ultrafast .. veryslow)", c.preset);
+    KP_CHECK(kp__video_options_check(c.options));
     KP__VIDEO_OR(kp__video_writer_make(dev, path, &c, out));
 }
 

@@ -21,6 +21,7 @@ struct kp_video_writer {
     char path[KP__VIDEO_PATH_MAX];
     kp_video_writer_config cfg;
     char encoder_pref[16], preset[16];
+    char options[KP_VIDEO_OPTIONS_MAX]; /* cfg.options points here */
     const AVOutputFormat *ofmt;
     AVFormatContext *oc;
     AVStream *st;
@@ -43,10 +44,13 @@ kp_status kp__video_writer_make(kp_device_t dev, const char *path,
                                 const kp_video_writer_config *cfg, kp_video_writer_t *out) {
     kp__av_log_capture();
     const AVOutputFormat *of = av_guess_format(NULL, path, NULL);
-    /* a stream to the network (udp://, srt://, tcp://) goes out as MPEG-TS */
+    /* a stream to the network (udp://, srt://, tcp://) goes out as MPEG-TS;
+     * to an RTSP server (rtsp://) as RTP, announced and recorded there */
     static const char *const live[] = {"udp://", "srt://", "tcp://", NULL};
     for (const char *const *k = live; !of && *k; k++)
         if (strncmp(path, *k, strlen(*k)) == 0) of = av_guess_format("mpegts", NULL, NULL);
+    if (!of && strncmp(path, "rtsp://", 7) == 0 && !(of = av_guess_format("rtsp", NULL, NULL)))
+        return kp__error(KP_ERR_UNSUPPORTED, "%s: this FFmpeg writes no RTSP", path);
     if (!of)
         return kp__error(KP_ERR_INVALID_ARG,
                          "%s: no container for this extension (.mp4, .mkv or .ts)", path);
@@ -63,6 +67,10 @@ kp_status kp__video_writer_make(kp_device_t dev, const char *path,
     snprintf(w->preset, sizeof w->preset, "%s", cfg->preset ? cfg->preset : "veryfast");
     w->cfg.encoder = w->encoder_pref;
     w->cfg.preset = w->preset;
+    if (cfg->options) { /* checked by video.c: it fits */
+        memcpy(w->options, cfg->options, strlen(cfg->options) + 1);
+        w->cfg.options = w->options;
+    }
     w->cfg.codec = NULL;
     kp_status st = kp_device_allocator(dev, KP_ALLOCATOR_PINNED, &w->pinned);
     if (st == KP_OK && (!(w->frame = av_frame_alloc()) || !(w->pkt = av_packet_alloc())))
@@ -148,20 +156,29 @@ static kp_status kp__writer_start(kp_video_writer_t w, const kp_video_frame *f) 
     if (!(w->buf = av_buffer_create(w->host, (size_t)(f->pitch * f->height / 2 * 3), kp__no_free,
                                     NULL, 0)))
         return kp__error(KP_ERR_OUT_OF_MEMORY, "video writer: no memory");
-    if ((e = avio_open(&w->oc->pb, w->path, AVIO_FLAG_WRITE)) < 0)
-        return kp__av_error(e, KP_ERR_IO, "%s: cannot write", w->path);
-    w->opened = true;
-    if ((e = avformat_write_header(w->oc, NULL)) < 0)
-        return kp__av_error(e, KP_ERR_IO, "%s: cannot write the header", w->path);
-    w->header = true;
+    AVDictionary *opts = NULL;
+    KP_CHECK(kp__av_options(w->cfg.options, &opts));
+    if (!(w->ofmt->flags & AVFMT_NOFILE)) { /* RTSP makes its own connections */
+        if ((e = avio_open(&w->oc->pb, w->path, AVIO_FLAG_WRITE)) < 0) {
+            av_dict_free(&opts);
+            return kp__av_error(e, KP_ERR_IO, "%s: cannot write", w->path);
+        }
+        w->opened = true;
+    }
+    e = avformat_write_header(w->oc, &opts);
+    kp_status left = kp__av_options_left(&opts, w->path);
+    if (e < 0) return kp__av_error(e, KP_ERR_IO, "%s: cannot write the header", w->path);
+    w->header = true; /* the trailer closes what the header opened */
+    KP_CHECK(left);
     return KP_OK;
 }
 
 /* Sends a frame (NULL: the end) and writes every packet the encoder has. */
 static kp_status kp__writer_encode(kp_video_writer_t w, AVFrame *fr) {
     int e = avcodec_send_frame(w->enc, fr);
-    if (e < 0) return kp__av_error(e, KP_ERR_STATE, "%s: encoding frame %llu", w->path,
-                                   (unsigned long long)w->frames);
+    if (e < 0)
+        return kp__av_error(e, KP_ERR_STATE, "%s: encoding frame %llu", w->path,
+                            (unsigned long long)w->frames);
     for (;;) {
         e = avcodec_receive_packet(w->enc, w->pkt);
         if (e == AVERROR(EAGAIN) || e == AVERROR_EOF) return KP_OK;
@@ -184,8 +201,8 @@ static kp_status kp__writer_frame(kp_video_writer_t w, kp_stream_t s, const void
                          "%lld",
                          w->path, (unsigned long long)w->frames, (int)f->width, (int)f->height,
                          f->format == KP_PIXEL_NV12 ? "NV12" : "I420", (long long)f->pitch,
-                         (int)a->width, (int)a->height, a->format == KP_PIXEL_NV12 ? "NV12" : "I420",
-                         (long long)a->pitch);
+                         (int)a->width, (int)a->height,
+                         a->format == KP_PIXEL_NV12 ? "NV12" : "I420", (long long)a->pitch);
     int64_t pts = f->pts;
     if (pts == KP_VIDEO_NO_PTS || a->pts == KP_VIDEO_NO_PTS) {
         pts = w->frames ? w->last_pts + w->step : 0;
@@ -194,9 +211,8 @@ static kp_status kp__writer_frame(kp_video_writer_t w, kp_stream_t s, const void
                            (AVRational){a->time_base[0], a->time_base[1]});
     }
     if (w->frames && pts <= w->last_pts)
-        return kp__error(KP_ERR_INVALID_ARG, "%s: frame %llu has pts %lld, not after %lld",
-                         w->path, (unsigned long long)w->frames, (long long)pts,
-                         (long long)w->last_pts);
+        return kp__error(KP_ERR_INVALID_ARG, "%s: frame %llu has pts %lld, not after %lld", w->path,
+                         (unsigned long long)w->frames, (long long)pts, (long long)w->last_pts);
     if (av_buffer_get_ref_count(w->buf) != 1)
         return kp__error(KP_ERR_STATE, "%s: the encoder still holds the last frame", w->path);
     const int64_t p = f->pitch, h = f->height;
@@ -229,8 +245,8 @@ static kp_status kp__writer_frame(kp_video_writer_t w, kp_stream_t s, const void
     return KP_OK;
 }
 
-kp_status kp__video_writer_write(kp_video_writer_t w, kp_stream_t s, const void *src,
-                                 size_t bytes, const kp_video_frame *frame) {
+kp_status kp__video_writer_write(kp_video_writer_t w, kp_stream_t s, const void *src, size_t bytes,
+                                 const kp_video_frame *frame) {
     if (w->failed) return kp__error(KP_ERR_STATE, "%s: an earlier frame failed", w->path);
     if (kp_stream_device(s) != w->dev)
         return kp__error(KP_ERR_INVALID_ARG, "the stream is on %s, the writer on %s",
