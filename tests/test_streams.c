@@ -816,29 +816,40 @@ static void live_kill_one_of_eight(void **state) {
     cancel_promptly(f); /* eight sources blocked on silent sockets */
 }
 
-/* SRT over loopback: the flow's source listens, a camera calls it and
- * sends MPEG-TS at 30 frames/s; 20 frames come through. Skipped where
- * FFmpeg was built without libsrt. */
-static void live_srt(void **state) {
-    (void)state;
-    const int port = 20000 + (int)((getpid() + 3571) % 20000);
-    char send[160], listen[160], json[1024];
-    snprintf(send, sizeof send, "srt://127.0.0.1:%d?mode=caller", port);
-    snprintf(listen, sizeof listen, "srt://127.0.0.1:%d?mode=listener", port);
-    writer_args cam = {send, 64, 48, 100000, 0, 10, 30.0, false, KP_OK, false, 0, NULL, false};
+/* A camera sending to `send` (with the writer's FFmpeg options; trying
+ * again until the other end is up where it has some) at 30 frames/s, and a
+ * flow whose source reads `listen` (with the further source keys `keys`),
+ * waiting for the camera to reach it: 20 frames through. Skipped where
+ * this FFmpeg lacks the protocol. */
+static void twenty_live_frames(const char *send, const char *send_options, const char *listen,
+                               const char *keys, const char *protocol) {
+    writer_args cam = {send,
+                       64,
+                       48,
+                       100000,
+                       0,
+                       10,
+                       30.0,
+                       false,
+                       KP_OK,
+                       false,
+                       0,
+                       send_options,
+                       send_options != NULL};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, write_clip, &cam), 0);
+    char json[1024];
     snprintf(json, sizeof json,
              "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cam\", \"source\": \"video\", "
-             "\"path\": \"%s\", \"frames\": 20, \"timeout_ms\": 30000}, {\"name\": \"out\", "
+             "\"path\": \"%s\", %s\"frames\": 20, \"timeout_ms\": 30000}, {\"name\": \"out\", "
              "\"sink\": \"null\"}]}",
-             listen);
+             listen, keys);
     kp_flow_t f;
-    kp_status st = kp_flow_create_from_json(g_dev, json, &f); /* waits for the camera's call */
+    kp_status st = kp_flow_create_from_json(g_dev, json, &f); /* waits for the camera */
     if (st != KP_OK && strstr(kp_last_error(), "Protocol not found")) {
         __atomic_store_n(&cam.stop, true, __ATOMIC_RELEASE);
         pthread_join(th, NULL);
-        fprintf(stderr, "SKIP live_srt: this FFmpeg reads no srt://\n");
+        fprintf(stderr, "SKIP: this FFmpeg reads no %s://\n", protocol);
         skip();
     }
     KPT_OK(st);
@@ -852,38 +863,30 @@ static void live_srt(void **state) {
     pthread_join(th, NULL); /* the camera's write fails once the flow hangs up: not checked */
 }
 
+/* SRT over loopback: the flow's source listens, a camera calls it and
+ * sends MPEG-TS at 30 frames/s; 20 frames come through. Skipped where
+ * FFmpeg was built without libsrt. */
+static void live_srt(void **state) {
+    (void)state;
+    const int port = 20000 + (int)((getpid() + 3571) % 20000);
+    char send[160], listen[160];
+    snprintf(send, sizeof send, "srt://127.0.0.1:%d?mode=caller", port);
+    snprintf(listen, sizeof listen, "srt://127.0.0.1:%d?mode=listener", port);
+    twenty_live_frames(send, NULL, listen, "", "srt");
+}
+
 /* RTSP over loopback: the flow's source is the server a camera publishes
  * to (FFmpeg's RTSP demuxer listening, "rtsp_flags": "listen"); the camera
  * announces and records H.264 over RTP on TCP ("rtsp_transport=tcp"), at
  * 30 frames/s, trying again until the server is up; 20 frames come
- * through, each of the camera's size. */
+ * through. */
 static void live_rtsp(void **state) {
     (void)state;
     const int port = 20000 + (int)((getpid() + 7919) % 20000);
-    char url[160], json[1024];
+    char url[160];
     snprintf(url, sizeof url, "rtsp://127.0.0.1:%d/live", port);
-    writer_args cam = {
-        url, 64, 48, 100000, 0, 10, 30.0, false, KP_OK, false, 0, "rtsp_transport=tcp", true};
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, write_clip, &cam), 0);
-    snprintf(json, sizeof json,
-             "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cam\", \"source\": \"video\", "
-             "\"path\": \"%s\", \"options\": {\"rtsp_flags\": \"listen\"}, \"frames\": 20, "
-             "\"timeout_ms\": 30000}, {\"name\": \"out\", \"sink\": \"null\"}]}",
-             url);
-    kp_flow_t f;
-    KPT_OK(kp_flow_create_from_json(g_dev, json, &f)); /* waits for the camera's announce */
-    kp_flow_stream_stats ss;
-    size_t n = 0;
-    KPT_OK(kp_flow_streams(f, &ss, 1, &n));
-    KPT_OK(kp_flow_start(f));
-    KPT_OK(kp_flow_wait(f));
-    kp_flow_snapshot h;
-    KPT_OK(kp_flow_health(f, &h));
-    assert_int_equal(h.frames_done, 20);
-    kp_flow_destroy(f);
-    __atomic_store_n(&cam.stop, true, __ATOMIC_RELEASE);
-    pthread_join(th, NULL); /* the camera's write fails once the server is gone: not checked */
+    twenty_live_frames(url, "rtsp_transport=tcp", url,
+                       "\"options\": {\"rtsp_flags\": \"listen\"}, ", "rtsp");
 }
 
 /* FFmpeg options: one FFmpeg does not take, or not key=value, is refused
