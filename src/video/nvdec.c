@@ -356,14 +356,18 @@ static kp_status kp__nv_seqhdr(struct kp__nvdec *nv) {
     return KP_OK;
 }
 
-kp_status kp__nvdec_reset(struct kp__nvdec *nv) {
+/* A new parser, told the stream's parameter sets first (nv->seq): where
+ * the container gives them apart from the frames (MP4's avcC, an RTSP
+ * server's SDP) and the bitstream filter leaves them there (Annex B
+ * already, as from RTSP), the frames alone never start a sequence. */
+static kp_status kp__nv_parser_seeded(struct kp__nvdec *nv) {
     CUcontext dummy;
     KP__CU(kp__cu->cuCtxPushCurrent(nv->ctx), "cuCtxPushCurrent");
     if (nv->parser) kp__cuvid->cuvidDestroyVideoParser(nv->parser);
     nv->parser = NULL;
     kp_status st = kp__nv_parser(nv);
     CUresult e = CUDA_SUCCESS;
-    if (st == KP_OK && nv->seq_len) { /* the new parser learns the stream's parameters */
+    if (st == KP_OK && nv->seq_len) {
         CUVIDSOURCEDATAPACKET p;
         memset(&p, 0, sizeof p);
         p.payload = nv->seq;
@@ -372,8 +376,16 @@ kp_status kp__nvdec_reset(struct kp__nvdec *nv) {
     }
     kp__cu->cuCtxPopCurrent(&dummy);
     KP_CHECK(st);
+    /* what the parameter sets made the callbacks find (an unsupported
+     * stream, a failed decoder) stays in cb_status for the caller */
+    if (e != CUDA_SUCCESS && nv->cb_status == KP_OK)
+        return kp__cu_error(e, "parsing the parameter sets");
+    return KP_OK;
+}
+
+kp_status kp__nvdec_reset(struct kp__nvdec *nv) {
+    KP_CHECK(kp__nv_parser_seeded(nv));
     if (nv->cb_status != KP_OK) return kp__error(nv->cb_status, "%s", nv->cb_detail);
-    if (e != CUDA_SUCCESS) return kp__cu_error(e, "parsing the parameter sets");
     av_bsf_flush(nv->bsf);
     av_packet_unref(nv->fpkt);
     nv->qh = nv->qn = nv->held_h = nv->held_n = 0;
@@ -415,7 +427,7 @@ static kp_status kp__nv_setup(struct kp__nvdec *nv) {
     if (ae < 0) return kp__av_error(ae, KP_ERR_PARSE, "%s: the bitstream filter", r->path);
     if (!(nv->fpkt = av_packet_alloc())) return kp__error(KP_ERR_OUT_OF_MEMORY, "NVDEC: no memory");
     KP_CHECK(kp__nv_seqhdr(nv));
-    return kp__nv_parser(nv);
+    return kp__nv_parser_seeded(nv);
 }
 
 static kp_status kp__nv_feed(struct kp__nvdec *nv);
