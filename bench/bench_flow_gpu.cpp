@@ -9,7 +9,8 @@
 //   (e) micro-batching of the GEMM stage (up to 8 frames, 100 us deadline,
 //       one batched GEMM) against batch 1: frames/s and p99 latency;
 //   the flow with carrying off (carry_us -1) against the default, saturated
-//   and at 50% load;
+//   and at 50% load; the device chain's latency alone, on one stream and on
+//   a stream per stage with events between (what the flow's hops cost);
 //   and the driver allocations after warm-up (kpipe's pool counters).
 // TBB runs one token per frame in flight with a CUDA stream per token; the
 // flow has a thread and a stream per stage, queues of capacity 4 (21 frames
@@ -248,6 +249,47 @@ Run run_tbb(Bench *b, std::vector<cudaStream_t> &streams, std::vector<float *> &
     return summarize(b, (fw_now_us() - b->t0) * 1e-6);
 }
 
+// The device chain's latency alone, one frame at a time on an idle GPU
+// (no host threads, no overlap): the four steps on one stream, as a oneTBB
+// token runs them, against each on a stream of its own with an event
+// between (and a fifth stream that waits for the last, as the flow's wait
+// stage does). The difference is what the flow's stream hops cost a frame.
+// p50 over n frames, into one[0..1] (one stream) and hops[0..1] (p50, p99).
+int hop_floor(Bench *b, float *buf, int n, double one[2], double hops[2]) {
+    cudaStream_t s[5];
+    cudaEvent_t ev[4];
+    for (int i = 0; i < 5; i++)
+        if (cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking) != cudaSuccess) return 1;
+    for (int i = 0; i < 4; i++)
+        if (cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming) != cudaSuccess) return 1;
+    float *y = buf + fw_matrix_bytes(b->w) / sizeof(float);
+    std::vector<double> a, h;
+    for (int way = 0; way < 2; way++)
+        for (int i = 0; i < n; i++) {
+            cudaStream_t q[5];
+            for (int k = 0; k < 5; k++) q[k] = way ? s[k] : s[0];
+            double t0 = fw_now_us();
+            int rc = fw_h2d(b->w, q[0], buf, i % kRing);
+            if (way) rc |= cudaEventRecord(ev[0], q[0]) | cudaStreamWaitEvent(q[1], ev[0], 0);
+            rc |= fw_preprocess(b->w, q[1], buf);
+            if (way) rc |= cudaEventRecord(ev[1], q[1]) | cudaStreamWaitEvent(q[2], ev[1], 0);
+            rc |= fw_gemm(b->w, q[2], buf, y);
+            if (way) rc |= cudaEventRecord(ev[2], q[2]) | cudaStreamWaitEvent(q[3], ev[2], 0);
+            rc |= fw_d2h(b->w, q[3], y, i % kRing);
+            if (way) rc |= cudaEventRecord(ev[3], q[3]) | cudaStreamWaitEvent(q[4], ev[3], 0);
+            rc |= fw_sync(q[4]);
+            if (rc) return 1;
+            (way ? h : a).push_back(fw_now_us() - t0);
+        }
+    std::sort(a.begin(), a.end());
+    std::sort(h.begin(), h.end());
+    one[0] = a[a.size() / 2], one[1] = a[a.size() * 99 / 100];
+    hops[0] = h[h.size() / 2], hops[1] = h[h.size() * 99 / 100];
+    for (int i = 0; i < 4; i++) cudaEventDestroy(ev[i]);
+    for (int i = 0; i < 5; i++) cudaStreamDestroy(s[i]);
+    return 0;
+}
+
 void line(const char *what, int k, const Run &r) {
     std::printf("  %-34s k=%-5d %10.0f frames/s   p50 %8.1f us   p99 %8.1f us\n", what, k, r.fps,
                 r.p50, r.p99);
@@ -311,6 +353,11 @@ int main(int argc, char **argv) {
                     kp_.p99 / tp.p99);
         std::printf("  (d) saturated frames/s / slowest stage alone: kpipe %.3f, TBB %.3f\n",
                     ks_.fps * slowest * 1e-6, ts.fps * slowest * 1e-6);
+        double one[2], hops[2];
+        if (hop_floor(&b, bufs[0], 2000, one, hops)) return 1;
+        std::printf("  device chain alone, one frame at a time: one stream p50 %.1f us (p99 %.1f); "
+                    "a stream per stage with events p50 %.1f us (p99 %.1f): the hops %.1f us\n",
+                    one[0], one[1], hops[0], hops[1], hops[0] - one[0]);
         std::printf("  carried / never carried (carry_us -1): saturated frames/s %.3f; 50%% load "
                     "p50 %.3f, p99 %.3f\n",
                     ks_.fps / kn.fps, kp_.p50 / knp.p50, kp_.p99 / knp.p99);
