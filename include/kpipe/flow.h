@@ -258,10 +258,10 @@ typedef struct kp_flow_config {
      * while it sleeps, and the frame waits for that thread to run (5-20
      * us). So a stage is carried into when its runs take at most 0.2 us of
      * host time (a moving average); when its thread sleeps and they take
-     * at most 3 us; and when its thread sleeps, they take at most
-     * carry_us, and the carrying stage is not a source. Into a sleeping
-     * thread's stage only when no frame waits for the carrying stage
-     * itself (it has time to spare), and one such frame in 1024 is queued
+     * at most 3 us; and when its thread sleeps and they take at most
+     * carry_us. Into a sleeping thread's stage only when no frame waits
+     * for the carrying stage itself (it has time to spare; a source cannot
+     * tell), and one such frame in 1024 is queued
      * for the sleeping thread instead: where the carrying thread is the
      * bottleneck, the woken thread stays awake on the frames that follow,
      * and the stages run in parallel again. A stage's first run is on its

@@ -57,8 +57,8 @@
  * is carried into: */
 #define KP__CARRY_ALWAYS_NS 200 /* ... always, when its runs are this short; */
 #define KP__CARRY_WAKE_NS 3000  /* ... when its thread sleeps, this short: a wake costs as much; */
-/* ... and when its thread sleeps and its runs are within carry_us, where
- * the carrying thread is not a source. Into a sleeping thread's stage only
+/* ... and when its thread sleeps and its runs are within carry_us. Into a
+ * sleeping thread's stage only
  * where the carrying one has nothing queued for itself, and never one
  * frame in this many, which wakes the thread instead: */
 #define KP__CARRY_PROBE 1024

@@ -244,7 +244,7 @@ static bool kp__carry_worth(const kp__stage *o, kp__stage *t) {
     const bool source = f->ls[o->index].source;
     if (!source && !kp__queue_empty(&f->q[o->index])) return false;
     /* within KP__CARRY_WAKE_NS whatever carry_us, as flow.h says */
-    if (cost > KP__CARRY_WAKE_NS && (cost > f->carry_ns || source)) return false;
+    if (cost > KP__CARRY_WAKE_NS && cost > f->carry_ns) return false;
     return ++t->carry_probe % KP__CARRY_PROBE != 0; /* o's thread alone counts */
 }
 
