@@ -104,6 +104,12 @@ void kp__range_key(kp_video_reader_t r, bool *stop);
 /* Whether a packet of r's stream, demuxed before its range's start, need
  * not be decoded: H.264 pictures that no other picture refers to. */
 bool kp__range_skip(kp_video_reader_t r, const AVPacket *pkt);
+/* The stream's parameter sets (H.264's SPS and PPS; HEVC's VPS too) as
+ * Annex B, from the extradata (avcC, hvcC, or Annex B already), into *out
+ * (kp__free; NULL and 0 without extradata): a decoder's parser is told them
+ * first, since the bitstream filter puts them before IDR frames only (an
+ * open GOP's key frame is not one) and leaves Annex B input as it is. */
+kp_status kp__param_sets(const AVCodecParameters *par, uint8_t **out, size_t *out_len);
 /* What a key packet is: *start, an IDR (nothing after refers to what came
  * before); *end, nothing after it is shown before it. */
 void kp__key_kind(kp_video_reader_t r, const AVPacket *pkt, bool *start, bool *end);

@@ -41,7 +41,7 @@ struct kp__nvdec {
     CUVIDPARSERDISPINFO q[KP__NV_QUEUE];
     unsigned qh, qn;
     bool eos_sent;
-    uint8_t *seq; /* the parameter sets as Annex B (kp__nv_seqhdr) */
+    uint8_t *seq; /* the parameter sets as Annex B (kp__param_sets) */
     size_t seq_len;
     int cur_w, cur_h; /* the size of the pictures queued now */
     CUstream stream;  /* the caller's, while a frame is asked for */
@@ -317,45 +317,6 @@ static kp_status kp__nv_parser(struct kp__nvdec *nv) {
     return KP_OK;
 }
 
-/* The stream's parameter sets (H.264's SPS and PPS; HEVC's VPS too) from
- * the container's extradata (avcC or hvcC, or Annex B already) as Annex B
- * into nv->seq, for a parser made after a seek: the bitstream filter puts
- * them before IDR frames only, and an open GOP's key frame is not one. */
-static kp_status kp__nv_seqhdr(struct kp__nvdec *nv) {
-    const AVCodecParameters *par = nv->r->st->codecpar;
-    const uint8_t *x = par->extradata;
-    const size_t n = par->extradata_size > 0 ? (size_t)par->extradata_size : 0;
-    if (!n) return KP_OK;
-    /* at most 4 bytes of start code per 2 bytes of length: 2n is enough */
-    if (!(nv->seq = kp__calloc(2 * n + 8, 1)))
-        return kp__error(KP_ERR_OUT_OF_MEMORY, "NVDEC: no memory");
-    if (x[0] != 1) { /* Annex B already */
-        memcpy(nv->seq, x, n);
-        nv->seq_len = n;
-        return KP_OK;
-    }
-    const bool hevc = par->codec_id == AV_CODEC_ID_HEVC;
-    size_t i = hevc ? 23 : 5, len = 0;
-    unsigned groups = hevc ? (n > 22 ? x[22] : 0) : 2;
-    for (unsigned g = 0; g < groups && i < n; g++) {
-        if (hevc) i++; /* the array's NAL type */
-        if (i + (hevc ? 2 : 1) > n) break;
-        unsigned count = hevc ? (unsigned)(x[i] << 8 | x[i + 1]) : (g ? x[i] : x[i] & 0x1f);
-        i += hevc ? 2 : 1;
-        for (unsigned k = 0; k < count && i + 2 <= n; k++) {
-            size_t l = (size_t)(x[i] << 8 | x[i + 1]);
-            i += 2;
-            if (l > n - i) break;
-            memcpy(nv->seq + len, "\0\0\0\1", 4);
-            memcpy(nv->seq + len + 4, x + i, l);
-            len += 4 + l;
-            i += l;
-        }
-    }
-    nv->seq_len = len;
-    return KP_OK;
-}
-
 /* A new parser, told the stream's parameter sets first (nv->seq): where
  * the container gives them apart from the frames (MP4's avcC, an RTSP
  * server's SDP) and the bitstream filter leaves them there (Annex B
@@ -426,7 +387,7 @@ static kp_status kp__nv_setup(struct kp__nvdec *nv) {
     }
     if (ae < 0) return kp__av_error(ae, KP_ERR_PARSE, "%s: the bitstream filter", r->path);
     if (!(nv->fpkt = av_packet_alloc())) return kp__error(KP_ERR_OUT_OF_MEMORY, "NVDEC: no memory");
-    KP_CHECK(kp__nv_seqhdr(nv));
+    KP_CHECK(kp__param_sets(r->st->codecpar, &nv->seq, &nv->seq_len));
     return kp__nv_parser_seeded(nv);
 }
 

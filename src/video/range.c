@@ -1,7 +1,12 @@
 /* Ranges of a stream, the unit a parallel reader's sessions decode
  * (parallel.c says how they are chosen): which frames a range keeps, which
  * key packets start and end it, and which packets before its start need
- * no decoding. Below demux and the decoders, which consult it. */
+ * no decoding. With them, what that takes of the stream's NAL units as the
+ * container keeps them (MP4's avcC / hvcC, or Annex B): each packet's NAL
+ * types, and the parameter sets. Below demux and the decoders, which
+ * consult it. */
+#include <string.h>
+
 #include "ffmpeg-impl.h"
 
 kp_status kp__range_frame(kp_video_reader_t r, int64_t pts, int *what) {
@@ -52,6 +57,46 @@ static size_t kp__nal_heads(kp_video_reader_t r, const AVPacket *pkt, uint8_t *o
         if (len && at < n) out[m++] = d[at];
     }
     return m;
+}
+
+/* The parameter sets from the extradata, as Annex B: avcC's SPS and PPS
+ * arrays, hvcC's NAL arrays (VPS too), or the extradata as it is where it
+ * is Annex B already (RTSP's SDP). */
+kp_status kp__param_sets(const AVCodecParameters *par, uint8_t **out, size_t *out_len) {
+    const uint8_t *x = par->extradata;
+    const size_t n = par->extradata_size > 0 ? (size_t)par->extradata_size : 0;
+    *out = NULL;
+    *out_len = 0;
+    if (!n) return KP_OK;
+    /* at most 4 bytes of start code per 2 bytes of length: 2n is enough */
+    uint8_t *seq = kp__calloc(2 * n + 8, 1);
+    if (!seq) return kp__error(KP_ERR_OUT_OF_MEMORY, "video: no memory for the parameter sets");
+    *out = seq;
+    if (x[0] != 1) { /* Annex B already */
+        memcpy(seq, x, n);
+        *out_len = n;
+        return KP_OK;
+    }
+    const bool hevc = par->codec_id == AV_CODEC_ID_HEVC;
+    size_t i = hevc ? 23 : 5, len = 0;
+    unsigned groups = hevc ? (n > 22 ? x[22] : 0) : 2;
+    for (unsigned g = 0; g < groups && i < n; g++) {
+        if (hevc) i++; /* the array's NAL type */
+        if (i + (hevc ? 2 : 1) > n) break;
+        unsigned count = hevc ? (unsigned)(x[i] << 8 | x[i + 1]) : (g ? x[i] : x[i] & 0x1f);
+        i += hevc ? 2 : 1;
+        for (unsigned k = 0; k < count && i + 2 <= n; k++) {
+            size_t l = (size_t)(x[i] << 8 | x[i + 1]);
+            i += 2;
+            if (l > n - i) break;
+            memcpy(seq + len, "\0\0\0\1", 4);
+            memcpy(seq + len + 4, x + i, l);
+            len += 4 + l;
+            i += l;
+        }
+    }
+    *out_len = len;
+    return KP_OK;
 }
 
 /* What a key packet is: *start, an IDR (nothing after refers to what came
