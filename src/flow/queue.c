@@ -144,14 +144,10 @@ bool kp__queue_wait_ready(struct kp_flow *f, kp__queue *q) {
     return !kp__sp_empty(q, h) && !atomic_load_explicit(&f->cancel, memory_order_relaxed);
 }
 
-bool kp__queue_drained(kp__queue *q) {
-    return atomic_load_explicit(&q->sp_head, memory_order_acquire) ==
-           atomic_load_explicit(&q->sp_tail, memory_order_relaxed);
-}
-
 bool kp__queue_empty(kp__queue *q) {
     if (!q->spsc) return atomic_load_explicit(&q->depth, memory_order_relaxed) == 0;
-    return atomic_load_explicit(&q->sp_head, memory_order_relaxed) ==
+    /* acquire: for the ring's producer, every frame it pushed is taken */
+    return atomic_load_explicit(&q->sp_head, memory_order_acquire) ==
            atomic_load_explicit(&q->sp_tail, memory_order_relaxed);
 }
 

@@ -58,9 +58,9 @@
 #define KP__CARRY_ALWAYS_NS 200 /* ... always, when its runs are this short; */
 #define KP__CARRY_WAKE_NS 3000  /* ... when its thread sleeps, this short: a wake costs as much; */
 /* ... and when its thread sleeps and its runs are within carry_us. Into a
- * sleeping thread's stage only
- * where the carrying one has nothing queued for itself, and never one
- * frame in this many, which wakes the thread instead: */
+ * sleeping thread's stage only where the carrying one has nothing queued
+ * for itself, and never one frame in this many, which wakes the thread
+ * instead: */
 #define KP__CARRY_PROBE 1024
 
 typedef struct kp__fframe {
@@ -331,11 +331,10 @@ kp__fframe *kp__queue_pop_until(struct kp_flow *f, kp__queue *q, const struct ti
  * or the queue is closed and empty or the flow cancelled (false). Takes
  * nothing. */
 bool kp__queue_wait_ready(struct kp_flow *f, kp__queue *q);
-/* For a lock-free ring's producer: whether every frame pushed has been
- * taken, and whether its consumer sleeps waiting for one. */
-bool kp__queue_drained(kp__queue *q);
-/* Whether no frame waits in the queue (any form; a moment's view). */
+/* Whether no frame waits in the queue (any form; a moment's view; for a
+ * lock-free ring's producer, every frame it pushed has been taken). */
 bool kp__queue_empty(kp__queue *q);
+/* For a lock-free ring's producer: whether its consumer sleeps waiting. */
 bool kp__queue_consumer_asleep(kp__queue *q);
 /* End of stream (or a stop): wakes every thread waiting on the queue. */
 void kp__queue_close(kp__queue *q);

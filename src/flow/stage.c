@@ -258,7 +258,7 @@ static bool kp__carry_take(kp__stage *t) {
         !atomic_compare_exchange_strong_explicit(&t->held, &idle, 1, memory_order_acquire,
                                                  memory_order_relaxed))
         return false;
-    if (kp__queue_drained(&t->flow->q[t->index])) return true;
+    if (kp__queue_empty(&t->flow->q[t->index])) return true;
     kp__unhold(t);
     return false;
 }
