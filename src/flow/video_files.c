@@ -27,6 +27,18 @@ typedef struct kp__video_stream {
     pthread_mutex_t mu; /* info and last_error, read by kp_flow_streams */
 } kp__video_stream;
 
+/* Keeps FFmpeg options (kp_video_reader_config.options) in the stage's
+ * own buffer of KP_VIDEO_OPTIONS_MAX: *kept points there, or stays NULL. */
+static kp_status kp__keep_options(char *buf, const char *options, const char **kept) {
+    if (!options) return KP_OK;
+    size_t n = strlen(options);
+    if (n >= KP_VIDEO_OPTIONS_MAX)
+        return kp__error(KP_ERR_INVALID_ARG, "options: at most %d characters",
+                         KP_VIDEO_OPTIONS_MAX - 1);
+    *kept = memcpy(buf, options, n + 1);
+    return KP_OK;
+}
+
 typedef struct kp__video_src {
     kp_device_t dev;
     kp_video_reader_config cfg; /* cfg.options points into options: reopened live streams */
@@ -235,12 +247,7 @@ kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size
         cfg.interrupt = kp__video_src_interrupt;
         cfg.interrupt_user = s;
         if (live && !cfg.timeout_ms) cfg.timeout_ms = 2000; /* a dead camera is noticed */
-        if (cfg.options && strlen(cfg.options) >= sizeof v->options) {
-            st = kp__error(KP_ERR_INVALID_ARG, "options: at most %d characters",
-                           KP_VIDEO_OPTIONS_MAX - 1);
-            break;
-        }
-        if (cfg.options) cfg.options = memcpy(v->options, cfg.options, strlen(cfg.options) + 1);
+        if ((st = kp__keep_options(v->options, cfg.options, &cfg.options)) != KP_OK) break;
         v->cfg = cfg;
         st = kp_video_reader_open(dev, s->path, &cfg, &s->r);
         if (st == KP_OK) st = kp_video_reader_get_info(s->r, &s->info);
@@ -398,12 +405,11 @@ kp_status kp__stage_video_sink(kp_device_t dev, const char *path, const kp_video
         snprintf(to[k], sizeof s->codec, "%s", from[k]);
         *dst[k] = to[k];
     }
-    if (cfg->options && strlen(cfg->options) >= sizeof s->options) {
+    kp_status kst = kp__keep_options(s->options, cfg->options, &s->cfg.options);
+    if (kst != KP_OK) {
         kp__free(s);
-        return kp__error(KP_ERR_INVALID_ARG, "options: at most %d characters",
-                         KP_VIDEO_OPTIONS_MAX - 1);
+        return kst;
     }
-    if (cfg->options) s->cfg.options = memcpy(s->options, cfg->options, strlen(cfg->options) + 1);
     s->format = format;
     snprintf(s->path, sizeof s->path, "%s", path);
     s->per_stream = strstr(path, KP__STREAM_KEY) != NULL;
