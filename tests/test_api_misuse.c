@@ -907,6 +907,28 @@ static void flow_calls(void **state) {
         assert_non_null(strstr(kp_last_error(), "kp_resize_nv12"));
         KPT_OK(kp_resize_nv12(s, a, 64, 48, 64, b, 32, 24, 32));
         KPT_OK(kp_stream_sync(s));
+        kp_resizer_t r = (kp_resizer_t)1;
+        KPT_FAILS(kp_resizer_create(NULL, 4, &r), BAD);
+        assert_null(r);
+        KPT_FAILS(kp_resizer_create(g_dev, 4, NULL), BAD);
+        KPT_FAILS(kp_resizer_create(g_dev, 0, &r), BAD);
+        KPT_FAILS(kp_resizer_create(g_dev, 1025, &r), BAD);
+        KPT_OK(kp_resizer_create(g_dev, 2, &r));
+        kp_nv12_picture pic[3] = {{a, 64, 48, 64}, {a, 8, 8, 8}, {a, 8, 8, 8}};
+        KPT_FAILS(kp_resizer_nv12(NULL, s, pic, 1, b, 32, 24, 32), BAD);
+        KPT_FAILS(kp_resizer_nv12(r, NULL, pic, 1, b, 32, 24, 32), BAD);
+        KPT_FAILS(kp_resizer_nv12(r, s, NULL, 1, b, 32, 24, 32), BAD);
+        KPT_FAILS(kp_resizer_nv12(r, s, pic, 1, NULL, 32, 24, 32), BAD);
+        KPT_FAILS(kp_resizer_nv12(r, s, pic, 0, b, 32, 24, 32), BAD);
+        KPT_FAILS(kp_resizer_nv12(r, s, pic, 3, b, 32, 24, 32), BAD); /* past its max */
+        KPT_FAILS(kp_resizer_nv12(r, s, pic, 2, b, 33, 24, 34), BAD); /* odd width */
+        pic[1].pitch = 4;
+        KPT_FAILS(kp_resizer_nv12(r, s, pic, 2, b, 32, 24, 32), BAD);
+        assert_non_null(strstr(kp_last_error(), "picture 1"));
+        KPT_OK(kp_resizer_nv12(r, s, pic, 1, b, 32, 24, 32));
+        KPT_OK(kp_stream_sync(s));
+        kp_resizer_destroy(r);
+        kp_resizer_destroy(NULL);
         kp_free(g_dev, a);
         kp_free(g_dev, b);
         kp_stream_destroy(s);

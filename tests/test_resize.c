@@ -3,7 +3,8 @@
  * (pixel centres, 1/1024 integer weights for NV12, step-by-step float for
  * RGB), in stream and graph mode, for a batch whose picture count changes
  * per tick, at sizes from 2x2 to 1080p, up and down, identity, odd ratios
- * and a padded pitch; and the direct call equal to the module. On cuda the
+ * and a padded pitch; the direct call and the batch resizer (pictures of
+ * mixed sizes, one launch) equal to the module. On cuda the
  * same reference is met, so cuda equals cpu.
  *   test_resize DEVICE [BIG]   (cpu or cuda; exit 77 without the device) */
 #include <math.h>
@@ -111,7 +112,8 @@ static void fill(const geo *g, void *p, unsigned seed) {
     srand(seed);
     if (g->rgb) {
         float *f = p;
-        for (size_t i = 0; i < in_bytes(g) / sizeof(float); i++) f[i] = (float)((double)rand() / RAND_MAX);
+        for (size_t i = 0; i < in_bytes(g) / sizeof(float); i++)
+            f[i] = (float)((double)rand() / RAND_MAX);
     } else {
         uint8_t *b = p;
         for (size_t i = 0; i < in_bytes(g); i++) b[i] = (uint8_t)rand();
@@ -129,12 +131,13 @@ static void reference(const geo *g, const void *in, void *out) {
  * tick, every output byte compared with the reference. */
 static void check_module(const geo *g, const char *mode) {
     char json[1024];
-    snprintf(json, sizeof json,
-             "{\"kpipe_spec\": 1, \"name\": \"rs\", \"execution\": \"%s\", \"modules\": [{\"type\": "
-             "\"resize\", \"id\": \"r\", \"params\": {\"format\": \"%s\", \"width\": %d, "
-             "\"height\": %d, \"out_width\": %d, \"out_height\": %d, %s \"batch\": 3}}], "
-             "\"inputs\": {\"x\": \"r.input\"}, \"outputs\": {\"y\": \"r.output\"}}",
-             mode, g->rgb ? "rgb" : "nv12", g->sw, g->sh, g->dw, g->dh, "");
+    snprintf(
+        json, sizeof json,
+        "{\"kpipe_spec\": 1, \"name\": \"rs\", \"execution\": \"%s\", \"modules\": [{\"type\": "
+        "\"resize\", \"id\": \"r\", \"params\": {\"format\": \"%s\", \"width\": %d, "
+        "\"height\": %d, \"out_width\": %d, \"out_height\": %d, %s \"batch\": 3}}], "
+        "\"inputs\": {\"x\": \"r.input\"}, \"outputs\": {\"y\": \"r.output\"}}",
+        mode, g->rgb ? "rgb" : "nv12", g->sw, g->sh, g->dw, g->dh, "");
     if (!g->rgb) {
         char extra[96];
         snprintf(extra, sizeof extra, "\"pitch\": %lld, \"out_pitch\": %lld,", (long long)g->sp,
@@ -201,12 +204,12 @@ static void check_module(const geo *g, const char *mode) {
 }
 
 static const geo k_sizes[] = {
-    {2, 2, 2, 2, 2, 2, false},          {2, 2, 8, 6, 2, 8, false},
-    {64, 48, 64, 48, 64, 64, false},    /* identity, padded output */
-    {64, 48, 32, 24, 64, 32, false},    {64, 48, 30, 18, 70, 30, false},
-    {30, 18, 64, 48, 30, 66, false},    {1920, 1080, 640, 360, 2048, 640, false},
-    {2, 2, 2, 2, 0, 0, true},           {16, 12, 16, 12, 0, 0, true},
-    {16, 12, 6, 10, 0, 0, true},        {10, 6, 64, 34, 0, 0, true},
+    {2, 2, 2, 2, 2, 2, false},         {2, 2, 8, 6, 2, 8, false},
+    {64, 48, 64, 48, 64, 64, false}, /* identity, padded output */
+    {64, 48, 32, 24, 64, 32, false},   {64, 48, 30, 18, 70, 30, false},
+    {30, 18, 64, 48, 30, 66, false},   {1920, 1080, 640, 360, 2048, 640, false},
+    {2, 2, 2, 2, 0, 0, true},          {16, 12, 16, 12, 0, 0, true},
+    {16, 12, 6, 10, 0, 0, true},       {10, 6, 64, 34, 0, 0, true},
     {1280, 720, 320, 180, 0, 0, true},
 };
 
@@ -252,6 +255,77 @@ static void direct_call(void **state) {
     kp_stream_destroy(s);
     free(host);
     free(want);
+}
+
+/* kp_resizer_nv12: batches of 1, 7 and the maximum (33) pictures of
+ * mixed sizes (2x2 to 1280x720, padded pitches, up and down), each batch
+ * new pictures, more batches than the resizer has slots, on two streams
+ * in turn; every output byte (the padding included) against the
+ * reference. A refused batch leaves dst untouched. */
+static void resizer_batches(void **state) {
+    (void)state;
+    enum { MAXP = 33 };
+    static const int sizes[][3] = {{2, 2, 2},         {8, 6, 10},        {640, 360, 640},
+                                   {1280, 720, 1280}, {320, 240, 384},   {720, 480, 768},
+                                   {34, 18, 40},      {1920, 1080, 1920}};
+    const int dw = 416, dh = 234;
+    const int64_t dp = 448, slot = dp * dh / 2 * 3;
+    kp_resizer_t r;
+    kp_stream_t s[2];
+    KPT_OK(kp_resizer_create(g_dev, MAXP, &r));
+    KPT_OK(kp_stream_create(g_dev, &s[0]));
+    KPT_OK(kp_stream_create(g_dev, &s[1]));
+    void *src[MAXP], *dst;
+    geo g[MAXP];
+    uint8_t *host[MAXP], *want = malloc((size_t)slot), *got = malloc((size_t)(slot * MAXP));
+    KPT_OK(kp_malloc(g_dev, (size_t)(slot * MAXP), &dst));
+    for (int i = 0; i < MAXP; i++) {
+        const int *z = sizes[(i * 5 + 3) % 8];
+        g[i] = (geo){z[0], z[1], dw, dh, z[2], dp, false};
+        host[i] = malloc(in_bytes(&g[i]));
+        KPT_OK(kp_malloc(g_dev, in_bytes(&g[i]), &src[i]));
+    }
+    const int counts[] = {1, 7, MAXP, 2, MAXP, 1, 7};
+    for (int b = 0; b < 7; b++) {
+        const int n = counts[b];
+        kp_nv12_picture pics[MAXP];
+        for (int i = 0; i < n; i++) {
+            fill(&g[i], host[i], (unsigned)(b * 100 + i));
+            KPT_OK(kp_memcpy_htod(g_dev, src[i], host[i], in_bytes(&g[i])));
+            pics[i] = (kp_nv12_picture){src[i], g[i].sw, g[i].sh, g[i].sp};
+        }
+        KPT_OK(kp_resizer_nv12(r, s[b % 2], pics, (size_t)n, dst, dw, dh, dp));
+        KPT_OK(kp_stream_sync(s[b % 2]));
+        KPT_OK(kp_memcpy_dtoh(g_dev, got, dst, (size_t)(slot * n)));
+        for (int i = 0; i < n; i++) {
+            reference(&g[i], host[i], want);
+            assert_memory_equal(got + i * slot, want, (size_t)slot);
+        }
+    }
+    /* refused: nothing enqueued, dst as it was */
+    kp_nv12_picture bad[2] = {{src[0], g[0].sw, g[0].sh, g[0].sp}, {src[1], 7, 8, 8}};
+    KPT_FAILS(kp_resizer_nv12(r, s[0], bad, 2, dst, dw, dh, dp), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "picture 1"));
+    bad[1] = (kp_nv12_picture){NULL, 8, 8, 8};
+    KPT_FAILS(kp_resizer_nv12(r, s[0], bad, 2, dst, dw, dh, dp), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "picture 1: data is NULL"));
+    KPT_FAILS(kp_resizer_nv12(r, s[0], bad, MAXP + 1, dst, dw, dh, dp), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_resizer_nv12(r, s[0], bad, 1, dst, dw, dh, 100), KP_ERR_INVALID_ARG);
+    KPT_OK(kp_stream_sync(s[0]));
+    uint8_t *again = malloc((size_t)(slot * MAXP));
+    KPT_OK(kp_memcpy_dtoh(g_dev, again, dst, (size_t)(slot * 7)));
+    assert_memory_equal(again, got, (size_t)(slot * 7));
+    free(again);
+    for (int i = 0; i < MAXP; i++) {
+        kp_free(g_dev, src[i]);
+        free(host[i]);
+    }
+    kp_free(g_dev, dst);
+    kp_resizer_destroy(r);
+    kp_stream_destroy(s[0]);
+    kp_stream_destroy(s[1]);
+    free(want);
+    free(got);
 }
 
 /* Bad parameters are named; a batch input that is not whole pictures is
@@ -324,6 +398,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(module_matches_reference),
         cmocka_unit_test(direct_call),
+        cmocka_unit_test(resizer_batches),
         cmocka_unit_test(bad_params),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -133,6 +133,8 @@ typedef struct kp__pstage {
     void *gather;
     size_t gather_bytes, max_batch;
     int32_t rw, rh; /* a batch across streams: every NV12 frame resized to rw x rh; 0: none */
+    kp_resizer_t rz;       /* ... by one launch per batch */
+    kp_nv12_picture *pics; /* max_batch: the batch's pictures */
 } kp__pstage;
 
 static void kp__pstage_free(void *user) {
@@ -140,6 +142,8 @@ static void kp__pstage_free(void *user) {
     if (!s) return;
     kp_pipeline_destroy(s->p);
     if (s->gather) kp_free(s->dev, s->gather);
+    kp_resizer_destroy(s->rz);
+    kp__free(s->pics);
     kp__free(s);
 }
 
@@ -208,8 +212,8 @@ static kp_status kp__pstage_batch_run(kp__pstage *s, const kp_stage_ctx *c, kp_f
                                       size_t n);
 
 /* A batch across streams: each NV12 frame, whatever its size, resized
- * into its slot of the gather buffer as rw x rh (pitch rw), so the
- * pipeline takes u8 [n * rh*3/2, rw]. */
+ * into its slot of the gather buffer as rw x rh (pitch rw), all by one
+ * launch, so the pipeline takes u8 [n * rh*3/2, rw]. */
 static kp_status kp__pstage_gather_resized(kp__pstage *s, const kp_stage_ctx *c,
                                            kp_frame *const *fr, size_t n) {
     const size_t slot = (size_t)s->rw * (size_t)s->rh / 2 * 3;
@@ -227,9 +231,9 @@ static kp_status kp__pstage_gather_resized(kp__pstage *s, const kp_stage_ctx *c,
                              "frame %llu of stream %u: a batch that resizes takes NV12 video "
                              "frames (a video source with \"format\": \"nv12\")",
                              (unsigned long long)fr[i]->seq, fr[i]->stream);
-        KP_CHECK(kp_resize_nv12(c->stream, fr[i]->data, v->width, v->height, d->shape[1],
-                                (char *)s->gather + i * slot, s->rw, s->rh, s->rw));
+        s->pics[i] = (kp_nv12_picture){fr[i]->data, v->width, v->height, d->shape[1]};
     }
+    KP_CHECK(kp_resizer_nv12(s->rz, c->stream, s->pics, n, s->gather, s->rw, s->rh, s->rw));
     int64_t shape[2] = {(int64_t)n * s->rh / 2 * 3, s->rw};
     s->in.data = s->gather;
     return kp_desc_init(&s->in.desc, KP_U8, 2, shape, NULL);
@@ -336,6 +340,11 @@ kp_status kp__stage_pipeline_batch(kp_device_t dev, kp_pipeline_t p, size_t max_
                            "of u8 [%lld (dynamic), %d]",
                            kp_pipeline_name(s->p), max_batch, (int)s->rw, (int)s->rh,
                            (long long)rows, (int)s->rw);
+    }
+    if (st == KP_OK && s->rw) {
+        st = kp_resizer_create(dev, max_batch, &s->rz);
+        if (st == KP_OK && !(s->pics = kp__calloc(max_batch, sizeof *s->pics)))
+            st = kp__error(KP_ERR_OUT_OF_MEMORY, "batch stage: no memory");
     }
     if (st == KP_OK) st = kp_malloc(dev, s->gather_bytes ? s->gather_bytes : 1, &s->gather);
     if (st != KP_OK) {

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kpipe/device.h"
+#include "kpipe/modules.h"
 
 #define KP__RESIZE_NV12 0
 #define KP__RESIZE_RGB 1
@@ -129,6 +130,29 @@ KP__RHD void kp__resize_item(const kp__resize_args *a, int64_t f, int64_t i) {
     const float top = KP__RADD(p00, KP__RMUL(KP__RADD(p01, -p00), wx));
     const float bot = KP__RADD(p10, KP__RMUL(KP__RADD(p11, -p10), wx));
     ((float *)out)[i] = KP__RADD(top, KP__RMUL(KP__RADD(bot, -top), wy));
+}
+
+/* kp_resizer_nv12's launch: n pictures of any sizes from a table on the
+ * device, each into its slot of one output (the sizes and pitch of all). */
+typedef struct kp__resize_many {
+    const kp_nv12_picture *table;
+    void *out;
+    int64_t dpitch, out_frame;
+    int32_t dw, dh, n, pad_;
+} kp__resize_many;
+
+/* Items per output picture: kp__resize_items of NV12 at the output's size. */
+KP__RHD int64_t kp__resize_many_items(const kp__resize_many *m) {
+    return m->dpitch * m->dh + (m->dpitch / 2) * (m->dh / 2);
+}
+
+/* Item i of picture f: the same arithmetic as one kp_resize_nv12 call. */
+KP__RHD void kp__resize_many_item(const kp__resize_many *m, int64_t f, int64_t i) {
+    const kp_nv12_picture *p = &m->table[f];
+    kp__resize_args a = {p->data, (char *)m->out + f * m->out_frame,
+                         p->pitch, m->dpitch, 0, 0, p->width, p->height, m->dw, m->dh,
+                         KP__RESIZE_NV12, 1, 0.0f, 0.0f};
+    kp__resize_item(&a, 0, i);
 }
 
 /* The module's kernel parameters: the geometry fixed at setup, and the

