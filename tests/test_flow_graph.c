@@ -1,6 +1,6 @@
 /* Flows as graphs: several sources into one stage (fan-in), sources of
  * several streams, splits by stream and by a field, end of stream once
- * every input has ended, drops counted per stream, a micro-batch fed by
+ * every input has ended, drops and end-to-end latency per stream, a micro-batch fed by
  * streams of which one stops, cancellation at random moments, the DOT
  * file, and every rule of the graph refused by name, in C and in JSON,
  * before anything is made. Every frame's data is checked at its sink: the
@@ -38,11 +38,12 @@ static float value_of(uint32_t stream, uint64_t seq) {
 typedef struct graph {
     uint64_t frames[MAX_STREAMS]; /* each stream ends after this many */
     long slow_us;                 /* a sink's sleep per frame */
+    long source_us;               /* a source's sleep per frame */
     pthread_mutex_t mu;
-    uint64_t seen[MAX_STREAMS];    /* per stream, at any sink */
-    uint64_t next[MAX_STREAMS];    /* the next seq a stream's sink expects */
-    uint64_t gaps[MAX_STREAMS];    /* seqs skipped (drops) */
-    int sink_of[MAX_STREAMS];      /* which sink saw the stream; -1: none yet */
+    uint64_t seen[MAX_STREAMS]; /* per stream, at any sink */
+    uint64_t next[MAX_STREAMS]; /* the next seq a stream's sink expects */
+    uint64_t gaps[MAX_STREAMS]; /* seqs skipped (drops) */
+    int sink_of[MAX_STREAMS];   /* which sink saw the stream; -1: none yet */
     bool ordered, data_ok, one_sink_each;
     uint64_t batches, batch_frames;
 } graph;
@@ -69,6 +70,7 @@ static kp_status source(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eo
         *eos = true;
         return KP_OK;
     }
+    if (g->source_us) sleep_us(g->source_us);
     f->bytes = FLOATS * sizeof(float);
     f->user[0] = (int64_t)(f->seq * 7 + f->stream); /* for routing by user0 */
     kp_status st = kp_memset_async(c->stream, f->data, 0, f->bytes);
@@ -78,9 +80,7 @@ static kp_status source(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eo
     return kp_launch_kernel(c->stream, &l);
 }
 
-static kp_status pass(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
-    return KP_OK;
-}
+static kp_status pass(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) { return KP_OK; }
 
 static kp_status sink(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     sink_user *u = user;
@@ -278,6 +278,57 @@ static void drops_per_stream(void **state) {
     kp_flow_destroy(f);
 }
 
+static kp_status hold_1ms(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    sleep_us(1000);
+    return KP_OK;
+}
+
+static void sleep_2ms(void *user) { sleep_us(2000); }
+
+/* The last stage leaves 2 ms of work on its stream and returns. */
+static kp_status late_sink(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    return kp_launch_host_func(c->stream, sleep_2ms, NULL);
+}
+
+/* Each stream's end-to-end latency: 1 ms on a stage's host thread plus
+ * 2 ms of work the sink leaves on its stream, so every sample is at least
+ * 3 ms. The sources are paced (a frame each 10 ms) so that no frame waits
+ * in a queue: only the sink's work done on its stream makes up the 3 ms.
+ * Traced, every frame is a sample; untraced, some frames are. */
+static void latency_per_stream(void **state) {
+    (void)state;
+    for (int traced = 1; traced >= 0; traced--) {
+        graph g;
+        graph_init(&g, 30);
+        g.source_us = 10000;
+        kp_flow_stage st[3] = {stage("cams", source, &g), stage("hold", hold_1ms, NULL),
+                               stage("late", late_sink, NULL)};
+        st[0].streams = 2;
+        kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+        cfg.dev = g_dev;
+        cfg.stages = st;
+        cfg.n_stages = 3;
+        cfg.frame_bytes = FLOATS * sizeof(float);
+        cfg.trace_events = traced ? 1024 : 0;
+        kp_flow_t f = NULL;
+        KPT_OK(kp_flow_create(&cfg, &f));
+        run(f);
+        kp_flow_stream_stats ss[2];
+        size_t n = 0;
+        KPT_OK(kp_flow_streams(f, ss, 2, &n));
+        assert_int_equal(n, 2);
+        for (int k = 0; k < 2; k++) {
+            if (ss[k].latency_p50_us < 3000 || ss[k].latency_p99_us < ss[k].latency_p50_us)
+                fprintf(stderr, "stream %d: latency p50 %.1f p99 %.1f us\n", k,
+                        ss[k].latency_p50_us, ss[k].latency_p99_us);
+            assert_true(ss[k].latency_p50_us >= 3000);
+            assert_true(ss[k].latency_p99_us >= ss[k].latency_p50_us);
+            assert_true(ss[k].latency_p99_us < 10e6);
+        }
+        kp_flow_destroy(f);
+    }
+}
+
 /* A micro-batch fed by two streams, one of which stops after 3 frames:
  * the other's frames still leave within the deadline, all of them. */
 static void batch_across_streams(void **state) {
@@ -323,8 +374,8 @@ static void cancel_graphs(void **state) {
         g.slow_us = rand() % 3 ? 0 : 50;
         sink_user su[2] = {{&g, 0, {0}}, {&g, 1, {0}}};
         const char *const in[] = {"a", "b", "c"}, *const sp[] = {"split"};
-        kp_flow_stage st[6] = {stage("a", source, &g),  stage("b", source, &g),
-                               stage("c", source, &g),  stage("split", pass, NULL),
+        kp_flow_stage st[6] = {stage("a", source, &g),    stage("b", source, &g),
+                               stage("c", source, &g),    stage("split", pass, NULL),
                                stage("o0", sink, &su[0]), stage("o1", sink, &su[1])};
         st[1].source = st[2].source = true;
         st[2].streams = 8;
@@ -541,6 +592,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(streams_and_split),
         cmocka_unit_test(split_by_user0),
         cmocka_unit_test(drops_per_stream),
+        cmocka_unit_test(latency_per_stream),
         cmocka_unit_test(batch_across_streams),
         cmocka_unit_test(cancel_graphs),
         cmocka_unit_test(graph_rules),

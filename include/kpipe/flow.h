@@ -348,6 +348,12 @@ typedef struct kp_flow_stream_stats {
     uint64_t drops;    /* of its frames, by a queue's policy anywhere in the flow */
     double frames_per_s;             /* frames over the time since the flow started */
     double host_p50_us, host_p99_us; /* the source function's time per frame: input to frame */
+    /* end to end, recent frames: from the source handing a frame on to the
+     * last stage's work on it done, the device's included (a host function
+     * on that stage's stream stamps it). Sampled on the frames whose source
+     * run is timed (about one in 8, every one while the flow traces); 0
+     * before the first sample ends. */
+    double latency_p50_us, latency_p99_us;
     /* what the source says of it: for a video source its decoder, decode
      * errors, reconnections and why it fell back to software ("" if nothing) */
     char detail[320];

@@ -73,8 +73,9 @@ void kp__flow_probe_decide(kp__stage *s) {
                 in_place < copy ? "in place" : "by copy", copy * 1e3, in_place * 1e3);
 }
 
-void kp__flow_pass_on(struct kp_flow *f, size_t i, kp__fframe *fr) {
-    const kp__lstage *ls = &f->ls[i];
+void kp__flow_pass_on(kp__stage *s, kp__fframe *fr) {
+    struct kp_flow *f = s->flow;
+    const kp__lstage *ls = &f->ls[s->index];
     if (ls->n_out == 1) {
         kp__queue_push(f, &f->q[ls->out[0]], fr);
         return;
@@ -84,6 +85,7 @@ void kp__flow_pass_on(struct kp_flow *f, size_t i, kp__fframe *fr) {
         kp__queue_push(f, &f->q[ls->out[key % ls->n_out]], fr);
         return;
     }
+    if (fr->made_us > 0) kp__flow_latency_end(s, fr);
     atomic_fetch_add(&f->done, 1);
     kp__frame_put(f, fr, false);
 }
@@ -93,7 +95,7 @@ void kp__flow_forward(kp__stage *s, kp__fframe *fr) {
     kp__lstage *ls = &f->ls[s->index];
     kp__bump(&s->out, 1);
     if (ls->n_rep == 1) {
-        kp__flow_pass_on(f, s->index, fr);
+        kp__flow_pass_on(s, fr);
         return;
     }
     pthread_mutex_lock(&ls->ro_mu);
@@ -104,7 +106,7 @@ void kp__flow_forward(kp__stage *s, kp__fframe *fr) {
         while ((next = ls->ro[ls->ro_next % ls->ro_cap]) != NULL) {
             ls->ro[ls->ro_next++ % ls->ro_cap] = NULL;
             pthread_mutex_unlock(&ls->ro_mu);
-            kp__flow_pass_on(f, s->index, next);
+            kp__flow_pass_on(s, next);
             pthread_mutex_lock(&ls->ro_mu);
         }
         ls->ro_pushing = false;

@@ -340,7 +340,11 @@ static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
         atomic_store(&f->q[i].open_in, n_up);
         for (size_t u = 0; u < n_up; u++) f->ls[up[u]].out[f->ls[up[u]].n_out++] = (uint16_t)i;
     }
-    if (!(f->stream_drops = kp__calloc(f->n_streams ? f->n_streams : 1, sizeof *f->stream_drops)))
+    const size_t ns = f->n_streams ? f->n_streams : 1;
+    f->stream_lat = kp__calloc(ns * KP__STREAM_LAT, sizeof *f->stream_lat);
+    f->stream_nlat = kp__calloc(ns, sizeof *f->stream_nlat);
+    if (!f->stream_lat || !f->stream_nlat ||
+        !(f->stream_drops = kp__calloc(ns, sizeof *f->stream_drops)))
         return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for its streams");
     for (size_t i = 0; i < c->n_stages; i++) {
         kp__lstage *ls = &f->ls[i];
@@ -512,6 +516,8 @@ void kp_flow_destroy(kp_flow_t f) {
     }
     kp__free(f->st);
     kp__free((void *)f->stream_drops);
+    kp__free((void *)f->stream_lat);
+    kp__free((void *)f->stream_nlat);
     for (size_t i = 0; f->frames && i < f->n_frames; i++) {
         kp__fframe *fr = &f->frames[i];
         for (size_t d = 0; d < f->n_devs; d++) {

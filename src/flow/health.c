@@ -46,6 +46,15 @@ static int kp__cmp_u32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* p50 and p99 of k samples in tenths of a microsecond (sorted here). */
+static void kp__percentiles(uint32_t *v, size_t k, double *p50, double *p99) {
+    *p50 = *p99 = 0;
+    if (!k) return;
+    qsort(v, k, sizeof *v, kp__cmp_u32);
+    *p50 = v[(k - 1) / 2] / 10.0;
+    *p99 = v[(size_t)((double)(k - 1) * 0.99)] / 10.0;
+}
+
 /* p50 and p99 of a stage's recent host (gpu false) or device times, over
  * its replicas. */
 static void kp__latency(const struct kp_flow *f, const kp__lstage *ls, bool gpu, double *p50,
@@ -63,11 +72,7 @@ static void kp__latency(const struct kp_flow *f, const kp__lstage *ls, bool gpu,
         size_t m = n < each ? (size_t)n : each;
         for (size_t i = 0; i < m; i++) v[k++] = atomic_load(&ring[i]);
     }
-    *p50 = *p99 = 0;
-    if (!k) return;
-    qsort(v, k, sizeof *v, kp__cmp_u32);
-    *p50 = v[(k - 1) / 2] / 10.0;
-    *p99 = v[(size_t)((double)(k - 1) * 0.99)] / 10.0;
+    kp__percentiles(v, k, p50, p99);
 }
 
 kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
@@ -225,6 +230,13 @@ kp_status kp_flow_streams(kp_flow_t f, kp_flow_stream_stats *out, size_t cap, si
             o->frames_per_s = secs > 0 ? (double)o->frames / secs : 0;
             kp__lstage one = {.first = ls->first + r, .n_rep = 1};
             kp__latency(f, &one, false, &o->host_p50_us, &o->host_p99_us);
+            uint32_t v[KP__STREAM_LAT];
+            const uint64_t nl = atomic_load(&f->stream_nlat[id]);
+            const size_t m = nl < KP__STREAM_LAT ? (size_t)nl : KP__STREAM_LAT;
+            for (size_t j = 0; j < m; j++)
+                v[j] = atomic_load_explicit(&f->stream_lat[id * KP__STREAM_LAT + j],
+                                            memory_order_relaxed);
+            kp__percentiles(v, m, &o->latency_p50_us, &o->latency_p99_us);
             const kp__stage_kind *k = kp__stage_kind_find(s->fn);
             if (k && k->stream_detail) k->stream_detail(s->user, o->detail, sizeof o->detail);
         }

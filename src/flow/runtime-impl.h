@@ -39,6 +39,8 @@
 
 #define KP__MAX_QUEUE 1024
 #define KP__LAT_SAMPLES 1024 /* host-time samples kept per stage */
+#define KP__STREAM_LAT 256   /* end-to-end latency samples kept per source stream */
+#define KP__LAT_PENDING 8    /* a last stage's latency samples waiting for the device */
 /* One run in about this many is timed on the host (every one while the
  * flow traces): two clock reads are most of what an empty stage costs. The
  * gaps between timed runs are random (0 .. 2 * KP__TIME_EVERY - 2 runs),
@@ -71,6 +73,10 @@ typedef struct kp__fframe {
     int loc;                              /* the device whose buffer holds the frame */
     void *staging;                        /* pinned host memory, for staged hand-overs */
     uint64_t ticket;                      /* its place in a replicated stage's order */
+    /* when its source handed it on (kp__now_us), on the frames whose source
+     * run was timed (KP__TIME_EVERY); 0: not sampled for the stream's
+     * end-to-end latency (kp_flow_stream_stats) */
+    double made_us;
     _Atomic uint32_t next_free;           /* the free stack's next: index + 1; 0: none */
 } kp__fframe;
 
@@ -184,6 +190,16 @@ typedef struct kp__stage {
     kp__wake hold_free;        /* its own thread, waiting for `held` */
     _Atomic uint32_t cost_ns;  /* its host time per run, a moving average */
     uint32_t carry_probe;      /* frames carried into it past a sleeping thread */
+    /* A last stage's latency samples for frames with device work still
+     * pending: a host function on its stream stamps each once the work is
+     * done (a slot still busy skips the sample). */
+    struct kp__lat_slot {
+        struct kp_flow *flow;
+        double made_us;
+        uint32_t stream;
+        _Atomic bool busy;
+    } lat_pend[KP__LAT_PENDING];
+    unsigned lat_pend_next;
 } kp__stage;
 
 /* A logical stage: its replicas (threads) and, when there are several, the
@@ -227,6 +243,10 @@ struct kp_flow {
     size_t frame_bytes, budget;
     size_t n_streams;                /* the sources' streams, over all sources */
     _Atomic uint64_t *stream_drops; /* n_streams of them */
+    /* each stream's end-to-end latency samples (KP__STREAM_LAT a stream,
+     * tenths of a microsecond) and how many were written */
+    _Atomic uint32_t *stream_lat;
+    _Atomic uint64_t *stream_nlat;
     kp__fframe *frames;
     size_t n_frames;
 
@@ -390,9 +410,14 @@ kp_status kp__flow_resolve_handoffs(struct kp_flow *f, kp__stage *s, kp_handoff 
 void kp__flow_ring_drain(struct kp_flow *f, kp__lstage *ls);
 
 /* --- stage threads (stage.c) ------------------------------------------- */
-/* A frame done at logical stage i goes on downstream (routed when several
- * stages are), or, at a sink, back to the free list. */
-void kp__flow_pass_on(struct kp_flow *f, size_t i, kp__fframe *fr);
+/* A frame done at s's logical stage goes on downstream (routed when
+ * several stages are), or, at a sink, back to the free list, its stream's
+ * end-to-end latency sampled (kp__flow_latency_end). */
+void kp__flow_pass_on(kp__stage *s, kp__fframe *fr);
+/* A sampled frame (made_us) has ended at s: its latency is stamped now
+ * when no device work of it is pending, else by a host function on s's
+ * stream once that work is done. */
+void kp__flow_latency_end(kp__stage *s, kp__fframe *fr);
 /* Closes every queue and wakes the sources, so that every thread stops. */
 void kp__flow_wake_all(struct kp_flow *f);
 /* The first error wins; it cancels the flow. */

@@ -35,6 +35,46 @@ static void kp__record_sample(_Atomic uint32_t *ring, _Atomic uint64_t *n, doubl
                           memory_order_relaxed); /* a statistic: read for health only */
 }
 
+static void kp__stream_lat_record(struct kp_flow *f, uint32_t stream, double us) {
+    if (stream >= f->n_streams) return;
+    /* several threads may end one stream's frames: each takes its own index */
+    uint64_t k = atomic_fetch_add_explicit(&f->stream_nlat[stream], 1, memory_order_relaxed);
+    double tenths = us * 10.0;
+    atomic_store_explicit(&f->stream_lat[(size_t)stream * KP__STREAM_LAT + k % KP__STREAM_LAT],
+                          tenths > 4e9 ? 4000000000u
+                          : tenths < 0 ? 0
+                                       : (uint32_t)tenths,
+                          memory_order_relaxed);
+}
+
+/* Runs on the device's host-function thread once the frame's work is done. */
+static void kp__lat_stamp(void *user) {
+    struct kp__lat_slot *l = user;
+    kp__stream_lat_record(l->flow, l->stream, kp__now_us() - l->made_us);
+    atomic_store_explicit(&l->busy, false, memory_order_release);
+}
+
+void kp__flow_latency_end(kp__stage *s, kp__fframe *fr) {
+    struct kp_flow *f = s->flow;
+    if (fr->ev_dev < 0) {
+        kp__stream_lat_record(f, fr->f.stream, kp__now_us() - fr->made_us);
+        return;
+    }
+    struct kp__lat_slot *l = &s->lat_pend[s->lat_pend_next % KP__LAT_PENDING];
+    if (atomic_load_explicit(&l->busy, memory_order_acquire)) return; /* the device is behind */
+    s->lat_pend_next++;
+    l->flow = f;
+    l->made_us = fr->made_us;
+    l->stream = fr->f.stream;
+    atomic_store_explicit(&l->busy, true, memory_order_relaxed);
+    /* the frame's work may be on another replica's stream: this one waits for it */
+    if (kp_stream_wait_event(s->ctx.stream, fr->ev[fr->ev_dev]) != KP_OK ||
+        kp_launch_host_func(s->ctx.stream, kp__lat_stamp, l) != KP_OK) {
+        kp_clear_error(); /* the sample is lost; the stream reports its own error */
+        atomic_store_explicit(&l->busy, false, memory_order_relaxed);
+    }
+}
+
 /* Whether this run of s is timed on the host (KP__TIME_EVERY): every run
  * while the flow traces, else one after a random gap. */
 static bool kp__time_this(kp__stage *s) {
@@ -112,8 +152,10 @@ static kp_status kp__timed_call(kp__stage *s, kp__fframe *const *frs, size_t n, 
         st = s->fn(s->user, &s->ctx, &frs[0]->f, eos);
     }
     kp__flow_nvtx_pop(s);
+    if (eos) frs[0]->made_us = 0; /* a source's frame: sampled below when timed */
     if (timed) {
         double t1 = kp__now_us();
+        if (eos) frs[0]->made_us = t1;
         kp__record_sample(s->lat, &s->n_lat, t1 - t0);
         kp__cost_update(s, t1 - t0);
         for (size_t i = 0; i < n; i++) kp__flow_trace(s, frs[i]->f.seq, t0, t1);
@@ -289,7 +331,7 @@ static void kp__pass(kp__stage *s, kp__fframe *fr) {
     }
     if (f->ls[s->index].source) {
         kp__bump(&s->out, 1);
-        kp__flow_pass_on(f, s->index, fr);
+        kp__flow_pass_on(s, fr);
     } else {
         kp__flow_forward(s, fr);
     }

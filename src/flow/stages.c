@@ -132,8 +132,8 @@ typedef struct kp__pstage {
     kp_device_t dev;
     void *gather;
     size_t gather_bytes, max_batch;
-    int32_t rw, rh; /* a batch across streams: every NV12 frame resized to rw x rh; 0: none */
-    kp_resizer_t rz;       /* ... by one launch per batch */
+    int32_t rw, rh;  /* a batch across streams: every NV12 frame resized to rw x rh; 0: none */
+    kp_resizer_t rz; /* ... by one launch per batch */
     kp_nv12_picture *pics; /* max_batch: the batch's pictures */
 } kp__pstage;
 

@@ -42,9 +42,11 @@ static void kpt_report_streams(kp_flow_t f) {
     }
     printf("  streams: %zu\n", n);
     for (size_t i = 0; i < n; i++)
-        printf("    %3u %-12s %8llu frames %8.1f/s  %llu drops  p50 %.0f us p99 %.0f us  %s\n",
+        printf("    %3u %-12s %8llu frames %8.1f/s  %llu drops  source p50 %.0f us p99 %.0f us  "
+               "end to end p50 %.0f us p99 %.0f us  %s\n",
                s[i].stream, s[i].stage, (unsigned long long)s[i].frames, s[i].frames_per_s,
-               (unsigned long long)s[i].drops, s[i].host_p50_us, s[i].host_p99_us, s[i].detail);
+               (unsigned long long)s[i].drops, s[i].host_p50_us, s[i].host_p99_us,
+               s[i].latency_p50_us, s[i].latency_p99_us, s[i].detail);
     free(s);
 }
 
