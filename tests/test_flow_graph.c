@@ -1,7 +1,8 @@
 /* Flows as graphs: several sources into one stage (fan-in), sources of
  * several streams, splits by stream and by a field, end of stream once
  * every input has ended, drops and end-to-end latency per stream, a micro-batch fed by
- * streams of which one stops, cancellation at random moments, the DOT
+ * streams of which one stops, copies to every stage downstream,
+ * cancellation at random moments, the DOT
  * file, and every rule of the graph refused by name, in C and in JSON,
  * before anything is made. Every frame's data is checked at its sink: the
  * value its source wrote for its stream and sequence number.
@@ -537,7 +538,7 @@ static void json_graphs(void **state) {
         {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"synthetic\", "
          "\"shape\": [4]}, {\"name\": \"s\", \"split\": \"colour\"}, {\"name\": \"b\", "
          "\"sink\": \"null\"}]}",
-         "$.stages[1].split: expected \"stream\" or \"user0\""},
+         "$.stages[1].split: expected \"stream\", \"user0\" or \"copy\""},
         {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"synthetic\", "
          "\"shape\": [4]}, {\"name\": \"b\", \"sink\": \"null\", \"streams\": 2}]}",
          "$.stages[1].streams: a null stage takes no \"streams\""},
@@ -554,6 +555,106 @@ static void json_graphs(void **state) {
         assert_non_null(strstr(kp_last_error(), bad[i].want));
         assert_null(b);
     }
+}
+
+/* A sink that checks each frame against value_of + add, per stream in order. */
+typedef struct tee_sink {
+    float add, host[FLOATS];
+    uint64_t next[4];
+    bool ok;
+} tee_sink;
+
+static kp_status tee_check(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    tee_sink *u = user;
+    kp_status st = kp_memcpy_async(c->stream, u->host, f->data, sizeof u->host);
+    if (st == KP_OK) st = kp_stream_sync(c->stream);
+    if (st != KP_OK) return st;
+    for (int i = 0; i < FLOATS; i++)
+        u->ok = u->ok && u->host[i] == value_of(f->stream, f->seq) + u->add;
+    u->ok = u->ok && f->stream < 4 && f->seq == u->next[f->stream]++ && f->bytes == sizeof u->host;
+    return KP_OK;
+}
+
+static kp_status bump(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    kpt_affine_params p = {f->data, 1.0f, 0.5f, FLOATS};
+    kp_launch l = kpt_launch_1d(&kpt_affine, &p, FLOATS);
+    return kp_launch_kernel(c->stream, &l);
+}
+
+/* KP_ROUTE_COPY: 3 streams to three stages; one of them adds 0.5 to its
+ * frames on the device before its sink, which the other two must not see.
+ * Every sink gets every frame of every stream, in order, every element
+ * right; with a budget of fewer frames than the flow holds, too. */
+static void copy_fan_out(void **state) {
+    (void)state;
+    for (int budget = 0; budget < 2; budget++) {
+        graph g;
+        graph_init(&g, 150);
+        tee_sink t[3] = {{0.0f, {0}, {0}, true}, {0.5f, {0}, {0}, true}, {0.0f, {0}, {0}, true}};
+        const char *const from_tee[] = {"tee"};
+        kp_flow_stage st[6] = {stage("cams", source, &g),    stage("tee", pass, NULL),
+                               stage("a", tee_check, &t[0]), stage("bump", bump, NULL),
+                               stage("b", tee_check, &t[1]), stage("c", tee_check, &t[2])};
+        st[0].streams = 3;
+        st[1].route = KP_ROUTE_COPY;
+        st[3].from = st[5].from = from_tee;
+        st[3].n_from = st[5].n_from = 1;
+        kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+        cfg.dev = g_dev;
+        cfg.stages = st;
+        cfg.n_stages = 6;
+        cfg.frame_bytes = FLOATS * sizeof(float);
+        cfg.budget_bytes = budget ? 5 * cfg.frame_bytes : 0;
+        kp_flow_t f = NULL;
+        KPT_OK(kp_flow_create(&cfg, &f));
+        run(f);
+        kp_flow_snapshot h;
+        KPT_OK(kp_flow_health(f, &h));
+        assert_int_equal(h.frames_done, 3 * 450);
+        for (int k = 0; k < 3; k++) {
+            if (!t[k].ok)
+                fprintf(stderr, "budget %d sink %d: %llu %llu %llu\n", budget, k,
+                        (unsigned long long)t[k].next[0], (unsigned long long)t[k].next[1],
+                        (unsigned long long)t[k].next[2]);
+            assert_true(t[k].ok);
+            for (int s = 0; s < 3; s++) assert_int_equal(t[k].next[s], 150);
+        }
+        kp_flow_destroy(f);
+    }
+    assert_string_equal(kp_route_str(KP_ROUTE_COPY), "copy");
+    /* a budget without room for the copies' frames is refused by name */
+    graph g;
+    graph_init(&g, 10);
+    kp_flow_stage st[4] = {stage("src", source, &g), stage("tee", pass, NULL),
+                           stage("x", pass, NULL), stage("y", pass, NULL)};
+    const char *const from_tee[] = {"tee"};
+    st[1].route = KP_ROUTE_COPY;
+    st[3].from = from_tee;
+    st[3].n_from = 1;
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    cfg.dev = g_dev;
+    cfg.stages = st;
+    cfg.n_stages = 4;
+    cfg.frame_bytes = FLOATS * sizeof(float);
+    cfg.budget_bytes = 2 * cfg.frame_bytes;
+    kp_flow_t f = (kp_flow_t)1;
+    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "(\"tee\" and any before it) set 2 apart for copies"));
+    assert_null(f);
+    /* the JSON form: two null sinks each get all 3 x 20 frames */
+    const char *json = "{\"kpipe_flow\": 1, \"stages\": ["
+                       "{\"name\": \"a\", \"source\": \"synthetic\", \"frames\": 20, "
+                       "\"shape\": [8], \"streams\": 3},"
+                       "{\"name\": \"tee\", \"split\": \"copy\"},"
+                       "{\"name\": \"x\", \"sink\": \"null\"},"
+                       "{\"name\": \"y\", \"sink\": \"null\", \"from\": \"tee\"}]}";
+    KPT_OK(kp_flow_create_from_json(g_dev, json, &f));
+    run(f);
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(h.stages[2].in, 60);
+    assert_int_equal(h.stages[3].in, 60);
+    kp_flow_destroy(f);
 }
 
 /* The new calls' misuse. */
@@ -593,6 +694,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(split_by_user0),
         cmocka_unit_test(drops_per_stream),
         cmocka_unit_test(latency_per_stream),
+        cmocka_unit_test(copy_fan_out),
         cmocka_unit_test(batch_across_streams),
         cmocka_unit_test(cancel_graphs),
         cmocka_unit_test(graph_rules),

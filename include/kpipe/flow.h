@@ -97,13 +97,19 @@ typedef enum kp_deal {
 
 /* Where a stage with several downstream stages sends each frame: to the
  * downstream stage k = (the field) % (their number), counted in the order
- * of the stages array. */
+ * of the stages array; or to all of them. */
 typedef enum kp_route {
     KP_ROUTE_STREAM = 0, /* by kp_frame.stream: each stream keeps its own path */
     KP_ROUTE_USER0 = 1,  /* by kp_frame.user[0], which a stage before sets */
+    /* to every downstream stage: the first takes the frame, each other a
+     * copy in a frame of the flow's own (its bytes in use, kp_frame.bytes,
+     * copied on the routing stage's stream, device to device; its fields
+     * as they are). A copy waits for a free frame like a source does, and
+     * counts as a frame of its own in frames_done and in drops. */
+    KP_ROUTE_COPY = 2,
 } kp_route;
 
-/* "stream", "user0"; "invalid" otherwise. */
+/* "stream", "user0", "copy"; "invalid" otherwise. */
 const char *kp_route_str(kp_route r);
 
 /* One frame as a stage sees it. Stages may rewrite everything but seq,

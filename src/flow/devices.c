@@ -73,9 +73,61 @@ void kp__flow_probe_decide(kp__stage *s) {
                 in_place < copy ? "in place" : "by copy", copy * 1e3, in_place * 1e3);
 }
 
+/* A copy of fr in a frame of its own, on s's device, for another stage
+ * downstream (KP_ROUTE_COPY); NULL when the flow is cancelled, or after
+ * failing it. */
+static kp__fframe *kp__copy_frame(kp__stage *s, kp__fframe *fr) {
+    struct kp_flow *f = s->flow;
+    kp__fframe *c = kp__frame_take_copy(f, s->index);
+    if (!c) return NULL;
+    kp_status st = kp__frame_buffer(f, c);
+    const size_t bytes = fr->f.bytes, capacity = c->f.capacity;
+    void *data = kp__frame_data(c, s->dev_i);
+    if (st == KP_OK && bytes > capacity)
+        st = kp__error(KP_ERR_MISMATCH, "frame %llu: %zu bytes in use, past its capacity (%zu)",
+                       (unsigned long long)fr->f.seq, bytes, capacity);
+    /* the frame's work may be on another replica's stream; the copy's last
+     * user (the frame came back from a sink) may still read it */
+    if (st == KP_OK && bytes && fr->ev_dev >= 0)
+        st = kp_stream_wait_event(s->ctx.stream, fr->ev[fr->ev_dev]);
+    if (st == KP_OK && bytes && c->ev_dev >= 0)
+        st = kp_stream_wait_event(s->ctx.stream, c->ev[c->ev_dev]);
+    if (st == KP_OK && bytes) st = kp_memcpy_async(s->ctx.stream, data, fr->f.data, bytes);
+    if (st == KP_OK && bytes) st = kp_event_record(c->ev[s->dev_i], s->ctx.stream);
+    if (st != KP_OK) {
+        kp__frame_put(f, c, false);
+        kp__flow_fail(f, s, st);
+        return NULL;
+    }
+    c->f = fr->f;
+    c->f.data = data;
+    c->f.capacity = capacity;
+    c->loc = s->dev_i;
+    c->ev_dev = bytes ? s->dev_i : -1;
+    c->made_us = fr->made_us;
+    return c;
+}
+
 void kp__flow_pass_on(kp__stage *s, kp__fframe *fr) {
     struct kp_flow *f = s->flow;
     const kp__lstage *ls = &f->ls[s->index];
+    if (ls->n_out > 1 && ls->route == KP_ROUTE_COPY) {
+        bool copied = false;
+        for (size_t k = 1; k < ls->n_out; k++) {
+            kp__fframe *c = kp__copy_frame(s, fr);
+            if (!c) break;
+            copied = copied || c->ev_dev >= 0;
+            kp__queue_push(f, &f->q[ls->out[k]], c);
+        }
+        /* the copies read the frame on s's stream: its next writer waits for them */
+        if (copied) {
+            kp_status st = kp_event_record(fr->ev[s->dev_i], s->ctx.stream);
+            if (st != KP_OK) kp__flow_fail(f, s, st);
+            fr->ev_dev = s->dev_i;
+        }
+        kp__queue_push(f, &f->q[ls->out[0]], fr);
+        return;
+    }
     if (ls->n_out == 1) {
         kp__queue_push(f, &f->q[ls->out[0]], fr);
         return;

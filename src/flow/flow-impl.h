@@ -24,6 +24,9 @@ kp_status kp__flow_check_config(const kp_flow_config *c);
  * the same reading of "from" the flow makes; KP_ERR_INVALID_ARG names a
  * name that is not there. */
 kp_status kp__flow_downstream(const kp_flow_config *c, size_t *down);
+/* The copies in flight a stage with n_down stages downstream may have
+ * (KP_ROUTE_COPY; runtime-impl.h, KP__COPY_DEPTH); 0 for other stages. */
+size_t kp__flow_copy_quota(const kp_flow_stage *s, size_t n_down);
 
 /* What a flow asks of a kind of stage beyond running it, found by the
  * stage's function: the flow sees every source and sink through this,

@@ -102,6 +102,11 @@ static bool kp__one_to_one(const kp_flow_config *c, size_t i) {
     return n == 1 && kp__stage_threads(&c->stages[up[0]]) == 1;
 }
 
+size_t kp__flow_copy_quota(const kp_flow_stage *s, size_t n_down) {
+    if (s->route != KP_ROUTE_COPY || n_down < 2) return 0;
+    return (n_down - 1) * kp__stage_threads(s) * KP__COPY_DEPTH;
+}
+
 kp_status kp__flow_downstream(const kp_flow_config *c, size_t *down) {
     memset(down, 0, c->n_stages * sizeof *down);
     for (size_t i = 0; i < c->n_stages; i++) {
@@ -222,7 +227,7 @@ static kp_status kp__check_stage(const kp_flow_config *c, size_t i) {
                          "stages[%zu] (%s).streams is %zu: a source has 0 to %d streams, other "
                          "stages none, and stream_users come with streams >= 2",
                          i, s->name, s->streams, KP_FLOW_MAX_STREAMS);
-    if (s->route != KP_ROUTE_STREAM && s->route != KP_ROUTE_USER0)
+    if (s->route != KP_ROUTE_STREAM && s->route != KP_ROUTE_USER0 && s->route != KP_ROUTE_COPY)
         return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).route: unknown route %d", i, s->name,
                          (int)s->route);
     if (batching && s->deadline_us > KP_FLOW_MAX_DEADLINE_US)
@@ -243,17 +248,31 @@ static kp_status kp__check_stage(const kp_flow_config *c, size_t i) {
 /* A byte budget must let every micro-batching stage fill its batch: were
  * all the frames it admits held in partial batches, none could arrive
  * before each batch's deadline. With b frames admitted and batches of at
- * most m_k, that cannot happen when b > sum(m_k - 1). */
+ * most m_k, that cannot happen when b > sum(m_k - 1). The frames set apart
+ * for copies (KP__COPY_DEPTH) come on top. */
 static kp_status kp__check_budget(const kp_flow_config *c) {
     if (!c->budget_bytes || !c->frame_bytes) return KP_OK;
-    size_t admitted = c->budget_bytes / c->frame_bytes, need = 1;
-    const char *last = NULL;
-    for (size_t i = 0; i < c->n_stages; i++)
+    size_t down[KP_FLOW_MAX_STAGES];
+    KP_CHECK(kp__flow_downstream(c, down));
+    size_t admitted = c->budget_bytes / c->frame_bytes, need = 1, copies = 0;
+    const char *last = NULL, *copier = NULL;
+    for (size_t i = 0; i < c->n_stages; i++) {
         if (c->stages[i].batch_fn) {
             need += c->stages[i].max_batch - 1;
             last = c->stages[i].name;
         }
-    if (admitted >= need) return KP_OK;
+        size_t q = kp__flow_copy_quota(&c->stages[i], down[i]);
+        if (q) copier = c->stages[i].name;
+        copies += q;
+    }
+    if (admitted >= need + copies) return KP_OK;
+    if (copies)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "budget_bytes (%zu) admits %zu frames of %zu bytes; the stages that "
+                         "copy to several (\"%s\" and any before it) set %zu apart for copies, "
+                         "and the rest of the flow needs %zu: raise budget_bytes to %zu",
+                         c->budget_bytes, admitted, c->frame_bytes, copier, copies, need,
+                         (need + copies) * c->frame_bytes);
     return kp__error(KP_ERR_INVALID_ARG,
                      "budget_bytes (%zu) admits %zu frames of %zu bytes; the micro-batching "
                      "stages (\"%s\" and any before it) need %zu, or frames would wait out each "
@@ -340,6 +359,12 @@ static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
         atomic_store(&f->q[i].open_in, n_up);
         for (size_t u = 0; u < n_up; u++) f->ls[up[u]].out[f->ls[up[u]].n_out++] = (uint16_t)i;
     }
+    /* frames set apart for the copies of stages that copy to several */
+    for (size_t i = 0; i < c->n_stages; i++) {
+        f->ls[i].copy_quota = kp__flow_copy_quota(&c->stages[i], f->ls[i].n_out);
+        f->copy_reserve += f->ls[i].copy_quota;
+    }
+    f->n_frames += f->copy_reserve;
     const size_t ns = f->n_streams ? f->n_streams : 1;
     f->stream_lat = kp__calloc(ns * KP__STREAM_LAT, sizeof *f->stream_lat);
     f->stream_nlat = kp__calloc(ns, sizeof *f->stream_nlat);

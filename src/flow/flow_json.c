@@ -250,8 +250,8 @@ static kp_status kp__split_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bo
     return KP_OK; /* the routing is the flow's, by the stage's route */
 }
 
-/* "split": "stream" or "user0": a stage that only routes its frames among
- * the stages that take from it. */
+/* "split": "stream", "user0" or "copy": a stage that only routes its
+ * frames among the stages that take from it (or copies them to all). */
 static kp_status kp__split(json_t *s, const char *path, kp__stage_made *m, kp_route *route) {
     KP_CHECK(kp__json_kind_keys(s, path, "split", (const char *const[]){NULL}));
     const char *by = json_string_value(json_object_get(s, "split"));
@@ -259,8 +259,10 @@ static kp_status kp__split(json_t *s, const char *path, kp__stage_made *m, kp_ro
         *route = KP_ROUTE_STREAM;
     else if (by && strcmp(by, "user0") == 0)
         *route = KP_ROUTE_USER0;
+    else if (by && strcmp(by, "copy") == 0)
+        *route = KP_ROUTE_COPY;
     else
-        return KP__PERR("%s.split: expected \"stream\" or \"user0\"", path);
+        return KP__PERR("%s.split: expected \"stream\", \"user0\" or \"copy\"", path);
     *m = (kp__stage_made){kp__split_fn, NULL, NULL, NULL, 0, 1, NULL, 0, NULL};
     return KP_OK;
 }

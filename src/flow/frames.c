@@ -36,6 +36,10 @@ static kp__fframe *kp__free_pop(struct kp_flow *f) {
 }
 
 void kp__frame_put(struct kp_flow *f, kp__fframe *fr, bool dropped) {
+    if (fr->copy_of) {
+        atomic_fetch_sub_explicit(&f->ls[fr->copy_of - 1].copies_out, 1, memory_order_relaxed);
+        fr->copy_of = 0;
+    }
     if (dropped) atomic_fetch_add_explicit(&f->dropped, 1, memory_order_relaxed);
     if (dropped && fr->f.stream < f->n_streams)
         atomic_fetch_add_explicit(&f->stream_drops[fr->f.stream], 1, memory_order_relaxed);
@@ -44,34 +48,51 @@ void kp__frame_put(struct kp_flow *f, kp__fframe *fr, bool dropped) {
     kp__wake_all(&f->freed);
 }
 
-/* Reserves a place in flight below the limit; false once it is reached. */
-static bool kp__reserve(struct kp_flow *f) {
-    size_t n = atomic_load_explicit(&f->in_flight, memory_order_relaxed);
+/* Reserves a place in *count below limit; false once it is reached. */
+static bool kp__reserve(_Atomic size_t *count, size_t limit) {
+    size_t n = atomic_load_explicit(count, memory_order_relaxed);
     do {
-        if (n >= f->frame_limit) return false;
-    } while (!atomic_compare_exchange_weak_explicit(&f->in_flight, &n, n + 1, memory_order_acquire,
+        if (n >= limit) return false;
+    } while (!atomic_compare_exchange_weak_explicit(count, &n, n + 1, memory_order_acquire,
                                                     memory_order_relaxed));
-    kp__atomic_max(&f->max_in_flight, n + 1);
     return true;
 }
 
-kp__fframe *kp__frame_take(struct kp_flow *f) {
+/* Waits for a place in *count below limit; false once cancelled. */
+static bool kp__reserve_wait(struct kp_flow *f, _Atomic size_t *count, size_t limit) {
     bool spun = false;
     for (;;) {
-        if (atomic_load_explicit(&f->cancel, memory_order_relaxed)) return NULL;
-        if (kp__reserve(f)) break;
+        if (atomic_load_explicit(&f->cancel, memory_order_relaxed)) return false;
+        if (kp__reserve(count, limit)) return true;
         if (!spun) {
-            kp__flow_spin_while(f, &f->in_flight, f->frame_limit);
+            kp__flow_spin_while(f, count, limit);
             spun = true;
             continue;
         }
         uint32_t key = kp__wake_prepare(&f->freed);
-        if (atomic_load(&f->in_flight) < f->frame_limit || atomic_load(&f->cancel))
+        if (atomic_load(count) < limit || atomic_load(&f->cancel))
             kp__wake_cancel(&f->freed);
         else
             kp__wake_wait(&f->freed, key, NULL);
     }
+}
+
+/* Sources stay below the limit less the frames set apart for copies, so
+ * a copy's frame is always there once its stage's quota admits it. */
+kp__fframe *kp__frame_take(struct kp_flow *f) {
+    if (!kp__reserve_wait(f, &f->in_flight, f->frame_limit - f->copy_reserve)) return NULL;
+    kp__atomic_max(&f->max_in_flight, atomic_load_explicit(&f->in_flight, memory_order_relaxed));
     return kp__free_pop(f);
+}
+
+kp__fframe *kp__frame_take_copy(struct kp_flow *f, size_t i) {
+    kp__lstage *ls = &f->ls[i];
+    if (!kp__reserve_wait(f, &ls->copies_out, ls->copy_quota)) return NULL;
+    size_t n = atomic_fetch_add_explicit(&f->in_flight, 1, memory_order_acquire) + 1;
+    kp__atomic_max(&f->max_in_flight, n);
+    kp__fframe *fr = kp__free_pop(f);
+    fr->copy_of = (uint16_t)(i + 1);
+    return fr;
 }
 
 kp_status kp__frame_buffer(struct kp_flow *f, kp__fframe *fr) {
@@ -111,7 +132,7 @@ kp_status kp__flow_make_frames(struct kp_flow *f, bool staging) {
     size_t m = f->n_frames;
     if (f->budget && f->frame_bytes && f->budget / f->frame_bytes < m)
         m = f->budget / f->frame_bytes;
-    f->frame_limit = m;
+    f->frame_limit = m; /* above copy_reserve: kp__check_budget saw to it */
     for (size_t i = f->n_frames - m; i < f->n_frames; i++)
         KP_CHECK(kp__frame_buffer(f, &f->frames[i]));
     return KP_OK;

@@ -273,7 +273,9 @@ kp_status kp_flow_write_dot(kp_flow_t f, const char *path) {
         if (ls->source && ls->n_rep > 1) fprintf(fp, "\\n%zu streams", ls->n_rep);
         if (!ls->source && ls->n_rep > 1) fprintf(fp, "\\n%zu replicas", ls->n_rep);
         if (s->batch_fn) fprintf(fp, "\\nbatch %zu, deadline %u us", s->max_batch, s->deadline_us);
-        if (ls->n_out > 1) fprintf(fp, "\\nsplit by %s", kp_route_str(ls->route));
+        if (ls->n_out > 1)
+            fprintf(fp, ls->route == KP_ROUTE_COPY ? "\\ncopies to all" : "\\nsplit by %s",
+                    kp_route_str(ls->route));
         fprintf(fp, "\"%s];\n",
                 ls->source   ? ", shape=invhouse"
                 : !ls->n_out ? ", shape=house"
@@ -288,7 +290,9 @@ kp_status kp_flow_write_dot(kp_flow_t f, const char *path) {
             fprintf(fp, " -> ");
             kp__dot_name(fp, f->st[f->ls[ls->out[k]].first].name);
             fprintf(fp, " [label=\"%zu, %s", q->cap, kp_queue_policy_str(q->policy));
-            if (ls->n_out > 1)
+            if (ls->n_out > 1 && ls->route == KP_ROUTE_COPY)
+                fprintf(fp, k ? "\\na copy" : "\\nthe frame");
+            else if (ls->n_out > 1)
                 fprintf(fp, "\\n%s %% %zu == %zu", kp_route_str(ls->route), ls->n_out, k);
             fprintf(fp, "\"];\n");
         }

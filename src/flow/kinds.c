@@ -38,6 +38,7 @@ const char *kp_route_str(kp_route r) {
     switch (r) {
     case KP_ROUTE_STREAM: return "stream";
     case KP_ROUTE_USER0: return "user0";
+    case KP_ROUTE_COPY: return "copy";
     }
     return "invalid";
 }

@@ -53,6 +53,12 @@
 #define KP__REP_DEPTH 2      /* frames a replica has on its device at most: one runs, one waits */
 #define KP__PROBE_N 8        /* frames timed per way of an automatic hand-over */
 #define KP__CARRY_US 20      /* kp_flow_config.carry_us 0 */
+/* A stage that copies its frames to several stages (KP_ROUTE_COPY) has up
+ * to this many copies per stage downstream and per thread in flight, from
+ * frames set apart for it: the frames upstream of it can never starve it
+ * of frames to copy into (which would stop the flow), and a copy waits
+ * only for the stages downstream. */
+#define KP__COPY_DEPTH 2
 /* Carrying into a stage (kp__stage) costs the carrying thread the stage's
  * run; queueing the frame instead costs it a store while the stage's thread
  * is awake, a futex wake (a system call) while it sleeps. So a stage
@@ -77,6 +83,7 @@ typedef struct kp__fframe {
      * run was timed (KP__TIME_EVERY); 0: not sampled for the stream's
      * end-to-end latency (kp_flow_stream_stats) */
     double made_us;
+    uint16_t copy_of; /* a copy made by logical stage copy_of - 1 (KP_ROUTE_COPY); 0: none */
     _Atomic uint32_t next_free;           /* the free stack's next: index + 1; 0: none */
 } kp__fframe;
 
@@ -217,6 +224,8 @@ typedef struct kp__lstage {
     size_t ro_cap;
     uint64_t ro_next; /* the ticket to pass on next */
     bool ro_pushing;  /* a replica is passing frames on */
+    size_t copy_quota;            /* KP_ROUTE_COPY: its copies in flight at most */
+    _Atomic size_t copies_out;    /* ... and now */
     bool ro_init;
 } kp__lstage;
 
@@ -258,6 +267,7 @@ struct kp_flow {
      * holds), so the stack then has a frame for it. */
     _Atomic uint64_t free_top;
     size_t frame_limit;
+    size_t copy_reserve; /* of frame_limit, set apart for copies: the copy_quota of all stages */
     kp__wake freed;
     _Atomic size_t in_flight, max_in_flight; /* bytes: these times frame_bytes */
     _Atomic uint64_t done, dropped;
@@ -368,6 +378,9 @@ void kp__queue_counts(kp__queue *q, size_t *depth, uint64_t *pushed);
 void kp__frame_put(struct kp_flow *f, kp__fframe *fr, bool dropped);
 /* Takes a free frame within the budget; NULL once cancelled. */
 kp__fframe *kp__frame_take(struct kp_flow *f);
+/* A frame for a copy by logical stage i (KP_ROUTE_COPY), within its
+ * copy_quota; NULL once the flow is cancelled. */
+kp__fframe *kp__frame_take_copy(struct kp_flow *f, size_t i);
 /* A frame's buffers, one on each device of the flow from its pool, kept
  * for the flow's life. Creation gives them to every frame that can be in
  * flight at once; a frame past that (the budget's doing) gets its own here,
