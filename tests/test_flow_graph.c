@@ -511,6 +511,19 @@ static void json_graphs(void **state) {
     assert_non_null(strstr(text, "\"split\" -> \"y\" [label=\"4, block\\nstream % 2 == 1\"]"));
     assert_non_null(strstr(text, "3 streams"));
     assert_non_null(strstr(text, "split by stream"));
+    /* a queue without a capacity holds one frame of each stream that reaches it */
+    const char *many = "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": "
+                       "\"synthetic\", \"frames\": 2, \"shape\": [8], \"streams\": 9},"
+                       "{\"name\": \"b\", \"source\": \"synthetic\", \"frames\": 2, "
+                       "\"shape\": [8]}, {\"name\": \"p\", \"split\": \"stream\", \"from\": "
+                       "[\"a\", \"b\"]}, {\"name\": \"x\", \"sink\": \"null\"}, {\"name\": "
+                       "\"y\", \"sink\": \"null\", \"from\": \"b\"}]}";
+    KPT_OK(kp_flow_create_from_json(g_dev, many, &f));
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(h.queues[2].capacity, 10);
+    assert_int_equal(h.queues[3].capacity, 10);
+    assert_int_equal(h.queues[4].capacity, 4); /* one stream: the default */
+    kp_flow_destroy(f);
 
     static const struct {
         const char *json, *want;

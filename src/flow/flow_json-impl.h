@@ -18,6 +18,7 @@ typedef struct kp__flow_build {
     const char *from[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_STAGES]; /* into the document */
     bool sink[KP_FLOW_MAX_STAGES];
     size_t n_rep[KP_FLOW_MAX_STAGES];
+    size_t streams_in[KP_FLOW_MAX_STAGES]; /* the source streams that reach each stage */
     kp__stage_made made[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS]; /* one per replica */
     void *users[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS];
     kp_device_t rep_devs[KP_FLOW_MAX_STAGES][KP_FLOW_MAX_REPLICAS];

@@ -14,7 +14,8 @@
  * file, relative to the flow file, or a spec inline), a split or a sink.
  * A stage takes frames from the stage before it, or from the stages its
  * "from" names (a name or a list: flows as graphs); sinks end every path.
- * A queue defaults to capacity 4, policy block. Syntax errors name line and
+ * A queue defaults to capacity 4 (or one per source stream that reaches
+ * it, where more do), policy block. Syntax errors name line and
  * column; every other error names the JSON path. */
 #include <errno.h>
 #include <jansson.h>
@@ -35,9 +36,15 @@ static kp_status kp__only_keys(json_t *obj, const char *path, const char *const 
     return KP_OK;
 }
 
-static kp_status kp__queue(json_t *q, const char *path, kp_flow_stage *st) {
+/* A queue's capacity and policy. Without a capacity it holds
+ * KP__DEFAULT_CAPACITY frames, or one of each stream that reaches it where
+ * more streams do (`streams`): streams that start together (cameras, files
+ * opened at once) deliver their frames together, and a smaller queue would
+ * drop or stall them at every such burst. */
+static kp_status kp__queue(json_t *q, const char *path, size_t streams, kp_flow_stage *st) {
     static const char *const keys[] = {"capacity", "policy", NULL};
-    st->queue_capacity = KP__DEFAULT_CAPACITY;
+    st->queue_capacity = streams > KP__DEFAULT_CAPACITY ? streams : KP__DEFAULT_CAPACITY;
+    if (st->queue_capacity > 1024) st->queue_capacity = 1024; /* the most a queue holds */
     st->policy = KP_QUEUE_BLOCK;
     if (!q) return KP_OK;
     char sub[96];
@@ -319,6 +326,18 @@ static kp_status kp__stage_made_all(kp__flow_build *b, json_t *s, const char *pa
     return KP_OK;
 }
 
+/* The source streams that reach stage i (not a source): those of its
+ * inputs, "from" or the stage before (a name not yet known counts none;
+ * the check of the graph names it). */
+static void kp__streams_in(kp__flow_build *b, size_t i) {
+    size_t n = 0;
+    if (!b->st[i].n_from) n = i ? b->streams_in[i - 1] : 0;
+    for (size_t k = 0; k < b->st[i].n_from; k++)
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(b->names[j], b->st[i].from[k]) == 0) n += b->streams_in[j];
+    b->streams_in[i] = n;
+}
+
 /* Each stage's role, queue and placement in order; sources and pipelines
  * made as they come, sinks after them all. */
 static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
@@ -356,7 +375,10 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
         KP_CHECK(kp__from(b, json_object_get(s, "from"), path, i));
         char qpath[80];
         snprintf(qpath, sizeof qpath, "%s.queue", path);
-        if (!src) KP_CHECK(kp__queue(json_object_get(s, "queue"), qpath, &b->st[i]));
+        if (!src) {
+            kp__streams_in(b, i);
+            KP_CHECK(kp__queue(json_object_get(s, "queue"), qpath, b->streams_in[i], &b->st[i]));
+        }
         size_t n_rep = 1;
         uint32_t deadline_us = 0;
         KP_CHECK(kp__placement(b, s, path, i, pipe, &n_rep));
@@ -364,6 +386,7 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
         b->n = i + 1;
         b->n_rep[i] = n_rep;
         if (!snk) KP_CHECK(kp__stage_made_all(b, s, path, i, n_rep, &deadline_us));
+        if (src) b->streams_in[i] = b->st[i].streams > 1 ? b->st[i].streams : 1;
     }
     /* sinks last: they size what they keep by the largest frame any
      * source or pipeline makes */
