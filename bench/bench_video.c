@@ -15,6 +15,10 @@
  *                 pace with no drop; against the hand loop on 1 and 7
  *                 threads at once.
  *
+ *                 FFmpeg's own NVDEC path (ffmpeg_nvdec) in 1 and 7
+ *                 processes; a batched pipeline for all streams against a
+ *                 pipeline tick per frame, with each stream's latency.
+ *
  *   bench_video DIR [FRAMES_1080 FRAMES_2160]   (DIR: where clips are made)
  *   bench_video DIR streams [FRAMES]            (many streams only) */
 #include <math.h>
@@ -23,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <ffnvcodec/dynlink_loader.h>
 #include <libavcodec/avcodec.h>
@@ -443,6 +448,11 @@ static void bench_clip(const char *dir, int w, int h, int n, int64_t bitrate) {
     remove(y4m);
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* --- many streams ------------------------------------------------------------------ */
 typedef struct hand_thread {
     const char *path;
@@ -490,10 +500,8 @@ static void streams_row(const char *clip, int n, bool realtime, int frames_per_s
              "{\"kpipe_flow\": 1, \"stages\": ["
              "{\"name\": \"cams\", \"source\": \"video\", \"path\": \"%s\", \"decoder\": "
              "\"nvdec\", \"streams\": %d, \"realtime\": %s},"
-             "{\"name\": \"null\", \"sink\": \"null\", \"queue\": {\"capacity\": %d, "
-             "\"policy\": \"%s\"}}]}",
-             clip, n, realtime ? "true" : "false", realtime ? 1024 : 64,
-             realtime ? "drop_newest" : "block");
+             "{\"name\": \"null\", \"sink\": \"null\", \"queue\": {\"policy\": \"%s\"}}]}",
+             clip, n, realtime ? "true" : "false", realtime ? "drop_newest" : "block");
     size_t before = device_used();
     double t0 = now_s();
     kp_flow_t f;
@@ -533,49 +541,99 @@ static void streams_row(const char *clip, int n, bool realtime, int frames_per_s
 
 /* Decode -> resize to 640x360 -> NV12 to RGB (f32) for n streams of the
  * clip: one batched pipeline tick for up to n frames (the batch stage
- * resizes each frame into its slot), against a pipeline tick per frame
- * (resize and nv12_rgb as modules). Frames/s, and the pipeline stage's
- * host and device time per run (a batch, or a frame). */
+ * resizes every frame into its slot with one launch), against a pipeline
+ * tick per frame (resize and nv12_rgb as modules). As fast as decoded, and
+ * paced at 30 frames/s a stream (realtime). Frames/s, the pipeline
+ * stage's host and device time per run (a batch, or a frame), and each
+ * stream's end-to-end latency (source to the work done on the device,
+ * kp_flow_stream_stats): the median over the streams of their p50, and
+ * the largest p99. */
 static void batch_rows(const char *clip, int n) {
     char json[4096];
     printf("\n| %d streams of 1080p: decode -> resize 640x360 -> nv12_rgb | frames/s | runs | "
-           "host p50 / p99 us per run | device p50 / p99 us per run |\n|---|---|---|---|---|\n",
+           "host p50 / p99 us per run | device p50 / p99 us per run | latency per stream: "
+           "median p50 / worst p99, ms |\n|---|---|---|---|---|---|\n",
            n);
-    for (int batched = 1; batched >= 0; batched--) {
-        if (batched)
-            snprintf(json, sizeof json,
-                     "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cams\", \"source\": "
-                     "\"video\", \"path\": \"%s\", \"decoder\": \"nvdec\", \"streams\": %d},"
-                     "{\"name\": \"net\", \"queue\": {\"capacity\": %d}, \"batch\": {\"max\": "
-                     "%d, \"deadline_us\": 20000, \"resize\": [640, 360]}, \"pipeline\": "
-                     "{\"kpipe_spec\": 1, \"name\": \"b\", \"execution\": \"graph\", "
-                     "\"modules\": [{\"type\": \"nv12_rgb\", \"id\": \"rgb\", \"params\": "
-                     "{\"width\": 640, \"height\": 360, \"batch\": %d}}], \"inputs\": {\"x\": "
-                     "\"rgb.input\"}, \"outputs\": {\"y\": \"rgb.output\"}}},"
-                     "{\"name\": \"out\", \"sink\": \"null\"}]}",
-                     clip, n, 2 * n, n, n);
-        else
-            snprintf(json, sizeof json,
-                     "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cams\", \"source\": "
-                     "\"video\", \"path\": \"%s\", \"decoder\": \"nvdec\", \"streams\": %d},"
-                     "{\"name\": \"net\", \"queue\": {\"capacity\": %d}, \"pipeline\": "
-                     "{\"kpipe_spec\": 1, \"name\": \"f\", \"execution\": \"graph\", "
-                     "\"modules\": [{\"type\": \"resize\", \"id\": \"rs\", \"params\": "
-                     "{\"width\": 1920, \"height\": 1080, \"out_width\": 640, \"out_height\": "
-                     "360}}, {\"type\": \"nv12_rgb\", \"id\": \"rgb\", \"params\": {\"width\": "
-                     "640, \"height\": 360}}], \"connections\": [\"rs.output -> rgb.input\"], "
-                     "\"inputs\": {\"x\": \"rs.input\"}, \"outputs\": {\"y\": \"rgb.output\"}}},"
-                     "{\"name\": \"out\", \"sink\": \"null\"}]}",
-                     clip, n, 2 * n);
-        kp_flow_snapshot h;
-        double fps = run_flow(json, &h, false);
-        const kp_flow_stage_stats *st = &h.stages[1];
-        printf("| %s | %.0f | %llu | %.1f / %.1f | %.1f / %.1f |\n",
-               batched ? "one batched pipeline (up to 16 frames a tick, 20 ms deadline)"
-                       : "a pipeline tick per frame",
-               fps, (unsigned long long)(batched ? st->batches : st->in), st->host_p50_us,
-               st->host_p99_us, st->gpu_p50_us, st->gpu_p99_us);
+    for (int paced = 0; paced < 2; paced++)
+        for (int batched = 1; batched >= 0; batched--) {
+            if (batched)
+                snprintf(json, sizeof json,
+                         "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cams\", \"source\": "
+                         "\"video\", \"path\": \"%s\", \"decoder\": \"nvdec\", \"streams\": "
+                         "%d, \"realtime\": %s},"
+                         "{\"name\": \"net\", \"queue\": {\"capacity\": %d}, \"batch\": "
+                         "{\"max\": %d, \"deadline_us\": 20000, \"resize\": [640, 360]}, "
+                         "\"pipeline\": {\"kpipe_spec\": 1, \"name\": \"b\", \"execution\": "
+                         "\"graph\", \"modules\": [{\"type\": \"nv12_rgb\", \"id\": \"rgb\", "
+                         "\"params\": {\"width\": 640, \"height\": 360, \"batch\": %d}}], "
+                         "\"inputs\": {\"x\": \"rgb.input\"}, \"outputs\": {\"y\": "
+                         "\"rgb.output\"}}},"
+                         "{\"name\": \"out\", \"sink\": \"null\"}]}",
+                         clip, n, paced ? "true" : "false", 2 * n, n, n);
+            else
+                snprintf(json, sizeof json,
+                         "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cams\", \"source\": "
+                         "\"video\", \"path\": \"%s\", \"decoder\": \"nvdec\", \"streams\": "
+                         "%d, \"realtime\": %s},"
+                         "{\"name\": \"net\", \"queue\": {\"capacity\": %d}, \"pipeline\": "
+                         "{\"kpipe_spec\": 1, \"name\": \"f\", \"execution\": \"graph\", "
+                         "\"modules\": [{\"type\": \"resize\", \"id\": \"rs\", \"params\": "
+                         "{\"width\": 1920, \"height\": 1080, \"out_width\": 640, "
+                         "\"out_height\": 360}}, {\"type\": \"nv12_rgb\", \"id\": \"rgb\", "
+                         "\"params\": {\"width\": 640, \"height\": 360}}], \"connections\": "
+                         "[\"rs.output -> rgb.input\"], \"inputs\": {\"x\": \"rs.input\"}, "
+                         "\"outputs\": {\"y\": \"rgb.output\"}}},"
+                         "{\"name\": \"out\", \"sink\": \"null\"}]}",
+                         clip, n, paced ? "true" : "false", 2 * n);
+            kp_flow_t f;
+            CHECK(kp_flow_create_from_json(g_dev, json, &f));
+            double t0 = now_s();
+            CHECK(kp_flow_start(f));
+            CHECK(kp_flow_wait(f));
+            double t = now_s() - t0;
+            kp_flow_snapshot h;
+            CHECK(kp_flow_health(f, &h));
+            kp_flow_stream_stats ss[64];
+            size_t m = 0;
+            CHECK(kp_flow_streams(f, ss, 64, &m));
+            double p50[64], worst = 0;
+            for (size_t i = 0; i < m; i++) {
+                p50[i] = ss[i].latency_p50_us;
+                if (ss[i].latency_p99_us > worst) worst = ss[i].latency_p99_us;
+            }
+            qsort(p50, m, sizeof p50[0], cmp_double);
+            const kp_flow_stage_stats *st = &h.stages[1];
+            printf("| %s, %s | %.0f | %llu | %.1f / %.1f | %.1f / %.1f | %.2f / %.2f |\n",
+                   batched ? "one batched pipeline (up to 16 frames a tick, 20 ms deadline)"
+                           : "a pipeline tick per frame",
+                   paced ? "every stream at 30 frames/s" : "as fast as decoded", h.frames_done / t,
+                   (unsigned long long)(batched ? st->batches : st->in), st->host_p50_us,
+                   st->host_p99_us, st->gpu_p50_us, st->gpu_p99_us,
+                   m ? p50[(m - 1) / 2] / 1e3 : 0.0, worst / 1e3);
+            kp_flow_destroy(f);
+        }
+}
+
+/* FFmpeg's NVDEC path (ffmpeg_nvdec, beside this program) in k processes:
+ * frames/s, or -1 where it cannot run. */
+static double ffmpeg_nvdec(const char *clip, int k) {
+    char exe[1024], cmd[2048];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return -1;
+    exe[len] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return -1;
+    *slash = '\0';
+    snprintf(cmd, sizeof cmd, "%s/ffmpeg_nvdec '%s' %d 2>/dev/null", exe, clip, k);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    double fps = -1;
+    char line[256];
+    while (fgets(line, sizeof line, p)) {
+        const char *at = strstr(line, "s: ");
+        if (at) fps = atof(at + 3);
     }
+    return pclose(p) == 0 ? fps : -1;
 }
 
 static void bench_streams(const char *dir, int frames) {
@@ -592,6 +650,10 @@ static void bench_streams(const char *dir, int frames) {
            "sample's way), frames/s | mapped after each parse call, 8 spare surfaces, a "
            "non-blocking stream, frames/s |\n|---|---|---|\n");
     printf("| 1 | %.0f | %.0f |\n| 7 | %.0f | %.0f |\n", one, one_d, seven, seven_d);
+    const double ff1 = ffmpeg_nvdec(clip, 1), ff7 = ffmpeg_nvdec(clip, 7);
+    printf("\n| FFmpeg's NVDEC path (libavcodec hwaccel cuda, frames left on the device), "
+           "processes at once | frames/s |\n|---|---|\n| 1 | %.0f |\n| 7 | %.0f |\n",
+           ff1, ff7);
     if (seven_d > seven) seven = seven_d; /* the better hand loop is the baseline */
     printf("\n| kpipe: one video source | frames/s | drops | real time | wall | device MiB "
            "per stream | ms to open per stream |\n|---|---|---|---|---|---|---|\n");
@@ -601,7 +663,8 @@ static void bench_streams(const char *dir, int frames) {
            seven);
     /* every stream starts at once on the same clip: their frames fall due
      * together, a burst of n frames each 33 ms, which the sink's queue
-     * (1024, dropping the newest when full) must hold */
+     * (dropping the newest when full; by default one frame of each stream)
+     * must hold */
     const int rt[] = {64, 140, 150, 180};
     for (int i = 0; i < 4; i++) streams_row(clip, rt[i], true, frames);
     batch_rows(clip, 16);
@@ -643,11 +706,6 @@ static void bench_parallel(const char *dir, int frames) {
         }
         remove(clip);
     }
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* A decoder for each of many short clips (1080p and 720p in turn): open,
