@@ -1,7 +1,7 @@
 /* Flows over several devices: the hand-over of a frame made on one device
  * to a stage on another (copy, in place or staged, "auto" timing both
- * ways), and replicated stages (their room on the device, the ring that
- * puts their frames back in order). */
+ * ways), and replicated stages' room on the device (route.c puts their
+ * frames back in order). */
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -71,99 +71,6 @@ void kp__flow_probe_decide(kp__stage *s) {
                 "%.1f us in place)",
                 s->name, kp_device_name(s->ctx.dev), kp_device_name(s->flow->devs[p->from]),
                 in_place < copy ? "in place" : "by copy", copy * 1e3, in_place * 1e3);
-}
-
-/* A copy of fr in a frame of its own, on s's device, for another stage
- * downstream (KP_ROUTE_COPY); NULL when the flow is cancelled, or after
- * failing it. */
-static kp__fframe *kp__copy_frame(kp__stage *s, kp__fframe *fr) {
-    struct kp_flow *f = s->flow;
-    kp__fframe *c = kp__frame_take_copy(f, s->index);
-    if (!c) return NULL;
-    kp_status st = kp__frame_buffer(f, c);
-    const size_t bytes = fr->f.bytes, capacity = c->f.capacity;
-    void *data = kp__frame_data(c, s->dev_i);
-    if (st == KP_OK && bytes > capacity)
-        st = kp__error(KP_ERR_MISMATCH, "frame %llu: %zu bytes in use, past its capacity (%zu)",
-                       (unsigned long long)fr->f.seq, bytes, capacity);
-    /* the frame's work may be on another replica's stream; the copy's last
-     * user (the frame came back from a sink) may still read it */
-    if (st == KP_OK && bytes && fr->ev_dev >= 0)
-        st = kp_stream_wait_event(s->ctx.stream, fr->ev[fr->ev_dev]);
-    if (st == KP_OK && bytes && c->ev_dev >= 0)
-        st = kp_stream_wait_event(s->ctx.stream, c->ev[c->ev_dev]);
-    if (st == KP_OK && bytes) st = kp_memcpy_async(s->ctx.stream, data, fr->f.data, bytes);
-    if (st == KP_OK && bytes) st = kp_event_record(c->ev[s->dev_i], s->ctx.stream);
-    if (st != KP_OK) {
-        kp__frame_put(f, c, false);
-        kp__flow_fail(f, s, st);
-        return NULL;
-    }
-    c->f = fr->f;
-    c->f.data = data;
-    c->f.capacity = capacity;
-    c->loc = s->dev_i;
-    c->ev_dev = bytes ? s->dev_i : -1;
-    c->made_us = fr->made_us;
-    return c;
-}
-
-void kp__flow_pass_on(kp__stage *s, kp__fframe *fr) {
-    struct kp_flow *f = s->flow;
-    const kp__lstage *ls = &f->ls[s->index];
-    if (ls->n_out > 1 && ls->route == KP_ROUTE_COPY) {
-        bool copied = false;
-        for (size_t k = 1; k < ls->n_out; k++) {
-            kp__fframe *c = kp__copy_frame(s, fr);
-            if (!c) break;
-            copied = copied || c->ev_dev >= 0;
-            kp__queue_push(f, &f->q[ls->out[k]], c);
-        }
-        /* the copies read the frame on s's stream: its next writer waits for them */
-        if (copied) {
-            kp_status st = kp_event_record(fr->ev[s->dev_i], s->ctx.stream);
-            if (st != KP_OK) kp__flow_fail(f, s, st);
-            fr->ev_dev = s->dev_i;
-        }
-        kp__queue_push(f, &f->q[ls->out[0]], fr);
-        return;
-    }
-    if (ls->n_out == 1) {
-        kp__queue_push(f, &f->q[ls->out[0]], fr);
-        return;
-    }
-    if (ls->n_out) {
-        uint64_t key = ls->route == KP_ROUTE_USER0 ? (uint64_t)fr->f.user[0] : fr->f.stream;
-        kp__queue_push(f, &f->q[ls->out[key % ls->n_out]], fr);
-        return;
-    }
-    if (fr->made_us > 0) kp__flow_latency_end(s, fr);
-    atomic_fetch_add(&f->done, 1);
-    kp__frame_put(f, fr, false);
-}
-
-void kp__flow_forward(kp__stage *s, kp__fframe *fr) {
-    struct kp_flow *f = s->flow;
-    kp__lstage *ls = &f->ls[s->index];
-    kp__bump(&s->out, 1);
-    if (ls->n_rep == 1) {
-        kp__flow_pass_on(s, fr);
-        return;
-    }
-    pthread_mutex_lock(&ls->ro_mu);
-    ls->ro[fr->ticket % ls->ro_cap] = fr;
-    if (!ls->ro_pushing) {
-        ls->ro_pushing = true;
-        kp__fframe *next;
-        while ((next = ls->ro[ls->ro_next % ls->ro_cap]) != NULL) {
-            ls->ro[ls->ro_next++ % ls->ro_cap] = NULL;
-            pthread_mutex_unlock(&ls->ro_mu);
-            kp__flow_pass_on(s, next);
-            pthread_mutex_lock(&ls->ro_mu);
-        }
-        ls->ro_pushing = false;
-    }
-    pthread_mutex_unlock(&ls->ro_mu);
 }
 
 kp_status kp__flow_replica_room(kp__stage *s) {

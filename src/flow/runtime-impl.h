@@ -399,12 +399,6 @@ kp_status kp__flow_handoff(kp__stage *s, kp__fframe *fr);
  * stays (in place only where it is faster). A failed measurement keeps
  * the copy. */
 void kp__flow_probe_decide(kp__stage *s);
-/* Passes a processed frame on, or finishes it at the sink. A replicated
- * stage's frames go on in ticket order: a frame done out of turn waits in
- * the ring, and one replica at a time passes on what is in turn, without
- * holding the ring's lock while it pushes (which may block). The ring never
- * overflows: its tickets are of frames in flight, fewer than its size. */
-void kp__flow_forward(kp__stage *s, kp__fframe *fr);
 /* A replica takes its next frame only once its device has finished all
  * but KP__REP_DEPTH - 1 of its earlier ones: frames then go to the replica
  * whose device has room, not to the thread that happens to ask first (the
@@ -422,7 +416,13 @@ kp_status kp__flow_resolve_handoffs(struct kp_flow *f, kp__stage *s, kp_handoff 
 /* Frames left in the reordering rings at a stop go back to the free list. */
 void kp__flow_ring_drain(struct kp_flow *f, kp__lstage *ls);
 
-/* --- stage threads (stage.c) ------------------------------------------- */
+/* --- where a frame goes, and failing (route.c) -------------------------- */
+/* Passes a processed frame on, or finishes it at the sink. A replicated
+ * stage's frames go on in ticket order: a frame done out of turn waits in
+ * the ring, and one replica at a time passes on what is in turn, without
+ * holding the ring's lock while it pushes (which may block). The ring never
+ * overflows: its tickets are of frames in flight, fewer than its size. */
+void kp__flow_forward(kp__stage *s, kp__fframe *fr);
 /* A frame done at s's logical stage goes on downstream (routed when
  * several stages are), or, at a sink, back to the free list, its stream's
  * end-to-end latency sampled (kp__flow_latency_end). */
@@ -435,6 +435,8 @@ void kp__flow_latency_end(kp__stage *s, kp__fframe *fr);
 void kp__flow_wake_all(struct kp_flow *f);
 /* The first error wins; it cancels the flow. */
 void kp__flow_fail(struct kp_flow *f, kp__stage *s, kp_status st);
+
+/* --- stage threads (stage.c) ------------------------------------------- */
 /* Reads a completed device-time measurement; false while it is running.
  * `force` (after the streams are synchronised) reads it regardless. */
 bool kp__flow_gpu_harvest(kp__stage *s, struct kp__gpu_slot *g, bool force);

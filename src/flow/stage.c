@@ -1,6 +1,7 @@
 /* Flows' stage threads: the source's, a stage's and a micro-batching
  * stage's loops, each run timed on the host and (sampled) on the device;
- * errors, which stop the flow; and the set-up of a stage's thread state. */
+ * carrying frames through stages; and the set-up of a stage's thread
+ * state. Where a frame goes next, and failing the flow: route.c. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -9,70 +10,12 @@
 
 #include "runtime-impl.h"
 
-void kp__flow_wake_all(struct kp_flow *f) {
-    for (size_t i = 0; i < f->n; i++)
-        if (!f->ls[i].source) kp__queue_close(&f->q[i]);
-    kp__wake_all(&f->freed);
-}
-
-void kp__flow_fail(struct kp_flow *f, kp__stage *s, kp_status st) {
-    pthread_mutex_lock(&f->mu);
-    if (f->status == KP_OK) {
-        f->status = st;
-        snprintf(f->error, sizeof f->error, "stage \"%s\": %s", s->name,
-                 kp_last_error()[0] ? kp_last_error() : kp_status_str(st));
-    }
-    pthread_mutex_unlock(&f->mu);
-    atomic_store(&f->cancel, true);
-    kp__flow_wake_all(f);
-}
-
 static void kp__record_sample(_Atomic uint32_t *ring, _Atomic uint64_t *n, double us) {
     uint64_t k = atomic_load_explicit(n, memory_order_relaxed);
     kp__bump(n, 1); /* one writer: the stage's thread (or the waiter, after it) */
     double tenths = us * 10.0;
     atomic_store_explicit(&ring[k % KP__LAT_SAMPLES], tenths > 4e9 ? 4000000000u : (uint32_t)tenths,
                           memory_order_relaxed); /* a statistic: read for health only */
-}
-
-static void kp__stream_lat_record(struct kp_flow *f, uint32_t stream, double us) {
-    if (stream >= f->n_streams) return;
-    /* several threads may end one stream's frames: each takes its own index */
-    uint64_t k = atomic_fetch_add_explicit(&f->stream_nlat[stream], 1, memory_order_relaxed);
-    double tenths = us * 10.0;
-    atomic_store_explicit(&f->stream_lat[(size_t)stream * KP__STREAM_LAT + k % KP__STREAM_LAT],
-                          tenths > 4e9 ? 4000000000u
-                          : tenths < 0 ? 0
-                                       : (uint32_t)tenths,
-                          memory_order_relaxed);
-}
-
-/* Runs on the device's host-function thread once the frame's work is done. */
-static void kp__lat_stamp(void *user) {
-    struct kp__lat_slot *l = user;
-    kp__stream_lat_record(l->flow, l->stream, kp__now_us() - l->made_us);
-    atomic_store_explicit(&l->busy, false, memory_order_release);
-}
-
-void kp__flow_latency_end(kp__stage *s, kp__fframe *fr) {
-    struct kp_flow *f = s->flow;
-    if (fr->ev_dev < 0) {
-        kp__stream_lat_record(f, fr->f.stream, kp__now_us() - fr->made_us);
-        return;
-    }
-    struct kp__lat_slot *l = &s->lat_pend[s->lat_pend_next % KP__LAT_PENDING];
-    if (atomic_load_explicit(&l->busy, memory_order_acquire)) return; /* the device is behind */
-    s->lat_pend_next++;
-    l->flow = f;
-    l->made_us = fr->made_us;
-    l->stream = fr->f.stream;
-    atomic_store_explicit(&l->busy, true, memory_order_relaxed);
-    /* the frame's work may be on another replica's stream: this one waits for it */
-    if (kp_stream_wait_event(s->ctx.stream, fr->ev[fr->ev_dev]) != KP_OK ||
-        kp_launch_host_func(s->ctx.stream, kp__lat_stamp, l) != KP_OK) {
-        kp_clear_error(); /* the sample is lost; the stream reports its own error */
-        atomic_store_explicit(&l->busy, false, memory_order_relaxed);
-    }
 }
 
 /* Whether this run of s is timed on the host (KP__TIME_EVERY): every run
