@@ -296,8 +296,10 @@ static double read_loop(const char *path, kp_video_decoder dec, long *frames) {
     return read_loop_n(path, dec, 0, frames);
 }
 
-/* Runs a flow; frames/s, with its health. */
-static double run_flow(const char *json, kp_flow_snapshot *h, bool print) {
+/* Runs a flow; frames/s, with its health and (ss: up to cap, their
+ * number into *n) its streams' figures. */
+static double run_flow_streams(const char *json, kp_flow_snapshot *h, kp_flow_stream_stats *ss,
+                               size_t cap, size_t *n) {
     kp_flow_t f;
     CHECK(kp_flow_create_from_json(g_dev, json, &f));
     double t0 = now_s();
@@ -305,14 +307,20 @@ static double run_flow(const char *json, kp_flow_snapshot *h, bool print) {
     CHECK(kp_flow_wait(f));
     double t = now_s() - t0;
     CHECK(kp_flow_health(f, h));
+    if (ss) CHECK(kp_flow_streams(f, ss, cap, n));
+    kp_flow_destroy(f);
+    return h->frames_done / t;
+}
+
+/* Runs a flow; frames/s, with its health. */
+static double run_flow(const char *json, kp_flow_snapshot *h, bool print) {
+    double fps = run_flow_streams(json, h, NULL, 0, NULL);
     if (print)
         for (size_t i = 0; i < h->n_stages; i++)
             printf("    %-8s device p50 %8.1f us, host p50 %8.1f us, copies h2d %llu d2h %llu\n",
                    h->stages[i].name, h->stages[i].gpu_p50_us, h->stages[i].host_p50_us,
                    (unsigned long long)h->stages[i].copies.htod,
                    (unsigned long long)h->stages[i].copies.dtoh);
-    double fps = h->frames_done / t;
-    kp_flow_destroy(f);
     return fps;
 }
 
@@ -585,17 +593,10 @@ static void batch_rows(const char *clip, int n) {
                          "\"outputs\": {\"y\": \"rgb.output\"}}},"
                          "{\"name\": \"out\", \"sink\": \"null\"}]}",
                          clip, n, paced ? "true" : "false", 2 * n);
-            kp_flow_t f;
-            CHECK(kp_flow_create_from_json(g_dev, json, &f));
-            double t0 = now_s();
-            CHECK(kp_flow_start(f));
-            CHECK(kp_flow_wait(f));
-            double t = now_s() - t0;
             kp_flow_snapshot h;
-            CHECK(kp_flow_health(f, &h));
             kp_flow_stream_stats ss[64];
             size_t m = 0;
-            CHECK(kp_flow_streams(f, ss, 64, &m));
+            const double fps = run_flow_streams(json, &h, ss, 64, &m);
             double p50[64], worst = 0;
             for (size_t i = 0; i < m; i++) {
                 p50[i] = ss[i].latency_p50_us;
@@ -606,11 +607,10 @@ static void batch_rows(const char *clip, int n) {
             printf("| %s, %s | %.0f | %llu | %.1f / %.1f | %.1f / %.1f | %.2f / %.2f |\n",
                    batched ? "one batched pipeline (up to 16 frames a tick, 20 ms deadline)"
                            : "a pipeline tick per frame",
-                   paced ? "every stream at 30 frames/s" : "as fast as decoded", h.frames_done / t,
+                   paced ? "every stream at 30 frames/s" : "as fast as decoded", fps,
                    (unsigned long long)(batched ? st->batches : st->in), st->host_p50_us,
                    st->host_p99_us, st->gpu_p50_us, st->gpu_p99_us,
                    m ? p50[(m - 1) / 2] / 1e3 : 0.0, worst / 1e3);
-            kp_flow_destroy(f);
         }
 }
 

@@ -123,14 +123,23 @@ static kp_flow_stage stage(const char *name, kp_flow_stage_fn fn, void *user) {
     return s;
 }
 
-static kp_flow_t make(kp_flow_stage *st, size_t n) {
+/* A flow of the stages, frames of FLOATS floats, a budget of that many
+ * frames (0: none), tracing that many events (0: not traced). */
+static kp_status make_with(kp_flow_stage *st, size_t n, size_t budget_frames, size_t trace,
+                           kp_flow_t *f) {
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.dev = g_dev;
     cfg.stages = st;
     cfg.n_stages = n;
     cfg.frame_bytes = FLOATS * sizeof(float);
+    cfg.budget_bytes = budget_frames * cfg.frame_bytes;
+    cfg.trace_events = trace;
+    return kp_flow_create(&cfg, f);
+}
+
+static kp_flow_t make(kp_flow_stage *st, size_t n) {
     kp_flow_t f = NULL;
-    KPT_OK(kp_flow_create(&cfg, &f));
+    KPT_OK(make_with(st, n, 0, 0, &f));
     return f;
 }
 
@@ -305,14 +314,8 @@ static void latency_per_stream(void **state) {
         kp_flow_stage st[3] = {stage("cams", source, &g), stage("hold", hold_1ms, NULL),
                                stage("late", late_sink, NULL)};
         st[0].streams = 2;
-        kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
-        cfg.dev = g_dev;
-        cfg.stages = st;
-        cfg.n_stages = 3;
-        cfg.frame_bytes = FLOATS * sizeof(float);
-        cfg.trace_events = traced ? 1024 : 0;
         kp_flow_t f = NULL;
-        KPT_OK(kp_flow_create(&cfg, &f));
+        KPT_OK(make_with(st, 3, 0, traced ? 1024 : 0, &f));
         run(f);
         kp_flow_stream_stats ss[2];
         size_t n = 0;
@@ -612,14 +615,8 @@ static void copy_fan_out(void **state) {
         st[1].route = KP_ROUTE_COPY;
         st[3].from = st[5].from = from_tee;
         st[3].n_from = st[5].n_from = 1;
-        kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
-        cfg.dev = g_dev;
-        cfg.stages = st;
-        cfg.n_stages = 6;
-        cfg.frame_bytes = FLOATS * sizeof(float);
-        cfg.budget_bytes = budget ? 5 * cfg.frame_bytes : 0;
         kp_flow_t f = NULL;
-        KPT_OK(kp_flow_create(&cfg, &f));
+        KPT_OK(make_with(st, 6, budget ? 5 : 0, 0, &f));
         run(f);
         kp_flow_snapshot h;
         KPT_OK(kp_flow_health(f, &h));
@@ -644,14 +641,8 @@ static void copy_fan_out(void **state) {
     st[1].route = KP_ROUTE_COPY;
     st[3].from = from_tee;
     st[3].n_from = 1;
-    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
-    cfg.dev = g_dev;
-    cfg.stages = st;
-    cfg.n_stages = 4;
-    cfg.frame_bytes = FLOATS * sizeof(float);
-    cfg.budget_bytes = 2 * cfg.frame_bytes;
     kp_flow_t f = (kp_flow_t)1;
-    KPT_FAILS(kp_flow_create(&cfg, &f), KP_ERR_INVALID_ARG);
+    KPT_FAILS(make_with(st, 4, 2, 0, &f), KP_ERR_INVALID_ARG);
     assert_non_null(strstr(kp_last_error(), "(\"tee\" and any before it) set 2 apart for copies"));
     assert_null(f);
     /* the JSON form: two null sinks each get all 3 x 20 frames */
