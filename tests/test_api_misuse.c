@@ -299,6 +299,10 @@ static void stream_and_event_calls(void **state) {
     KPT_FAILS(kp_memcpy_async(s, NULL, x, 4), BAD);
     KPT_FAILS(kp_memset_async(NULL, x, 0, 4), BAD);
     KPT_FAILS(kp_memset_async(s, NULL, 0, 4), BAD);
+    KPT_FAILS(kp_memcpy2d_async(NULL, x, 8, x, 8, 4, 2), BAD);
+    KPT_FAILS(kp_memcpy2d_async(s, x, 8, NULL, 8, 4, 2), BAD);
+    KPT_FAILS(kp_memcpy2d_async(s, x, 2, x, 8, 4, 2), BAD); /* pitch below the width */
+    KPT_FAILS(kp_memcpy2d_async(s, x, SIZE_MAX, x, 8, 4, 3), BAD);
     kpt_affine_params ap = {NULL, 1, 1, 0};
     kp_launch l = kpt_launch_1d(&kpt_affine, &ap, 1);
     KPT_FAILS(kp_launch_kernel(NULL, &l), BAD);

@@ -403,10 +403,20 @@ static void padding_and_slicing(void **state) {
     assert_int_equal(s.invalidations, 2); /* the buffers grew under both graphs */
     assert_int_equal(s.graphs, 2);        /* one was updated into the new key */
     assert_int_equal(s.stale, 1);
-    /* an inner dimension padded: rows copied one by one, the output a strided view */
+    /* an inner dimension padded: the rows copied by one 2-D copy, the output
+     * a strided view */
     for (int64_t w = 1; w <= 4; w++) {
         int64_t sh[2] = {3, w};
         KPT_OK(run_axpy(c, &b, 2, sh, 2, 1, 0));
+    }
+    /* deeper: a 2-D copy for each index of the dimensions further out,
+     * and one of a single row */
+    for (int64_t w = 1; w <= 5; w += 2) {
+        int64_t sh3[3] = {3, 2, w}, sh4[4] = {2, 2, 3, w}, one[3] = {3, 1, w};
+        KPT_OK(run_axpy(c, &b, 3, sh3, 4, 1, 0));
+        KPT_OK(run_axpy(c, &b, 4, sh4, 8, 3, 0));
+        KPT_OK(run_axpy(c, &b, 3, one, 4, 2, 0));
+        KPT_OK(run_axpy(c, &b, 3, sh3, 2, 1, 0)); /* the middle one padded */
     }
     bufs_close(&b);
     kp_graph_cache_destroy(c);
@@ -521,7 +531,7 @@ static void fallback_keeps_the_byte_bound(void **state) {
     kp_graph_cache_destroy(c);
 }
 
-/* An inner dimension padded takes one copy per row, at most
+/* An inner dimension padded has one run per row, at most
  * KP_GRAPH_MAX_COPY_RUNS: one row past it is refused, and the refused
  * call changes nothing (no capture, no update, no counter). */
 static void padding_rows_bound_refuses_cleanly(void **state) {

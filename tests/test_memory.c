@@ -1,4 +1,4 @@
-/* Memory layer: tensors and views, fills, the caching allocators' rules,
+/* Memory layer: tensors and views, fills, 2-D copies, the caching allocators' rules,
  * cross-stream reuse, the buffer pool's steady state. argv[1]: cpu (default)
  * or cuda (exit 77 = SKIP without a GPU). */
 #include <pthread.h>
@@ -6,6 +6,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
 #include <cmocka.h>
 
 #include "support/kp_test.h"
@@ -17,6 +19,101 @@ static kp_alloc_stats stats_of(kp_allocator_t a) {
     kp_alloc_stats s;
     KPT_OK(kp_allocator_stats(a, &s));
     return s;
+}
+
+/* kp_memcpy2d_async: host (pageable or pinned) -> device -> device -> host,
+ * at 1x1, odd widths and pitches, 1 M and 16 M bytes; new and reused
+ * buffers; every byte checked, the pitch padding of every destination left
+ * as it was; the same copy captured into a graph and launched; bad
+ * arguments refused with nothing done. */
+static void copy_2d(void **state) {
+    static const size_t geo[][4] = {/* width, height, src pitch, dst pitch */
+                                    {1, 1, 1, 1},
+                                    {7, 5, 9, 13},
+                                    {1, 1000, 3, 1},
+                                    {4096, 256, 4096, 4160},
+                                    {16384, 1024, 16400, 16384}};
+    kp_stream_t s;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    for (size_t gi = 0; gi < sizeof geo / sizeof geo[0]; gi++)
+        for (int pinned = 0; pinned < 2; pinned++) {
+            const size_t w = geo[gi][0], h = geo[gi][1], sp = geo[gi][2], dp = geo[gi][3];
+            const size_t sb = sp * (h - 1) + w, db = dp * (h - 1) + w;
+            unsigned char *src = NULL, *back = NULL;
+            if (pinned) {
+                KPT_OK(kp_malloc_host(g_dev, sb, (void **)&src));
+                KPT_OK(kp_malloc_host(g_dev, db, (void **)&back));
+            } else {
+                src = malloc(sb);
+                back = malloc(db);
+            }
+            void *d1, *d2;
+            KPT_OK(kp_malloc(g_dev, db, &d1));
+            KPT_OK(kp_malloc(g_dev, db, &d2));
+            for (int round = 0; round < 2; round++) { /* the same buffers again */
+                for (size_t i = 0; i < sb; i++) src[i] = (unsigned char)(i * 7 + gi + round);
+                KPT_OK(kp_memset_async(s, d1, 0xA5, db));
+                KPT_OK(kp_memset_async(s, d2, 0x5A, db));
+                KPT_OK(kp_memcpy2d_async(s, d1, dp, src, sp, w, h));
+                KPT_OK(kp_memcpy2d_async(s, d2, dp, d1, dp, w, h));
+                memset(back, 0x11, db);
+                KPT_OK(kp_memcpy2d_async(s, back, dp, d2, dp, w, h));
+                KPT_OK(kp_stream_sync(s));
+                size_t bad = 0;
+                for (size_t r = 0; r < h; r++)
+                    for (size_t x = 0; x < w; x++) bad += back[r * dp + x] != src[r * sp + x];
+                for (size_t r = 0; r + 1 < h; r++) /* the padding: not written */
+                    for (size_t x = w; x < dp; x++) bad += back[r * dp + x] != 0x11;
+                assert_int_equal(bad, 0);
+            }
+            kp_free(g_dev, d1);
+            kp_free(g_dev, d2);
+            if (pinned) {
+                kp_free_host(g_dev, src);
+                kp_free_host(g_dev, back);
+            } else {
+                free(src);
+                free(back);
+            }
+        }
+    /* captured, then launched: device to device */
+    void *a, *b;
+    unsigned char hb[64 * 8], ha[64 * 8];
+    KPT_OK(kp_malloc(g_dev, sizeof hb, &a));
+    KPT_OK(kp_malloc(g_dev, sizeof hb, &b));
+    for (size_t i = 0; i < sizeof ha; i++) ha[i] = (unsigned char)(i * 3);
+    KPT_OK(kp_memcpy_htod(g_dev, a, ha, sizeof ha));
+    KPT_OK(kp_memset_async(s, b, 0, sizeof hb));
+    KPT_OK(kp_stream_sync(s));
+    kp_graph_t g;
+    kp_graph_exec_t ge;
+    KPT_OK(kp_stream_begin_capture(s));
+    KPT_OK(kp_memcpy2d_async(s, b, 64, a, 32, 20, 8));
+    KPT_OK(kp_stream_end_capture(s, &g));
+    KPT_OK(kp_graph_instantiate(g, &ge));
+    KPT_OK(kp_graph_exec_launch(ge, s));
+    KPT_OK(kp_stream_sync(s));
+    KPT_OK(kp_memcpy_dtoh(g_dev, hb, b, sizeof hb));
+    for (size_t r = 0; r < 8; r++)
+        for (size_t x = 0; x < 64; x++)
+            assert_int_equal(hb[r * 64 + x], x < 20 ? ha[r * 32 + x] : 0);
+    kp_graph_exec_destroy(ge);
+    kp_graph_destroy(g);
+    /* refused, nothing done */
+    KPT_FAILS(kp_memcpy2d_async(s, b, 8, a, 32, 20, 2), KP_ERR_INVALID_ARG);
+    assert_non_null(strstr(kp_last_error(), "below the width 20"));
+    KPT_FAILS(kp_memcpy2d_async(s, NULL, 64, a, 32, 20, 2), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_memcpy2d_async(NULL, b, 64, a, 32, 20, 2), KP_ERR_INVALID_ARG);
+    KPT_FAILS(kp_memcpy2d_async(s, b, SIZE_MAX / 2, a, 32, 20, 4), KP_ERR_INVALID_ARG);
+    KPT_OK(kp_memcpy2d_async(s, NULL, 0, NULL, 0, 0, 5)); /* nothing to do */
+    KPT_OK(kp_stream_sync(s));
+    KPT_OK(kp_memcpy_dtoh(g_dev, hb, b, sizeof hb));
+    for (size_t r = 0; r < 8; r++)
+        for (size_t x = 0; x < 64; x++)
+            assert_int_equal(hb[r * 64 + x], x < 20 ? ha[r * 32 + x] : 0);
+    kp_free(g_dev, a);
+    kp_free(g_dev, b);
+    kp_stream_destroy(s);
 }
 
 static void views_share_memory(void **state) {
@@ -373,6 +470,7 @@ int main(int argc, char **argv) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(views_share_memory),
+        cmocka_unit_test(copy_2d),
         cmocka_unit_test(zeros_and_ones),
         cmocka_unit_test(caching_rules),
         cmocka_unit_test(budget_and_oom_message),

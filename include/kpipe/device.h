@@ -263,6 +263,13 @@ kp_status kp_stream_query(kp_stream_t s, bool *idle);
 kp_device_t kp_stream_device(kp_stream_t s);
 /* Async copy in any direction (memory from this device or pinned host). */
 kp_status kp_memcpy_async(kp_stream_t s, void *dst, const void *src, size_t bytes);
+/* Async copy of `height` rows of `width` bytes, row i from src + i *
+ * src_pitch to dst + i * dst_pitch, in any direction as kp_memcpy_async:
+ * one operation on the stream (cuda: cudaMemcpy2DAsync), counted as one
+ * copy of width * height bytes. Pitches at least the width; nothing to do
+ * when width or height is 0. */
+kp_status kp_memcpy2d_async(kp_stream_t s, void *dst, size_t dst_pitch, const void *src,
+                            size_t src_pitch, size_t width, size_t height);
 /* Async fill of `bytes` bytes with `value`. */
 kp_status kp_memset_async(kp_stream_t s, void *dst, int value, size_t bytes);
 /* Launches a kernel on the stream. */

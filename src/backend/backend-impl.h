@@ -43,6 +43,10 @@ struct kp_device_i {
     kp_status (*stream_query)(void *ctx, void *s, bool *idle);
     kp_status (*memcpy_async)(void *ctx, void *s, void *dst, const void *src, size_t bytes);
     kp_status (*memset_async)(void *ctx, void *s, void *dst, int value, size_t bytes);
+    /* Optional: rows of a 2-D copy as one operation (kp_memcpy2d_async,
+     * arguments checked); default: one memcpy_async a row. */
+    kp_status (*memcpy2d_async)(void *ctx, void *s, void *dst, size_t dpitch, const void *src,
+                                size_t spitch, size_t width, size_t height);
     kp_status (*launch)(void *ctx, void *s, const kp_launch *l);
     kp_status (*host_func)(void *ctx, void *s, void (*fn)(void *), void *user);
     /* Optional: the native stream handle; default NULL. */

@@ -319,6 +319,31 @@ kp_status kp_memcpy_async(kp_stream_t s, void *dst, const void *src, size_t byte
     return KP__CALL(s, memcpy_async, s->h.impl, dst, src, bytes);
 }
 
+kp_status kp_memcpy2d_async(kp_stream_t s, void *dst, size_t dst_pitch, const void *src,
+                            size_t src_pitch, size_t width, size_t height) {
+    KP_API_ENTRY();
+    KP__HANDLE(s, "stream");
+    if (width == 0 || height == 0) return KP_OK;
+    KP_ARG_CHECK(dst && src);
+    if (dst_pitch < width || src_pitch < width)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_memcpy2d_async: pitches %zu (dst) and %zu (src) below the width %zu",
+                         dst_pitch, src_pitch, width);
+    const size_t pitch = dst_pitch > src_pitch ? dst_pitch : src_pitch;
+    if ((height - 1) > (SIZE_MAX - width) / pitch || width > SIZE_MAX / height)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_memcpy2d_async: %zu rows of pitch %zu pass the address space", height,
+                         pitch);
+    kp__count_copy(s->h.dev, dst, src, width * height);
+    if (s->h.dev->iface->memcpy2d_async)
+        return KP__CALL(s, memcpy2d_async, s->h.impl, dst, dst_pitch, src, src_pitch, width,
+                        height);
+    for (size_t i = 0; i < height; i++)
+        KP_CHECK(KP__CALL(s, memcpy_async, s->h.impl, (char *)dst + i * dst_pitch,
+                          (const char *)src + i * src_pitch, width));
+    return KP_OK;
+}
+
 kp_status kp_memset_async(kp_stream_t s, void *dst, int value, size_t bytes) {
     KP_API_ENTRY();
     KP__HANDLE(s, "stream");

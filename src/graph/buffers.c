@@ -70,16 +70,22 @@ kp_status kp__gc_copy_in(kp_graph_cache_t c, const kp__gcall *g, size_t p, kp_st
     kp__copy_plan plan;
     if (kp__gc_plan_copy(a, pd, &plan) == 0) return KP_OK;
     const char *src = (const char *)in->data + a->offset * (int64_t)es;
-    if (plan.inner < 0) return kp_memcpy_async(s, c->buf[p], src, (size_t)plan.run_elems * es);
-    for (int64_t r = 0; r < plan.runs; r++) {
-        int64_t dst_off = 0, rem = r;
-        for (int k = plan.inner - 1; k >= 0; k--) {
+    const size_t run = (size_t)plan.run_elems * es;
+    if (plan.inner <= 0) return kp_memcpy_async(s, c->buf[p], src, run); /* one run */
+    /* the runs along the dimension just outside the padded one are one 2-D
+     * copy (rows of `run` bytes, the padded layout's pitch); one such copy
+     * for each index of the dimensions further out */
+    const int o = plan.inner - 1;
+    const int64_t rows = a->shape[o];
+    const size_t dpitch = rows > 1 ? (size_t)pd->strides[o] * es : run; /* one row: any */
+    for (int64_t r = 0; r < plan.runs; r += rows) {
+        int64_t dst_off = 0, rem = r / rows;
+        for (int k = o - 1; k >= 0; k--) {
             dst_off += (rem % a->shape[k]) * pd->strides[k];
             rem /= a->shape[k];
         }
-        KP_CHECK(kp_memcpy_async(s, (char *)c->buf[p] + dst_off * (int64_t)es,
-                                 src + r * plan.run_elems * (int64_t)es,
-                                 (size_t)plan.run_elems * es));
+        KP_CHECK(kp_memcpy2d_async(s, (char *)c->buf[p] + dst_off * (int64_t)es, dpitch,
+                                   src + r * (int64_t)run, run, run, (size_t)rows));
     }
     return KP_OK;
 }

@@ -23,6 +23,7 @@ typedef enum kp__cpu_work_kind {
     KP__WORK_KERNEL,
     KP__WORK_COPY,
     KP__WORK_SET,
+    KP__WORK_COPY2D,
     KP__WORK_HOST,
     KP__WORK_EMPTY,
     KP__WORK_CHILD, /* graph nodes only */
@@ -44,6 +45,11 @@ typedef struct kp__cpu_work {
             int value;
             size_t bytes;
         } set;
+        struct {
+            void *dst;
+            const void *src;
+            size_t dpitch, spitch, width, height;
+        } copy2d;
         struct {
             void (*fn)(void *);
             void *user;
@@ -141,6 +147,8 @@ kp_status kp__cpu_stream_sync(void *ctx, void *s);
 kp_status kp__cpu_stream_query(void *ctx, void *s, bool *idle);
 kp_status kp__cpu_memcpy_async(void *ctx, void *s, void *dst, const void *src, size_t bytes);
 kp_status kp__cpu_memset_async(void *ctx, void *s, void *dst, int value, size_t bytes);
+kp_status kp__cpu_memcpy2d_async(void *ctx, void *s, void *dst, size_t dpitch, const void *src,
+                                 size_t spitch, size_t width, size_t height);
 kp_status kp__cpu_launch(void *ctx, void *s, const kp_launch *l);
 kp_status kp__cpu_host_func(void *ctx, void *s, void (*fn)(void *), void *user);
 kp_status kp__cpu_event_create(void *ctx, bool timing, void **out);

@@ -20,8 +20,10 @@ static size_t kp__cpu_block_after(const kp__cpu_device *d, uintptr_t p) {
     size_t lo = 0, hi = d->n_blocks;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (d->blocks[mid].lo <= p) lo = mid + 1;
-        else hi = mid;
+        if (d->blocks[mid].lo <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }
@@ -121,6 +123,7 @@ static const kp_device_i kp__cpu_iface = {
     .memcpy_async = kp__cpu_memcpy_async,
     .is_device_memory = kp__cpu_is_device_memory,
     .memset_async = kp__cpu_memset_async,
+    .memcpy2d_async = kp__cpu_memcpy2d_async,
     .launch = kp__cpu_launch,
     .host_func = kp__cpu_host_func,
     .event_create = kp__cpu_event_create,

@@ -249,6 +249,11 @@ void kp__cpu_work_run(kp__cpu_device *dev, const kp__cpu_work *w) {
     case KP__WORK_KERNEL: kp__cpu_kcall_run(dev->pool, &w->u.kernel); break;
     case KP__WORK_COPY: memmove(w->u.copy.dst, w->u.copy.src, w->u.copy.bytes); break;
     case KP__WORK_SET: memset(w->u.set.dst, w->u.set.value, w->u.set.bytes); break;
+    case KP__WORK_COPY2D:
+        for (size_t i = 0; i < w->u.copy2d.height; i++)
+            memmove((char *)w->u.copy2d.dst + i * w->u.copy2d.dpitch,
+                    (const char *)w->u.copy2d.src + i * w->u.copy2d.spitch, w->u.copy2d.width);
+        break;
     case KP__WORK_HOST: w->u.host.fn(w->u.host.user); break;
     case KP__WORK_EMPTY: break;
     case KP__WORK_CHILD:

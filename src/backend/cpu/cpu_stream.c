@@ -45,7 +45,7 @@ struct kp__cpu_stream {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t work, progress;
-    uint64_t head, tail; /* ops submitted, ops completed (under mu) */
+    uint64_t head, tail;      /* ops submitted, ops completed (under mu) */
     _Atomic uint64_t pending; /* head - tail, for a query without the lock */
     bool stop;
     /* capture state: touched only by the capturing thread */
@@ -285,6 +285,13 @@ kp_status kp__cpu_device_sync(void *ctx) {
 
 kp_status kp__cpu_memcpy_async(void *ctx, void *sp, void *dst, const void *src, size_t bytes) {
     kp__cpu_work w = {.kind = KP__WORK_COPY, .u.copy = {dst, src, bytes}};
+    return kp__cpu_submit(sp, &w);
+}
+
+kp_status kp__cpu_memcpy2d_async(void *ctx, void *sp, void *dst, size_t dpitch, const void *src,
+                                 size_t spitch, size_t width, size_t height) {
+    kp__cpu_work w = {.kind = KP__WORK_COPY2D,
+                      .u.copy2d = {dst, src, dpitch, spitch, width, height}};
     return kp__cpu_submit(sp, &w);
 }
 

@@ -1,6 +1,7 @@
 /* The cuda device: memory, streams, events and kernel launch through the
  * CUDA runtime. Streams are non-blocking: they never synchronize implicitly
  * with the legacy default stream. */
+#include <limits.h>
 #include <stdio.h>
 
 #include "cuda-impl.h"
@@ -163,6 +164,20 @@ static kp_status kp__cuda_memcpy_async(void *ctx, void *s, void *dst, const void
     return KP_OK;
 }
 
+static kp_status kp__cuda_memcpy2d_async(void *ctx, void *s, void *dst, size_t dpitch,
+                                         const void *src, size_t spitch, size_t width,
+                                         size_t height) {
+    /* the driver takes pitches up to 2^31 - 1 (cudaDeviceProp.memPitch) */
+    if (dpitch > INT_MAX || spitch > INT_MAX) {
+        for (size_t i = 0; i < height; i++)
+            KP_CHECK(kp__cuda_memcpy_async(ctx, s, (char *)dst + i * dpitch,
+                                           (const char *)src + i * spitch, width));
+        return KP_OK;
+    }
+    KP_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, s));
+    return KP_OK;
+}
+
 /* Device or managed memory of any device (a copy from another GPU is not a
  * host copy); host memory, pinned or not, is not. */
 static bool kp__cuda_is_device_memory(void *ctx, const void *ptr) {
@@ -301,6 +316,7 @@ static const kp_device_i kp__cuda_iface = {
     .stream_sync = kp__cuda_stream_sync,
     .stream_query = kp__cuda_stream_query,
     .memcpy_async = kp__cuda_memcpy_async,
+    .memcpy2d_async = kp__cuda_memcpy2d_async,
     .is_device_memory = kp__cuda_is_device_memory,
     .memset_async = kp__cuda_memset_async,
     .launch = kp__cuda_launch,
