@@ -104,8 +104,10 @@ typedef enum kp_route {
     /* to every downstream stage: the first takes the frame, each other a
      * copy in a frame of the flow's own (its bytes in use, kp_frame.bytes,
      * copied on the routing stage's stream, device to device; its fields
-     * as they are). A copy waits for a free frame like a source does, and
-     * counts as a frame of its own in frames_done and in drops. */
+     * as they are). A copying stage has up to 2 copies per branch (and per
+     * thread) in flight, from frames set apart for it (a budget must hold
+     * them); a copy waits only for its own branch, and counts as a frame
+     * of its own in frames_done and in drops. */
     KP_ROUTE_COPY = 2,
 } kp_route;
 
