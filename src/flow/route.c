@@ -30,12 +30,8 @@ static void kp__stream_lat_record(struct kp_flow *f, uint32_t stream, double us)
     if (stream >= f->n_streams) return;
     /* several threads may end one stream's frames: each takes its own index */
     uint64_t k = atomic_fetch_add_explicit(&f->stream_nlat[stream], 1, memory_order_relaxed);
-    double tenths = us * 10.0;
     atomic_store_explicit(&f->stream_lat[(size_t)stream * KP__STREAM_LAT + k % KP__STREAM_LAT],
-                          tenths > 4e9 ? 4000000000u
-                          : tenths < 0 ? 0
-                                       : (uint32_t)tenths,
-                          memory_order_relaxed);
+                          kp__tenths(us), memory_order_relaxed);
 }
 
 /* Runs on the device's host-function thread once the frame's work is done. */

@@ -316,6 +316,12 @@ static inline void kp__bump(_Atomic uint64_t *c, uint64_t n) {
                           memory_order_relaxed);
 }
 
+/* A time in microseconds as the latency rings keep it: tenths, clamped. */
+static inline uint32_t kp__tenths(double us) {
+    const double t = us * 10.0;
+    return t > 4e9 ? 4000000000u : t < 0 ? 0 : (uint32_t)t;
+}
+
 static inline void kp__atomic_max(_Atomic size_t *m, size_t v) {
     size_t cur = atomic_load(m);
     while (v > cur && !atomic_compare_exchange_weak(m, &cur, v)) {

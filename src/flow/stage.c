@@ -13,8 +13,7 @@
 static void kp__record_sample(_Atomic uint32_t *ring, _Atomic uint64_t *n, double us) {
     uint64_t k = atomic_load_explicit(n, memory_order_relaxed);
     kp__bump(n, 1); /* one writer: the stage's thread (or the waiter, after it) */
-    double tenths = us * 10.0;
-    atomic_store_explicit(&ring[k % KP__LAT_SAMPLES], tenths > 4e9 ? 4000000000u : (uint32_t)tenths,
+    atomic_store_explicit(&ring[k % KP__LAT_SAMPLES], kp__tenths(us),
                           memory_order_relaxed); /* a statistic: read for health only */
 }
 
