@@ -10,7 +10,12 @@
  *     the stream form and in the graph form (instantiate, which updates the
  *     graph of the iteration before, then launch).
  *   bench_tasks scaling DEVICE [MAX_LIVE]
- *     Time per submit with 10^3 .. 10^6 live regions in one buffer.
+ *     Time per submit with 10^3 .. 10^6 live regions in one buffer, beside
+ *     the floor of the same random updates: a hand-written lookup of each
+ *     region by halving in a sorted array of the live extents, and a write
+ *     of its new owner. It does no hazard work and keeps no task, so its
+ *     growth with the regions is what the memory hierarchy alone charges
+ *     for finding one of that many entries.
  *   bench_tasks overhead DEVICE NTASKS
  *     StarPU's tasks_overhead on kpipe: NTASKS tasks, each updating the same
  *     0, 1, 2 or 4 buffers and running an empty kernel, one stream (one
@@ -148,9 +153,44 @@ static void patterns(kp_device_t dev, int w, int steps, int repeat) {
 }
 
 /* --- inference with many live regions ------------------------------------------------ */
+
+/* The floor: m random updates of `live` regions of 64 bytes, each found by
+ * halving in a sorted array of their starts, its owner replaced; us each. */
+static double lookup_floor(int64_t live, int m) {
+    int64_t *lo = malloc((size_t)live * sizeof *lo);
+    uint64_t *owner = malloc((size_t)live * sizeof *owner);
+    if (!lo || !owner) {
+        fprintf(stderr, "bench_tasks: no memory for the floor\n");
+        exit(1);
+    }
+    for (int64_t i = 0; i < live; i++) lo[i] = i * 64, owner[i] = (uint64_t)i;
+    uint64_t seed = 12345, sum = 0;
+    double t0 = now_us();
+    for (int k = 0; k < m; k++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int64_t key = (int64_t)((seed >> 33) % (uint64_t)live) * 64, a = 0, b = live;
+        while (b - a > 1) {
+            int64_t c = a + (b - a) / 2;
+            if (lo[c] <= key)
+                a = c;
+            else
+                b = c;
+        }
+        sum += owner[a];
+        owner[a] = (uint64_t)k;
+    }
+    double us = (now_us() - t0) / m;
+    if (sum == 42) printf("#\n"); /* keeps the loop */
+    free(lo);
+    free(owner);
+    return us;
+}
+
 static void scaling(kp_device_t dev, int64_t max_live) {
-    printf("# time per submit against live regions, %s\n", kp_device_name(dev));
-    printf("%10s %14s %14s %12s\n", "live", "us/submit", "tests/submit", "regions_live");
+    printf("# time per submit against live regions, %s; floor: a lookup in a sorted array\n",
+           kp_device_name(dev));
+    printf("%10s %14s %14s %12s %12s\n", "live", "us/submit", "tests/submit", "regions_live",
+           "floor_us");
     for (int64_t live = 1000; live <= max_live; live *= 10) {
         kp_tasks_t t;
         kp_stream_t s;
@@ -188,9 +228,9 @@ static void scaling(kp_device_t dev, int64_t max_live) {
             KK(kp_tasks_run(t, s));
             KK(kp_stream_sync(s));
         }
-        printf("%10lld %14.3f %14.2f %12llu\n", (long long)live, us,
+        printf("%10lld %14.3f %14.2f %12llu %12.3f\n", (long long)live, us,
                (double)(after.overlap_tests - before.overlap_tests) / m,
-               (unsigned long long)after.regions_live);
+               (unsigned long long)after.regions_live, lookup_floor(live, 1000000));
         kp_free(dev, mem);
         kp_stream_destroy(s);
         kp_tasks_destroy(t);
