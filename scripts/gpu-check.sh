@@ -6,7 +6,7 @@
 # minutes; their rows collect in build-gpu/gpu-check.rows and the whole
 # table is printed after every call.
 #   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench] [taskbench] [hostpath]
-#                        [multigpu] [video] [streams] [parallel] [fusion] [python]
+#                        [multigpu] [video] [streams] [parallel] [fusion] [python] [remote]
 #   (none: all but multigpu, which needs two GPUs: the 2 x H200 machine)
 # Unpack carried Debian packages first (see docs/gpu-machine.md).
 set -uo pipefail
@@ -448,9 +448,29 @@ stage_python() {
   cat "$out/sample_c.txt"
 }
 
+# Remote queues against ucx_perftest (ucx-utils, carried in .devdeps), same
+# run: 64 KiB to 64 MiB frames on cpu and cuda, saturated and at half load;
+# test_remote under the sanitizers' builds is part of scripts/test.sh.
+stage_remote() {
+  local log="$out/remote.log" d
+  : >"$log"
+  if ! command -v ucx_perftest >/dev/null; then
+    row "remote vs ucx_perftest" FAIL "no ucx_perftest (carry ucx-utils)"; return 0
+  fi
+  for d in cpu cuda; do
+    timeout 240 bench/remote_vs_perftest.sh build-gpu $d 64 1024 8192 65536 >>"$log" 2>&1 \
+      && row "remote vs ucx_perftest ($d)" PASS "remote.log" \
+      || row "remote vs ucx_perftest ($d)" FAIL "see remote.log"
+  done
+  build-gpu/tests/test_remote >"$out/test_remote.log" 2>&1 \
+    && row "test_remote (cpu backend, GPU host)" PASS "$(grep -c ' OK ' "$out/test_remote.log") tests" \
+    || row "test_remote (cpu backend, GPU host)" FAIL "see test_remote.log"
+  cat "$log"
+}
+
 for stage in ${*:-build test sanitize soak bench cache flowbench taskbench}; do
   case $stage in
-    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams|parallel|fusion|python) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams|parallel|fusion|python|remote) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done

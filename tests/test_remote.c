@@ -277,6 +277,45 @@ static void order_and_every_element(void **state) {
     }
 }
 
+/* Frames in flight: 4 MiB frames leave while the next are sent (more than
+ * one on the wire at once), never more than the credits allow, in order
+ * and every element right; on cpu nothing is copied on either side (the
+ * frames trade buffers with the link). Then a slow receiving sink, odd
+ * frames and 8 credits: the window fills to the credits and no further. */
+static void frames_in_flight(void **state) {
+    (void)state;
+    const struct {
+        int n;
+        size_t capacity;
+        uint64_t frames;
+        long sink_sleep_us;
+    } runs[] = {{1 << 20, 4, 60, 0}, {4097, 8, 400, 300}};
+    for (size_t k = 0; k < 2; k++) {
+        int n = runs[k].n, port, rep;
+        size_t bytes = (size_t)n * sizeof(float);
+        rx_opts o = {n, runs[k].capacity, bytes, runs[k].sink_sleep_us, 0, 20000};
+        pid_t pid = fork_receiver(&o, &port, &rep);
+        side t = {0};
+        KPT_OK(sender(&t, n, runs[k].frames, port, bytes, 20000));
+        KPT_OK(kp_flow_start(t.flow));
+        KPT_OK(kp_flow_wait(t.flow));
+        kp_flow_remote_stats rs;
+        KPT_OK(kp_flow_remote(t.flow, 1, &rs));
+        assert_int_equal(rs.frames, runs[k].frames);
+        assert_true(rs.max_in_flight <= runs[k].capacity);
+        assert_true(rs.max_on_wire <= runs[k].capacity);
+        if (k == 0) assert_true(rs.max_on_wire >= 2);
+        if (k == 1) assert_int_equal(rs.max_in_flight, runs[k].capacity);
+        if (!strcmp(g_device, "cpu")) assert_true(rs.zero_copy);
+        side_close(&t);
+        report r = reap(pid, rep);
+        if (r.st != KP_OK) print_error("receiver: %s\n", r.error);
+        assert_int_equal(r.st, KP_OK);
+        assert_int_equal(r.seen, runs[k].frames);
+        assert_true(r.ordered && r.data_ok);
+    }
+}
+
 /* A slow receiver holds the sender back: no more than its capacity in
  * flight, and the sender waited for credits. */
 static void backpressure_across_the_link(void **state) {
@@ -657,11 +696,17 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     alarm(600); /* a hang fails the test rather than the run */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(order_and_every_element), cmocka_unit_test(backpressure_across_the_link),
-        cmocka_unit_test(cancel_from_the_sender),  cmocka_unit_test(cancel_from_the_receiver),
-        cmocka_unit_test(receiver_killed),         cmocka_unit_test(sender_killed),
-        cmocka_unit_test(refusals_and_timeouts),   cmocka_unit_test(json_errors),
-        cmocka_unit_test(c_form_misuse),           cmocka_unit_test(sender_cancelled_early_stress),
+        cmocka_unit_test(order_and_every_element),
+        cmocka_unit_test(frames_in_flight),
+        cmocka_unit_test(backpressure_across_the_link),
+        cmocka_unit_test(cancel_from_the_sender),
+        cmocka_unit_test(cancel_from_the_receiver),
+        cmocka_unit_test(receiver_killed),
+        cmocka_unit_test(sender_killed),
+        cmocka_unit_test(refusals_and_timeouts),
+        cmocka_unit_test(json_errors),
+        cmocka_unit_test(c_form_misuse),
+        cmocka_unit_test(sender_cancelled_early_stress),
         cmocka_unit_test(receiver_cancelled_early_stress),
     };
     return cmocka_run_group_tests_name(g_device, tests, NULL, NULL) ? 1 : 0;

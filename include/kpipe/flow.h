@@ -416,6 +416,12 @@ typedef struct kp_flow_remote_stats {
     uint64_t frames, bytes;
     uint64_t max_in_flight; /* sender: the most frames sent and not yet consumed */
     uint64_t credit_waits;  /* sender: frames that waited for the receiver to consume one */
+    /* frames trade buffers with the link, nothing copied (host frames, or
+     * direct, and the flow's frames on one device); false: through copies */
+    bool zero_copy;
+    /* sender: the most frames on the wire at once (sent, their sends not
+     * yet complete): frames leave while the next ones are sent */
+    uint64_t max_on_wire;
 } kp_flow_remote_stats;
 
 /* The two ends of a remote queue as stages, for flows made from C (the

@@ -14,6 +14,8 @@
 /* Hands the flow an object to free (with free_fn) once its threads have
  * stopped, in kp_flow_destroy; on failure free_fn(obj) has run. */
 kp_status kp__flow_own(kp_flow_t f, void *obj, void (*free_fn)(void *));
+/* The same for a device the flow runs on: closed after everything else. */
+kp_status kp__flow_own_device(kp_flow_t f, kp_device_t dev);
 
 /* The rules every flow's configuration obeys, whichever form made it: C
  * (kp_flow_create) or JSON, which calls this before creating, so the two
@@ -58,6 +60,19 @@ typedef struct kp__stage_made {
     size_t streams;
     void **stream_users;
 } kp__stage_made;
+
+/* Trading buffers with frames, for a stage that keeps buffers of its own
+ * in flight (a remote queue's end receives into them, or sends from them,
+ * while its frames go on): kp__flow_spare_buffer acquires a buffer like a
+ * frame's from the flow's pool (KP_ERR_UNSUPPORTED where frames have a
+ * buffer on several devices); kp__frame_trade gives `frame` (one the
+ * stage was handed) the buffer *b and *b the frame's old one. Only a
+ * source, or a stage with none downstream, trades: the bytes of a frame
+ * passed on go with it (KP_ERR_UNSUPPORTED for `stage` otherwise). A spare
+ * buffer goes back with kp_buffer_release before the flow is destroyed,
+ * which its owner's free function is (kp__flow_own). */
+kp_status kp__flow_spare_buffer(kp_flow_t f, size_t stage, kp_buffer_t *out);
+void kp__frame_trade(kp_frame *frame, kp_buffer_t *b);
 
 /* Source "synthetic": `frames` frames (0: until cancelled) of f32[shape],
  * element i of frame s = kp__pattern_value(s, i), written on the device. */

@@ -17,7 +17,16 @@ kp_status kp__flow_own(kp_flow_t f, void *obj, void (*free_fn)(void *)) {
         return kp__error(KP_ERR_INTERNAL, "flow: too many owned objects");
     }
     f->owned[f->n_owned].obj = obj;
+    f->owned[f->n_owned].device = false;
     f->owned[f->n_owned++].free_fn = free_fn;
+    return KP_OK;
+}
+
+static void kp__close_device(void *dev) { kp_device_close(dev); }
+
+kp_status kp__flow_own_device(kp_flow_t f, kp_device_t dev) {
+    KP_CHECK(kp__flow_own(f, dev, kp__close_device));
+    f->owned[f->n_owned - 1].device = true;
     return KP_OK;
 }
 
@@ -552,8 +561,13 @@ void kp_flow_destroy(kp_flow_t f) {
         kp_free_host(f->devs[0], fr->staging);
     }
     kp__free(f->frames);
+    /* stages' own first (they may hold spare buffers of the pools), the
+     * devices the pools live on last */
+    for (size_t i = f->n_owned; i-- > 0;)
+        if (!f->owned[i].device) f->owned[i].free_fn(f->owned[i].obj);
     for (size_t d = 0; d < f->n_devs; d++) kp_buffer_pool_destroy(f->pools[d]);
-    for (size_t i = f->n_owned; i-- > 0;) f->owned[i].free_fn(f->owned[i].obj);
+    for (size_t i = f->n_owned; i-- > 0;)
+        if (f->owned[i].device) f->owned[i].free_fn(f->owned[i].obj);
     kp__free(f->trace);
 #ifdef KP_HAVE_CUDA
     if (f->nvtx) nvtxDomainDestroy(f->nvtx);

@@ -401,8 +401,6 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
     return KP_OK;
 }
 
-static void kp__close_device(void *dev) { kp_device_close(dev); }
-
 /* Sinks end the graph: nothing takes frames from a sink, and every other
  * stage passes its frames to some stage (names already checked). */
 static kp_status kp__ends(const kp__flow_build *b, const kp_flow_config *cfg) {
@@ -476,9 +474,8 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
     KP_CHECK(kp__ends(b, &cfg));
     kp_status st = kp_flow_create(&cfg, out);
     if (st != KP_OK) return st;
-    /* the devices first: the flow frees what it owns last first */
     for (size_t k = 0; k < b->n_opened && st == KP_OK; k++)
-        st = kp__flow_own(*out, b->opened[k], kp__close_device);
+        st = kp__flow_own_device(*out, b->opened[k]);
     if (st == KP_OK) b->n_opened = 0;
     for (size_t i = 0; i < b->n && st == KP_OK; i++)
         for (size_t r = 0; r < KP_FLOW_MAX_REPLICAS && st == KP_OK; r++) {

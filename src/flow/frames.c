@@ -104,6 +104,25 @@ kp_status kp__frame_buffer(struct kp_flow *f, kp__fframe *fr) {
     return KP_OK;
 }
 
+kp_status kp__flow_spare_buffer(kp_flow_t f, size_t stage, kp_buffer_t *out) {
+    *out = NULL;
+    if (f->n_devs != 1 || !f->frame_bytes)
+        return kp__error(KP_ERR_UNSUPPORTED, "flow: frames with a buffer on %zu devices",
+                         f->n_devs);
+    if (stage >= f->n || (!f->ls[stage].source && f->ls[stage].n_out))
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "flow: stage %zu passes its frames on, their bytes with them", stage);
+    return kp_buffer_acquire(f->pools[0], f->frame_bytes, NULL, out);
+}
+
+void kp__frame_trade(kp_frame *frame, kp_buffer_t *b) {
+    kp__fframe *fr = (kp__fframe *)frame; /* a stage's frames are the flow's */
+    kp_buffer_t mine = fr->buf[0];
+    fr->buf[0] = *b;
+    *b = mine;
+    fr->f.data = kp_buffer_data(fr->buf[0]);
+}
+
 void *kp__frame_data(const kp__fframe *fr, int d) {
     return fr->buf[d] ? kp_buffer_data(fr->buf[d]) : NULL;
 }

@@ -21,10 +21,25 @@
  * while s < consumed + capacity, so no more than `capacity` frames are ever
  * in flight and a slow receiving flow holds the sender back.
  *
- * Frames travel through pinned host buffers: the sender copies a frame
- * into a slot and sends from there; the receiver copies from its slot into
- * the frame. Where UCX was built with CUDA support and the flow runs on
- * cuda, the slots are device memory and UCX moves them directly.
+ * Frames in flight: the sender posts a frame's sends and returns; the
+ * sends complete while it works on the next frames, or waits in its queue
+ * for them, because each end has a progress thread that moves the link
+ * (the worker is made for several threads). The stage's thread only tests
+ * its own operations; nothing waits for a frame to leave but the end of
+ * the stream, a full window of credits or a slot still in flight.
+ *
+ * Where UCX can reach the frames' memory (host memory on the cpu backend;
+ * device memory where UCX was built with CUDA support) and the flow's
+ * frames have one device, nothing is copied: the slots hold buffers of the
+ * flow's own pool, and a frame trades its buffer with a slot's
+ * (kp__frame_trade). The sender's frame leaves with a free slot's buffer
+ * while its own is on the wire; the receiver's receives land in the slots'
+ * buffers ahead of time, and a frame that arrives is handed on in the
+ * buffer it landed in, the frame's old buffer taking the next receive.
+ * Elsewhere (cuda without UCX's CUDA support) frames travel through pinned
+ * host slots: the sender copies a frame into one and sends from there, the
+ * next frame's copy running while the last is on the wire; the receiver
+ * copies from its slot into the frame.
  *
  * A lost peer (its process killed, the link down) fails the stage that
  * sees it, through UCX's peer error handling; nothing waits forever for a
@@ -32,11 +47,12 @@
 #ifndef KPIPE_FLOW_REMOTE_IMPL_H
 #define KPIPE_FLOW_REMOTE_IMPL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
-#include "flow-impl.h"
+#include "runtime-impl.h" /* kp__wake */
 
 #define KP__MAGIC 0x6b707271u /* "kprq" */
 #define KP__VERSION 1u
@@ -94,7 +110,8 @@ typedef struct kp__op {
 } kp__op;
 
 typedef struct kp__slot {
-    void *buf; /* frame_bytes of pinned host (or, direct, device) memory */
+    void *buf;        /* frame_bytes of pinned host (or, direct, device) memory */
+    kp_buffer_t pbuf; /* trading frames (r->trade): the pool's buffer buf is */
     kp__wire hdr;
     kp__op hdr_op, data_op;
     kp_event_t ev; /* receiver: its copy into the frame */
@@ -111,11 +128,21 @@ typedef struct kp__remote {
     bool direct;
     ucp_context_h ctx;
     ucp_worker_h worker;
+    bool trade;  /* frames trade buffers with the slots: nothing is copied */
     ucp_listener_h listener;
-    ucp_conn_request_h pending; /* a connection request not yet taken */
+    /* a connection request not yet taken, and whether one was: both set
+     * from UCX's callbacks, on whichever thread progressed the worker */
+    _Atomic(ucp_conn_request_h) pending;
+    _Atomic bool accepted;
     ucp_ep_h ep;
     int efd;
-    ucs_status_t failed; /* the endpoint's error, UCS_OK while it works */
+    _Atomic ucs_status_t failed; /* the endpoint's error, UCS_OK while it works */
+    /* the progress thread: moves the link while the stage's thread is
+     * away, and wakes the stage's thread (moved) when anything moved */
+    pthread_t progress;
+    bool progress_on;
+    _Atomic bool progress_stop;
+    kp__wake moved;
     bool ready;          /* the hello and welcome are through */
     kp__hello hello;
     kp__welcome welcome;
@@ -124,6 +151,7 @@ typedef struct kp__remote {
     size_t n_ctl;
     kp__slot *slots;
     uint64_t sent, consumed; /* sender: frames sent; the receiver's last credit */
+    uint64_t left;           /* sender: frames before it have all left */
     uint64_t next;           /* receiver: the next frame; consumed: slots reposted */
     bool eos_seen, cancel_seen, done_seen, bye_seen, cancel_answered;
     /* optional: work an end does each time round a wait (the receiver
@@ -131,7 +159,8 @@ typedef struct kp__remote {
     kp_status (*serve)(struct kp__remote *r);
     uint64_t eos_total;
     /* figures, read by kp_flow_remote from any thread */
-    _Atomic uint64_t frames, bytes, max_in_flight, credit_waits, credits;
+    _Atomic uint64_t frames, bytes, max_in_flight, credit_waits, credits, max_on_wire;
+    _Atomic bool zero_copy;
 } kp__remote;
 
 /* --- the link, shared by both ends (remote.c) ------------------------------ */
@@ -154,9 +183,10 @@ kp_status kp__remote_ep_create(kp__remote *r, ucp_conn_request_h req);
 /* Closes the endpoint: flushed when the stream ended well, else at once. */
 void kp__remote_ep_close(kp__remote *r, bool flush);
 void kp__remote_free(void *p);
-/* The slots: the receiver's at creation, the sender's once the welcome
- * has said how many. */
-kp_status kp__remote_make_slots(kp__remote *r);
+/* The slots, once the stream begins (the sender's once the welcome has
+ * said how many): buffers of the flow's pool where frames can trade with
+ * them (r->trade), else pinned host (or, direct, device) memory. */
+kp_status kp__remote_make_slots(kp__remote *r, const kp_stage_ctx *c);
 kp_status kp__remote_new(const kp__remote_end *e, kp__remote **out);
 /* After a last word to the peer (a cancel, a refusal): waits, up to a
  * second, until the peer has read it: it answers a cancel (CANCEL_SEEN),

@@ -25,10 +25,28 @@ double kp__remote_ms_now(void) {
 
 /* Progresses the worker; when nothing moved, spins a little, then sleeps
  * on its wake-up descriptor up to a millisecond (so the caller re-checks
- * the flow's cancel flag at least that often). */
-static void kp__poll_all(kp__remote *r);
+ * the flow's cancel flag at least that often). With a progress thread,
+ * the caller leaves the worker to it (two threads progressing one worker
+ * only contend for its lock): it takes what completed, or sleeps until
+ * the thread says something moved, up to a millisecond. */
+static bool kp__poll_all(kp__remote *r);
 
 void kp__remote_progress(kp__remote *r, bool *spun) {
+    if (r->progress_on) {
+        uint32_t key = kp__wake_prepare(&r->moved);
+        if (kp__poll_all(r) || atomic_load(&r->failed) != UCS_OK) {
+            kp__wake_cancel(&r->moved);
+            return;
+        }
+        struct timespec dl;
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        dl.tv_nsec += 1000000;
+        dl.tv_sec += dl.tv_nsec / 1000000000;
+        dl.tv_nsec %= 1000000000;
+        kp__wake_wait(&r->moved, key, &dl);
+        kp__poll_all(r);
+        return;
+    }
     if (ucp_worker_progress(r->worker)) {
         while (ucp_worker_progress(r->worker)) {
         }
@@ -49,28 +67,31 @@ void kp__remote_progress(kp__remote *r, bool *spun) {
 /* Operations run without completion callbacks: a request is tested after
  * each progress (kp__poll_all) and freed once it completes, so what a
  * receive got is read from the request itself whichever way it finished. */
-static void kp__op_poll(kp__op *op) {
-    if (!op->req) return;
+static bool kp__op_poll(kp__op *op) {
+    if (!op->req) return false;
     ucs_status_t s = op->recv ? ucp_tag_recv_request_test(op->req, &op->info)
                               : ucp_request_check_status(op->req);
-    if (s == UCS_INPROGRESS) return;
+    if (s == UCS_INPROGRESS) return false;
     op->status = s;
     if (op->recv && s == UCS_OK) op->length = op->info.length;
     ucp_request_free(op->req);
     op->req = NULL;
     op->done = true;
+    return true;
 }
 
-static void kp__poll_all(kp__remote *r) {
-    kp__op_poll(&r->hello_op);
-    kp__op_poll(&r->welcome_op);
-    kp__op_poll(&r->ctrl_op);
+/* Whether any operation completed. */
+static bool kp__poll_all(kp__remote *r) {
+    bool any = kp__op_poll(&r->hello_op);
+    any |= kp__op_poll(&r->welcome_op);
+    any |= kp__op_poll(&r->ctrl_op);
     for (size_t k = 0; k < sizeof r->ctl_send / sizeof r->ctl_send[0]; k++)
-        kp__op_poll(&r->ctl_send[k]);
+        any |= kp__op_poll(&r->ctl_send[k]);
     for (size_t k = 0; r->slots && k < r->capacity; k++) {
-        kp__op_poll(&r->slots[k].hdr_op);
-        kp__op_poll(&r->slots[k].data_op);
+        any |= kp__op_poll(&r->slots[k].hdr_op);
+        any |= kp__op_poll(&r->slots[k].data_op);
     }
+    return any;
 }
 
 /* Starts op from what the nbx call returned. */
@@ -217,11 +238,45 @@ void kp__remote_ep_close(kp__remote *r, bool flush) {
 
 static void kp__conn_cb(ucp_conn_request_h req, void *arg) {
     kp__remote *r = arg;
-    if (r->pending || r->ep) { /* one sender per remote source */
-        ucp_listener_reject(r->listener, req);
-        return;
+    ucp_conn_request_h none = NULL;
+    if (atomic_load(&r->accepted) || !atomic_compare_exchange_strong(&r->pending, &none, req))
+        ucp_listener_reject(r->listener, req); /* one sender per remote source */
+}
+
+/* The progress thread: progresses the worker; when nothing moved for a
+ * little while, sleeps on its wake-up descriptor (up to 10 ms, so a stop
+ * is seen; kp__progress_stop also signals the worker). It touches nothing
+ * of the end but the worker: the stage's thread tests its operations. */
+static void *kp__progress_main(void *arg) {
+    kp__remote *r = arg;
+    double busy_until = 0;
+    while (!atomic_load_explicit(&r->progress_stop, memory_order_acquire)) {
+        if (ucp_worker_progress(r->worker)) {
+            kp__wake_all(&r->moved);
+            busy_until = 0;
+            continue;
+        }
+        double now = kp__remote_ms_now();
+        if (busy_until == 0) busy_until = now + 0.05; /* a quick reply costs no wake-up */
+        if (now < busy_until) continue;
+        busy_until = 0;
+        if (r->efd >= 0 && ucp_worker_arm(r->worker) == UCS_OK) {
+            struct pollfd p = {r->efd, POLLIN, 0};
+            (void)poll(&p, 1, 10);
+        } else if (r->efd < 0) {
+            struct timespec t = {0, 50 * 1000};
+            nanosleep(&t, NULL);
+        }
     }
-    r->pending = req;
+    return NULL;
+}
+
+static void kp__progress_stop(kp__remote *r) {
+    if (!r->progress_on) return;
+    atomic_store_explicit(&r->progress_stop, true, memory_order_release);
+    (void)ucp_worker_signal(r->worker);
+    pthread_join(r->progress, NULL);
+    r->progress_on = false;
 }
 
 /* Takes in what the peer sent that nobody will receive now (frames after
@@ -251,6 +306,7 @@ static void kp__drain_unexpected(kp__remote *r) {
 void kp__remote_free(void *p) {
     kp__remote *r = p;
     if (!r) return;
+    kp__progress_stop(r);
     if (r->worker) {
         for (size_t k = 0; r->slots && k < r->capacity; k++) {
             kp__remote_op_cancel(r, &r->slots[k].hdr_op);
@@ -263,14 +319,17 @@ void kp__remote_free(void *p) {
             kp__remote_op_cancel(r, &r->ctl_send[k]);
         kp__remote_ep_close(r, false);
         kp__drain_unexpected(r);
-        if (r->pending) ucp_listener_reject(r->listener, r->pending);
+        ucp_conn_request_h req = atomic_exchange(&r->pending, NULL);
+        if (req) ucp_listener_reject(r->listener, req);
         if (r->listener) ucp_listener_destroy(r->listener);
         ucp_worker_destroy(r->worker);
     }
     if (r->ctx) ucp_cleanup(r->ctx);
     for (size_t k = 0; r->slots && k < r->capacity; k++) {
         kp_event_destroy(r->slots[k].ev);
-        if (r->direct)
+        if (r->slots[k].pbuf)
+            kp_buffer_release(r->slots[k].pbuf);
+        else if (r->direct)
             kp_free(r->dev, r->slots[k].buf);
         else
             kp_free_host(r->dev, r->slots[k].buf);
@@ -279,19 +338,33 @@ void kp__remote_free(void *p) {
     kp__free(r);
 }
 
-kp_status kp__remote_make_slots(kp__remote *r) {
+kp_status kp__remote_make_slots(kp__remote *r, const kp_stage_ctx *c) {
     if (!(r->slots = kp__calloc(r->capacity, sizeof *r->slots)))
         return kp__error(KP_ERR_OUT_OF_MEMORY, "remote: no memory for its slots");
+    /* UCX reaches the frames' own memory: host memory on cpu, device
+     * memory where it has CUDA support */
+    r->trade = r->frame_bytes && (r->direct || strcmp(kp_device_backend(r->dev), "cpu") == 0);
     for (size_t k = 0; k < r->capacity; k++) {
         kp__slot *sl = &r->slots[k];
         sl->hdr_op.done = sl->data_op.done = true;
         sl->hdr_op.status = sl->data_op.status = UCS_OK;
-        if (r->frame_bytes)
+        if (r->trade) {
+            kp_status st = kp__flow_spare_buffer(c->flow, c->index, &sl->pbuf);
+            if (st == KP_ERR_UNSUPPORTED && k == 0) { /* frames on several devices: copies */
+                kp_clear_error();
+                r->trade = false;
+            } else {
+                KP_CHECK(st);
+                sl->buf = kp_buffer_data(sl->pbuf);
+            }
+        }
+        if (r->frame_bytes && !r->trade)
             KP_CHECK(r->direct ? kp_malloc(r->dev, r->frame_bytes, &sl->buf)
                                : kp_malloc_host(r->dev, r->frame_bytes, &sl->buf));
         if (r->receiver) KP_CHECK(kp_event_create_untimed(r->dev, &sl->ev));
     }
     atomic_store(&r->credits, r->capacity);
+    atomic_store(&r->zero_copy, r->trade);
     return KP_OK;
 }
 
@@ -333,7 +406,9 @@ kp_status kp__remote_new(const kp__remote_end *e, kp__remote **out) {
                     strcmp(kp_device_backend(dev), "cuda") == 0;
         ucp_worker_params_t wp = {0};
         wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-        wp.thread_mode = UCS_THREAD_MODE_SERIALIZED; /* made here, used by the stage's thread */
+        /* the stage's thread (or one carrying a frame into it) and the
+         * progress thread */
+        wp.thread_mode = UCS_THREAD_MODE_MULTI;
         if ((s = ucp_worker_create(r->ctx, &wp, &r->worker)) != UCS_OK)
             st = kp__ucs(s, "making a UCX worker");
     }
@@ -368,7 +443,19 @@ kp_status kp__remote_new(const kp__remote_end *e, kp__remote **out) {
             }
         }
     }
-    if (st == KP_OK && receiver) st = kp__remote_make_slots(r);
+    if (st == KP_OK && receiver) atomic_store(&r->credits, r->capacity);
+    ucp_worker_attr_t wa = {0};
+    wa.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE;
+    /* a UCX built without threads gets no progress thread: its stage's
+     * thread alone moves the link, and a frame leaves before the next */
+    if (st == KP_OK && ucp_worker_query(r->worker, &wa) == UCS_OK &&
+        wa.thread_mode == UCS_THREAD_MODE_MULTI) {
+        if (pthread_create(&r->progress, NULL, kp__progress_main, r) == 0)
+            r->progress_on = true;
+        else
+            st = kp__error(KP_ERR_OUT_OF_MEMORY, "remote %s: cannot start its progress thread",
+                           r->addr);
+    }
     r->ctrl_op.done = r->hello_op.done = r->welcome_op.done = false;
     for (size_t k = 0; k < sizeof r->ctl_send / sizeof r->ctl_send[0]; k++)
         r->ctl_send[k].done = true;
@@ -439,6 +526,8 @@ kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out) {
     out->bytes = atomic_load(&r->bytes);
     out->max_in_flight = atomic_load(&r->max_in_flight);
     out->credit_waits = atomic_load(&r->credit_waits);
+    out->zero_copy = atomic_load(&r->zero_copy);
+    out->max_on_wire = atomic_load(&r->max_on_wire);
     return KP_OK;
 }
 

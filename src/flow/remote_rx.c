@@ -34,11 +34,11 @@ static kp_status kp__recycle(kp__remote *r) {
  * hello; whether the hello is in. */
 static kp_status kp__receiver_accept(kp__remote *r, bool *hello_in) {
     *hello_in = false;
-    if (r->pending && !r->ep) {
-        ucp_conn_request_h req = r->pending;
-        r->pending = NULL;
+    ucp_conn_request_h req = atomic_exchange(&r->pending, NULL);
+    if (req && (r->ep || atomic_exchange(&r->accepted, true)))
+        ucp_listener_reject(r->listener, req); /* one sender per remote source */
+    else if (req)
         KP_CHECK(kp__remote_ep_create(r, req));
-    }
     bool posted = r->hello_op.req || r->hello_op.done;
     if (r->ep && !posted) {
         KP_CHECK(kp__remote_recv(r, &r->hello_op, &r->hello, sizeof r->hello,
@@ -54,7 +54,8 @@ static kp_status kp__receiver_accept(kp__remote *r, bool *hello_in) {
 
 /* Takes the sender's connection and hello; welcomes it (or refuses frames
  * larger than ours) and posts the first window of receives. */
-static kp_status kp__receiver_ready(kp__remote *r, kp_flow_t flow, bool *stop) {
+static kp_status kp__receiver_ready(kp__remote *r, const kp_stage_ctx *c, bool *stop) {
+    kp_flow_t flow = c->flow;
     *stop = false;
     if (r->ready) return KP_OK;
     double start = kp__remote_ms_now();
@@ -91,6 +92,7 @@ static kp_status kp__receiver_ready(kp__remote *r, kp_flow_t flow, bool *stop) {
                          "source's frame_bytes (%zu)",
                          r->addr, (unsigned long long)h->frame_bytes, r->frame_bytes);
     }
+    KP_CHECK(kp__remote_make_slots(r, c));
     for (uint64_t s = 0; s < r->capacity; s++) KP_CHECK(kp__post_frame(r, s));
     r->ready = true;
     return KP_OK;
@@ -141,7 +143,7 @@ static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
     kp__remote *r = user;
     bool stop = false;
     if (!eos) return kp__error(KP_ERR_INVALID_ARG, "a remote source must be a flow's first stage");
-    KP_CHECK(kp__receiver_ready(r, c->flow, &stop));
+    KP_CHECK(kp__receiver_ready(r, c, &stop));
     if (!stop) KP_CHECK(kp__recycle(r));
     if (!stop) KP_CHECK(kp__remote_wait(r, c->flow, kp__frame_in, &stop));
     if (stop) {
@@ -159,10 +161,22 @@ static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
         return KP_OK;
     }
     KP_CHECK(kp__check_frame(r, sl, f));
-    if (f->bytes) KP_CHECK(kp_memcpy_async(c->stream, f->data, sl->buf, f->bytes));
-    KP_CHECK(kp_event_record(sl->ev, c->stream));
-    sl->hdr_op.done = sl->data_op.done = false; /* taken: reposted once the copy is done */
-    r->next++;
+    if (r->trade) {
+        /* the frame leaves in the buffer its bytes landed in; its old one,
+         * once no earlier work reads it, takes the receive `capacity` on */
+        KP_CHECK(kp_stream_sync(c->stream));
+        kp__frame_trade(f, &sl->pbuf);
+        sl->buf = kp_buffer_data(sl->pbuf);
+        sl->hdr_op.done = sl->data_op.done = false;
+        KP_CHECK(kp__post_frame(r, r->next + r->capacity));
+        r->consumed = ++r->next;
+        KP_CHECK(kp__remote_ctrl(r, KP__C_CREDIT, r->consumed));
+    } else {
+        if (f->bytes) KP_CHECK(kp_memcpy_async(c->stream, f->data, sl->buf, f->bytes));
+        KP_CHECK(kp_event_record(sl->ev, c->stream));
+        sl->hdr_op.done = sl->data_op.done = false; /* taken: reposted once the copy is done */
+        r->next++;
+    }
     atomic_fetch_add_explicit(&r->frames, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&r->bytes, f->bytes, memory_order_relaxed);
     return KP_OK;

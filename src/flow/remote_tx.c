@@ -11,7 +11,8 @@
 
 /* Connects (again and again while the receiver is not up yet, within the
  * timeout), says hello and reads the welcome. */
-static kp_status kp__sender_ready(kp__remote *r, kp_flow_t flow) {
+static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
+    kp_flow_t flow = c->flow;
     if (r->ready) return KP_OK;
     double start = kp__remote_ms_now();
     bool spun = false;
@@ -19,14 +20,22 @@ static kp_status kp__sender_ready(kp__remote *r, kp_flow_t flow) {
         if (!r->ep) {
             KP_CHECK(kp__remote_ep_create(r, NULL));
             r->hello = (kp__hello){KP__MAGIC, KP__VERSION, r->frame_bytes};
-            KP_CHECK(kp__remote_recv(r, &r->welcome_op, &r->welcome, sizeof r->welcome,
-                                     KP__TAG(KP__T_WELCOME, 0), KP__TYPE_MASK));
+            kp_status cs = kp__remote_recv(r, &r->welcome_op, &r->welcome, sizeof r->welcome,
+                                           KP__TAG(KP__T_WELCOME, 0), KP__TYPE_MASK);
             /* control messages from the start: a refused or cancelled
              * sender hears the receiver's answer to its cancel */
-            KP_CHECK(kp__remote_recv(r, &r->ctrl_op, r->ctrl_op.msg, sizeof r->ctrl_op.msg,
-                                     KP__TAG(KP__T_CTRL, 0), KP__TYPE_MASK));
-            KP_CHECK(kp__remote_send(r, &r->hello_op, &r->hello, sizeof r->hello,
-                                     KP__TAG(KP__T_HELLO, 0)));
+            if (cs == KP_OK)
+                cs = kp__remote_recv(r, &r->ctrl_op, r->ctrl_op.msg, sizeof r->ctrl_op.msg,
+                                     KP__TAG(KP__T_CTRL, 0), KP__TYPE_MASK);
+            /* the progress thread may have seen the endpoint fail already
+             * (nobody listens yet): that is a try to make again, below */
+            if (cs == KP_OK)
+                cs = kp__remote_send(r, &r->hello_op, &r->hello, sizeof r->hello,
+                                     KP__TAG(KP__T_HELLO, 0));
+            if (cs != KP_OK) {
+                kp_clear_error();
+                if (r->failed == UCS_OK) r->failed = UCS_ERR_UNREACHABLE;
+            }
         }
         kp__remote_progress(r, &spun);
         if (r->welcome_op.done) break;
@@ -72,7 +81,7 @@ static kp_status kp__sender_ready(kp__remote *r, kp_flow_t flow) {
         return kp__error(KP_ERR_PARSE, "remote %s: a capacity of %llu (1 .. %zu here)", r->addr,
                          (unsigned long long)w->capacity, r->capacity);
     r->capacity = (size_t)w->capacity; /* the receiver's queue sets the credits */
-    KP_CHECK(kp__remote_make_slots(r));
+    KP_CHECK(kp__remote_make_slots(r, c));
     r->ready = true;
     return KP_OK;
 }
@@ -89,11 +98,19 @@ static bool kp__last_sent(const kp__remote *r) {
     return sl->hdr_op.done && sl->data_op.done;
 }
 
+/* Frames before r->left have all left: it moves on over those whose
+ * sends completed, in order, while their slots still hold them. */
+static void kp__count_left(kp__remote *r) {
+    while (r->left < r->sent && r->slots[r->left % r->capacity].hdr_op.done &&
+           r->slots[r->left % r->capacity].data_op.done)
+        r->left++;
+}
+
 static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     kp__remote *r = user;
     bool stop = false;
     if (eos) return kp__error(KP_ERR_INVALID_ARG, "a remote sink cannot be a flow's first stage");
-    KP_CHECK(kp__sender_ready(r, c->flow));
+    KP_CHECK(kp__sender_ready(r, c));
     if (kp_flow_cancelled(c->flow)) return KP_OK;
     if (f->bytes > r->frame_bytes)
         return kp__error(KP_ERR_INVALID_ARG, "remote %s: frame %llu has %zu bytes, more than %zu",
@@ -102,11 +119,16 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
     KP_CHECK(kp__remote_wait(r, c->flow, kp__has_credit, &stop));
     if (!stop) KP_CHECK(kp__remote_wait(r, c->flow, kp__slot_free, &stop));
     if (stop) return KP_OK;
+    kp__count_left(r); /* before the slot of frame sent - capacity takes frame sent */
     kp__slot *sl = &r->slots[r->sent % r->capacity];
     if (sl->hdr_op.status != UCS_OK || sl->data_op.status != UCS_OK)
         return kp__remote_link_error(r, sl->hdr_op.status != UCS_OK ? sl->hdr_op.status
                                                                     : sl->data_op.status);
-    if (f->bytes) {
+    if (r->trade) { /* the frame goes on with the slot's buffer; its own goes out */
+        if (f->bytes) KP_CHECK(kp_stream_sync(c->stream)); /* its bytes are written */
+        kp__frame_trade(f, &sl->pbuf);
+        sl->buf = kp_buffer_data(sl->pbuf);
+    } else if (f->bytes) { /* the last frame is on the wire meanwhile */
         KP_CHECK(kp_memcpy_async(c->stream, sl->buf, f->data, f->bytes));
         KP_CHECK(kp_stream_sync(c->stream));
     }
@@ -123,15 +145,20 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
     KP_CHECK(kp__remote_send(r, &sl->hdr_op, w, sizeof *w, KP__TAG(KP__T_HDR, r->sent)));
     KP_CHECK(kp__remote_send(r, &sl->data_op, sl->buf, f->bytes, KP__TAG(KP__T_DATA, r->sent)));
     r->sent++;
+    kp__count_left(r);
+    uint64_t on_wire = r->sent - r->left;
+    if (on_wire > atomic_load_explicit(&r->max_on_wire, memory_order_relaxed))
+        atomic_store_explicit(&r->max_on_wire, on_wire, memory_order_relaxed);
     uint64_t in_flight = r->sent - r->consumed;
     if (in_flight > atomic_load_explicit(&r->max_in_flight, memory_order_relaxed))
         atomic_store_explicit(&r->max_in_flight, in_flight, memory_order_relaxed);
     atomic_fetch_add_explicit(&r->frames, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&r->bytes, f->bytes, memory_order_relaxed);
-    /* The frame leaves now: only this thread progresses the link, and it
-     * may sit in the flow's queue for a long time before the next frame
-     * (a large send needs the sender to answer the receiver). */
-    return kp__remote_wait(r, c->flow, kp__last_sent, &stop);
+    /* the progress thread moves it from here; without one (a UCX built
+     * without threads) only this thread does, and it may sit in the flow's
+     * queue for a long time before the next frame (a large send needs the
+     * sender to answer the receiver): the frame leaves now */
+    return r->progress_on ? KP_OK : kp__remote_wait(r, c->flow, kp__last_sent, &stop);
 }
 
 static bool kp__all_sent(const kp__remote *r) {
@@ -148,7 +175,7 @@ static kp_status kp__sink_end(void *user, const kp_stage_ctx *c, kp_status why) 
     kp__remote *r = user;
     bool stop = false;
     if (why == KP_OK) {
-        KP_CHECK(kp__sender_ready(r, c->flow));
+        KP_CHECK(kp__sender_ready(r, c));
         KP_CHECK(kp__remote_wait(r, c->flow, kp__all_sent, &stop));
         if (!stop) KP_CHECK(kp__remote_ctrl(r, KP__C_EOS, r->sent));
         if (!stop) KP_CHECK(kp__remote_wait(r, c->flow, kp__done_seen, &stop));

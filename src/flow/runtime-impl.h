@@ -297,10 +297,12 @@ struct kp_flow {
 #ifdef KP_HAVE_CUDA
     nvtxDomainHandle_t nvtx; /* "kpipe flow" */
 #endif
-    /* objects the flow owns (its JSON reader's stages), freed last */
+    /* objects the flow owns (its JSON reader's stages and devices), freed
+     * last, the devices after the pools */
     struct kp__owned {
         void *obj;
         void (*free_fn)(void *);
+        bool device; /* closed after the pools made on it (kp__flow_own_device) */
     } owned[KP_FLOW_MAX_STAGES * (KP_FLOW_MAX_REPLICAS + 1) + KP_FLOW_MAX_DEVICES];
     size_t n_owned;
 };
