@@ -142,6 +142,9 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
     memcpy(w->strides, f->desc.strides, sizeof w->strides);
     w->offset = f->desc.offset;
     memcpy(w->user, f->user, sizeof w->user);
+    /* two messages, not one of an iov (header, bytes): UCX 1.13 sends an
+     * iov past its rendezvous size without zero copy, 1.2 GB/s against
+     * 5.3 for 1 MiB frames over tcp on loopback */
     KP_CHECK(kp__remote_send(r, &sl->hdr_op, w, sizeof *w, KP__TAG(KP__T_HDR, r->sent)));
     KP_CHECK(kp__remote_send(r, &sl->data_op, sl->buf, f->bytes, KP__TAG(KP__T_DATA, r->sent)));
     r->sent++;
