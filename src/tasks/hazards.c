@@ -33,23 +33,33 @@ static bool kp__same_region(const kp_tensor_desc *a, const kp_tensor_desc *b) {
  * extent when it is contiguous, else on exactly its region. */
 typedef struct kp__cover_ctx {
     int64_t lo, hi;
-    uint64_t id;
+    uint32_t id;
     const kp_tensor_desc *desc;
     bool contiguous;
     uint32_t *out;
     size_t n;
+    uint32_t same; /* the first covered access of exactly this extent; 0: none */
+    kp__bnode *same_leaf;
+    unsigned same_at; /* its place in same_leaf */
 } kp__cover_ctx;
 
-static void kp__cover_test(kp_tasks_t t, uint32_t n, kp__cover_ctx *c) {
-    const kp__access *e = &KP__N(n);
-    if (e->task != c->id &&
-        (c->contiguous ? e->lo >= c->lo && e->hi <= c->hi
-                       : e->lo == c->lo && kp__same_region(&t->args[e->arg].v.desc, c->desc)))
-        c->out[c->n++] = n;
+/* Entry i of leaf x, from the leaf alone but for a strided region's
+ * descriptor. */
+static void kp__cover_test(kp_tasks_t t, kp__bnode *x, unsigned i, kp__cover_ctx *c) {
+    const int64_t lo = x->lo[i], hi = x->hi[i];
+    /* a dense access is never exactly a strided region */
+    if (x->task[i] != c->id &&
+        (c->contiguous ? lo >= c->lo && hi <= c->hi
+                       : lo == c->lo && !(x->flags[i] & KP__ACC_DENSE) &&
+                             kp__same_region(&t->args[KP__N(x->id[i]).arg].v.desc, c->desc))) {
+        c->out[c->n++] = x->id[i];
+        if (!c->same && lo == c->lo && hi == c->hi)
+            c->same = x->id[i], c->same_leaf = x, c->same_at = i;
+    }
 }
 
-static bool kp__cover_visit(kp_tasks_t t, uint32_t n, void *ctx) {
-    kp__cover_test(t, n, ctx);
+static bool kp__cover_visit(kp_tasks_t t, kp__bnode *x, unsigned i, void *ctx) {
+    kp__cover_test(t, x, i, ctx);
     return true;
 }
 
@@ -57,7 +67,7 @@ static bool kp__cover_visit(kp_tasks_t t, uint32_t n, void *ctx) {
 typedef struct kp__hazard_ctx {
     const kp_task_arg *a;
     uint32_t buffer;
-    uint64_t id;
+    uint32_t id;
     bool w, r;
     bool dense; /* the new region is contiguous */
     kp_task_edge *cand;
@@ -66,28 +76,39 @@ typedef struct kp__hazard_ctx {
     kp__cover_ctx *cover; /* when set, the same walk finds what the write covers */
 } kp__hazard_ctx;
 
-static bool kp__hazard_visit(kp_tasks_t t, uint32_t n, void *ctx) {
+static bool kp__hazard_visit(kp_tasks_t t, kp__bnode *x, unsigned i, void *ctx) {
     kp__hazard_ctx *h = ctx;
-    const kp__access *e = &KP__N(n);
-    if (h->cover) kp__cover_test(t, n, h->cover);
-    if (e->task == h->id || (!e->write && !h->w)) return true; /* two reads never conflict */
+    const uint32_t task = x->task[i];
+    const bool write = x->flags[i] & KP__ACC_WRITE;
+    if (h->cover) kp__cover_test(t, x, i, h->cover);
+    if (task == h->id || (!write && !h->w)) return true; /* two reads never conflict */
     t->stats.overlap_tests++;
     /* The walk only comes here for extents that meet: two dense regions
-     * then share bytes, without reading the old region's descriptor (a
-     * cache miss in a set of a million). */
-    if (!(e->dense && h->dense) &&
-        kp_desc_overlap(&t->args[e->arg].v.desc, &h->a->desc) == KP_OVERLAP_NONE)
-        return true;
-    kp_hazard hz = e->write && h->r ? KP_HAZARD_RAW : e->write ? KP_HAZARD_WAW : KP_HAZARD_WAR;
+     * then share bytes. A dense access is its byte run: the test reads no
+     * descriptor of it (nor its pool entry, a cache miss in a set of a
+     * million); a strided one's descriptor is its argument's. */
+    if (!((x->flags[i] & KP__ACC_DENSE) && h->dense)) {
+        kp_tensor_desc run;
+        const kp_tensor_desc *d = &run;
+        if (x->flags[i] & KP__ACC_DENSE) {
+            int64_t bytes = x->hi[i] - x->lo[i];
+            kp_desc_init(&run, KP_U8, 1, &bytes, NULL);
+            run.offset = x->lo[i];
+        } else {
+            d = &t->args[KP__N(x->id[i]).arg].v.desc;
+        }
+        if (kp_desc_overlap(d, &h->a->desc) == KP_OVERLAP_NONE) return true;
+    }
+    kp_hazard hz = write && h->r ? KP_HAZARD_RAW : write ? KP_HAZARD_WAW : KP_HAZARD_WAR;
     size_t c = 0;
-    while (c < h->n_cand && h->cand[c].from != e->task) c++;
+    while (c < h->n_cand && h->cand[c].from != task) c++;
     if (c < h->n_cand) {
         if (hz == KP_HAZARD_RAW) h->cand[c].hazard = hz, h->cand[c].buffer = h->buffer;
     } else if (h->n_cand == h->cap) {
         h->overflow = true;
         return false;
     } else {
-        h->cand[h->n_cand++] = (kp_task_edge){e->task, h->id, hz, h->buffer};
+        h->cand[h->n_cand++] = (kp_task_edge){task, h->id, hz, h->buffer};
     }
     return true;
 }
@@ -119,6 +140,8 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
                 KP__GROW(t, scalars, scalar_bytes + 16 * n_args);
     if (t->n_args + n_args > UINT32_MAX || t->n_pool + acc_room + 1 > UINT32_MAX)
         return kp__error(KP_ERR_UNSUPPORTED, "the set holds 2^32 arguments; run it first");
+    if (t->n_tasks >= UINT32_MAX) /* the index keeps task numbers in 32 bits */
+        return kp__error(KP_ERR_UNSUPPORTED, "the set holds 2^32 - 1 tasks; run it first");
     if (room && !t->n_pool) t->n_pool = 1; /* node 0 means none */
     room = room && KP__GROW(t, pool, acc_room);
     /* the accesses the writes may drop: each write's list, then room for one
@@ -141,7 +164,7 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
     room = room && KP__GROW(t, drop, drop_room + drop_max + 1);
     if (!room) return kp__error(KP_ERR_OUT_OF_MEMORY, "tasks: no memory for a task");
     KP_CHECK(kp__tasks_index_reserve(t, acc_room));
-    uint64_t id = t->n_tasks;
+    uint32_t id = (uint32_t)t->n_tasks;
     /* hazards against the live regions; what a write alone on its buffer
      * covers, in the same walk */
     bool overflow = false;
@@ -165,8 +188,12 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
                             false,
                             NULL};
         if (alone[i]) {
-            cover[i] = (kp__cover_ctx){
-                lo, hi, id, &a->desc, kp_desc_is_contiguous(&a->desc), t->drop + t->n_drop, 0};
+            cover[i] = (kp__cover_ctx){.lo = lo,
+                                       .hi = hi,
+                                       .id = id,
+                                       .desc = &a->desc,
+                                       .contiguous = kp_desc_is_contiguous(&a->desc),
+                                       .out = t->drop + t->n_drop};
             h.cover = &cover[i];
         }
         kp__tasks_index_visit(t, b, lo, hi, kp__hazard_visit, &h);
@@ -218,32 +245,34 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
         int64_t lo, hi;
         kp_desc_byte_extent(&a->desc, &lo, &hi);
         if (lo == hi) continue;
-        uint32_t nd = 0; /* a covered node of the same extent is reused in place */
-        if (w) {         /* drop what this write covers */
-            kp__cover_ctx c = cover[i];
+        const unsigned flags =
+            (w ? KP__ACC_WRITE : 0u) | (kp_desc_is_contiguous(&a->desc) ? KP__ACC_DENSE : 0u);
+        kp__cover_ctx c = {0};
+        if (w) { /* drop what this write covers */
+            c = cover[i];
             if (!alone[i]) { /* the task wrote this buffer already: look again */
-                c = (kp__cover_ctx){
-                    lo, hi, id, &a->desc, kp_desc_is_contiguous(&a->desc), t->drop + t->n_drop, 0};
+                c = (kp__cover_ctx){.lo = lo,
+                                    .hi = hi,
+                                    .id = id,
+                                    .desc = &a->desc,
+                                    .contiguous = kp_desc_is_contiguous(&a->desc),
+                                    .out = t->drop + t->n_drop};
                 kp__tasks_index_visit(t, b, lo, hi, kp__cover_visit, &c);
             }
-            for (size_t k = 0; k < c.n; k++)
-                if (!nd && KP__N(c.out[k]).lo == lo && KP__N(c.out[k]).hi == hi)
-                    nd = c.out[k]; /* same key and end: the tree stays as it is */
-                else
-                    kp__tasks_index_erase(t, b, c.out[k]);
         }
-        bool fresh = !nd;
-        if (fresh) {
-            nd = kp__tasks_node_new(t);
-            KP__N(nd).lo = lo;
-            KP__N(nd).hi = hi;
+        if (c.same) { /* same key and end: the entry is retagged in place, the tree keeps its
+                       * shape; a dense access's pool entry goes unread, left as it is */
+            c.same_leaf->task[c.same_at] = id;
+            c.same_leaf->flags[c.same_at] = (uint8_t)flags;
+            if (!(flags & KP__ACC_DENSE)) KP__N(c.same).arg = (uint32_t)(t->n_args - 1);
         }
-        KP__N(nd).task = id;
-        KP__N(nd).arg = (uint32_t)(t->n_args - 1);
-        KP__N(nd).write = w;
-        KP__N(nd).read = a->access != KP_TASK_OUT;
-        KP__N(nd).dense = kp_desc_is_contiguous(&a->desc);
-        if (fresh) kp__tasks_index_insert(t, b, nd);
+        for (size_t k = 0; k < c.n; k++) /* after the retag: erasing moves leaf entries */
+            if (c.out[k] != c.same) kp__tasks_index_erase(t, b, c.out[k]);
+        if (!c.same) {
+            uint32_t nd = kp__tasks_node_new(t);
+            KP__N(nd) = (kp__access){lo, hi, (uint32_t)(t->n_args - 1), 0};
+            kp__tasks_index_insert(t, b, nd, id, flags);
+        }
     }
     t->stats.tasks = t->n_tasks;
     if (task_id) *task_id = id;

@@ -12,29 +12,35 @@
 #define KP__MAX_TASK_BUFFERS (1u << 20)
 
 /* A live access, in the set's pool; its buffer's index names it by its
- * place there. */
+ * place there, and its leaf keeps what the hazard walk reads (the task and
+ * the flags below), so that walk reads no pool entry for dense regions. */
 typedef struct kp__access {
-    int64_t lo, hi; /* byte extent */
-    uint64_t task;
-    uint32_t arg;       /* its argument in args[]: the region's descriptor */
+    int64_t lo, hi;     /* byte extent */
+    uint32_t arg;       /* a strided access's argument in args[]: its descriptor */
     uint32_t next_free; /* the pool's free list */
-    bool write;
-    bool read;
-    bool dense; /* contiguous: its extent is its region, byte for byte */
 } kp__access;
 
-/* A node of a buffer's region index (index.c), on cache lines of its own:
- * in a leaf, accesses (lo, hi, the access); in an inner node, children (a
- * lower bound of their keys, the largest hi under them, the child). Keys
- * are (lo, id), id the access number, so equal starts stay apart. */
+#define KP__ACC_WRITE 1u /* the access writes */
+#define KP__ACC_DENSE 2u /* contiguous: its extent is its region, byte for byte */
+
+/* A node of a buffer's region index (index.c), on cache lines of its own,
+ * its count first, so a walk's first line holds it and the first keys:
+ * in a leaf, accesses (lo, hi, the access, its task and flags); in an inner
+ * node, children (a lower bound of their keys, the largest hi under them,
+ * the child). Keys are (lo, id), id the access number, so equal starts stay
+ * apart. Task numbers fit 32 bits: a set holds fewer than 2^32 tasks. */
 #define KP__BT_FAN 16
 typedef struct kp__bnode {
+    uint32_t n;
+    bool leaf;
+    uint8_t flags[KP__BT_FAN]; /* leaves: KP__ACC_* */
     int64_t lo[KP__BT_FAN];
     int64_t hi[KP__BT_FAN];
     uint32_t id[KP__BT_FAN];
-    uint32_t ref[KP__BT_FAN]; /* the access, or the child node; [0]: the free list */
-    uint32_t n;
-    bool leaf;
+    union {
+        uint32_t ref[KP__BT_FAN];  /* inner: the child node; [0]: the free list */
+        uint32_t task[KP__BT_FAN]; /* leaves: the access's task */
+    };
 } __attribute__((aligned(64))) kp__bnode;
 
 typedef struct kp__tbuf {
@@ -129,18 +135,21 @@ kp_status kp__tasks_allocate_first(kp_tasks_t t, const kp_task_arg *args, size_t
 /* --- the region index (index.c) -------------------------------------------- */
 /* Room for `inserts` insertions, so that they cannot fail. */
 kp_status kp__tasks_index_reserve(kp_tasks_t t, size_t inserts);
-/* Adds access a (its lo and hi set) to b's index; erase takes it out and
- * frees it. */
-void kp__tasks_index_insert(kp_tasks_t t, kp__tbuf *b, uint32_t a);
+/* Adds access a (its lo and hi set) of task `task` to b's index; erase
+ * takes it out and frees it. */
+void kp__tasks_index_insert(kp_tasks_t t, kp__tbuf *b, uint32_t a, uint32_t task, unsigned flags);
 void kp__tasks_index_erase(kp_tasks_t t, kp__tbuf *b, uint32_t a);
 /* The slabs back to the allocator (the set's end). */
 void kp__tasks_index_free(kp_tasks_t t);
 /* A free access; the pool has room (reserved by the caller). */
 uint32_t kp__tasks_node_new(kp_tasks_t t);
-/* Calls visit(ctx, access) for every access of b whose extent meets
- * [lo, hi), in key order; false from visit stops the walk. */
+/* Calls visit(t, leaf, i, ctx) for every access of b whose extent meets
+ * [lo, hi) (entry i of that leaf), in key order; false from visit stops
+ * the walk. Until the next insert or erase in b, the entry stays there:
+ * its task and flags (not its key) may be changed in place. */
+typedef bool (*kp__index_visit_fn)(kp_tasks_t t, kp__bnode *leaf, unsigned i, void *ctx);
 bool kp__tasks_index_visit(kp_tasks_t t, const kp__tbuf *b, int64_t lo, int64_t hi,
-                           bool (*visit)(kp_tasks_t, uint32_t, void *), void *ctx);
+                           kp__index_visit_fn visit, void *ctx);
 
 /* --- streams (schedule.c) -------------------------------------------------- */
 void kp__tasks_reset_set(kp_tasks_t t);
