@@ -374,15 +374,17 @@ class Array:
 def take(obj, dev, stream, what):
     """A tensor (anything with __dlpack__) taken for `dev` without a copy:
     the Imported record, checked to be where the device reads."""
-    native = None
-    if dev.backend == "cuda":
-        # a stream only for a producer on a CUDA device (PyTorch refuses
-        # one for host memory)
-        where = getattr(obj, "__dlpack_device__", None)
-        kind = where()[0] if where is not None else _dlpack.CUDA
-        if kind in (_dlpack.CUDA, _dlpack.CUDA_MANAGED):
-            native = stream.native if stream.native else 1
-    t = _dlpack.import_tensor(obj, native)
+    t = _dlpack.direct(obj, stream.native if dev.backend == "cuda" else None)
+    if t is None:
+        native = None
+        if dev.backend == "cuda":
+            # a stream only for a producer on a CUDA device (PyTorch refuses
+            # one for host memory)
+            where = getattr(obj, "__dlpack_device__", None)
+            kind = where()[0] if where is not None else _dlpack.CUDA
+            if kind in (_dlpack.CUDA, _dlpack.CUDA_MANAGED):
+                native = stream.native if stream.native else 1
+        t = _dlpack.import_tensor(obj, native)
     want = dev.dlpack_device
     ok = (t.device_type, t.device_id) == want
     if dev.backend == "cuda" and t.device_type == _dlpack.CUDA_MANAGED:
@@ -398,24 +400,43 @@ def take(obj, dev, stream, what):
 
 class Inflight:
     """Objects work on the device still reads (inputs taken without a copy),
-    each set held until an event recorded after its work has passed."""
+    each set held until an event recorded after its work has passed.
+
+    An event is recorded once every EVERY sets on a stream, not per set (a
+    record and a query cost more than the rest of a tick's Python): the
+    sets since the last one wait for the next, for a change of stream, or
+    for retire(wait=True). Recorded later, an event still comes after all
+    the work its stream had, so a set is never let go before its work."""
+    EVERY = 8
 
     def __init__(self, dev):
         self.device = dev
-        self._pending = collections.deque()
+        self._pending = collections.deque()  # (event, [sets])
         self._free = []
+        self._loose, self._loose_stream = [], None  # sets with no event yet
 
     def add(self, stream, objs):
-        self.retire()
+        if self._loose and stream is not self._loose_stream:
+            self._seal()
+        self._loose.append(objs)
+        self._loose_stream = stream
+        if len(self._loose) >= self.EVERY:
+            self._seal()
+            self.retire()
+
+    def _seal(self):
         ev = self._free.pop() if self._free else None
         if ev is None:
             e = c_void_p()
             check(lib.kp_event_create_untimed(self.device.ptr, byref(e)))
             ev = Handle(e.value, lib.kp_event_destroy, self.device._h)
-        check(lib.kp_event_record(ev.ptr, stream.ptr))
-        self._pending.append((ev, objs))
+        check(lib.kp_event_record(ev.ptr, self._loose_stream.ptr))
+        self._pending.append((ev, self._loose))
+        self._loose, self._loose_stream = [], None
 
     def retire(self, wait=False):
+        if wait and self._loose:
+            self._seal()
         done = ctypes.c_bool()
         while self._pending:
             ev = self._pending[0][0]
@@ -429,4 +450,4 @@ class Inflight:
             self._free.append(ev)
 
     def __len__(self):
-        return len(self._pending)
+        return sum(len(sets) for _, sets in self._pending) + len(self._loose)

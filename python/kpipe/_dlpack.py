@@ -7,6 +7,7 @@ A consumed capsule is renamed "used_..." and its deleter is called once,
 when kpipe lets go of the tensor.
 """
 import ctypes
+import sys
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int32, c_int64, c_uint8,
                     c_uint16, c_uint32, c_uint64, c_void_p)
 
@@ -88,7 +89,7 @@ class Imported:
     shape and strides (in elements), device, and the producer's managed
     tensor, whose deleter runs when this object goes."""
     __slots__ = ("ptr", "dtype", "shape", "strides", "device_type", "device_id", "read_only",
-                 "_managed", "_versioned", "__weakref__")
+                 "_managed", "_versioned", "_owner", "__weakref__")
 
     def __del__(self):
         m, self._managed = self._managed, None
@@ -124,6 +125,93 @@ def _dlpack_capsule(obj, stream):
     except BufferError as e:  # what the producer cannot export (NumPy's bool)
         raise Error("KP_ERR_UNSUPPORTED", "the %s cannot be taken through DLPack (bool?): %s"
                     % (type(obj).__name__, e)) from e
+
+
+# --- in place, without the exchange ---------------------------------------------------
+# A NumPy array or a PyTorch tensor says all DLPack would, in its own
+# attributes; asking it through the capsule costs tens of microseconds a
+# tensor (PyTorch's export, then ctypes reading the structures back). Where
+# the exchange would only restate those attributes, direct() reads them:
+# the same record, holding the object itself. Anything else, and every case
+# where the producer has a word to say, goes through the exchange: a tensor
+# that requires grad, or carries a conjugate or negative bit, a dtype the
+# map below lacks, a read-only NumPy array, and a CUDA tensor whose stream is
+# not the consumer's (there PyTorch orders the two streams).
+_NUMPY_DTYPES = {"<f4": "f32", "<f2": "f16", "<i4": "i32", "<i2": "i16", "|i1": "i8",
+                 "|u1": "u8", "<i8": "i64", "<u8": "u64"}
+_torch_dtypes = None
+
+
+def _torch_map(torch):
+    global _torch_dtypes
+    if _torch_dtypes is None:
+        m = {}
+        for attr, name in (("float32", "f32"), ("float16", "f16"), ("bfloat16", "bf16"),
+                           ("int32", "i32"), ("int16", "i16"), ("int8", "i8"), ("uint8", "u8"),
+                           ("int64", "i64"), ("uint64", "u64")):
+            dt = getattr(torch, attr, None)
+            if dt is not None:
+                m[dt] = name
+        _torch_dtypes = m
+    return _torch_dtypes
+
+
+def _canonical(shape):
+    """Row-major strides, in elements."""
+    acc, s = 1, []
+    for n in reversed(shape):
+        s.append(acc)
+        acc *= n
+    return tuple(reversed(s))
+
+
+def _record(obj, ptr, dtype, shape, strides, device_type, device_id):
+    t = Imported()
+    t._managed, t._versioned, t._owner, t.read_only = None, False, obj, False
+    t.ptr, t.dtype, t.shape, t.strides = ptr, dtype, shape, strides
+    t.device_type, t.device_id = device_type, device_id
+    return t
+
+
+def direct(obj, stream):
+    """The record of a NumPy array or PyTorch tensor read in place, or None
+    where the DLPack exchange must decide. `stream` as for import_tensor."""
+    np = sys.modules.get("numpy")
+    if np is not None and type(obj) is np.ndarray:
+        name = _NUMPY_DTYPES.get(obj.dtype.str)
+        if name is None or not obj.flags.writeable or obj.ndim > 8:
+            return None
+        if obj.flags.c_contiguous:  # exported without strides: the canonical ones
+            strides = _canonical(obj.shape)
+        else:
+            size = obj.itemsize
+            if any(st < 0 or st % size for st in obj.strides):
+                return None
+            strides = tuple(st // size for st in obj.strides)
+        return _record(obj, obj.__array_interface__["data"][0], name, obj.shape, strides, CPU, 0)
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.Tensor):
+        return None
+    if obj.requires_grad or obj.layout is not torch.strided or obj.is_conj() or obj.is_neg() \
+            or obj.dim() > 8:
+        return None
+    name = _torch_map(torch).get(obj.dtype)
+    if name is None:
+        return None
+    where = obj.device
+    if where.type == "cuda":
+        # the same stream both sides: DLPack would add no ordering
+        if stream is None or torch.cuda.current_stream(where).cuda_stream != stream:
+            return None
+        kind, index = CUDA, where.index
+    elif where.type == "cpu":
+        kind, index = CPU, 0
+    else:
+        return None
+    shape, strides = tuple(obj.shape), obj.stride()
+    if len(shape) == 1 and shape[0] < 2:  # as PyTorch's export normalizes it
+        strides = (1,)
+    return _record(obj, obj.data_ptr(), name, shape, strides, kind, index)
 
 
 def import_tensor(obj, stream=None):
@@ -167,11 +255,7 @@ def import_tensor(obj, stream=None):
     if dl.strides:
         t.strides = tuple(dl.strides[i] for i in range(dl.ndim))
     else:
-        acc, s = 1, []
-        for n in reversed(t.shape):
-            s.append(acc)
-            acc *= n
-        t.strides = tuple(reversed(s))
+        t.strides = _canonical(t.shape)
     if any(s < 0 for s in t.strides):
         raise Error("KP_ERR_UNSUPPORTED", "strides %s: kpipe takes non-negative strides (a "
                     "flipped view); copy it first" % (t.strides,))

@@ -77,3 +77,42 @@ def test_numpy_views_of_every_dtype():
         y = p(x=x)["y"]
         assert y.dtype == to and y.nbytes == 9 * np.dtype(npt).itemsize
         np.testing.assert_array_equal(np.from_dlpack(y), x.astype(npt))
+
+
+def test_numpy_read_in_place_as_dlpack_would():
+    # what the direct read gives is what the exchange gives, field by field
+    base = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    arrays = [base, base[:, 1], base[..., ::2], base.transpose(3, 0, 2, 1),
+              np.array(7, np.float32), np.zeros(0, np.int16), np.arange(9, dtype=np.uint8)[1:],
+              np.arange(5, dtype=np.int64), np.arange(5, dtype=np.uint64),
+              np.ones(3, np.float16), np.ones(1, np.int8), np.ones(4, np.int32)]
+    for a in arrays:
+        d = _dlpack.direct(a, None)
+        x = _dlpack.import_tensor(a)
+        assert d is not None, a.dtype
+        assert (d.ptr, d.dtype, d.shape, d.strides, d.device_type, d.device_id, d.read_only) == \
+            (x.ptr, x.dtype, x.shape, x.strides, x.device_type, x.device_id, x.read_only)
+    # where the producer has a word to say, the exchange decides
+    ro = np.ones(4, np.float32)
+    ro.flags.writeable = False
+    odd = np.ndarray((3,), np.float32, np.zeros(16, np.uint8).data, 1, (5,))  # 5-byte strides
+    for a in (ro, np.ones(4, ">f4"), np.ones(4, np.float32)[::-1], odd, np.ones(3, np.float64),
+              np.ones(3, bool), [1.0, 2.0]):
+        assert _dlpack.direct(a, None) is None
+
+
+def test_numpy_inputs_kept_until_their_tick_is_done():
+    # the direct read holds the array itself: dropped by the caller, it
+    # lives until the tick that reads it has passed
+    import weakref
+    p = relu(1 << 16)
+    x = np.full(1 << 16, -1.0, np.float32)
+    for k in range(20):  # more ticks than one event covers
+        x = np.full(1 << 16, k - 10.0, np.float32)
+        y = p(x=x)["y"]
+    w = weakref.ref(x)
+    del x
+    p.sync()
+    gc.collect()
+    assert w() is None
+    np.testing.assert_array_equal(np.from_dlpack(y), np.full(1 << 16, 9.0, np.float32))

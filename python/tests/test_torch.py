@@ -64,6 +64,43 @@ def test_dlpack_across_streams_and_refusals():
         assert words in str(e.value)
 
 
+def test_tensors_read_in_place_as_dlpack_would():
+    from kpipe import _dlpack
+    own = kpipe.device("cuda").stream()
+    cur = torch.cuda.current_stream().cuda_stream
+    x = torch.randn(6, 5, 4, device="cuda")
+    cases = [x, x[:, 1], x[..., ::2], x.permute(2, 0, 1), x.flatten()[::7][:1], x[0, 0, 0],
+             torch.zeros(0, device="cuda"), x.to(torch.bfloat16), x.to(torch.int8),
+             x.to(torch.float16), torch.arange(5, dtype=torch.int64)]
+    for t in cases:
+        d = _dlpack.direct(t, cur if t.is_cuda else None)
+        m = _dlpack.import_tensor(t, (cur or 1) if t.is_cuda else None)
+        assert d is not None, t
+        assert (d.ptr, d.dtype, d.shape, d.strides, d.device_type, d.device_id) == \
+            (m.ptr, m.dtype, m.shape, m.strides, m.device_type, m.device_id), t
+    # the exchange decides where PyTorch has a word to say: another stream
+    # (it orders the two), gradients, dtypes outside kpipe's
+    g = torch.randn(4, device="cuda", requires_grad=True)
+    for t, stream in ((x, own.native), (x, None), (g, cur), (x.double(), cur), (x > 0, cur),
+                      (torch.randn(3, dtype=torch.complex64, device="cuda").conj(), cur)):
+        assert _dlpack.direct(t, stream) is None
+
+
+def test_inputs_made_on_another_stream_are_ordered():
+    # a tensor written on torch's stream, read by kpipe on its own: the
+    # exchange (not the direct read) makes kpipe's stream wait for it
+    n = 1 << 22
+    p = kpipe.Pipeline(relu_spec(n), device="cuda")
+    own = kpipe.device("cuda").stream()
+    for k in range(4):
+        x = torch.full((n,), -1.0, device="cuda")
+        torch.cuda._sleep(2_000_000)  # the fill below lands late on torch's stream
+        x.fill_(float(k + 1))
+        y = torch.from_dlpack(p(x=x, stream=own)["y"]).clone()
+        own.sync()
+        assert torch.equal(y, torch.full((n,), float(k + 1), device="cuda"))
+
+
 class MLP(torch.nn.Module):
     def __init__(self, h=256):
         super().__init__()
