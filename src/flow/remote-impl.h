@@ -153,9 +153,11 @@ typedef struct kp__remote {
     uint64_t sent, consumed; /* sender: frames sent; the receiver's last credit */
     uint64_t left;           /* sender: frames before it have all left */
     uint64_t next;           /* receiver: the next frame; consumed: slots reposted */
+    uint64_t credited;       /* receiver: the last credit sent */
     bool eos_seen, cancel_seen, done_seen, bye_seen, cancel_answered;
-    /* optional: work an end does each time round a wait (the receiver
-     * reposts slots and gives credits back while it waits) */
+    /* optional: work an end does each time round a wait, once its
+     * condition is not met (the receiver reposts slots and gives every
+     * credit back while it waits) */
     kp_status (*serve)(struct kp__remote *r);
     uint64_t eos_total;
     /* figures, read by kp_flow_remote from any thread */

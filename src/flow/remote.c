@@ -537,9 +537,11 @@ kp_status kp__remote_wait(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__
     *stop = false;
     for (;;) {
         KP_CHECK(kp__remote_ctrl_poll(r));
-        if (r->serve)
-            KP_CHECK(r->serve(r)); /* the receiver's credits, which the sender waits for */
         if (cond(r)) return KP_OK;
+        if (r->serve) {
+            KP_CHECK(r->serve(r)); /* the receiver's credits, which the sender waits for */
+            if (cond(r)) return KP_OK;
+        }
         if (r->cancel_seen)
             return kp__error(KP_ERR_STATE, "remote %s: the peer cancelled the stream", r->addr);
         if (r->failed != UCS_OK) return kp__remote_link_error(r, r->failed);

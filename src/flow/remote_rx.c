@@ -16,10 +16,22 @@ static kp_status kp__post_frame(kp__remote *r, uint64_t seq) {
                            ~(ucp_tag_t)0);
 }
 
+/* Tells the sender how many frames were consumed: at once when `now` (the
+ * receiver is about to wait for a frame), else once a quarter of the
+ * window has gathered. A frame costs three messages on the wire (header,
+ * bytes, credit); while frames keep coming, credits ride in batches and
+ * it costs fewer. The sender never starves: a receiver with no frame in
+ * hand has sent every credit. */
+static kp_status kp__credit(kp__remote *r, bool now) {
+    uint64_t batch = r->capacity / 4 ? r->capacity / 4 : 1;
+    if (r->consumed == r->credited || (!now && r->consumed - r->credited < batch)) return KP_OK;
+    r->credited = r->consumed;
+    return kp__remote_ctrl(r, KP__C_CREDIT, r->consumed);
+}
+
 /* Slots whose frames have reached the device take the receives of the
  * frames `capacity` later; the sender hears how many were consumed. */
-static kp_status kp__recycle(kp__remote *r) {
-    uint64_t before = r->consumed;
+static kp_status kp__reclaim(kp__remote *r, bool now) {
     while (r->consumed < r->next) {
         bool done = false;
         KP_CHECK(kp_event_query(r->slots[r->consumed % r->capacity].ev, &done));
@@ -27,8 +39,13 @@ static kp_status kp__recycle(kp__remote *r) {
         KP_CHECK(kp__post_frame(r, r->consumed + r->capacity));
         r->consumed++;
     }
-    return r->consumed != before ? kp__remote_ctrl(r, KP__C_CREDIT, r->consumed) : KP_OK;
+    return kp__credit(r, now);
 }
+
+static kp_status kp__recycle(kp__remote *r) { return kp__reclaim(r, false); }
+
+/* While the stage waits for a frame: every credit goes back. */
+static kp_status kp__recycle_waiting(kp__remote *r) { return kp__reclaim(r, true); }
 
 /* Takes a sender's connection request, once, and posts the receive of its
  * hello; whether the hello is in. */
@@ -170,7 +187,7 @@ static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
         sl->hdr_op.done = sl->data_op.done = false;
         KP_CHECK(kp__post_frame(r, r->next + r->capacity));
         r->consumed = ++r->next;
-        KP_CHECK(kp__remote_ctrl(r, KP__C_CREDIT, r->consumed));
+        KP_CHECK(kp__credit(r, false));
     } else {
         if (f->bytes) KP_CHECK(kp_memcpy_async(c->stream, f->data, sl->buf, f->bytes));
         KP_CHECK(kp_event_record(sl->ev, c->stream));
@@ -230,5 +247,5 @@ static kp_status kp__source_end(void *user, const kp_stage_ctx *c, kp_status why
 }
 
 kp_status kp__remote_source_make(const kp__remote_end *e, kp__stage_made *out) {
-    return kp__remote_stage_made(e, kp__source_fn, kp__source_end, kp__recycle, out);
+    return kp__remote_stage_made(e, kp__source_fn, kp__source_end, kp__recycle_waiting, out);
 }
