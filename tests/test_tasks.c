@@ -2,7 +2,8 @@
  * from region overlap against a brute-force relation over touched bytes,
  * results against sequential execution on the host (every element), at
  * small sizes and at a million elements, deferred allocation, versions,
- * the index's size under repeated work, and named errors.
+ * the index's size under repeated work and across its slabs, and named
+ * errors.
  *   test_tasks DEVICE   (cpu or cuda; exit 77 without the device) */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -536,6 +537,63 @@ static void index_stays_small(void **state) {
     kp_free(g_dev, mem);
 }
 
+/* An index over several of its 2 MiB slabs (each holds some 4,700 nodes;
+ * 200,000 regions take about 13,000): every update of a random region
+ * must find exactly one hazard, on the last task that touched it, and a
+ * reader of a run of regions one per region updated there. A node handed
+ * out of the wrong slab, or a walk through a stale one, breaks a count. */
+static void index_spans_slabs(void **state) {
+    const int64_t live = 200000, updates = 30000, sixteen = 16;
+    kp_tasks_t t;
+    KPT_OK(kp_tasks_create(g_dev, 1, &t));
+    void *mem;
+    uint32_t b;
+    KPT_OK(kp_malloc(g_dev, (size_t)live * 64, &mem));
+    KPT_OK(kp_tasks_buffer_wrap(t, mem, (size_t)live * 64, &b));
+    kp_tensor_desc d;
+    KPT_OK(kp_desc_init(&d, KP_F32, 1, &sixteen, NULL));
+    for (int64_t j = 0; j < live; j++) { /* a reader of every region */
+        d.offset = j * 16;
+        kp_task_arg a = tensor(KP_TASK_IN, b, &d);
+        KPT_OK(kp_tasks_submit(t, &k_nothing, &a, 1, NULL));
+    }
+    bool *updated = calloc((size_t)live, sizeof *updated);
+    assert_non_null(updated);
+    kp_tasks_stats before, after;
+    for (int64_t k = 0; k < updates; k++) {
+        int64_t r = (int64_t)(kpt_rand(&g_seed) % (uint64_t)live);
+        d.offset = r * 16;
+        kp_task_arg a = tensor(KP_TASK_INOUT, b, &d);
+        KPT_OK(kp_tasks_stats_get(t, &before));
+        KPT_OK(kp_tasks_submit(t, &k_nothing, &a, 1, NULL));
+        KPT_OK(kp_tasks_stats_get(t, &after));
+        assert_int_equal(after.edges_found - before.edges_found, 1);
+        assert_int_equal(after.regions_live, live);
+        updated[r] = true;
+    }
+    const int64_t first = live / 3, run = 5000;
+    uint64_t want = 0;
+    for (int64_t j = first; j < first + run; j++) want += updated[j];
+    int64_t n = run * 16;
+    kp_tensor_desc all;
+    KPT_OK(kp_desc_init(&all, KP_F32, 1, &n, NULL));
+    all.offset = first * 16;
+    kp_task_arg a = tensor(KP_TASK_IN, b, &all);
+    KPT_OK(kp_tasks_stats_get(t, &before));
+    KPT_OK(kp_tasks_submit(t, &k_nothing, &a, 1, NULL));
+    KPT_OK(kp_tasks_stats_get(t, &after));
+    assert_true(want > 0);
+    assert_int_equal(after.edges_found - before.edges_found, want);
+    kp_stream_t s;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_tasks_run(t, s));
+    KPT_OK(kp_stream_sync(s));
+    kp_stream_destroy(s);
+    kp_tasks_destroy(t);
+    kp_free(g_dev, mem);
+    free(updated);
+}
+
 static kp_status failing(void *user, kp_stream_t s, const kp_task_view *v, size_t n) {
     return kp_set_error(KP_ERR_DEVICE, "the kernel said no");
 }
@@ -666,10 +724,15 @@ int main(int argc, char **argv) {
     }
     if (st != KP_OK) return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(random_sets_match_brute_force), cmocka_unit_test(results_equal_sequential),
-        cmocka_unit_test(graph_updates_on_replay),       cmocka_unit_test(deferred_allocation),
-        cmocka_unit_test(readers_see_their_version),     cmocka_unit_test(index_stays_small),
-        cmocka_unit_test(implied_edges_are_pruned),      cmocka_unit_test(named_errors),
+        cmocka_unit_test(random_sets_match_brute_force),
+        cmocka_unit_test(results_equal_sequential),
+        cmocka_unit_test(graph_updates_on_replay),
+        cmocka_unit_test(deferred_allocation),
+        cmocka_unit_test(readers_see_their_version),
+        cmocka_unit_test(index_stays_small),
+        cmocka_unit_test(implied_edges_are_pruned),
+        cmocka_unit_test(named_errors),
+        cmocka_unit_test(index_spans_slabs),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     kp_device_close(g_dev);
