@@ -4,12 +4,20 @@ whose sequence length changes per call: eager, torch.compile(mode=
 by the length padded to 64 (captured on first use, one shared pool). The
 block: hidden 1024, 16 heads, MLP 4096, causal attention, batch 4, bf16.
 Four traces of 300 calls: one length, 8 lengths round-robin, growing
-1..1024, 64 random lengths. One process per approach (its traces in that
-order, memory measured after each); kpipe's first call captures all 16
-padded sizes (64..1024), largest first; host time is until the call returns,
-wall time adds a device sync. Prints a Markdown table.
-    python3 bench/torch_graphed.py            (drives the rest)
-    python3 bench/torch_graphed.py APPROACH   (one approach, JSON)
+1..1024, 64 random lengths. kpipe runs two ways: its first call captures
+all 16 padded sizes (64..1024), largest first ("kpipe"), or each
+padded size is captured on its first use ("kpipe, on first use",
+prepare=False). Host time is until the call returns, wall time adds a
+device sync.
+Each approach runs each trace in a process of its own, so no trace
+inherits another's memory. Memory is the most PyTorch's allocator
+reserved during the trace (plus the cache's own buffers for kpipe), read
+before the outputs are checked: the check runs the block eagerly, and its
+allocations would otherwise count against every approach. Every 25th
+output is kept on the host and compared with eager afterwards.
+Prints a Markdown table.
+    python3 bench/torch_graphed.py                  (drives the rest)
+    python3 bench/torch_graphed.py APPROACH TRACE   (one run, JSON)
 Also: the sample pipeline ticked from Python with torch tensors, host
 time per tick (compare `kpipe bench examples/sample.json --device cuda`)."""
 import json
@@ -60,18 +68,15 @@ def padded(n):
     return next(p for p in PAD if p >= n)
 
 
-def one(approach):
-    torch.manual_seed(0)
-    m = Block().cuda().to(torch.bfloat16).eval()
-    torch.set_grad_enabled(False)
-    graphs, pool, extra = {}, torch.cuda.graph_pool_handle(), {}
+def make_run(approach, m):
+    """The callable an approach runs, and the key a call is a hit under."""
+    graphs, pool = {}, torch.cuda.graph_pool_handle()
     if approach == "eager":
-        run = m
-        key = None
-    elif approach == "compile":
-        run = torch.compile(m, mode="reduce-overhead", dynamic=True)
-        key = lambda n: n  # noqa: E731 - cudagraph trees record per shape
-    elif approach == "graph dict":
+        return m, None, None
+    if approach == "compile":
+        # cudagraph trees record per shape
+        return torch.compile(m, mode="reduce-overhead", dynamic=True), (lambda n: n), None
+    if approach == "graph dict":
         side = torch.cuda.Stream()
 
         def run(x):
@@ -90,49 +95,54 @@ def one(approach):
             g[1][:, :n].copy_(x)
             g[0].replay()
             return g[2][:, :n]
-        key = padded
-    else:
-        import kpipe.torch as kt
-        run = kt.graphed(m, dynamic={"x": [1]}, capture_sizes=PAD)
-        key = padded
-    out = {}
-    for name, lengths in traces().items():
-        seen, host, wall, hit_host, miss = set(), [], [], [], []
-        maxdiff = 0.0
-        xs = {n: torch.randn(BATCH, n, H, device="cuda", dtype=torch.bfloat16)
-              for n in set(lengths)}
-        for i, n in enumerate(lengths):
-            x = xs[n]
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            y = run(x)
-            t1 = time.perf_counter()
-            torch.cuda.synchronize()
-            t2 = time.perf_counter()
-            host.append((t1 - t0) * 1e6)
-            wall.append((t2 - t0) * 1e6)
-            k = key(n) if key else None
-            if key is None or k in seen:
-                hit_host.append((t1 - t0) * 1e6)
-            else:
-                miss.append((t2 - t0) * 1e6)
-                seen.add(k)
-            if i % 25 == 0:
-                maxdiff = max(maxdiff, (y.float() - m(x).float()).abs().max().item())
-        mem = torch.cuda.memory_reserved()
-        held = "—"
-        if approach == "graph dict":
-            held = len(graphs)
-        elif approach == "kpipe":
-            st = run.stats()
-            held, mem = st["graphs"], mem + st["bytes"]
-            extra = st
-        out[name] = {"host_hit_p50": pct(hit_host, 50), "wall_p50": pct(wall, 50),
-                     "wall_p99": pct(wall, 99), "miss_ms": (sum(miss) / len(miss) / 1e3)
-                     if miss else 0.0, "misses": len(miss), "held": held,
-                     "reserved_mib": mem / 2**20, "max_diff": maxdiff}
-    out["stats"] = extra
-    return out
+        return run, padded, lambda: len(graphs)
+    import kpipe.torch as kt
+    run = kt.graphed(m, dynamic={"x": [1]}, capture_sizes=PAD,
+                     prepare=approach == "kpipe")
+    return run, padded, run.stats
+
+
+def one(approach, trace):
+    torch.manual_seed(0)
+    m = Block().cuda().to(torch.bfloat16).eval()
+    torch.set_grad_enabled(False)
+    lengths = traces()[trace]
+    xs = {n: torch.randn(BATCH, n, H, device="cuda", dtype=torch.bfloat16)
+          for n in set(lengths)}
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    run, key, held_of = make_run(approach, m)
+    seen, host, wall, hit_host, miss, kept = set(), [], [], [], [], []
+    for i, n in enumerate(lengths):
+        x = xs[n]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        y = run(x)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        host.append((t1 - t0) * 1e6)
+        wall.append((t2 - t0) * 1e6)
+        k = key(n) if key else None
+        if key is None or k in seen:
+            hit_host.append((t1 - t0) * 1e6)
+        else:
+            miss.append((t2 - t0) * 1e6)
+            seen.add(k)
+        if i % 25 == 0:
+            kept.append((n, y.cpu()))  # no device memory: the check comes after
+    mem = torch.cuda.max_memory_reserved()
+    held, extra = "—", {}
+    if approach.startswith("kpipe"):
+        extra = held_of()
+        held, mem = extra["graphs"], mem + extra["bytes"]
+    elif held_of:
+        held = held_of()
+    maxdiff = max((y.float() - m(xs[n]).cpu().float()).abs().max().item() for n, y in kept)
+    return {"host_hit_p50": pct(hit_host, 50), "wall_p50": pct(wall, 50),
+            "wall_p99": pct(wall, 99), "miss_ms": (sum(miss) / len(miss) / 1e3)
+            if miss else 0.0, "misses": len(miss), "held": held,
+            "reserved_mib": mem / 2**20, "max_diff": maxdiff, "stats": extra}
 
 
 def python_pipeline():
@@ -154,40 +164,49 @@ def python_pipeline():
     return {"host_p50": pct(host, 50), "host_p99": pct(host, 99)}
 
 
+APPROACHES = ("eager", "compile", "graph dict", "kpipe", "kpipe, on first use")
+
+
 def main():
     if len(sys.argv) > 1:
-        r = python_pipeline() if sys.argv[1] == "pipeline" else one(sys.argv[1])
+        r = python_pipeline() if sys.argv[1] == "pipeline" else one(sys.argv[1], sys.argv[2])
         print(json.dumps(r))
         return
     res = {}
-    for a in ("eager", "compile", "graph dict", "kpipe", "pipeline"):
-        p = subprocess.run([sys.executable, __file__, a], capture_output=True, text=True,
-                           timeout=400)
-        if p.returncode != 0:
-            print("%s failed:\n%s" % (a, p.stderr[-3000:]), file=sys.stderr)
-            continue
-        res[a] = json.loads(p.stdout.strip().splitlines()[-1])
+    for a in APPROACHES + ("pipeline",):
+        for t in traces() if a != "pipeline" else ("",):
+            p = subprocess.run([sys.executable, __file__, a, t], capture_output=True, text=True,
+                               timeout=300)
+            if p.returncode != 0:
+                print("%s %s failed:\n%s" % (a, t, p.stderr[-3000:]), file=sys.stderr)
+                continue
+            res.setdefault(a, {})[t] = json.loads(p.stdout.strip().splitlines()[-1])
     print("| trace | approach | host per hit p50 (µs) | wall p50 (µs) | wall p99 (µs) | "
-          "cost per miss (ms) | misses | graphs held | reserved (MiB) | max diff vs eager |")
+          "cost per miss (ms) | misses | graphs held | reserved, peak (MiB) | "
+          "max diff vs eager |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for t in traces():
-        for a in ("eager", "compile", "graph dict", "kpipe"):
-            if a not in res:
+        for a in APPROACHES:
+            r = res.get(a, {}).get(t)
+            if r is None:
                 continue
-            r = res[a][t]
             print("| %s | %s | %.1f | %.1f | %.1f | %.2f | %d | %s | %.0f | %.3g |"
                   % (t, a, r["host_hit_p50"], r["wall_p50"], r["wall_p99"], r["miss_ms"],
                      r["misses"], r["held"], r["reserved_mib"], r["max_diff"]))
-    if "kpipe" in res and "compile" in res:
+    for a in ("kpipe", "kpipe, on first use"):
         for t in traces():
-            k, c = res["kpipe"][t], res["compile"][t]
-            print("%s: host per hit %.3g x reduce-overhead's; reserved %.3g x" % (
-                t, k["host_hit_p50"] / c["host_hit_p50"], k["reserved_mib"] / c["reserved_mib"]))
-    if "kpipe" in res:
-        print("kpipe cache stats after all traces:", json.dumps(res["kpipe"]["stats"]))
+            k, c = res.get(a, {}).get(t), res.get("compile", {}).get(t)
+            if k and c:
+                print("%s, %s: host per hit %.3g x reduce-overhead's; reserved %.3g x" % (
+                    a, t, k["host_hit_p50"] / c["host_hit_p50"],
+                    k["reserved_mib"] / c["reserved_mib"]))
+    for t in traces():
+        if t in res.get("kpipe", {}):
+            print("kpipe cache stats, %s:" % t, json.dumps(res["kpipe"][t]["stats"]))
     if "pipeline" in res:
+        r = res["pipeline"][""]
         print("sample pipeline from Python with torch tensors: host per tick p50 %.1f us, "
-              "p99 %.1f us" % (res["pipeline"]["host_p50"], res["pipeline"]["host_p99"]))
+              "p99 %.1f us" % (r["host_p50"], r["host_p99"]))
 
 
 if __name__ == "__main__":
