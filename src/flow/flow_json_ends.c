@@ -73,7 +73,7 @@ static kp_status kp__remote_source(kp_device_t dev, json_t *s, const char *path,
                                    kp__stage_made *m) {
     char sub[96];
     const char *addr;
-    int timeout_ms;
+    int timeout_ms = 0; /* set by kp__endpoint; gcc 12 at -O3 cannot see it */
     int64_t bytes = 0, cap = KP__DEFAULT_CAPACITY;
     KP_CHECK(kp__endpoint(s, path, "listen", 0, &addr, &timeout_ms));
     snprintf(sub, sizeof sub, "%s.frame_bytes", path);
@@ -87,7 +87,7 @@ static kp_status kp__remote_source(kp_device_t dev, json_t *s, const char *path,
 static kp_status kp__remote_sink(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
                                  kp__stage_made *m) {
     const char *addr;
-    int timeout_ms;
+    int timeout_ms = 0; /* set by kp__endpoint; gcc 12 at -O3 cannot see it */
     KP_CHECK(kp__endpoint(s, path, "connect", 30000, &addr, &timeout_ms));
     return kp__stage_remote_sink(dev, addr, b->frame_bytes, timeout_ms, m);
 }
