@@ -208,10 +208,10 @@ def direct(obj, stream):
         kind, index = CPU, 0
     else:
         return None
-    shape, strides = tuple(obj.shape), obj.stride()
-    if len(shape) == 1 and shape[0] < 2:  # as PyTorch's export normalizes it
-        strides = (1,)
-    return _record(obj, obj.data_ptr(), name, shape, strides, kind, index)
+    # the tensor's own strides: where PyTorch's export differs (a dimension
+    # of one element or none, whose stride means nothing, and which some
+    # versions rewrite), kpipe reads the two the same (kp_desc_is_contiguous)
+    return _record(obj, obj.data_ptr(), name, tuple(obj.shape), obj.stride(), kind, index)
 
 
 def import_tensor(obj, stream=None):
