@@ -422,11 +422,6 @@ typedef struct kp_flow_remote_stats {
     /* sender: the most frames on the wire at once (sent, their sends not
      * yet complete): frames leave while the next ones are sent */
     uint64_t max_on_wire;
-    /* a frame crosses as one message, its header and bytes together: frames
-     * of up to 64 KiB (the receiver's frame_bytes), where the count of
-     * messages, not the bytes, sets the cost; larger ones take two, so the
-     * bytes keep UCX's zero copy. Known once the two ends have met. */
-    bool packed;
 } kp_flow_remote_stats;
 
 /* The two ends of a remote queue as stages, for flows made from C (the

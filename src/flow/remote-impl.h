@@ -9,20 +9,12 @@
  * its top byte and a value below):
  *   HELLO    sender -> receiver, once: magic, version, the sender's frame size
  *   WELCOME  receiver -> sender, once: capacity and frame size, or a refusal
- *   HDR|seq  a frame's sequence number, bytes, descriptor and user words;
- *            where the welcome said PACKED, its bytes follow in the same
- *            message (one iov) and no DATA comes
+ *   HDR|seq  a frame's sequence number, bytes, descriptor and user words
  *   DATA|seq its bytes (a message even when empty)
  *   CTRL     kind and value: CREDIT n (the receiver has consumed n frames), EOS n (the
  *            stream had n frames), DONE|n (the receiver got all n),
  *            CANCEL (either way), BYE (the sender closes first, after DONE: a
  *            receiver closing first could cut DONE off)
- * Frames of up to KP__PACK_MAX bytes (the receiver's frame_bytes decides,
- * and its welcome says so) travel packed: over tcp each message is a send
- * and a wake-up at the other end, and a small frame's cost is the count of
- * its messages, not its bytes. Larger frames keep two messages: UCX 1.13
- * sends an iov past its rendezvous size without zero copy (1.2 GB/s
- * against 5.3 for 1 MiB frames over tcp on loopback).
  * The receiver posts the receives for frames next .. next + capacity - 1,
  * each into its own slot (pinned host memory), and reposts a slot once its
  * frame's copy to the device has completed; the sender sends frame s only
@@ -63,7 +55,7 @@
 #include "runtime-impl.h" /* kp__wake */
 
 #define KP__MAGIC 0x6b707271u /* "kprq" */
-#define KP__VERSION 2u        /* 2: the welcome's flags (PACKED) */
+#define KP__VERSION 1u
 
 enum { KP__T_HELLO = 1, KP__T_WELCOME = 2, KP__T_HDR = 3, KP__T_DATA = 4, KP__T_CTRL = 5 };
 enum {
@@ -74,15 +66,6 @@ enum {
     KP__C_BYE = 5,
     KP__C_CANCEL_SEEN = 6, /* the answer to a CANCEL: its sender may close now */
 };
-/* The largest frames that travel packed (header and bytes in one
- * message). Measured over tcp on loopback (bench_remote cpu, 2 cores):
- * packed, 64 KiB frames paced at 3,000/s took a third of the latency and
- * saturated about as fast; 128 KiB ones lost a third of their bandwidth
- * (0.44-0.50 against 0.66-0.72 GB/s), 256 KiB ones half. */
-#define KP__PACK_MAX ((size_t)64 << 10)
-/* The welcome's flags. */
-#define KP__W_PACKED 1u
-
 /* Why a welcome refuses the sender: its frames are too large, or the
  * receiving flow was cancelled before the stream began. */
 enum { KP__REFUSED_SIZE = 1, KP__REFUSED_CANCELLED = 2 };
@@ -104,7 +87,7 @@ typedef struct kp__welcome {
     uint32_t magic, version;
     uint64_t capacity, frame_bytes;
     uint32_t refused; /* KP__REFUSED_*: why the receiver takes no frames; 0: it does */
-    uint32_t flags;   /* KP__W_*: how frames travel */
+    uint32_t pad_;
 } kp__welcome;
 
 /* A frame's header on the wire. */
@@ -130,9 +113,8 @@ typedef struct kp__slot {
     void *buf;        /* frame_bytes of pinned host (or, direct, device) memory */
     kp_buffer_t pbuf; /* trading frames (r->trade): the pool's buffer buf is */
     kp__wire hdr;
-    kp__op hdr_op, data_op; /* packed: data_op is done from the start */
-    ucp_dt_iov_t iov[2];    /* packed: the header and the bytes, while in flight */
-    kp_event_t ev;          /* receiver: its copy into the frame */
+    kp__op hdr_op, data_op;
+    kp_event_t ev; /* receiver: its copy into the frame */
 } kp__slot;
 
 typedef struct kp__remote {
@@ -147,7 +129,6 @@ typedef struct kp__remote {
     ucp_context_h ctx;
     ucp_worker_h worker;
     bool trade;  /* frames trade buffers with the slots: nothing is copied */
-    bool packed; /* a frame is one message (KP__W_PACKED) */
     ucp_listener_h listener;
     /* a connection request not yet taken, and whether one was: both set
      * from UCX's callbacks, on whichever thread progressed the worker */
@@ -162,7 +143,7 @@ typedef struct kp__remote {
     bool progress_on;
     _Atomic bool progress_stop;
     kp__wake moved;
-    bool ready; /* the hello and welcome are through */
+    bool ready;          /* the hello and welcome are through */
     kp__hello hello;
     kp__welcome welcome;
     kp__op hello_op, welcome_op, ctrl_op;
@@ -181,7 +162,7 @@ typedef struct kp__remote {
     uint64_t eos_total;
     /* figures, read by kp_flow_remote from any thread */
     _Atomic uint64_t frames, bytes, max_in_flight, credit_waits, credits, max_on_wire;
-    _Atomic bool zero_copy, packed_stat;
+    _Atomic bool zero_copy;
 } kp__remote;
 
 /* --- the link, shared by both ends (remote.c) ------------------------------ */
@@ -190,14 +171,6 @@ void kp__remote_progress(kp__remote *r, bool *spun);
 kp_status kp__remote_send(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag);
 kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
                           ucp_tag_t mask);
-/* The same over n iov parts (a packed frame: its header, then its bytes);
- * the parts stay as they are until the operation completes. */
-kp_status kp__remote_sendv(kp__remote *r, kp__op *op, const ucp_dt_iov_t *iov, size_t n,
-                           ucp_tag_t tag);
-kp_status kp__remote_recvv(kp__remote *r, kp__op *op, ucp_dt_iov_t *iov, size_t n, ucp_tag_t tag);
-/* Marks op done without a message (a packed frame's DATA, which never
- * comes). */
-void kp__remote_op_done(kp__op *op);
 /* Cancels an operation still in flight and waits for it to finish. */
 void kp__remote_op_cancel(kp__remote *r, kp__op *op);
 /* A control message (its value in the tag, no payload). Sends complete

@@ -113,53 +113,22 @@ static kp_status kp__op_start(kp__op *op, ucs_status_ptr_t sp, bool recv, const 
     return KP_OK;
 }
 
-/* A send of `count` items of datatype dt from buf (bytes, or iov parts). */
-static kp_status kp__send(kp__remote *r, kp__op *op, const void *buf, size_t count,
-                          ucp_datatype_t dt, ucp_tag_t tag) {
+kp_status kp__remote_send(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag) {
     ucp_request_param_t p = {0};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
-    p.datatype = dt;
-    if (kp__op_start(op, ucp_tag_send_nbx(r->ep, buf, count, tag, &p), false, "send") == KP_OK)
+    if (kp__op_start(op, ucp_tag_send_nbx(r->ep, buf, len, tag, &p), false, "send") == KP_OK)
         return KP_OK;
     kp_clear_error();
     return kp__remote_link_error(r, op->status);
 }
 
-kp_status kp__remote_send(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag) {
-    return kp__send(r, op, buf, len, ucp_dt_make_contig(1), tag);
-}
-
-kp_status kp__remote_sendv(kp__remote *r, kp__op *op, const ucp_dt_iov_t *iov, size_t n,
-                           ucp_tag_t tag) {
-    return kp__send(r, op, iov, n, ucp_dt_make_iov(), tag);
-}
-
-static kp_status kp__recv(kp__remote *r, kp__op *op, void *buf, size_t count, ucp_datatype_t dt,
-                          ucp_tag_t tag, ucp_tag_t mask) {
+kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
+                          ucp_tag_t mask) {
     ucp_request_param_t p = {0};
     /* a request even when the message is here already: its size and tag
      * are read from it (kp__op_poll) */
-    p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FIELD_DATATYPE;
-    p.datatype = dt;
+    p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     memset(&op->info, 0, sizeof op->info);
-    return kp__op_start(op, ucp_tag_recv_nbx(r->worker, buf, count, tag, mask, &p), true,
-                        "receive");
-}
-
-kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
-                          ucp_tag_t mask) {
-    return kp__recv(r, op, buf, len, ucp_dt_make_contig(1), tag, mask);
-}
-
-kp_status kp__remote_recvv(kp__remote *r, kp__op *op, ucp_dt_iov_t *iov, size_t n, ucp_tag_t tag) {
-    return kp__recv(r, op, iov, n, ucp_dt_make_iov(), tag, ~(ucp_tag_t)0);
-}
-
-void kp__remote_op_done(kp__op *op) {
-    op->req = NULL;
-    op->done = true;
-    op->status = UCS_OK;
-    op->length = 0;
+    return kp__op_start(op, ucp_tag_recv_nbx(r->worker, buf, len, tag, mask, &p), true, "receive");
 }
 
 void kp__remote_op_cancel(kp__remote *r, kp__op *op) {
@@ -559,7 +528,6 @@ kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out) {
     out->credit_waits = atomic_load(&r->credit_waits);
     out->zero_copy = atomic_load(&r->zero_copy);
     out->max_on_wire = atomic_load(&r->max_on_wire);
-    out->packed = atomic_load(&r->packed_stat);
     return KP_OK;
 }
 

@@ -10,12 +10,6 @@
 
 static kp_status kp__post_frame(kp__remote *r, uint64_t seq) {
     kp__slot *sl = &r->slots[seq % r->capacity];
-    if (r->packed) { /* one message: the header, then the bytes into the slot */
-        sl->iov[0] = (ucp_dt_iov_t){&sl->hdr, sizeof sl->hdr};
-        sl->iov[1] = (ucp_dt_iov_t){sl->buf, r->frame_bytes};
-        kp__remote_op_done(&sl->data_op);
-        return kp__remote_recvv(r, &sl->hdr_op, sl->iov, 2, KP__TAG(KP__T_HDR, seq));
-    }
     KP_CHECK(kp__remote_recv(r, &sl->hdr_op, &sl->hdr, sizeof sl->hdr, KP__TAG(KP__T_HDR, seq),
                              ~(ucp_tag_t)0));
     return kp__remote_recv(r, &sl->data_op, sl->buf, r->frame_bytes, KP__TAG(KP__T_DATA, seq),
@@ -24,11 +18,10 @@ static kp_status kp__post_frame(kp__remote *r, uint64_t seq) {
 
 /* Tells the sender how many frames were consumed: at once when `now` (the
  * receiver is about to wait for a frame), else once a quarter of the
- * window has gathered. Unbatched, a frame would cost a credit message on
- * top of its own one or two (header and bytes, packed or not); while
- * frames keep coming, credits ride in batches and it costs fewer. The
- * sender never starves: a receiver with no frame in hand has sent every
- * credit. */
+ * window has gathered. A frame costs three messages on the wire (header,
+ * bytes, credit); while frames keep coming, credits ride in batches and
+ * it costs fewer. The sender never starves: a receiver with no frame in
+ * hand has sent every credit. */
 static kp_status kp__credit(kp__remote *r, bool now) {
     uint64_t batch = r->capacity / 4 ? r->capacity / 4 : 1;
     if (r->consumed == r->credited || (!now && r->consumed - r->credited < batch)) return KP_OK;
@@ -101,14 +94,12 @@ static kp_status kp__receiver_ready(kp__remote *r, const kp_stage_ctx *c, bool *
     if (r->hello_op.status != UCS_OK || r->hello_op.length != sizeof *h || h->magic != KP__MAGIC ||
         h->version != KP__VERSION)
         return kp__error(KP_ERR_PARSE, "remote %s: the peer is not a kpipe remote sink", r->addr);
-    r->packed = r->frame_bytes <= KP__PACK_MAX;
-    atomic_store(&r->packed_stat, r->packed);
     r->welcome = (kp__welcome){KP__MAGIC,
                                KP__VERSION,
                                r->capacity,
                                r->frame_bytes,
                                h->frame_bytes > r->frame_bytes ? KP__REFUSED_SIZE : 0,
-                               r->packed ? KP__W_PACKED : 0};
+                               0};
     KP_CHECK(kp__remote_send(r, &r->welcome_op, &r->welcome, sizeof r->welcome,
                              KP__TAG(KP__T_WELCOME, 0)));
     if (r->welcome.refused) {
@@ -139,15 +130,13 @@ static kp_status kp__check_frame(kp__remote *r, const kp__slot *sl, kp_frame *f)
                                r->addr, (unsigned long long)r->next, r->frame_bytes)
                    : kp__remote_link_error(r, sl->hdr_op.status != UCS_OK ? sl->hdr_op.status
                                                                           : sl->data_op.status);
-    /* packed, the bytes came after the header in its own message */
-    bool hdr_in = r->packed ? sl->hdr_op.length >= sizeof *w : sl->hdr_op.length == sizeof *w;
-    size_t got = !r->packed ? sl->data_op.length : hdr_in ? sl->hdr_op.length - sizeof *w : 0;
-    if (!hdr_in || w->seq != r->next || w->bytes != got || w->bytes > f->capacity)
+    if (sl->hdr_op.length != sizeof *w || w->seq != r->next || w->bytes != sl->data_op.length ||
+        w->bytes > f->capacity)
         return kp__error(KP_ERR_PARSE,
                          "remote %s: frame %llu: a malformed header (seq %llu, %llu bytes, "
                          "%zu received)",
                          r->addr, (unsigned long long)r->next, (unsigned long long)w->seq,
-                         (unsigned long long)w->bytes, got);
+                         (unsigned long long)w->bytes, sl->data_op.length);
     kp_tensor_desc d = {0};
     if (w->ndim < 0 || w->ndim > KP_MAX_DIMS)
         return kp__error(KP_ERR_PARSE, "remote %s: frame %llu: %d dimensions", r->addr,
