@@ -3,9 +3,12 @@
 # library) and a shared-library build of the same sources -- then builds and
 # runs a program against each, through find_package(kpipe) and through
 # pkg-config, linking with exactly the flags the installed package gives.
-#   install_check.sh BUILD_DIR SOURCE_DIR WORK_DIR KP_CUDA
+# Then the Python package as a user meets it: from the shared install (it
+# finds the library without KPIPE_LIBRARY) and through pip into a folder of
+# its own, each making a pipeline in a fresh interpreter.
+#   install_check.sh BUILD_DIR SOURCE_DIR WORK_DIR KP_CUDA [PYTHON]
 set -eu
-build=$1 src=$2 work=$3 cuda=$4
+build=$1 src=$(cd "$2" && pwd) work=$3 cuda=$4 py=${5:-python3}
 rm -rf "$work"
 mkdir -p "$work"
 
@@ -39,4 +42,25 @@ cmake --build "$work/shared-build" >/dev/null
 cmake --install "$work/shared-build" --prefix "$work/shared" >/dev/null
 [ -e "$work/shared/lib/libkpipe.so" ] || { echo "no libkpipe.so installed"; exit 1; }
 consume "$work/shared" shared
+
+# Python (the interpreter the tests use): pip's form where pip, setuptools
+# and wheel are there, as on Debian (no network, no build isolation)
+py_check() { # LABEL PYTHONPATH [KPIPE_LIBRARY]
+  (cd "$work" && env -u KPIPE_LIBRARY PYTHONPATH="$2" ${3:+KPIPE_LIBRARY=$3} "$py" -c "
+import kpipe, sys
+p = kpipe.Pipeline(sys.argv[1], device='cpu')
+print('$1: import kpipe from', kpipe.__file__, '-', type(p).__name__, 'made')" \
+    "$src/examples/sample.json")
+}
+if command -v "$py" >/dev/null; then
+  pkg=$(dirname "$(find "$work/shared/lib" -path '*/kpipe/__init__.py' | head -1)")
+  [ -f "$pkg/_install.py" ] || { echo "cmake --install put no kpipe package (or _install.py)"; exit 1; }
+  py_check "cmake --install" "$(dirname "$pkg")"
+  if "$py" -m pip --version >/dev/null 2>&1 && "$py" -c "import setuptools, wheel" 2>/dev/null; then
+    cp -r "$src/python" "$work/py-src" # pip builds in the tree it is given
+    "$py" -m pip install -q --root-user-action=ignore --no-build-isolation --no-deps --no-index \
+      --target "$work/pip" "$work/py-src" >/dev/null
+    py_check "pip install" "$work/pip" "$(ls "$work"/shared/lib/libkpipe.so)"
+  fi
+fi
 echo PASS
