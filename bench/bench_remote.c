@@ -1,12 +1,18 @@
 /* A remote queue over loopback against an in-process queue.
  *
- *   bench_remote DEVICE [KIB] [FRAMES] [FPS]
+ *   bench_remote DEVICE [KIB] [FRAMES] [FPS] [CAPACITY]
  *
  * Without FPS the source sends as fast as the queues let it: frames/s is
  * the throughput, and a frame's latency includes its wait in the full
  * queues (about their depth times the frame period). With FPS the source
  * sends at that rate, below what either queue sustains: the latency is
  * the hand-over's own.
+ *
+ * CAPACITY (4 unless given; FPS 0 is as fast as they go) is the remote
+ * source's: the frames in flight on the link, the credits. A link moves
+ * at most CAPACITY frames per round trip, so over a slow hop it is
+ * CAPACITY, not the transport, that sets the pace until CAPACITY frames
+ * cover the bandwidth times the round trip.
  *
  * Both runs send FRAMES frames of KIB KiB from a source to a sink that
  * only counts them, with a queue of 4 between them: in one process, then
@@ -100,9 +106,9 @@ static void run_flow(kp_flow_t f) {
 
 /* The receiving process: a remote source on a free port (written to fd),
  * the timing sink; prints its line. */
-static int receiver(kp_device_t dev, run *r, int fd) {
+static int receiver(kp_device_t dev, run *r, int fd, size_t capacity) {
     kp_flow_stage st[2];
-    KK(kp_flow_remote_source(dev, "127.0.0.1:0", r->bytes, 4, 30000, &st[0]));
+    KK(kp_flow_remote_source(dev, "127.0.0.1:0", r->bytes, capacity, 30000, &st[0]));
     st[1] = (kp_flow_stage){.name = "sink", .fn = sink, .user = r, .queue_capacity = 4};
     kp_flow_t f = make(dev, st, r->bytes);
     kp_flow_remote_stats rs;
@@ -117,13 +123,19 @@ static int receiver(kp_device_t dev, run *r, int fd) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_remote DEVICE [KIB] [FRAMES]\n");
+        fprintf(stderr, "usage: bench_remote DEVICE [KIB] [FRAMES] [FPS] [CAPACITY]\n");
         return 2;
     }
     const char *device = argv[1];
     size_t kib = argc > 2 ? (size_t)atol(argv[2]) : 64;
     uint64_t frames = argc > 3 ? (uint64_t)atol(argv[3]) : 2000;
-    double fps_target = argc > 4 && strcmp(argv[4], "--rx") != 0 ? atof(argv[4]) : 0;
+    bool rx = argc == 7 && strcmp(argv[4], "--rx") == 0; /* DEVICE KIB FRAMES --rx FD CAPACITY */
+    double fps_target = argc > 4 && !rx ? atof(argv[4]) : 0;
+    long capacity = rx ? atol(argv[6]) : argc > 5 ? atol(argv[5]) : 4;
+    if (capacity < 1 || capacity > 1024) {
+        fprintf(stderr, "bench_remote: a capacity of 1 .. 1024\n");
+        return 2;
+    }
     size_t bytes = kib << 10;
     kp_device_t dev;
     KK(kp_device_open(device, &dev));
@@ -135,13 +147,14 @@ int main(int argc, char **argv) {
              0,
              0,
              calloc(frames, sizeof(uint64_t))};
-    if (argc == 6 && strcmp(argv[4], "--rx") == 0) {
-        int rc = receiver(dev, &r, atoi(argv[5]));
+    if (rx) {
+        int rc = receiver(dev, &r, atoi(argv[5]), (size_t)capacity);
         kp_device_close(dev);
         return rc;
     }
-    printf("%llu frames of %zu KiB on %s, a queue of 4, %s:\n", (unsigned long long)frames, kib,
-           device, fps_target > 0 ? "paced" : "as fast as they go");
+    printf("%llu frames of %zu KiB on %s, a queue of 4, %ld on the link, %s:\n",
+           (unsigned long long)frames, kib, device, capacity,
+           fps_target > 0 ? "paced" : "as fast as they go");
     if (fps_target > 0) printf("  (the source sends %.0f frames/s)\n", fps_target);
     /* the floor: memcpy of a frame on this host */
     char *a = malloc(bytes), *b = malloc(bytes);
@@ -169,9 +182,11 @@ int main(int argc, char **argv) {
     if (pid == 0) {
         close(pp[0]);
         char fd[16];
+        char cap[16];
         snprintf(fd, sizeof fd, "%d", pp[1]);
+        snprintf(cap, sizeof cap, "%ld", capacity);
         execl("/proc/self/exe", argv[0], argv[1], argc > 2 ? argv[2] : "64",
-              argc > 3 ? argv[3] : "2000", "--rx", fd, (char *)NULL);
+              argc > 3 ? argv[3] : "2000", "--rx", fd, cap, (char *)NULL);
         _exit(127);
     }
     close(pp[1]);

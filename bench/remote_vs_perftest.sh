@@ -9,8 +9,11 @@
 # UCX's own choice (shared memory) for reference; then bench_remote's
 # remote queue saturated, and paced at half the frames/s it reached.
 # Prints one row per size: bandwidths in GB/s (10^9 bytes), latencies in us.
+# KP_REMOTE_CAPACITY (4 unless set): the frames in flight on the link, the
+# remote source's capacity (bench_remote's CAPACITY).
 set -uo pipefail
 build=$1 dev=$2
+cap=${KP_REMOTE_CAPACITY:-4}
 shift 2
 sizes=${*:-64 1024 8192 65536}
 port=$((20000 + RANDOM % 20000))
@@ -30,7 +33,7 @@ frames_for() { # enough frames for about a second at 5 GB/s, 100 at least
   [ $n -gt 20000 ] && n=20000
   echo $n
 }
-printf '# %s: remote queue vs ucx_perftest (tag), loopback\n' "$dev"
+printf '# %s: remote queue (capacity %s) vs ucx_perftest (tag), loopback\n' "$dev" "$cap"
 printf '%8s | %9s %9s %9s | %9s %9s | %9s %9s %6s | %9s %9s %9s | %9s\n' KiB \
   pt_tcp_GB pt_shm_GB pt_lat_us kp_GB kp_p50_us ratio_tcp ratio_shm x0.8? \
   kp50_p50 kp50_p99 bound_us inproc_GB
@@ -39,7 +42,7 @@ for kib in $sizes; do
   read -r _ bw_tcp < <(perftest tcp $kib tag_bw $n)
   read -r _ bw_shm < <(perftest "" $kib tag_bw $n)
   read -r lat _ < <(perftest tcp $kib tag_lat $(( n / 2 + 10 )))
-  sat=$("$build/bench/bench_remote" $dev $kib $n 2>&1)
+  sat=$("$build/bench/bench_remote" $dev $kib $n 0 $cap 2>&1)
   kp_line=$(grep "remote queue" <<<"$sat")
   in_line=$(grep "in-process queue" <<<"$sat")
   copy_gbs=$(grep "memcpy, one frame" <<<"$sat" | awk '{print $(NF-3)}')
@@ -48,7 +51,7 @@ for kib in $sizes; do
   kp_p50=$(awk '{print $10}' <<<"$kp_line")
   in_gb=$(awk '{print $5}' <<<"$in_line")
   half=$(awk -v f="$fps" 'BEGIN {printf "%.0f", f / 2}')
-  paced=$("$build/bench/bench_remote" $dev $kib $(( n / 2 + 10 )) $half 2>&1 | grep "remote queue")
+  paced=$("$build/bench/bench_remote" $dev $kib $(( n / 2 + 10 )) $half $cap 2>&1 | grep "remote queue")
   p50=$(awk '{print $10}' <<<"$paced")
   p99=$(awk '{print $13}' <<<"$paced")
   awk -v kib=$kib -v t="${bw_tcp:-0}" -v s="${bw_shm:-0}" -v lat="${lat:-0}" -v kg="$kp_gb" \
