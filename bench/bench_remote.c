@@ -1,6 +1,6 @@
 /* A remote queue over loopback against an in-process queue.
  *
- *   bench_remote DEVICE [KIB] [FRAMES] [FPS] [CAPACITY]
+ *   bench_remote DEVICE[,RX_DEVICE] [KIB] [FRAMES] [FPS] [CAPACITY]
  *
  * Without FPS the source sends as fast as the queues let it: frames/s is
  * the throughput, and a frame's latency includes its wait in the full
@@ -8,6 +8,8 @@
  * sends at that rate, below what either queue sustains: the latency is
  * the hand-over's own.
  *
+ * RX_DEVICE, where given, is the receiving process's device (cuda:1: two
+ * processes on two GPUs); the sender's is DEVICE, and the in-process run's.
  * CAPACITY (4 unless given; FPS 0 is as fast as they go) is the remote
  * source's: the frames in flight on the link, the credits. A link moves
  * at most CAPACITY frames per round trip, so over a slow hop it is
@@ -126,7 +128,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_remote DEVICE [KIB] [FRAMES] [FPS] [CAPACITY]\n");
         return 2;
     }
-    const char *device = argv[1];
+    char device[64], rx_device[64];
+    snprintf(device, sizeof device, "%s", argv[1]);
+    char *comma = strchr(device, ',');
+    if (comma) *comma = '\0';
+    snprintf(rx_device, sizeof rx_device, "%s", comma ? comma + 1 : device);
     size_t kib = argc > 2 ? (size_t)atol(argv[2]) : 64;
     uint64_t frames = argc > 3 ? (uint64_t)atol(argv[3]) : 2000;
     bool rx = argc == 7 && strcmp(argv[4], "--rx") == 0; /* DEVICE KIB FRAMES --rx FD CAPACITY */
@@ -152,8 +158,8 @@ int main(int argc, char **argv) {
         kp_device_close(dev);
         return rc;
     }
-    printf("%llu frames of %zu KiB on %s, a queue of 4, %ld on the link, %s:\n",
-           (unsigned long long)frames, kib, device, capacity,
+    printf("%llu frames of %zu KiB on %s (received on %s), a queue of 4, %ld on the link, %s:\n",
+           (unsigned long long)frames, kib, device, rx_device, capacity,
            fps_target > 0 ? "paced" : "as fast as they go");
     if (fps_target > 0) printf("  (the source sends %.0f frames/s)\n", fps_target);
     /* the floor: memcpy of a frame on this host */
@@ -185,7 +191,7 @@ int main(int argc, char **argv) {
         char cap[16];
         snprintf(fd, sizeof fd, "%d", pp[1]);
         snprintf(cap, sizeof cap, "%ld", capacity);
-        execl("/proc/self/exe", argv[0], argv[1], argc > 2 ? argv[2] : "64",
+        execl("/proc/self/exe", argv[0], rx_device, argc > 2 ? argv[2] : "64",
               argc > 3 ? argv[3] : "2000", "--rx", fd, cap, (char *)NULL);
         _exit(127);
     }

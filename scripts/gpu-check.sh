@@ -374,12 +374,18 @@ stage_multigpu() {
     build-gpu/bench/bench_flow_devices $a >>"$log" 2>&1 \
       && row "bench_flow_devices $a" PASS "multigpu.log" || row "bench_flow_devices $a" FAIL "see multigpu.log"
   done
-  for d in cpu cuda; do
+  # cuda:0,cuda:1: the receiving process on the second GPU
+  for d in cpu cuda cuda:0,cuda:1; do
     for a in "64 20000" "8192 300" "64 2000 1000" "8192 200 50"; do
       build-gpu/bench/bench_remote $d $a >>"$log" 2>&1 \
         && row "bench_remote $d $a" PASS "multigpu.log" || row "bench_remote $d $a" FAIL "see multigpu.log"
     done
   done
+  if command -v ucx_perftest >/dev/null; then
+    timeout 240 bench/remote_vs_perftest.sh build-gpu cuda:0,cuda:1 64 1024 8192 65536 >>"$log" 2>&1 \
+      && row "remote vs ucx_perftest (cuda:0 -> cuda:1)" PASS "multigpu.log" \
+      || row "remote vs ucx_perftest (cuda:0 -> cuda:1)" FAIL "see multigpu.log"
+  fi
   if (cd "$out" && "$OLDPWD/build-gpu/src/kpipe" flow "$OLDPWD/examples/flow_devices.json" \
         --device cuda >flow_devices_example.log 2>&1); then
     row "kpipe flow examples/flow_devices.json" PASS "$(grep -E 'frames in' "$out/flow_devices_example.log")"
