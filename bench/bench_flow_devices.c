@@ -189,7 +189,9 @@ static void gemms(const char *what, int n, uint64_t frames) {
                                          .replicas = two ? d : NULL,
                                          .n_replicas = two ? 2 : 0,
                                          .replica_users = two ? users : NULL,
-                                         .deal = g_deal};
+                                         /* only replicas are dealt to: the one-GPU run
+                                          * takes no policy (it would be refused) */
+                                         .deal = two ? g_deal : KP_DEAL_LEAST_LOADED};
         } else {
             st[n_st++] = (kp_flow_stage){
                 .name = "gemm_a", .fn = gemm_fn, .user = &g[0][0], .queue_capacity = 4};
