@@ -83,9 +83,11 @@ def test_tasks_errors():
         kpipe.Tasks("cpu", streams=0)
 
 
-def test_json_flow_health_and_trace():
+def test_json_flow_health_and_trace(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the example's sink writes flow_out.npy where it runs
     f = kpipe.Flow(example("flow.json"), device="cpu", trace_events=256)
     h = f.run()
+    assert (tmp_path / "flow_out.npy").is_file()
     assert h["frames"] == 2000 and h["dropped"] == 0 and h["consistent"]
     assert [s["name"] for s in h["stages"]][0] == "source"
     assert h["stages"][1]["queue"]["policy"] == "block"
