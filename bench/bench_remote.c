@@ -100,9 +100,21 @@ static kp_flow_t make(kp_device_t dev, kp_flow_stage *st, size_t frame_bytes) {
     return f;
 }
 
-static void run_flow(kp_flow_t f) {
+/* Runs the flow; with `what`, prints each stage's host time per frame
+ * (sampled, recent frames): a remote end's includes its waits, for credit
+ * on the sending side, for the next frame on the receiving one, so it
+ * tells which side the other waits for. */
+static void run_flow(kp_flow_t f, const char *what) {
     KK(kp_flow_start(f));
     KK(kp_flow_wait(f));
+    kp_flow_snapshot h;
+    if (what && kp_flow_health(f, &h) == KP_OK) {
+        printf("  %-22s stage host us p50/p99:", what);
+        for (size_t i = 0; i < h.n_stages; i++)
+            printf(" %s %.1f/%.1f", h.stages[i].name, h.stages[i].host_p50_us,
+                   h.stages[i].host_p99_us);
+        printf("\n");
+    }
     kp_flow_destroy(f);
 }
 
@@ -118,7 +130,7 @@ static int receiver(kp_device_t dev, run *r, int fd, size_t capacity) {
     int port = atoi(strrchr(rs.address, ':') + 1);
     if (write(fd, &port, sizeof port) != sizeof port) return 1;
     close(fd);
-    run_flow(f);
+    run_flow(f, "receiving process,");
     report("remote queue, loopback", r);
     return 0;
 }
@@ -178,7 +190,7 @@ int main(int argc, char **argv) {
     /* in one process */
     kp_flow_stage st[2] = {{.name = "source", .fn = source, .user = &r},
                            {.name = "sink", .fn = sink, .user = &r, .queue_capacity = 4}};
-    run_flow(make(dev, st, bytes));
+    run_flow(make(dev, st, bytes), NULL);
     report("in-process queue", &r);
     r.seen = 0;
     /* across two: this program again as the receiver */
@@ -204,7 +216,7 @@ int main(int argc, char **argv) {
     kp_flow_stage tx[2] = {{.name = "source", .fn = source, .user = &r}};
     KK(kp_flow_remote_sink(dev, addr, bytes, 30000, &tx[1]));
     fflush(stdout);
-    run_flow(make(dev, tx, bytes));
+    run_flow(make(dev, tx, bytes), "sending process,");
     int ws = 0;
     waitpid(pid, &ws, 0);
     kp_device_close(dev);
