@@ -10,10 +10,16 @@
 # remote queue saturated, and paced at half the frames/s it reached.
 # Prints one row per size: bandwidths in GB/s (10^9 bytes), latencies in us.
 # KP_REMOTE_CAPACITY (4 unless set): the frames in flight on the link, the
-# remote source's capacity (bench_remote's CAPACITY).
+# remote source's capacity (bench_remote's CAPACITY). ucx_perftest runs
+# with the rendezvous threshold kpipe gives its own UCX context
+# (KP__RNDV_THRESH, src/flow/remote-impl.h), or UCX_RNDV_THRESH where set:
+# the same protocols on both sides.
 set -uo pipefail
 build=$1 dev=$2
 cap=${KP_REMOTE_CAPACITY:-4}
+rndv=${UCX_RNDV_THRESH:-$(sed -n 's/^#define KP__RNDV_THRESH "\(.*\)"/\1/p' \
+  "$(dirname "$0")/../src/flow/remote-impl.h")}
+export UCX_RNDV_THRESH=${rndv:?no KP__RNDV_THRESH in src/flow/remote-impl.h}
 shift 2
 sizes=${*:-64 1024 8192 65536}
 port=$((20000 + RANDOM % 20000))
@@ -33,7 +39,8 @@ frames_for() { # enough frames for about a second at 5 GB/s, 100 at least
   [ $n -gt 20000 ] && n=20000
   echo $n
 }
-printf '# %s: remote queue (capacity %s) vs ucx_perftest (tag), loopback\n' "$dev" "$cap"
+printf '# %s: remote queue (capacity %s) vs ucx_perftest (tag), loopback, UCX_RNDV_THRESH=%s\n' \
+  "$dev" "$cap" "$UCX_RNDV_THRESH"
 printf '%8s | %9s %9s %9s | %9s %9s | %9s %9s %6s | %9s %9s %9s | %9s\n' KiB \
   pt_tcp_GB pt_shm_GB pt_lat_us kp_GB kp_p50_us ratio_tcp ratio_shm x0.8? \
   kp50_p50 kp50_p99 bound_us inproc_GB

@@ -70,6 +70,18 @@ enum {
  * receiving flow was cancelled before the stream began. */
 enum { KP__REFUSED_SIZE = 1, KP__REFUSED_CANCELLED = 2 };
 
+/* Where UCX switches a message from eager sends to its rendezvous (the
+ * receiver asks for the bytes once the receive is matched: a round trip
+ * per frame, in return for zero copy), unless UCX_RNDV_THRESH says
+ * otherwise. UCX 1.13's own choice over tcp put 64 KiB frames on
+ * rendezvous. Measured on the H100 host (bench_remote, eager everywhere
+ * against UCX's choice, alternated twice): eager took 64 KiB frames from
+ * 0.80-0.81 to 1.31-1.35 GB/s on cpu and 0.70-0.76 to 0.85-0.92 on cuda,
+ * and halved their latency; 256 KiB frames 1.94-2.33 to 2.18-2.65 (cpu),
+ * 1.57-1.65 to 1.97-2.18 (cuda); 1 MiB frames lost (3.64-3.94 to 2.92-3.35
+ * on cpu). So messages below 512 KiB go eager. */
+#define KP__RNDV_THRESH "512K"
+
 /* How long a receiving flow cancelled before its sender arrived keeps
  * listening, so that a sender already connecting hears "cancelled" rather
  * than nothing (it would otherwise try until its timeout). */

@@ -391,6 +391,8 @@ kp_status kp__remote_new(const kp__remote_end *e, kp__remote **out) {
          * memory) is found within seconds, unless the user set otherwise */
         if (!getenv("UCX_KEEPALIVE_INTERVAL"))
             (void)ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "1s");
+        if (!getenv("UCX_RNDV_THRESH"))
+            (void)ucp_config_modify(cfg, "RNDV_THRESH", KP__RNDV_THRESH);
         ucp_params_t p = {0};
         p.field_mask = UCP_PARAM_FIELD_FEATURES;
         p.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
