@@ -14,7 +14,8 @@
  * source's: the frames in flight on the link, the credits. A link moves
  * at most CAPACITY frames per round trip, so over a slow hop it is
  * CAPACITY, not the transport, that sets the pace until CAPACITY frames
- * cover the bandwidth times the round trip.
+ * cover the bandwidth times the round trip (on loopback 4 already do:
+ * bench/RESULTS.md, "Remote queues").
  *
  * Both runs send FRAMES frames of KIB KiB from a source to a sink that
  * only counts them, with a queue of 4 between them: in one process, then
@@ -137,7 +138,7 @@ static int receiver(kp_device_t dev, run *r, int fd, size_t capacity) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_remote DEVICE [KIB] [FRAMES] [FPS] [CAPACITY]\n");
+        fprintf(stderr, "usage: bench_remote DEVICE[,RX_DEVICE] [KIB] [FRAMES] [FPS] [CAPACITY]\n");
         return 2;
     }
     char device[64], rx_device[64];
