@@ -69,15 +69,15 @@ def padded(n):
 
 
 def make_run(approach, m):
-    """The callable an approach runs, and the key a call is a hit under."""
-    graphs, pool = {}, torch.cuda.graph_pool_handle()
+    """The callable an approach runs, the key a call is a hit under, and
+    what tells its graphs held (None where it holds none)."""
     if approach == "eager":
         return m, None, None
     if approach == "compile":
         # cudagraph trees record per shape
         return torch.compile(m, mode="reduce-overhead", dynamic=True), (lambda n: n), None
     if approach == "graph dict":
-        side = torch.cuda.Stream()
+        graphs, pool, side = {}, torch.cuda.graph_pool_handle(), torch.cuda.Stream()
 
         def run(x):
             n, p = x.shape[1], padded(x.shape[1])

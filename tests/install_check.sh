@@ -60,7 +60,7 @@ if command -v "$py" >/dev/null; then
     cp -r "$src/python" "$work/py-src" # pip builds in the tree it is given
     "$py" -m pip install -q --root-user-action=ignore --no-build-isolation --no-deps --no-index \
       --target "$work/pip" "$work/py-src" >/dev/null
-    py_check "pip install" "$work/pip" "$(ls "$work"/shared/lib/libkpipe.so)"
+    py_check "pip install" "$work/pip" "$work/shared/lib/libkpipe.so"
   fi
 fi
 echo PASS

@@ -18,14 +18,17 @@
  * regions are spread over 30 MB of nodes, and on 4 KiB pages each may
  * also need a page walk of its own (bench_tasks scaling cpu, a million
  * regions, 2-core development machine: 0.45-0.52 us per submit against
- * 0.51-0.72 on small pages, alternated). The first slab stays on
- * small pages, so a small set touches a few of them and does not clear
- * 2 MiB at its first submit. Advice alone is not enough: the C library
- * often hands back heap memory already on small pages, which the kernel
- * would merge only later, in the background; MADV_COLLAPSE (Linux 6.1)
- * merges it now, once per slab. Both are only advice: where the kernel
- * keeps huge pages off, refuses the collapse, or an allocation hook gives
- * other memory, nothing else changes. */
+ * 0.51-0.72 on small pages, alternated). The first slab gets no advice,
+ * so (where huge pages come only on advice) a small set touches a few
+ * small pages and does not clear 2 MiB at its first submit. Advice alone
+ * was not enough: at a million regions it gave 6 MiB of huge pages of the
+ * 30 MB (AnonHugePages), most likely because the C library handed back
+ * heap memory already on small pages, which the kernel merges only later,
+ * in the background; MADV_COLLAPSE (Linux 6.1) merges it now, once per
+ * slab, and gave 32 MiB. Both are only advice: where the kernel keeps huge
+ * pages off, refuses the collapse, or an allocation hook gives other
+ * memory, nothing else changes. A slab's node count is not a power of
+ * two; the walk's division by it is a constant's, a multiply. */
 #define _DEFAULT_SOURCE /* madvise() */
 #include <string.h>
 #include <sys/mman.h>
