@@ -154,7 +154,13 @@ typedef struct kp__remote {
     pthread_t progress;
     bool progress_on;
     _Atomic bool progress_stop;
+    /* the stage's thread is about to call into the worker: the progress
+     * thread keeps off it meanwhile (kp__remote_take, remote.c) */
+    _Atomic uint32_t wanted;
     kp__wake moved;
+    /* the flow whose spin the stage's thread keeps before it sleeps on
+     * `moved` (its waits set it) */
+    kp_flow_t flow;
     bool ready;          /* the hello and welcome are through */
     kp__hello hello;
     kp__welcome welcome;

@@ -331,11 +331,21 @@ static inline void kp__atomic_max(_Atomic size_t *m, size_t v) {
 }
 
 /* --- spinning (spin.c) --------------------------------------------------- */
+/* One turn of a spin: tells the core that this thread only waits. */
+static inline void kp__pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 /* Spins while *v == blocked (a queue empty or full), up to the flow's spin
  * time, so that a hand-over arriving within it costs no sleep and wake-up
  * of a thread (a futex round trip of several microseconds). The caller
  * then takes the lock and checks for itself. */
 void kp__flow_spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked);
+/* The same over a 32-bit value (a kp__wake's sequence). */
+void kp__flow_spin_while32(struct kp_flow *f, _Atomic uint32_t *v, uint32_t blocked);
 /* Takes a lock; a spinning flow tries it a while first, as the thread that
  * just changed what we spun on still holds it: sleeping on it would cost
  * both threads a futex call. */

@@ -17,14 +17,6 @@
 
 #include "runtime-impl.h"
 
-static void kp__pause(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 /* One wait of a spin. Where the flow's threads outnumber the cores, a
  * spinning thread would burn the very core that the thread it waits for
  * needs (on 2 cores, 4 stages spinning for 1 ms each made a frame cost
@@ -64,11 +56,22 @@ static void kp__spin_lost(double now) {
     kp__spin_off_until = now + kp__spin_off_us;
 }
 
-void kp__flow_spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked) {
+static bool kp__size_is(const void *v, size_t blocked) {
+    return atomic_load_explicit((const _Atomic size_t *)v, memory_order_relaxed) == blocked;
+}
+
+static bool kp__u32_is(const void *v, size_t blocked) {
+    return atomic_load_explicit((const _Atomic uint32_t *)v, memory_order_relaxed) == (uint32_t)blocked;
+}
+
+/* The spin of both kinds of value; inlined into each, so the test is no
+ * call. */
+static inline void kp__spin_while(struct kp_flow *f, bool (*is)(const void *, size_t),
+                                  const void *v, size_t blocked) {
     if (!f->spin_us) return;
     double last = 0, until = 0;
     for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(v, memory_order_relaxed) != blocked) return;
+        if (!is(v, blocked)) return;
         if (atomic_load_explicit(&f->cancel, memory_order_relaxed)) return;
         if (!last) { /* blocked: spin, unless within a period after a loss */
             last = kp__now_us();
@@ -88,6 +91,14 @@ void kp__flow_spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked) {
             last = now;
         }
     }
+}
+
+void kp__flow_spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked) {
+    kp__spin_while(f, kp__size_is, (const void *)v, blocked);
+}
+
+void kp__flow_spin_while32(struct kp_flow *f, _Atomic uint32_t *v, uint32_t blocked) {
+    kp__spin_while(f, kp__u32_is, (const void *)v, blocked);
 }
 
 void kp__flow_lock(struct kp_flow *f, pthread_mutex_t *mu) {
