@@ -44,8 +44,20 @@ static kp_status kp__reclaim(kp__remote *r, bool now) {
 
 static kp_status kp__recycle(kp__remote *r) { return kp__reclaim(r, false); }
 
-/* While the stage waits for a frame: every credit goes back. */
-static kp_status kp__recycle_waiting(kp__remote *r) { return kp__reclaim(r, true); }
+/* While the stage waits for a frame: every credit goes back. A copy still
+ * running is waited for here: its end is no event on the link, so the
+ * wait would otherwise sleep up to a millisecond on the link before the
+ * slot is reposted and its credit given back, while a sender short of
+ * credit sends nothing to wake it. (The frame being waited for lands
+ * meanwhile: the progress thread takes it in.) */
+static kp_status kp__recycle_waiting(kp__remote *r) {
+    KP_CHECK(kp__reclaim(r, true));
+    if (r->consumed < r->next) {
+        KP_CHECK(kp_event_sync(r->slots[r->consumed % r->capacity].ev));
+        KP_CHECK(kp__reclaim(r, true));
+    }
+    return KP_OK;
+}
 
 /* Takes a sender's connection request, once, and posts the receive of its
  * hello; whether the hello is in. */
