@@ -23,7 +23,9 @@
  * with --rx). Each frame carries the time it was made (CLOCK_MONOTONIC,
  * one clock for both processes); the sink takes its latency. Prints
  * frames/s, bytes/s and the p50 and p99 latency of both, and memcpy's
- * bandwidth on this host as the floor for the bytes. */
+ * bandwidth on this host as the floor for the bytes; on a GPU, also what
+ * the staged copies of one frame cost alone (device to pinned host and
+ * back), the part of a frame's path that is not the wire. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,9 +107,16 @@ static kp_flow_t make(kp_device_t dev, kp_flow_stage *st, size_t frame_bytes) {
  * (sampled, recent frames): a remote end's includes its waits, for credit
  * on the sending side, for the next frame on the receiving one, so it
  * tells which side the other waits for. */
-static void run_flow(kp_flow_t f, const char *what) {
+static void run_flow(kp_flow_t f, const char *what, int remote_stage) {
     KK(kp_flow_start(f));
     KK(kp_flow_wait(f));
+    kp_flow_remote_stats rs;
+    if (remote_stage >= 0 && kp_flow_remote(f, (size_t)remote_stage, &rs) == KP_OK)
+        printf("  %-22s link: %llu of %llu frames waited for credit, at most %llu in flight, "
+               "%llu on the wire%s\n",
+               what, (unsigned long long)rs.credit_waits, (unsigned long long)rs.frames,
+               (unsigned long long)rs.max_in_flight, (unsigned long long)rs.max_on_wire,
+               rs.zero_copy ? ", zero copy" : ", through pinned host slots");
     kp_flow_snapshot h;
     if (what && kp_flow_health(f, &h) == KP_OK) {
         printf("  %-22s stage host us p50/p99:", what);
@@ -131,7 +140,7 @@ static int receiver(kp_device_t dev, run *r, int fd, size_t capacity) {
     int port = atoi(strrchr(rs.address, ':') + 1);
     if (write(fd, &port, sizeof port) != sizeof port) return 1;
     close(fd);
-    run_flow(f, "receiving process,");
+    run_flow(f, "receiving process,", 0);
     report("remote queue, loopback", r);
     return 0;
 }
@@ -188,10 +197,39 @@ int main(int argc, char **argv) {
     printf("  %-22s %10s %19.2f GB/s (b[0] %d)\n", "memcpy, one frame", "", mc, b[0]);
     free(a);
     free(b);
+    /* the staged copies alone, where frames are not host memory: what a
+     * remote end without direct device transfers pays per frame, device
+     * to pinned host on the sending side and back on the receiving one,
+     * each on its own stream in its own process, beside the wire */
+    if (strcmp(kp_device_backend(dev), "cpu") != 0) {
+        void *d = NULL, *h = NULL;
+        kp_stream_t s;
+        KK(kp_malloc(dev, bytes, &d));
+        KK(kp_malloc_host(dev, bytes, &h));
+        KK(kp_stream_create(dev, &s));
+        uint64_t n = frames < 200 ? frames : 200;
+        double gbs[2];
+        for (int way = 0; way < 2; way++) {
+            KK(kp_memcpy_async(s, way ? d : h, way ? h : d, bytes)); /* warm */
+            KK(kp_stream_sync(s));
+            uint64_t c0 = now_ns();
+            for (uint64_t k = 0; k < n; k++) { /* one frame at a time, as a remote end copies */
+                KK(kp_memcpy_async(s, way ? d : h, way ? h : d, bytes));
+                KK(kp_stream_sync(s));
+            }
+            gbs[way] = (double)bytes * (double)n / ((double)(now_ns() - c0) * 1e-9) * 1e-9;
+        }
+        printf("  %-22s %10s %19.2f GB/s to pinned host, %.2f GB/s back (%.1f + %.1f us a frame)\n",
+               "staged copy, one frame", "", gbs[0], gbs[1], (double)bytes / (gbs[0] * 1e3),
+               (double)bytes / (gbs[1] * 1e3));
+        kp_stream_destroy(s);
+        kp_free_host(dev, h);
+        kp_free(dev, d);
+    }
     /* in one process */
     kp_flow_stage st[2] = {{.name = "source", .fn = source, .user = &r},
                            {.name = "sink", .fn = sink, .user = &r, .queue_capacity = 4}};
-    run_flow(make(dev, st, bytes), NULL);
+    run_flow(make(dev, st, bytes), NULL, -1);
     report("in-process queue", &r);
     r.seen = 0;
     /* across two: this program again as the receiver */
@@ -217,7 +255,7 @@ int main(int argc, char **argv) {
     kp_flow_stage tx[2] = {{.name = "source", .fn = source, .user = &r}};
     KK(kp_flow_remote_sink(dev, addr, bytes, 30000, &tx[1]));
     fflush(stdout);
-    run_flow(make(dev, tx, bytes), "sending process,");
+    run_flow(make(dev, tx, bytes), "sending process,", 1);
     int ws = 0;
     waitpid(pid, &ws, 0);
     kp_device_close(dev);
