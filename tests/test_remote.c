@@ -5,10 +5,14 @@
  * killed mid-stream (an error, no hang); refusals and timeouts; the JSON
  * form's errors; and, with both ends in this process, either end cancelled
  * at random moments early in the stream (connecting, saying hello,
- * sending): the other always stops promptly with KP_ERR_STATE.
- * The processes fork, which CUDA does not survive, so this runs on the cpu
- * backend; bench/bench_remote runs whole kpipe processes, on cuda too.
- *   test_remote */
+ * sending): the other always stops promptly with KP_ERR_STATE. Frames
+ * through the copies (pinned host slots, a spare beside the credits) at 1,
+ * odd and 1M floats: on cpu with each flow's other stage on a second
+ * device, which makes the frames span two devices; on cuda always, where
+ * UCX has no CUDA support.
+ * A child process is this program again (fork, then exec at once: neither
+ * CUDA nor UCX survives a fork alone), on the same backend.
+ *   test_remote [DEVICE]   (cpu unless given; exit 77 where there is none) */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -53,6 +57,8 @@ typedef struct side {
     bool ordered, data_ok;
     float *host;
     kp_device_t dev;
+    bool copies;       /* frames through the link's copies (side_copies) */
+    kp_device_t other; /* the other stage's device, where not dev (copies on cpu) */
     kp_flow_t flow;
 } side;
 
@@ -99,8 +105,16 @@ static kp_status side_open(side *t, int n) {
     return t->host ? KP_OK : KP_ERR_OUT_OF_MEMORY;
 }
 
+/* Frames through the link's copies: on cpu, the flow's other stage on a
+ * second device (the frames then span two, and cannot trade buffers with
+ * the link); elsewhere the copies are there already. */
+static kp_status side_copies(side *t) {
+    return strcmp(g_device, "cpu") == 0 ? kp_device_open("cpu:1", &t->other) : KP_OK;
+}
+
 static void side_close(side *t) {
     kp_flow_destroy(t->flow);
+    kp_device_close(t->other);
     kp_device_close(t->dev);
     free(t->host);
 }
@@ -115,6 +129,7 @@ static kp_status two_stage_flow(side *t, kp__stage_made *m, bool receiver) {
         st[0] = (kp_flow_stage){.name = "rx", .fn = m->fn, .user = m->user, .end_fn = m->end_fn};
         st[1] = (kp_flow_stage){.name = "check", .fn = check, .user = t, .queue_capacity = 2};
     }
+    st[receiver ? 1 : 0].dev = t->other;
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.dev = t->dev;
     cfg.stages = st;
@@ -143,6 +158,7 @@ typedef struct rx_opts {
     long sink_sleep_us;
     uint64_t cancel_at;
     int timeout_ms;
+    int copies; /* frames through the copies (side_copies) */
 } rx_opts;
 
 /* The receiving process (test_remote --rx ...): listens on a free port,
@@ -154,6 +170,7 @@ static int run_receiver(const rx_opts *o, int port_fd, int report_fd) {
     kp__stage_made m;
     int p = -1;
     r.st = side_open(&t, o->n);
+    if (r.st == KP_OK && o->copies) r.st = side_copies(&t);
     t.sink_sleep_us = o->sink_sleep_us;
     t.cancel_at = o->cancel_at;
     if (r.st == KP_OK)
@@ -205,7 +222,8 @@ static pid_t fork_receiver(const rx_opts *o, int *port, int *rep) {
     int pp[2], rp[2];
     assert_int_equal(pipe(pp), 0);
     assert_int_equal(pipe(rp), 0);
-    char a[8][32];
+    char a[9][32];
+    snprintf(a[8], 32, "%d", o->copies);
     snprintf(a[0], 32, "%d", o->n);
     snprintf(a[1], 32, "%zu", o->capacity);
     snprintf(a[2], 32, "%zu", o->frame_bytes);
@@ -214,7 +232,8 @@ static pid_t fork_receiver(const rx_opts *o, int *port, int *rep) {
     snprintf(a[5], 32, "%d", o->timeout_ms);
     snprintf(a[6], 32, "%d", pp[1]);
     snprintf(a[7], 32, "%d", rp[1]);
-    char *args[] = {"test_remote", "--rx", a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], NULL};
+    char *args[] = {"test_remote", "--rx", a[0], a[1], a[2], a[3],
+                    a[4],          a[5],   a[6], a[7], a[8], NULL};
     pid_t pid = spawn(args);
     close(pp[1]);
     close(rp[1]);
@@ -240,6 +259,7 @@ static report reap(pid_t pid, int rep) {
 static kp_status sender(side *t, int n, uint64_t frames, int port, size_t frame_bytes,
                         int timeout_ms) {
     TRY(side_open(t, n));
+    if (t->copies) TRY(side_copies(t));
     t->frames = frames;
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
@@ -254,7 +274,7 @@ static void order_and_every_element(void **state) {
     for (size_t k = 0; k < 3; k++) {
         int n = sizes[k], port, rep;
         uint64_t frames = n >= (1 << 20) ? 40 : 300;
-        rx_opts o = {n, 3, (size_t)n * sizeof(float), 0, 0, 20000};
+        rx_opts o = {n, 3, (size_t)n * sizeof(float), 0, 0, 20000, 0};
         pid_t pid = fork_receiver(&o, &port, &rep);
         side t = {0};
         KPT_OK(sender(&t, n, frames, port, (size_t)n * sizeof(float), 20000));
@@ -293,7 +313,7 @@ static void frames_in_flight(void **state) {
     for (size_t k = 0; k < 2; k++) {
         int n = runs[k].n, port, rep;
         size_t bytes = (size_t)n * sizeof(float);
-        rx_opts o = {n, runs[k].capacity, bytes, runs[k].sink_sleep_us, 0, 20000};
+        rx_opts o = {n, runs[k].capacity, bytes, runs[k].sink_sleep_us, 0, 20000, 0};
         pid_t pid = fork_receiver(&o, &port, &rep);
         side t = {0};
         KPT_OK(sender(&t, n, runs[k].frames, port, bytes, 20000));
@@ -307,6 +327,44 @@ static void frames_in_flight(void **state) {
         if (k == 0) assert_true(rs.max_on_wire >= 2);
         if (k == 1) assert_int_equal(rs.max_in_flight, runs[k].capacity);
         if (!strcmp(g_device, "cpu")) assert_true(rs.zero_copy);
+        if (strcmp(g_device, "cpu") && !rs.direct) assert_false(rs.zero_copy);
+        side_close(&t);
+        report r = reap(pid, rep);
+        if (r.st != KP_OK) print_error("receiver: %s\n", r.error);
+        assert_int_equal(r.st, KP_OK);
+        assert_int_equal(r.seen, runs[k].frames);
+        assert_true(r.ordered && r.data_ok);
+    }
+}
+
+/* Frames through the copies at both ends (pinned host slots, one more
+ * than the credits): every element and the order at 1, odd and 1M floats;
+ * a single credit; a slow sink fills the window to the credits and no
+ * further, the spare slot notwithstanding. */
+static void frames_through_copies(void **state) {
+    (void)state;
+    const struct {
+        int n;
+        size_t capacity;
+        uint64_t frames;
+        long sink_sleep_us;
+    } runs[] = {{1, 1, 200, 0}, {4097, 4, 300, 300}, {1 << 20, 4, 40, 0}, {1 << 20, 1, 20, 0}};
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        int n = runs[k].n, port, rep;
+        size_t bytes = (size_t)n * sizeof(float);
+        rx_opts o = {n, runs[k].capacity, bytes, runs[k].sink_sleep_us, 0, 20000, 1};
+        pid_t pid = fork_receiver(&o, &port, &rep);
+        side t = {.copies = true};
+        KPT_OK(sender(&t, n, runs[k].frames, port, bytes, 20000));
+        KPT_OK(kp_flow_start(t.flow));
+        KPT_OK(kp_flow_wait(t.flow));
+        kp_flow_remote_stats rs;
+        KPT_OK(kp_flow_remote(t.flow, 1, &rs));
+        assert_int_equal(rs.frames, runs[k].frames);
+        assert_true(rs.direct || !rs.zero_copy);
+        assert_true(rs.max_in_flight <= runs[k].capacity);
+        assert_true(rs.max_on_wire <= runs[k].capacity);
+        if (runs[k].sink_sleep_us) assert_int_equal(rs.max_in_flight, runs[k].capacity);
         side_close(&t);
         report r = reap(pid, rep);
         if (r.st != KP_OK) print_error("receiver: %s\n", r.error);
@@ -321,7 +379,7 @@ static void frames_in_flight(void **state) {
 static void backpressure_across_the_link(void **state) {
     (void)state;
     int port, rep;
-    rx_opts o = {1000, 2, 4000, 2000, 0, 20000};
+    rx_opts o = {1000, 2, 4000, 2000, 0, 20000, 0};
     pid_t pid = fork_receiver(&o, &port, &rep);
     side t = {0};
     KPT_OK(sender(&t, 1000, 200, port, 4000, 20000));
@@ -343,7 +401,7 @@ static void backpressure_across_the_link(void **state) {
 static void cancel_from_the_sender(void **state) {
     (void)state;
     int port, rep;
-    rx_opts o = {256, 4, 1024, 0, 0, 20000};
+    rx_opts o = {256, 4, 1024, 0, 0, 20000, 0};
     pid_t pid = fork_receiver(&o, &port, &rep);
     side t = {0};
     KPT_OK(sender(&t, 256, 0, port, 1024, 20000));
@@ -365,7 +423,7 @@ static void cancel_from_the_sender(void **state) {
 static void cancel_from_the_receiver(void **state) {
     (void)state;
     int port, rep;
-    rx_opts o = {256, 4, 1024, 0, 50, 20000};
+    rx_opts o = {256, 4, 1024, 0, 50, 20000, 0};
     pid_t pid = fork_receiver(&o, &port, &rep);
     side t = {0};
     KPT_OK(sender(&t, 256, 0, port, 1024, 20000));
@@ -385,7 +443,7 @@ static void cancel_from_the_receiver(void **state) {
 static void receiver_killed(void **state) {
     (void)state;
     int port, rep;
-    rx_opts o = {1 << 16, 4, 1 << 18, 0, 0, 20000};
+    rx_opts o = {1 << 16, 4, 1 << 18, 0, 0, 20000, 0};
     pid_t pid = fork_receiver(&o, &port, &rep);
     side t = {0};
     KPT_OK(sender(&t, 1 << 16, 0, port, 1 << 18, 20000));
@@ -443,7 +501,7 @@ static void sender_killed(void **state) {
 static void refusals_and_timeouts(void **state) {
     (void)state;
     int port, rep;
-    rx_opts o = {256, 4, 1024, 0, 0, 20000};
+    rx_opts o = {256, 4, 1024, 0, 0, 20000, 0};
     pid_t pid = fork_receiver(&o, &port, &rep);
     side t = {0};
     KPT_OK(sender(&t, 512, 10, port, 2048, 20000));
@@ -686,18 +744,33 @@ static void json_errors(void **state) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 10 && strcmp(argv[1], "--rx") == 0) {
+    /* a child runs on its parent's backend */
+    const char *env = getenv("KPT_REMOTE_DEVICE");
+    if (env) g_device = env;
+    if (argc == 11 && strcmp(argv[1], "--rx") == 0) {
         rx_opts o = {atoi(argv[2]), (size_t)atol(argv[3]),    (size_t)atol(argv[4]),
-                     atol(argv[5]), (uint64_t)atoll(argv[6]), atoi(argv[7])};
+                     atol(argv[5]), (uint64_t)atoll(argv[6]), atoi(argv[7]),
+                     atoi(argv[10])};
         return run_receiver(&o, atoi(argv[8]), atoi(argv[9]));
     }
     if (argc == 5 && strcmp(argv[1], "--tx") == 0)
         return run_sender(atoi(argv[2]), atoi(argv[3]), (size_t)atol(argv[4]));
+    if (argc > 1) g_device = argv[1];
+    kp_device_t probe;
+    kp_status ps = kp_device_open(g_device, &probe);
+    if (ps == KP_ERR_NO_DEVICE) {
+        printf("SKIP: remote queues on %s: %s\n", g_device, kp_last_error());
+        return 77;
+    }
+    if (ps != KP_OK) return 1;
+    kp_device_close(probe);
+    setenv("KPT_REMOTE_DEVICE", g_device, 1);
     signal(SIGPIPE, SIG_IGN);
     alarm(600); /* a hang fails the test rather than the run */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(order_and_every_element),
         cmocka_unit_test(frames_in_flight),
+        cmocka_unit_test(frames_through_copies),
         cmocka_unit_test(backpressure_across_the_link),
         cmocka_unit_test(cancel_from_the_sender),
         cmocka_unit_test(cancel_from_the_receiver),

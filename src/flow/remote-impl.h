@@ -17,7 +17,9 @@
  *            receiver closing first could cut DONE off)
  * The receiver posts the receives for frames next .. next + capacity - 1,
  * each into its own slot (pinned host memory), and reposts a slot once its
- * frame's copy to the device has completed; the sender sends frame s only
+ * frame's copy to the device has completed (with the spare slot of
+ * n_slots, the receive of frame n + capacity takes the slot of frame
+ * n - 1, whose copy is older); the sender sends frame s only
  * while s < consumed + capacity, so no more than `capacity` frames are ever
  * in flight and a slow receiving flow holds the sender back.
  *
@@ -39,7 +41,9 @@
  * Elsewhere (cuda without UCX's CUDA support) frames travel through pinned
  * host slots: the sender copies a frame into one and sends from there, the
  * next frame's copy running while the last is on the wire; the receiver
- * copies from its slot into the frame.
+ * copies from its slot into the frame. Each end then has one slot more
+ * than the credits, so that neither copy waits for a credit nor holds one
+ * back (n_slots).
  *
  * A lost peer (its process killed, the link down) fails the stage that
  * sees it, through UCX's peer error handling; nothing waits forever for a
@@ -168,6 +172,12 @@ typedef struct kp__remote {
     kp__op ctl_send[8]; /* small control sends in flight */
     size_t n_ctl;
     kp__slot *slots;
+    /* capacity, and one spare where frames are copied through the slots:
+     * a frame's copy then runs while the credit it needs is on its way
+     * (sender), and a receive is reposted while the last frame's copy out
+     * of its slot still runs (receiver), so no copy sits in the loop of a
+     * frame and its credit */
+    size_t n_slots;
     uint64_t sent, consumed; /* sender: frames sent; the receiver's last credit */
     uint64_t left;           /* sender: frames before it have all left */
     uint64_t next;           /* receiver: the next frame; consumed: slots reposted */

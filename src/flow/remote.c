@@ -106,7 +106,7 @@ static bool kp__poll_all(kp__remote *r) {
     any |= kp__op_poll(&r->ctrl_op);
     for (size_t k = 0; k < sizeof r->ctl_send / sizeof r->ctl_send[0]; k++)
         any |= kp__op_poll(&r->ctl_send[k]);
-    for (size_t k = 0; r->slots && k < r->capacity; k++) {
+    for (size_t k = 0; r->slots && k < r->n_slots; k++) {
         any |= kp__op_poll(&r->slots[k].hdr_op);
         any |= kp__op_poll(&r->slots[k].data_op);
     }
@@ -337,7 +337,7 @@ void kp__remote_free(void *p) {
     if (!r) return;
     kp__progress_stop(r);
     if (r->worker) {
-        for (size_t k = 0; r->slots && k < r->capacity; k++) {
+        for (size_t k = 0; r->slots && k < r->n_slots; k++) {
             kp__remote_op_cancel(r, &r->slots[k].hdr_op);
             kp__remote_op_cancel(r, &r->slots[k].data_op);
         }
@@ -354,7 +354,7 @@ void kp__remote_free(void *p) {
         ucp_worker_destroy(r->worker);
     }
     if (r->ctx) ucp_cleanup(r->ctx);
-    for (size_t k = 0; r->slots && k < r->capacity; k++) {
+    for (size_t k = 0; r->slots && k < r->n_slots; k++) {
         kp_event_destroy(r->slots[k].ev);
         if (r->slots[k].pbuf)
             kp_buffer_release(r->slots[k].pbuf);
@@ -368,12 +368,13 @@ void kp__remote_free(void *p) {
 }
 
 kp_status kp__remote_make_slots(kp__remote *r, const kp_stage_ctx *c) {
-    if (!(r->slots = kp__calloc(r->capacity, sizeof *r->slots)))
+    if (!(r->slots = kp__calloc(r->capacity + 1, sizeof *r->slots)))
         return kp__error(KP_ERR_OUT_OF_MEMORY, "remote: no memory for its slots");
     /* UCX reaches the frames' own memory: host memory on cpu, device
      * memory where it has CUDA support */
     r->trade = r->frame_bytes && (r->direct || strcmp(kp_device_backend(r->dev), "cpu") == 0);
-    for (size_t k = 0; k < r->capacity; k++) {
+    r->n_slots = r->capacity;
+    for (size_t k = 0; k < r->n_slots; k++) {
         kp__slot *sl = &r->slots[k];
         sl->hdr_op.done = sl->data_op.done = true;
         sl->hdr_op.status = sl->data_op.status = UCS_OK;
@@ -387,6 +388,7 @@ kp_status kp__remote_make_slots(kp__remote *r, const kp_stage_ctx *c) {
                 sl->buf = kp_buffer_data(sl->pbuf);
             }
         }
+        if (k == 0 && r->frame_bytes && !r->trade) r->n_slots = r->capacity + 1; /* a spare */
         if (r->frame_bytes && !r->trade)
             KP_CHECK(r->direct ? kp_malloc(r->dev, r->frame_bytes, &sl->buf)
                                : kp_malloc_host(r->dev, r->frame_bytes, &sl->buf));

@@ -9,7 +9,7 @@
 #include "remote-impl.h"
 
 static kp_status kp__post_frame(kp__remote *r, uint64_t seq) {
-    kp__slot *sl = &r->slots[seq % r->capacity];
+    kp__slot *sl = &r->slots[seq % r->n_slots];
     KP_CHECK(kp__remote_recv(r, &sl->hdr_op, &sl->hdr, sizeof sl->hdr, KP__TAG(KP__T_HDR, seq),
                              ~(ucp_tag_t)0));
     return kp__remote_recv(r, &sl->data_op, sl->buf, r->frame_bytes, KP__TAG(KP__T_DATA, seq),
@@ -29,12 +29,22 @@ static kp_status kp__credit(kp__remote *r, bool now) {
     return kp__remote_ctrl(r, KP__C_CREDIT, r->consumed);
 }
 
+/* The copy still running out of the slot that the receive of frame
+ * consumed + capacity takes (the slot's last frame, taken already), or
+ * NULL where the slot is new. With a spare slot (n_slots) that is the
+ * frame before the last one taken, not the oldest. */
+static kp_event_t kp__slot_copy(const kp__remote *r) {
+    uint64_t seq = r->consumed + r->capacity;
+    return seq >= r->n_slots ? r->slots[seq % r->n_slots].ev : NULL;
+}
+
 /* Slots whose frames have reached the device take the receives of the
- * frames `capacity` later; the sender hears how many were consumed. */
+ * frames `capacity` on; the sender hears how many were consumed. */
 static kp_status kp__reclaim(kp__remote *r, bool now) {
     while (r->consumed < r->next) {
-        bool done = false;
-        KP_CHECK(kp_event_query(r->slots[r->consumed % r->capacity].ev, &done));
+        bool done = true;
+        kp_event_t ev = kp__slot_copy(r);
+        if (ev) KP_CHECK(kp_event_query(ev, &done));
         if (!done) break;
         KP_CHECK(kp__post_frame(r, r->consumed + r->capacity));
         r->consumed++;
@@ -52,8 +62,8 @@ static kp_status kp__recycle(kp__remote *r) { return kp__reclaim(r, false); }
  * meanwhile: the progress thread takes it in.) */
 static kp_status kp__recycle_waiting(kp__remote *r) {
     KP_CHECK(kp__reclaim(r, true));
-    if (r->consumed < r->next) {
-        KP_CHECK(kp_event_sync(r->slots[r->consumed % r->capacity].ev));
+    if (r->consumed < r->next && kp__slot_copy(r)) {
+        KP_CHECK(kp_event_sync(kp__slot_copy(r)));
         KP_CHECK(kp__reclaim(r, true));
     }
     return KP_OK;
@@ -128,7 +138,7 @@ static kp_status kp__receiver_ready(kp__remote *r, const kp_stage_ctx *c, bool *
 }
 
 static bool kp__frame_in(const kp__remote *r) {
-    const kp__slot *sl = &r->slots[r->next % r->capacity];
+    const kp__slot *sl = &r->slots[r->next % r->n_slots];
     return (sl->hdr_op.done && sl->data_op.done) || (r->eos_seen && r->next >= r->eos_total);
 }
 
@@ -179,7 +189,7 @@ static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
         *eos = true; /* the flow is cancelled: it ends as such */
         return KP_OK;
     }
-    kp__slot *sl = &r->slots[r->next % r->capacity];
+    kp__slot *sl = &r->slots[r->next % r->n_slots];
     if (!(sl->hdr_op.done && sl->data_op.done)) { /* end of stream: all of it is here */
         if (r->eos_total != r->next)
             return kp__error(KP_ERR_PARSE, "remote %s: end of stream at %llu frames, %llu came",

@@ -89,20 +89,20 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
 static bool kp__has_credit(const kp__remote *r) { return r->sent - r->consumed < r->capacity; }
 
 static bool kp__slot_free(const kp__remote *r) {
-    const kp__slot *sl = &r->slots[r->sent % r->capacity];
+    const kp__slot *sl = &r->slots[r->sent % r->n_slots];
     return sl->hdr_op.done && sl->data_op.done;
 }
 
 static bool kp__last_sent(const kp__remote *r) {
-    const kp__slot *sl = &r->slots[(r->sent - 1) % r->capacity];
+    const kp__slot *sl = &r->slots[(r->sent - 1) % r->n_slots];
     return sl->hdr_op.done && sl->data_op.done;
 }
 
 /* Frames before r->left have all left: it moves on over those whose
  * sends completed, in order, while their slots still hold them. */
 static void kp__count_left(kp__remote *r) {
-    while (r->left < r->sent && r->slots[r->left % r->capacity].hdr_op.done &&
-           r->slots[r->left % r->capacity].data_op.done)
+    while (r->left < r->sent && r->slots[r->left % r->n_slots].hdr_op.done &&
+           r->slots[r->left % r->n_slots].data_op.done)
         r->left++;
 }
 
@@ -115,12 +115,12 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
     if (f->bytes > r->frame_bytes)
         return kp__error(KP_ERR_INVALID_ARG, "remote %s: frame %llu has %zu bytes, more than %zu",
                          r->addr, (unsigned long long)f->seq, f->bytes, r->frame_bytes);
-    if (!kp__has_credit(r)) atomic_fetch_add_explicit(&r->credit_waits, 1, memory_order_relaxed);
-    KP_CHECK(kp__remote_wait(r, c->flow, kp__has_credit, &stop));
-    if (!stop) KP_CHECK(kp__remote_wait(r, c->flow, kp__slot_free, &stop));
+    /* the slot first, then the credit: a frame's copy into its slot runs
+     * while the credit is on its way (a spare slot, n_slots) */
+    KP_CHECK(kp__remote_wait(r, c->flow, kp__slot_free, &stop));
     if (stop) return KP_OK;
-    kp__count_left(r); /* before the slot of frame sent - capacity takes frame sent */
-    kp__slot *sl = &r->slots[r->sent % r->capacity];
+    kp__count_left(r); /* before the slot of frame sent - n_slots takes frame sent */
+    kp__slot *sl = &r->slots[r->sent % r->n_slots];
     if (sl->hdr_op.status != UCS_OK || sl->data_op.status != UCS_OK)
         return kp__remote_link_error(r, sl->hdr_op.status != UCS_OK ? sl->hdr_op.status
                                                                     : sl->data_op.status);
@@ -128,10 +128,13 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
         if (f->bytes) KP_CHECK(kp_stream_sync(c->stream)); /* its bytes are written */
         kp__frame_trade(f, &sl->pbuf);
         sl->buf = kp_buffer_data(sl->pbuf);
-    } else if (f->bytes) { /* the last frame is on the wire meanwhile */
+    } else if (f->bytes) { /* the last frames are on the wire meanwhile */
         KP_CHECK(kp_memcpy_async(c->stream, sl->buf, f->data, f->bytes));
         KP_CHECK(kp_stream_sync(c->stream));
     }
+    if (!kp__has_credit(r)) atomic_fetch_add_explicit(&r->credit_waits, 1, memory_order_relaxed);
+    KP_CHECK(kp__remote_wait(r, c->flow, kp__has_credit, &stop));
+    if (stop) return KP_OK;
     kp__wire *w = &sl->hdr;
     memset(w, 0, sizeof *w);
     w->seq = r->sent;
@@ -174,7 +177,7 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
 }
 
 static bool kp__all_sent(const kp__remote *r) {
-    for (size_t k = 0; k < r->capacity; k++)
+    for (size_t k = 0; k < r->n_slots; k++)
         if (!r->slots[k].hdr_op.done || !r->slots[k].data_op.done) return false;
     return true;
 }
