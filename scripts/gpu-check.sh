@@ -102,7 +102,7 @@ gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/tes
            "tests/test_graph_cache cuda" "tests/test_dynamic cuda 20" "tests/test_flow cuda 50"
            "tests/test_video cuda" "tests/test_video_files cuda" "tests/test_tasks cuda" "tests/test_cholesky cuda"
            "tests/test_flow_graph cuda" "tests/test_resize cuda" "tests/test_streams cuda"
-           "tests/test_fusion cuda SMALL"
+           "tests/test_fusion cuda SMALL" "tests/test_remote cuda frames_*"
            "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
 
 # One program under compute-sanitizer's memcheck and racecheck: a row each.
@@ -382,7 +382,7 @@ stage_multigpu() {
     done
   done
   if command -v ucx_perftest >/dev/null; then
-    timeout 240 bench/remote_vs_perftest.sh build-gpu cuda:0,cuda:1 64 1024 8192 65536 >>"$log" 2>&1 \
+    timeout 400 bench/remote_vs_perftest.sh build-gpu cuda:0,cuda:1 64 1024 8192 65536 >>"$log" 2>&1 \
       && row "remote vs ucx_perftest (cuda:0 -> cuda:1)" PASS "multigpu.log" \
       || row "remote vs ucx_perftest (cuda:0 -> cuda:1)" FAIL "see multigpu.log"
   fi
@@ -460,8 +460,10 @@ stage_python() {
 }
 
 # Remote queues against ucx_perftest (ucx-utils, carried in .devdeps), same
-# run: 64 KiB to 64 MiB frames on cpu and cuda, saturated and at half load;
-# test_remote under the sanitizers' builds is part of scripts/test.sh.
+# run: 64 KiB to 64 MiB frames on cpu and cuda, saturated and at half load,
+# three rounds alternated (KP_REMOTE_ROUNDS); test_remote on both backends
+# (under the sanitizers' builds it is part of scripts/test.sh, and its
+# frames tests under compute-sanitizer part of the sanitize stage).
 stage_remote() {
   local log="$out/remote.log" d
   : >"$log"
@@ -469,13 +471,15 @@ stage_remote() {
     row "remote vs ucx_perftest" FAIL "no ucx_perftest (carry ucx-utils)"; return 0
   fi
   for d in cpu cuda; do
-    timeout 240 bench/remote_vs_perftest.sh build-gpu $d 64 1024 8192 65536 >>"$log" 2>&1 \
+    timeout 400 bench/remote_vs_perftest.sh build-gpu $d 64 1024 8192 65536 >>"$log" 2>&1 \
       && row "remote vs ucx_perftest ($d)" PASS "remote.log" \
       || row "remote vs ucx_perftest ($d)" FAIL "see remote.log"
   done
-  build-gpu/tests/test_remote >"$out/test_remote.log" 2>&1 \
-    && row "test_remote (cpu backend, GPU host)" PASS "$(grep -c ' OK ' "$out/test_remote.log") tests" \
-    || row "test_remote (cpu backend, GPU host)" FAIL "see test_remote.log"
+  for d in cpu cuda; do
+    build-gpu/tests/test_remote $d >"$out/test_remote_$d.log" 2>&1 \
+      && row "test_remote $d (GPU host)" PASS "$(grep -c ' OK ' "$out/test_remote_$d.log") tests" \
+      || row "test_remote $d (GPU host)" FAIL "see test_remote_$d.log"
+  done
   cat "$log"
 }
 

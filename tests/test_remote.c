@@ -12,7 +12,8 @@
  * UCX has no CUDA support.
  * A child process is this program again (fork, then exec at once: neither
  * CUDA nor UCX survives a fork alone), on the same backend.
- *   test_remote [DEVICE]   (cpu unless given; exit 77 where there is none) */
+ *   test_remote [DEVICE [FILTER]]   (cpu unless given; exit 77 where there
+ *                                    is none; FILTER: the tests by name, a glob) */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -756,6 +757,7 @@ int main(int argc, char **argv) {
     if (argc == 5 && strcmp(argv[1], "--tx") == 0)
         return run_sender(atoi(argv[2]), atoi(argv[3]), (size_t)atol(argv[4]));
     if (argc > 1) g_device = argv[1];
+    if (argc > 2) cmocka_set_test_filter(argv[2]);
     kp_device_t probe;
     kp_status ps = kp_device_open(g_device, &probe);
     if (ps == KP_ERR_NO_DEVICE) {
