@@ -215,6 +215,11 @@ static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
         KP_CHECK(kp_event_record(sl->ev, c->stream));
         sl->hdr_op.done = sl->data_op.done = false; /* taken: reposted once the copy is done */
         r->next++;
+        /* the repost and its credit wait for the next call (or the wait
+         * in it): done here, before the frame goes on, they cost the
+         * frame its latency. Tried on the H100 host, 64 KiB frames on
+         * cuda, four rounds alternated: p50 at 6,000 frames/s went from
+         * 71-76 us to 83-97, for throughput within the runs' spread. */
     }
     atomic_fetch_add_explicit(&r->frames, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&r->bytes, f->bytes, memory_order_relaxed);
