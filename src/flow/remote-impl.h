@@ -116,8 +116,7 @@ typedef struct kp__wire {
 
 /* One UCX operation in flight (a request), or done. */
 typedef struct kp__op {
-    void *req;   /* in flight */
-    void *spent; /* its request once done, freed when the op is posted again (or at the end) */
+    void *req;
     bool done;
     ucs_status_t status;
     size_t length;            /* received */

@@ -25,8 +25,8 @@ double kp__remote_ms_now(void) {
 
 /* The worker's lock (UCX's, in its thread mode MULTI) is a spin lock, and
  * the progress thread takes it again the moment one progress returns, so
- * a stage's thread calling in (a send, a receive posted, a request freed:
- * kp__op_poll keeps those for the next post) could spin long on it: pthread_spin_lock had 22% of all samples in both
+ * a stage's thread calling in (a send, a receive posted, a request freed)
+ * could spin long on it: pthread_spin_lock had 22% of all samples in both
  * processes with 64 KiB frames on cpu (perf record, 2-core development
  * machine). The stage's thread says it wants the worker, and the progress
  * thread stays off it until the stage's thread is through. */
@@ -83,14 +83,14 @@ void kp__remote_progress(kp__remote *r, bool *spun) {
 }
 
 /* Operations run without completion callbacks: a request is tested after
- * each progress (kp__poll_all), so what a receive got is read from the
- * request itself whichever way it finished. Testing takes no lock; freeing
- * does (the worker's), so a done request is kept (spent) and freed when
- * its op is posted again, under the lock that posting takes anyway: with
- * the free in the test, the stage's thread took the lock again for every
- * op that completed, and the lock was the hottest thing in a remote end
- * (perf, 8 MiB frames: pthread_spin_lock 13% of all samples, nearly all
- * from those frees). */
+ * each progress (kp__poll_all) and freed once it completes, so what a
+ * receive got is read from the request itself whichever way it finished.
+ * The free takes the worker's lock, under which the progress thread wrote
+ * the received bytes: it is also what orders those writes before this
+ * thread reads them. (Keeping done requests to free at their op's next
+ * post took the lock out of the test, and ThreadSanitizer then saw the
+ * receiver read a hello that UCX's thread had just written; on the H100
+ * host it had gained nothing measurable either.) */
 static bool kp__op_poll(kp__op *op) {
     if (!op->req) return false;
     ucs_status_t s = op->recv ? ucp_tag_recv_request_test(op->req, &op->info)
@@ -98,22 +98,15 @@ static bool kp__op_poll(kp__op *op) {
     if (s == UCS_INPROGRESS) return false;
     op->status = s;
     if (op->recv && s == UCS_OK) op->length = op->info.length;
-    op->spent = op->req;
+    ucp_request_free(op->req);
     op->req = NULL;
     op->done = true;
     return true;
 }
 
-/* Frees a done op's request; the caller holds the worker (or is its only
- * user). */
-static void kp__op_release(kp__op *op) {
-    if (!op->spent) return;
-    ucp_request_free(op->spent);
-    op->spent = NULL;
-}
-
-/* Whether any operation completed. Takes no lock. */
+/* Whether any operation completed. */
 static bool kp__poll_all(kp__remote *r) {
+    kp__remote_take(r); /* a completed request is freed under the worker's lock */
     bool any = kp__op_poll(&r->hello_op);
     any |= kp__op_poll(&r->welcome_op);
     any |= kp__op_poll(&r->ctrl_op);
@@ -123,6 +116,7 @@ static bool kp__poll_all(kp__remote *r) {
         any |= kp__op_poll(&r->slots[k].hdr_op);
         any |= kp__op_poll(&r->slots[k].data_op);
     }
+    kp__remote_give(r);
     return any;
 }
 
@@ -148,7 +142,6 @@ static kp_status kp__op_start(kp__op *op, ucs_status_ptr_t sp, bool recv, const 
 kp_status kp__remote_send(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag) {
     ucp_request_param_t p = {0};
     kp__remote_take(r);
-    kp__op_release(op);
     ucs_status_ptr_t sp = ucp_tag_send_nbx(r->ep, buf, len, tag, &p);
     kp__remote_give(r);
     if (kp__op_start(op, sp, false, "send") == KP_OK) return KP_OK;
@@ -164,7 +157,6 @@ kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_
     p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     memset(&op->info, 0, sizeof op->info);
     kp__remote_take(r);
-    kp__op_release(op);
     ucs_status_ptr_t sp = ucp_tag_recv_nbx(r->worker, buf, len, tag, mask, &p);
     kp__remote_give(r);
     return kp__op_start(op, sp, true, "receive");
@@ -360,15 +352,6 @@ void kp__remote_free(void *p) {
         kp__remote_op_cancel(r, &r->welcome_op);
         for (size_t k = 0; k < sizeof r->ctl_send / sizeof r->ctl_send[0]; k++)
             kp__remote_op_cancel(r, &r->ctl_send[k]);
-        for (size_t k = 0; r->slots && k < r->n_slots; k++) {
-            kp__op_release(&r->slots[k].hdr_op);
-            kp__op_release(&r->slots[k].data_op);
-        }
-        kp__op_release(&r->ctrl_op);
-        kp__op_release(&r->hello_op);
-        kp__op_release(&r->welcome_op);
-        for (size_t k = 0; k < sizeof r->ctl_send / sizeof r->ctl_send[0]; k++)
-            kp__op_release(&r->ctl_send[k]);
         kp__remote_ep_close(r, false);
         kp__drain_unexpected(r);
         ucp_conn_request_h req = atomic_exchange(&r->pending, NULL);
