@@ -61,7 +61,8 @@ static bool kp__size_is(const void *v, size_t blocked) {
 }
 
 static bool kp__u32_is(const void *v, size_t blocked) {
-    return atomic_load_explicit((const _Atomic uint32_t *)v, memory_order_relaxed) == (uint32_t)blocked;
+    return atomic_load_explicit((const _Atomic uint32_t *)v, memory_order_relaxed) ==
+           (uint32_t)blocked;
 }
 
 /* The spin of both kinds of value; inlined into each, so the test is no
