@@ -111,12 +111,16 @@ static void run_flow(kp_flow_t f, const char *what, int remote_stage) {
     KK(kp_flow_start(f));
     KK(kp_flow_wait(f));
     kp_flow_remote_stats rs;
+    const char *how = NULL;
     if (remote_stage >= 0 && kp_flow_remote(f, (size_t)remote_stage, &rs) == KP_OK)
+        how = rs.zero_copy ? "zero copy" : "through pinned host slots";
+    if (how && rs.receiver) /* the credit and wire figures are the sender's */
+        printf("  %-22s link: %s\n", what, how);
+    else if (how)
         printf("  %-22s link: %llu of %llu frames waited for credit, at most %llu in flight, "
-               "%llu on the wire%s\n",
+               "%llu on the wire, %s\n",
                what, (unsigned long long)rs.credit_waits, (unsigned long long)rs.frames,
-               (unsigned long long)rs.max_in_flight, (unsigned long long)rs.max_on_wire,
-               rs.zero_copy ? ", zero copy" : ", through pinned host slots");
+               (unsigned long long)rs.max_in_flight, (unsigned long long)rs.max_on_wire, how);
     kp_flow_snapshot h;
     if (what && kp_flow_health(f, &h) == KP_OK) {
         printf("  %-22s stage host us p50/p99:", what);
