@@ -26,9 +26,11 @@
  * Frames in flight: the sender posts a frame's sends and returns; the
  * sends complete while it works on the next frames, or waits in its queue
  * for them, because each end has a progress thread that moves the link
- * (the worker is made for several threads). The stage's thread only tests
- * its own operations; nothing waits for a frame to leave but the end of
- * the stream, a full window of credits or a slot still in flight.
+ * (the worker is made for several threads) while the stage's thread waits
+ * or is away; in its turn in the end's code, the stage's thread has the
+ * worker to itself (kp__remote_take). The stage's thread only tests its
+ * own operations; nothing waits for a frame to leave but the end of the
+ * stream, a full window of credits or a slot still in flight.
  *
  * Where UCX can reach the frames' memory (host memory on the cpu backend;
  * device memory where UCX was built with CUDA support) and the flow's
@@ -158,9 +160,14 @@ typedef struct kp__remote {
     pthread_t progress;
     bool progress_on;
     _Atomic bool progress_stop;
-    /* the stage's thread is about to call into the worker: the progress
-     * thread keeps off it meanwhile (kp__remote_take, remote.c) */
+    /* the stage's thread is about to call into the worker, or is in the
+     * end's code: the progress thread keeps off it meanwhile
+     * (kp__remote_take, remote.c) */
     _Atomic uint32_t wanted;
+    /* the end's own stage and end functions, which the flow calls through
+     * kp__remote_turn_fn and kp__remote_turn_end (remote.c) */
+    kp_flow_stage_fn fn;
+    kp_flow_end_fn end_fn;
     kp__wake moved;
     /* the flow whose spin the stage's thread keeps before it sleeps on
      * `moved` (its waits set it) */
@@ -195,6 +202,13 @@ typedef struct kp__remote {
 
 /* --- the link, shared by both ends (remote.c) ------------------------------ */
 double kp__remote_ms_now(void);
+/* The stage's thread wants the worker (take) and is through with it
+ * (give); the progress thread keeps off it in between. Nests. */
+void kp__remote_take(kp__remote *r);
+void kp__remote_give(kp__remote *r);
+/* Waits for the device (ev, or where NULL the stream s) with the worker
+ * given back meanwhile, so that the link moves. */
+kp_status kp__remote_device_sync(kp__remote *r, kp_stream_t s, kp_event_t ev);
 void kp__remote_progress(kp__remote *r, bool *spun);
 kp_status kp__remote_send(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag);
 kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,

@@ -29,12 +29,22 @@ double kp__remote_ms_now(void) {
  * could spin long on it: pthread_spin_lock had 22% of all samples in both
  * processes with 64 KiB frames on cpu (perf record, 2-core development
  * machine). The stage's thread says it wants the worker, and the progress
- * thread stays off it until the stage's thread is through. */
-static void kp__remote_take(kp__remote *r) {
+ * thread stays off it until the stage's thread is through.
+ *
+ * It wants it for the whole of its turn in the end's code (the stage and
+ * end functions), not call by call: a progress that takes a frame in
+ * holds the lock for the frame's read from the socket, and a receiving
+ * stage that asked call by call (reposting two receives, crediting,
+ * freeing requests) waited for one such progress after another: on the
+ * H100 host, 64 KiB frames, pthread_spin_lock was 30% (cuda) and 50%
+ * (cpu) of the receiving stage's samples (perf record, scripts/perf-
+ * bundle.sh). It lets go while it waits for the link
+ * (kp__remote_progress) or for the device. The count nests. */
+void kp__remote_take(kp__remote *r) {
     if (r->progress_on) atomic_fetch_add_explicit(&r->wanted, 1, memory_order_seq_cst);
 }
 
-static void kp__remote_give(kp__remote *r) {
+void kp__remote_give(kp__remote *r) {
     if (r->progress_on) atomic_fetch_sub_explicit(&r->wanted, 1, memory_order_release);
 }
 
@@ -55,6 +65,7 @@ void kp__remote_progress(kp__remote *r, bool *spun) {
         }
         /* a completion due within the flow's spin costs the progress
          * thread a wake with nobody asleep, not this thread a sleep */
+        kp__remote_give(r); /* the caller's turn (the stage's thread): the link moves meanwhile */
         if (r->flow) kp__flow_spin_while32(r->flow, &r->moved.seq, key);
         struct timespec dl;
         clock_gettime(CLOCK_MONOTONIC, &dl);
@@ -62,6 +73,7 @@ void kp__remote_progress(kp__remote *r, bool *spun) {
         dl.tv_sec += dl.tv_nsec / 1000000000;
         dl.tv_nsec %= 1000000000;
         kp__wake_wait(&r->moved, key, &dl);
+        kp__remote_take(r);
         kp__poll_all(r);
         return;
     }
@@ -541,16 +553,44 @@ void kp__remote_tell_cancel(kp__remote *r) {
     kp_clear_error();
 }
 
+kp_status kp__remote_device_sync(kp__remote *r, kp_stream_t s, kp_event_t ev) {
+    kp__remote_give(r);
+    kp_status st = ev ? kp_event_sync(ev) : kp_stream_sync(s);
+    kp__remote_take(r);
+    return st;
+}
+
+/* An end's stage and end functions as the flow calls them: the worker
+ * the stage's thread's for the turn (kp__remote_take). */
+static kp_status kp__remote_turn_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    kp__remote *r = user;
+    kp__remote_take(r);
+    kp_status st = r->fn(user, c, f, eos);
+    kp__remote_give(r);
+    return st;
+}
+
+static kp_status kp__remote_turn_end(void *user, const kp_stage_ctx *c, kp_status why) {
+    kp__remote *r = user;
+    kp__remote_take(r);
+    kp_status st = r->end_fn(user, c, why);
+    kp__remote_give(r);
+    return st;
+}
+
 kp_status kp__remote_stage_made(const kp__remote_end *e, kp_flow_stage_fn fn, kp_flow_end_fn end_fn,
                                 kp_status (*serve)(kp__remote *r), kp__stage_made *out) {
     /* how the flow sees an end: one link, figures to report */
-    const kp__stage_kind kind = {fn, true, kp__remote_stats, NULL};
+    const kp__stage_kind kind = {kp__remote_turn_fn, true, kp__remote_stats, NULL};
     KP_CHECK(kp__stage_kind_add(&kind));
     kp__remote *r;
     KP_CHECK(kp__remote_new(e, &r));
     r->serve = serve;
-    *out = (kp__stage_made){fn,     NULL, r,   kp__remote_free, e->receiver ? e->frame_bytes : 0, 1,
-                            end_fn, 0,    NULL};
+    r->fn = fn;
+    r->end_fn = end_fn;
+    *out = (kp__stage_made){
+        kp__remote_turn_fn,  NULL, r,   kp__remote_free, e->receiver ? e->frame_bytes : 0, 1,
+        kp__remote_turn_end, 0,    NULL};
     return KP_OK;
 }
 

@@ -63,7 +63,7 @@ static kp_status kp__recycle(kp__remote *r) { return kp__reclaim(r, false); }
 static kp_status kp__recycle_waiting(kp__remote *r) {
     KP_CHECK(kp__reclaim(r, true));
     if (r->consumed < r->next && kp__slot_copy(r)) {
-        KP_CHECK(kp_event_sync(kp__slot_copy(r)));
+        KP_CHECK(kp__remote_device_sync(r, NULL, kp__slot_copy(r)));
         KP_CHECK(kp__reclaim(r, true));
     }
     return KP_OK;
@@ -203,7 +203,7 @@ static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
     if (r->trade) {
         /* the frame leaves in the buffer its bytes landed in; its old one,
          * once no earlier work reads it, takes the receive `capacity` on */
-        KP_CHECK(kp_stream_sync(c->stream));
+        KP_CHECK(kp__remote_device_sync(r, c->stream, NULL));
         kp__frame_trade(f, &sl->pbuf);
         sl->buf = kp_buffer_data(sl->pbuf);
         sl->hdr_op.done = sl->data_op.done = false;
