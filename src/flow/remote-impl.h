@@ -146,7 +146,7 @@ typedef struct kp__remote {
     bool direct;
     ucp_context_h ctx;
     ucp_worker_h worker;
-    bool trade;  /* frames trade buffers with the slots: nothing is copied */
+    bool trade; /* frames trade buffers with the slots: nothing is copied */
     ucp_listener_h listener;
     /* a connection request not yet taken, and whether one was: both set
      * from UCX's callbacks, on whichever thread progressed the worker */
@@ -172,7 +172,7 @@ typedef struct kp__remote {
     /* the flow whose spin the stage's thread keeps before it sleeps on
      * `moved` (its waits set it) */
     kp_flow_t flow;
-    bool ready;          /* the hello and welcome are through */
+    bool ready; /* the hello and welcome are through */
     kp__hello hello;
     kp__welcome welcome;
     kp__op hello_op, welcome_op, ctrl_op;
@@ -209,6 +209,8 @@ void kp__remote_give(kp__remote *r);
 /* Waits for the device (ev, or where NULL the stream s) with the worker
  * given back meanwhile, so that the link moves. */
 kp_status kp__remote_device_sync(kp__remote *r, kp_stream_t s, kp_event_t ev);
+/* Moves the link or waits for it to move; in the stage's thread's turn
+ * only (it gives the worker back while it waits). */
 void kp__remote_progress(kp__remote *r, bool *spun);
 kp_status kp__remote_send(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag);
 kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,

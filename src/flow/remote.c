@@ -32,14 +32,16 @@ double kp__remote_ms_now(void) {
  * thread stays off it until the stage's thread is through.
  *
  * It wants it for the whole of its turn in the end's code (the stage and
- * end functions), not call by call: a progress that takes a frame in
- * holds the lock for the frame's read from the socket, and a receiving
- * stage that asked call by call (reposting two receives, crediting,
- * freeing requests) waited for one such progress after another: on the
- * H100 host, 64 KiB frames, pthread_spin_lock was 30% (cuda) and 50%
- * (cpu) of the receiving stage's samples (perf record, scripts/perf-
- * bundle.sh). It lets go while it waits for the link
- * (kp__remote_progress) or for the device. The count nests. */
+ * end functions, kp__remote_turn_fn), not call by call: a progress that
+ * takes a frame in holds the lock for the frame's read from the socket,
+ * and a receiving stage that asked call by call (reposting two receives,
+ * crediting, freeing requests) waited for one such progress after
+ * another: on the H100 host, 64 KiB frames, pthread_spin_lock was 32%
+ * (cuda) and 51% (cpu) of the receiving stage's samples (perf record,
+ * scripts/perf-bundle.sh). It lets go while it waits for the link
+ * (kp__remote_progress) or for the device (kp__remote_device_sync). The
+ * count nests: a send, a receive post and a poll still take it, which
+ * inside a turn only bumps the count. */
 void kp__remote_take(kp__remote *r) {
     if (r->progress_on) atomic_fetch_add_explicit(&r->wanted, 1, memory_order_seq_cst);
 }

@@ -126,9 +126,10 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
      * back as copies out ended). On the H100 host, cuda, alternated with
      * this code in six calls of 3 to 8 rounds, medians: 64 KiB 1.24-1.53
      * GB/s against 1.29-1.51, 1 MiB 3.71-4.91 against 3.58-4.27, 8 MiB
-     * 4.00-4.32 against 4.22-4.59; 4, 8 or 16 credits alike. Within the
-     * runs' spread, for a lock between the stage's and the progress
-     * thread: the copy was not what held a frame (bench/RESULTS.md). */
+     * 4.00-4.32 against 4.22-4.59; 4, 8 or 16 credits alike. That is
+     * within the runs' spread, and it took a lock between the stage's
+     * thread and the progress thread: dropped. The copy was not what held
+     * a frame (bench/RESULTS.md, "Remote queues, latest"). */
     KP_CHECK(kp__remote_wait(r, c->flow, kp__slot_free, &stop));
     if (stop) return KP_OK;
     kp__count_left(r); /* before the slot of frame sent - n_slots takes frame sent */
