@@ -65,9 +65,9 @@ void kp__remote_progress(kp__remote *r, bool *spun) {
             kp__wake_cancel(&r->moved);
             return;
         }
+        kp__remote_give(r); /* the caller's turn (the stage's thread): the link moves meanwhile */
         /* a completion due within the flow's spin costs the progress
          * thread a wake with nobody asleep, not this thread a sleep */
-        kp__remote_give(r); /* the caller's turn (the stage's thread): the link moves meanwhile */
         if (r->flow) kp__flow_spin_while32(r->flow, &r->moved.seq, key);
         struct timespec dl;
         clock_gettime(CLOCK_MONOTONIC, &dl);
