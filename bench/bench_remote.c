@@ -118,9 +118,10 @@ static void run_flow(kp_flow_t f, const char *what, int remote_stage) {
         printf("  %-22s link: %s\n", what, how);
     else if (how)
         printf("  %-22s link: %llu of %llu frames waited for credit, at most %llu in flight, "
-               "%llu on the wire, %s\n",
+               "%llu on the wire, %llu posted by its progress thread, %s\n",
                what, (unsigned long long)rs.credit_waits, (unsigned long long)rs.frames,
-               (unsigned long long)rs.max_in_flight, (unsigned long long)rs.max_on_wire, how);
+               (unsigned long long)rs.max_in_flight, (unsigned long long)rs.max_on_wire,
+               (unsigned long long)rs.handed, how);
     kp_flow_snapshot h;
     if (what && kp_flow_health(f, &h) == KP_OK) {
         printf("  %-22s stage host us p50/p99:", what);

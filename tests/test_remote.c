@@ -318,6 +318,7 @@ static kp_flow_remote_stats stream_across(int n, size_t capacity, uint64_t frame
     assert_int_equal(rs.frames, frames);
     assert_true(rs.max_in_flight <= capacity);
     assert_true(rs.max_on_wire <= capacity);
+    assert_true(rs.handed <= rs.frames);
     side_close(&t);
     report r = reap(pid, rep);
     if (r.st != KP_OK) print_error("receiver: %s\n", r.error);

@@ -23,12 +23,14 @@
  * while s < consumed + capacity, so no more than `capacity` frames are ever
  * in flight and a slow receiving flow holds the sender back.
  *
- * Frames in flight: the sender posts a frame's sends and returns; the
- * sends complete while it works on the next frames, or waits in its queue
- * for them, because each end has a progress thread that moves the link
- * (the worker is made for several threads) while the stage's thread waits
- * or is away; in its turn in the end's code, the stage's thread has the
- * worker to itself (kp__remote_take). The stage's thread only tests its
+ * Frames in flight: the sender fills a frame's slot and hands it to the
+ * end's progress thread, which posts its sends and tests them until they
+ * complete (kp__slot.state; where that thread sleeps, the stage's thread
+ * posts the frame itself); the stage's thread goes on to the next frame
+ * meanwhile. Each end has a progress thread that moves the link (the
+ * worker is made for several threads) while the stage's thread waits or
+ * is away; in its turn in the end's code, the stage's thread has the
+ * worker to itself (kp__remote_take). The stage's thread tests only its
  * own operations; nothing waits for a frame to leave but the end of the
  * stream, a full window of credits or a slot still in flight.
  *
@@ -127,12 +129,20 @@ typedef struct kp__op {
     uint64_t msg[2]; /* a control message: kind and value */
 } kp__op;
 
+/* Whose a sender's slot is (kp__slot.state): the stage's thread's, with
+ * its operations (OURS); filled in and handed to the progress thread to
+ * post its sends (HANDED); being posted there (POSTING); on the wire, the
+ * progress thread testing its sends until both complete (AWAY). A
+ * receiver's slots are always OURS. */
+enum { KP__SLOT_OURS = 0, KP__SLOT_HANDED = 1, KP__SLOT_POSTING = 2, KP__SLOT_AWAY = 3 };
+
 typedef struct kp__slot {
     void *buf;        /* frame_bytes of pinned host (or, direct, device) memory */
     kp_buffer_t pbuf; /* trading frames (r->trade): the pool's buffer buf is */
     kp__wire hdr;
-    kp__op hdr_op, data_op;
-    kp_event_t ev; /* receiver: its copy into the frame */
+    kp__op hdr_op, data_op; /* read only while the slot is OURS */
+    _Atomic int state;      /* KP__SLOT_* */
+    kp_event_t ev;          /* receiver: its copy into the frame */
 } kp__slot;
 
 typedef struct kp__remote {
@@ -169,6 +179,21 @@ typedef struct kp__remote {
     kp_flow_stage_fn fn;
     kp_flow_end_fn end_fn;
     kp__wake moved;
+    /* work the progress thread does for the end each time round, with the
+     * worker to itself (the sender posts the frames handed to it); whether
+     * anything moved. And the thread about to sleep, or asleep: a frame
+     * handed then is posted by the stage's thread itself. */
+    bool (*away)(struct kp__remote *r);
+    _Atomic bool asleep;
+    /* sender: frames handed or posted (the stage's thread's r->sent, for
+     * the progress thread), the next the progress thread looks at, and
+     * its slots away; slots it gave back (and the count the stage's
+     * thread has seen: kp__poll_all says a wait's condition may hold) */
+    _Atomic uint64_t queued;
+    uint64_t scan;
+    size_t n_away;
+    _Atomic uint64_t returned;
+    uint64_t returned_seen;
     /* the flow whose spin the stage's thread keeps before it sleeps on
      * `moved` (its waits set it) */
     kp_flow_t flow;
@@ -196,7 +221,7 @@ typedef struct kp__remote {
     kp_status (*serve)(struct kp__remote *r);
     uint64_t eos_total;
     /* figures, read by kp_flow_remote from any thread */
-    _Atomic uint64_t frames, bytes, max_in_flight, credit_waits, credits, max_on_wire;
+    _Atomic uint64_t frames, bytes, max_in_flight, credit_waits, credits, max_on_wire, handed;
     _Atomic bool zero_copy;
 } kp__remote;
 
@@ -213,8 +238,14 @@ kp_status kp__remote_device_sync(kp__remote *r, kp_stream_t s, kp_event_t ev);
  * only (it gives the worker back while it waits). */
 void kp__remote_progress(kp__remote *r, bool *spun);
 kp_status kp__remote_send(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag);
+/* Posts a send and nothing more: from either thread (the progress thread
+ * posts handed frames); a failure is the op's status, and the link's. */
+ucs_status_t kp__remote_post(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag);
 kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
                           ucp_tag_t mask);
+/* Takes an operation's end, if it ended (its request freed): whether it
+ * did now. */
+bool kp__remote_op_poll(kp__op *op);
 /* Cancels an operation still in flight and waits for it to finish. */
 void kp__remote_op_cancel(kp__remote *r, kp__op *op);
 /* A control message (its value in the tag, no payload). Sends complete
@@ -233,7 +264,6 @@ void kp__remote_free(void *p);
  * said how many): buffers of the flow's pool where frames can trade with
  * them (r->trade), else pinned host (or, direct, device) memory. */
 kp_status kp__remote_make_slots(kp__remote *r, const kp_stage_ctx *c);
-kp_status kp__remote_new(const kp__remote_end *e, kp__remote **out);
 /* After a last word to the peer (a cancel, a refusal): waits, up to a
  * second, until the peer has read it: it answers a cancel (CANCEL_SEEN),
  * cancels itself (a refused sender does), or closes. Closing this side
@@ -253,9 +283,11 @@ kp_status kp__remote_wait(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__
                           bool *stop);
 /* Makes an end checked by remote_end.c as a stage: its kind added for the
  * flow (once), its state, its stage and end functions, and (optional) the
- * work it does each time round a wait. */
+ * work it does each time round a wait and the work its progress thread
+ * does (kp__remote.away). */
 kp_status kp__remote_stage_made(const kp__remote_end *e, kp_flow_stage_fn fn, kp_flow_end_fn end_fn,
-                                kp_status (*serve)(kp__remote *r), kp__stage_made *out);
+                                kp_status (*serve)(kp__remote *r), bool (*away)(kp__remote *r),
+                                kp__stage_made *out);
 /* An end's figures, for kp_flow_remote: from any thread. */
 kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out);
 

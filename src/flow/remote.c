@@ -105,7 +105,7 @@ void kp__remote_progress(kp__remote *r, bool *spun) {
  * post took the lock out of the test, and ThreadSanitizer then saw the
  * receiver read a hello that UCX's thread had just written; on the H100
  * host it had gained nothing measurable either.) */
-static bool kp__op_poll(kp__op *op) {
+bool kp__remote_op_poll(kp__op *op) {
     if (!op->req) return false;
     ucs_status_t s = op->recv ? ucp_tag_recv_request_test(op->req, &op->info)
                               : ucp_request_check_status(op->req);
@@ -121,16 +121,22 @@ static bool kp__op_poll(kp__op *op) {
 /* Whether any operation completed. */
 static bool kp__poll_all(kp__remote *r) {
     kp__remote_take(r); /* a completed request is freed under the worker's lock */
-    bool any = kp__op_poll(&r->hello_op);
-    any |= kp__op_poll(&r->welcome_op);
-    any |= kp__op_poll(&r->ctrl_op);
+    bool any = kp__remote_op_poll(&r->hello_op);
+    any |= kp__remote_op_poll(&r->welcome_op);
+    any |= kp__remote_op_poll(&r->ctrl_op);
     for (size_t k = 0; k < sizeof r->ctl_send / sizeof r->ctl_send[0]; k++)
-        any |= kp__op_poll(&r->ctl_send[k]);
+        any |= kp__remote_op_poll(&r->ctl_send[k]);
     for (size_t k = 0; r->slots && k < r->n_slots; k++) {
-        any |= kp__op_poll(&r->slots[k].hdr_op);
-        any |= kp__op_poll(&r->slots[k].data_op);
+        kp__slot *sl = &r->slots[k];
+        if (atomic_load_explicit(&sl->state, memory_order_acquire) != KP__SLOT_OURS) continue;
+        any |= kp__remote_op_poll(&sl->hdr_op);
+        any |= kp__remote_op_poll(&sl->data_op);
     }
     kp__remote_give(r);
+    /* slots the progress thread gave back (remote_tx.c) */
+    uint64_t returned = atomic_load_explicit(&r->returned, memory_order_acquire);
+    any |= returned != r->returned_seen;
+    r->returned_seen = returned;
     return any;
 }
 
@@ -153,21 +159,29 @@ static kp_status kp__op_start(kp__op *op, ucs_status_ptr_t sp, bool recv, const 
     return KP_OK;
 }
 
-kp_status kp__remote_send(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag) {
+ucs_status_t kp__remote_post(kp__remote *r, kp__op *op, const void *buf, size_t len,
+                             ucp_tag_t tag) {
     ucp_request_param_t p = {0};
     kp__remote_take(r);
     ucs_status_ptr_t sp = ucp_tag_send_nbx(r->ep, buf, len, tag, &p);
     kp__remote_give(r);
-    if (kp__op_start(op, sp, false, "send") == KP_OK) return KP_OK;
+    if (kp__op_start(op, sp, false, "send") == KP_OK) return UCS_OK;
     kp_clear_error();
-    return kp__remote_link_error(r, op->status);
+    ucs_status_t ok = UCS_OK;
+    atomic_compare_exchange_strong(&r->failed, &ok, op->status); /* the link is down */
+    return op->status;
+}
+
+kp_status kp__remote_send(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag) {
+    ucs_status_t s = kp__remote_post(r, op, buf, len, tag);
+    return s == UCS_OK ? KP_OK : kp__remote_link_error(r, s);
 }
 
 kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
                           ucp_tag_t mask) {
     ucp_request_param_t p = {0};
     /* a request even when the message is here already: its size and tag
-     * are read from it (kp__op_poll) */
+     * are read from it (kp__remote_op_poll) */
     p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     memset(&op->info, 0, sizeof op->info);
     kp__remote_take(r);
@@ -181,7 +195,7 @@ void kp__remote_op_cancel(kp__remote *r, kp__op *op) {
     ucp_request_cancel(r->worker, op->req);
     for (int i = 0; op->req && i < 100000; i++) {
         ucp_worker_progress(r->worker);
-        kp__op_poll(op);
+        kp__remote_op_poll(op);
     }
 }
 
@@ -288,10 +302,18 @@ static void kp__conn_cb(ucp_conn_request_h req, void *arg) {
         ucp_listener_reject(r->listener, req); /* one sender per remote source */
 }
 
-/* The progress thread: progresses the worker; when nothing moved for a
+/* The progress thread: progresses the worker and does the end's work for
+ * it (r->away: the sender's handed frames); when nothing moved for a
  * little while, sleeps on its wake-up descriptor (up to 10 ms, so a stop
- * is seen; kp__progress_stop also signals the worker). It touches nothing
- * of the end but the worker: the stage's thread tests its operations. */
+ * is seen; kp__progress_stop also signals the worker). Of the end it
+ * touches only the worker and what r->away hands it: the stage's thread
+ * tests its operations.
+ *
+ * Before it sleeps it says so (r->asleep) and looks for handed work once
+ * more; the stage's thread hands a frame, then reads r->asleep, and posts
+ * the frame itself when the thread sleeps (remote_tx.c). Both sides store
+ * first and read after, sequentially consistent: one of them sees the
+ * other's store, so no frame waits for a sleeping thread. */
 static void *kp__progress_main(void *arg) {
     kp__remote *r = arg;
     double busy_until = 0;
@@ -300,7 +322,8 @@ static void *kp__progress_main(void *arg) {
             kp__pause(); /* the stage's thread is in the worker */
             continue;
         }
-        if (ucp_worker_progress(r->worker)) {
+        bool moved = r->away && r->away(r);
+        if (ucp_worker_progress(r->worker) || moved) {
             kp__wake_all(&r->moved);
             busy_until = 0;
             continue;
@@ -309,6 +332,12 @@ static void *kp__progress_main(void *arg) {
         if (busy_until == 0) busy_until = now + 0.05; /* a quick reply costs no wake-up */
         if (now < busy_until) continue;
         busy_until = 0;
+        atomic_store(&r->asleep, true);
+        if (r->away && r->away(r)) { /* handed as it fell asleep */
+            atomic_store(&r->asleep, false);
+            kp__wake_all(&r->moved);
+            continue;
+        }
         if (r->efd >= 0 && ucp_worker_arm(r->worker) == UCS_OK) {
             struct pollfd p = {r->efd, POLLIN, 0};
             (void)poll(&p, 1, 10);
@@ -316,6 +345,7 @@ static void *kp__progress_main(void *arg) {
             struct timespec t = {0, 50 * 1000};
             nanosleep(&t, NULL);
         }
+        atomic_store(&r->asleep, false);
     }
     return NULL;
 }
@@ -419,7 +449,8 @@ kp_status kp__remote_make_slots(kp__remote *r, const kp_stage_ctx *c) {
     return KP_OK;
 }
 
-kp_status kp__remote_new(const kp__remote_end *e, kp__remote **out) {
+static kp_status kp__remote_new(const kp__remote_end *e, bool (*away)(kp__remote *r),
+                                kp__remote **out) {
     kp__remote *r = kp__calloc(1, sizeof *r);
     if (!r) return kp__error(KP_ERR_OUT_OF_MEMORY, "remote: no memory");
     bool receiver = r->receiver = e->receiver;
@@ -429,6 +460,7 @@ kp_status kp__remote_new(const kp__remote_end *e, kp__remote **out) {
     r->capacity = e->capacity;
     r->timeout_ms = e->timeout_ms;
     r->efd = -1;
+    r->away = away; /* before the progress thread starts */
     r->sa = e->sa;
     r->sa_len = e->sa_len;
     snprintf(r->addr, sizeof r->addr, "%s", addr);
@@ -581,12 +613,13 @@ static kp_status kp__remote_turn_end(void *user, const kp_stage_ctx *c, kp_statu
 }
 
 kp_status kp__remote_stage_made(const kp__remote_end *e, kp_flow_stage_fn fn, kp_flow_end_fn end_fn,
-                                kp_status (*serve)(kp__remote *r), kp__stage_made *out) {
+                                kp_status (*serve)(kp__remote *r), bool (*away)(kp__remote *r),
+                                kp__stage_made *out) {
     /* how the flow sees an end: one link, figures to report */
     const kp__stage_kind kind = {kp__remote_turn_fn, true, kp__remote_stats, NULL};
     KP_CHECK(kp__stage_kind_add(&kind));
     kp__remote *r;
-    KP_CHECK(kp__remote_new(e, &r));
+    KP_CHECK(kp__remote_new(e, away, &r));
     r->serve = serve;
     r->fn = fn;
     r->end_fn = end_fn;
@@ -609,6 +642,7 @@ kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out) {
     out->credit_waits = atomic_load(&r->credit_waits);
     out->zero_copy = atomic_load(&r->zero_copy);
     out->max_on_wire = atomic_load(&r->max_on_wire);
+    out->handed = atomic_load(&r->handed);
     return KP_OK;
 }
 

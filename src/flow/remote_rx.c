@@ -274,5 +274,5 @@ static kp_status kp__source_end(void *user, const kp_stage_ctx *c, kp_status why
 }
 
 kp_status kp__remote_source_make(const kp__remote_end *e, kp__stage_made *out) {
-    return kp__remote_stage_made(e, kp__source_fn, kp__source_end, kp__recycle_waiting, out);
+    return kp__remote_stage_made(e, kp__source_fn, kp__source_end, kp__recycle_waiting, NULL, out);
 }

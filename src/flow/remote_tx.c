@@ -90,22 +90,118 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
 
 static bool kp__has_credit(const kp__remote *r) { return r->sent - r->consumed < r->capacity; }
 
+/* Whether a slot's frame has left (or it never had one): posted, and both
+ * its sends complete. */
+static bool kp__slot_sent(const kp__slot *sl) {
+    return atomic_load_explicit(&sl->state, memory_order_acquire) == KP__SLOT_OURS &&
+           sl->hdr_op.done && sl->data_op.done;
+}
+
 static bool kp__slot_free(const kp__remote *r) {
-    const kp__slot *sl = &r->slots[r->sent % r->n_slots];
-    return sl->hdr_op.done && sl->data_op.done;
+    return kp__slot_sent(&r->slots[r->sent % r->n_slots]);
 }
 
 static bool kp__last_sent(const kp__remote *r) {
-    const kp__slot *sl = &r->slots[(r->sent - 1) % r->n_slots];
-    return sl->hdr_op.done && sl->data_op.done;
+    return kp__slot_sent(&r->slots[(r->sent - 1) % r->n_slots]);
 }
 
 /* Frames before r->left have all left: it moves on over those whose
  * sends completed, in order, while their slots still hold them. */
 static void kp__count_left(kp__remote *r) {
-    while (r->left < r->sent && r->slots[r->left % r->n_slots].hdr_op.done &&
-           r->slots[r->left % r->n_slots].data_op.done)
-        r->left++;
+    while (r->left < r->sent && kp__slot_sent(&r->slots[r->left % r->n_slots])) r->left++;
+}
+
+/* Posts a filled-in slot's two sends: its header, then its bytes. From
+ * either thread. Two messages, not one of an iov (header, bytes): UCX 1.13
+ * sends an iov past its rendezvous size without zero copy, 1.2 GB/s
+ * against 5.3 for 1 MiB frames over tcp on loopback. Below that size one
+ * message was tried too (frames up to 64 KiB packed, the welcome saying
+ * so): on the 16-core H100 host, 64 KiB frames, alternated in one call, it
+ * gave 0.66-0.79 GB/s saturated against 0.74-1.12 split on cpu, 0.67-0.72
+ * against 0.60-0.72 on cuda, and at 5,000 frames/s a p50 of 104-129 us
+ * against 110-117 (cpu), 126-171 against 140-155 (cuda): nothing gained,
+ * so the wire stayed as it is. (Only on the 2-core development machine,
+ * where the two processes' threads outnumber the cores, did it take a
+ * paced frame's p50 from 1.1 ms to 0.33.) A frame's cost there is not its
+ * count of messages. */
+static ucs_status_t kp__post_slot(kp__remote *r, kp__slot *sl) {
+    ucs_status_t s =
+        kp__remote_post(r, &sl->hdr_op, &sl->hdr, sizeof sl->hdr, KP__TAG(KP__T_HDR, sl->hdr.seq));
+    if (s == UCS_OK)
+        s = kp__remote_post(r, &sl->data_op, sl->buf, (size_t)sl->hdr.bytes,
+                            KP__TAG(KP__T_DATA, sl->hdr.seq));
+    else
+        sl->data_op = (kp__op){.done = true, .status = s};
+    return s;
+}
+
+/* The progress thread's work for the sender (kp__remote.away): posts the
+ * frames handed to it, in order, and keeps their slots (AWAY) until both
+ * sends complete. The stage's thread hands a frame once its bytes are in
+ * its slot and it has a credit; it no longer writes the frame into the
+ * socket itself (with eager sends, UCX writes a frame out in the call
+ * that posts it), nor takes the worker to free its requests, and goes on
+ * to the next frame meanwhile. On the H100 host, 64 KiB frames, the
+ * sending stage's thread had spent 81-83% of its samples writing sockets
+ * (and, on cuda, copying) while this thread idled 74-90% (bench/RESULTS.md,
+ * "Remote queues, latest"). */
+static bool kp__post_handed(kp__remote *r) {
+    uint64_t queued = atomic_load_explicit(&r->queued, memory_order_seq_cst);
+    bool any = false;
+    for (; r->scan < queued; r->scan++) {
+        kp__slot *sl = &r->slots[r->scan % r->n_slots];
+        int handed = KP__SLOT_HANDED;
+        /* the stage's thread may have taken it back, and may since have
+         * handed the slot's next frame: each is posted once, either way */
+        if (!atomic_compare_exchange_strong(&sl->state, &handed, KP__SLOT_POSTING)) continue;
+        (void)kp__post_slot(r, sl); /* a failure is the ops' status and r->failed */
+        atomic_store_explicit(&sl->state, KP__SLOT_AWAY, memory_order_release);
+        atomic_fetch_add_explicit(&r->handed, 1, memory_order_relaxed);
+        r->n_away++;
+    }
+    /* every slot while any is away: at most the credits, 1024 */
+    for (size_t k = 0; r->n_away && k < r->n_slots; k++) {
+        kp__slot *sl = &r->slots[k];
+        if (atomic_load_explicit(&sl->state, memory_order_relaxed) != KP__SLOT_AWAY) continue;
+        kp__remote_op_poll(&sl->hdr_op);
+        kp__remote_op_poll(&sl->data_op);
+        if (!sl->hdr_op.done || !sl->data_op.done) continue;
+        atomic_store_explicit(&sl->state, KP__SLOT_OURS, memory_order_release);
+        atomic_fetch_add_explicit(&r->returned, 1, memory_order_release);
+        r->n_away--;
+        any = true;
+    }
+    return any;
+}
+
+/* Hands a filled-in slot to the progress thread, or posts it here: where
+ * there is none, or it sleeps (waking it would cost the frame more than
+ * the post does; a paced stream finds it asleep). */
+static kp_status kp__hand(kp__remote *r, kp__slot *sl) {
+    if (r->progress_on) {
+        sl->hdr_op = sl->data_op = (kp__op){0};
+        atomic_store(&sl->state, KP__SLOT_HANDED);
+        atomic_store(&r->queued, r->sent + 1);
+        int handed = KP__SLOT_HANDED;
+        if (!atomic_load(&r->asleep) ||
+            !atomic_compare_exchange_strong(&sl->state, &handed, KP__SLOT_OURS))
+            return KP_OK; /* the progress thread posts it, or has */
+    }
+    ucs_status_t s = kp__post_slot(r, sl);
+    return s == UCS_OK ? KP_OK : kp__remote_link_error(r, s);
+}
+
+/* Takes back every frame handed and not yet posted, and waits out a post
+ * under way: before the endpoint closes, or the peer hears a cancel.
+ * Frames away stay the progress thread's until their sends end (the
+ * endpoint's close ends them). */
+static void kp__unhand(kp__remote *r) {
+    for (size_t k = 0; r->progress_on && r->slots && k < r->n_slots; k++) {
+        int handed = KP__SLOT_HANDED;
+        if (atomic_compare_exchange_strong(&r->slots[k].state, &handed, KP__SLOT_OURS))
+            r->slots[k].hdr_op.done = r->slots[k].data_op.done = true; /* never sent */
+        while (atomic_load(&r->slots[k].state) == KP__SLOT_POSTING) kp__pause();
+    }
 }
 
 static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
@@ -158,20 +254,7 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
     memcpy(w->strides, f->desc.strides, sizeof w->strides);
     w->offset = f->desc.offset;
     memcpy(w->user, f->user, sizeof w->user);
-    /* two messages, not one of an iov (header, bytes): UCX 1.13 sends an
-     * iov past its rendezvous size without zero copy, 1.2 GB/s against
-     * 5.3 for 1 MiB frames over tcp on loopback. Below that size one
-     * message was tried too (frames up to 64 KiB packed, the welcome
-     * saying so): on the 16-core H100 host, 64 KiB frames, alternated in
-     * one call, it gave 0.66-0.79 GB/s saturated against 0.74-1.12 split
-     * on cpu, 0.67-0.72 against 0.60-0.72 on cuda, and at 5,000 frames/s a
-     * p50 of 104-129 us against 110-117 (cpu), 126-171 against 140-155
-     * (cuda): nothing gained, so the wire stayed as it is. (Only on the
-     * 2-core development machine, where the two processes' threads
-     * outnumber the cores, did it take a paced frame's p50 from 1.1 ms to
-     * 0.33.) A frame's cost there is not its count of messages. */
-    KP_CHECK(kp__remote_send(r, &sl->hdr_op, w, sizeof *w, KP__TAG(KP__T_HDR, r->sent)));
-    KP_CHECK(kp__remote_send(r, &sl->data_op, sl->buf, f->bytes, KP__TAG(KP__T_DATA, r->sent)));
+    KP_CHECK(kp__hand(r, sl));
     r->sent++;
     kp__count_left(r);
     uint64_t on_wire = r->sent - r->left;
@@ -191,7 +274,7 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
 
 static bool kp__all_sent(const kp__remote *r) {
     for (size_t k = 0; k < r->n_slots; k++)
-        if (!r->slots[k].hdr_op.done || !r->slots[k].data_op.done) return false;
+        if (!kp__slot_sent(&r->slots[k])) return false;
     return true;
 }
 
@@ -213,10 +296,11 @@ static kp_status kp__sink_end(void *user, const kp_stage_ctx *c, kp_status why) 
             return KP_OK;
         }
     }
+    kp__unhand(r);
     kp__remote_tell_cancel(r);
     return KP_OK;
 }
 
 kp_status kp__remote_sink_make(const kp__remote_end *e, kp__stage_made *out) {
-    return kp__remote_stage_made(e, kp__sink_fn, kp__sink_end, NULL, out);
+    return kp__remote_stage_made(e, kp__sink_fn, kp__sink_end, NULL, kp__post_handed, out);
 }

@@ -95,7 +95,9 @@ static void kpt_report_remote(kp_flow_t f, const kp_flow_snapshot *h) {
         if (!r.receiver)
             printf(", at most %llu in flight, %llu waits for credit",
                    (unsigned long long)r.max_in_flight, (unsigned long long)r.credit_waits);
-        if (!r.receiver) printf(", at most %llu on the wire", (unsigned long long)r.max_on_wire);
+        if (!r.receiver)
+            printf(", at most %llu on the wire, %llu posted by its progress thread",
+                   (unsigned long long)r.max_on_wire, (unsigned long long)r.handed);
         printf("%s\n", r.zero_copy ? (r.direct ? ", device memory, no copy" : ", no copy")
                        : r.direct  ? ", from device memory"
                                    : ", through pinned host memory");
