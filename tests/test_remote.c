@@ -328,15 +328,17 @@ static kp_flow_remote_stats stream_across(int n, size_t capacity, uint64_t frame
     return rs;
 }
 
-/* Frames in flight: 4 MiB frames leave while the next are sent (more than
- * one on the wire at once), never more than the credits allow, in order
- * and every element right; on cpu nothing is copied on either side (the
- * frames trade buffers with the link). Then a slow receiving sink, odd
- * frames and 8 credits: the window fills to the credits and no further. */
+/* Frames in flight: 4 MiB frames, never more than the credits allow in
+ * flight or on the wire, in order and every element right; on cpu nothing
+ * is copied on either side (the frames trade buffers with the link). Then
+ * a slow receiving sink, odd frames and 8 credits: the window fills to the
+ * credits and no further, so frames are sent while the last are not yet
+ * taken. (How many are on the wire at once where the receiver keeps up
+ * depends on how fast the link is against the sending threads, under
+ * ThreadSanitizer one: a bound only.) */
 static void frames_in_flight(void **state) {
     (void)state;
     kp_flow_remote_stats rs = stream_across(1 << 20, 4, 60, 0, false);
-    assert_true(rs.max_on_wire >= 2);
     bool copied = strcmp(g_device, "cpu") != 0 && !rs.direct; /* cuda without UCX's CUDA */
     assert_true(rs.zero_copy == !copied);
     rs = stream_across(4097, 8, 400, 300, false);

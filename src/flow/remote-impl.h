@@ -11,10 +11,12 @@
  *   WELCOME  receiver -> sender, once: capacity and frame size, or a refusal
  *   HDR|seq  a frame's sequence number, bytes, descriptor and user words
  *   DATA|seq its bytes (a message even when empty)
- *   CTRL     kind and value: CREDIT n (the receiver has consumed n frames), EOS n (the
- *            stream had n frames), DONE|n (the receiver got all n),
- *            CANCEL (either way), BYE (the sender closes first, after DONE: a
- *            receiver closing first could cut DONE off)
+ *   CTRL     kind and value: EOS n (the stream had n frames), DONE|n (the
+ *            receiver got all n), CANCEL (either way), BYE (the sender
+ *            closes first, after DONE: a receiver closing first could cut
+ *            DONE off)
+ *   CREDIT   kind CREDIT and n: the receiver has consumed n frames (a tag of
+ *            its own: the sender's progress thread takes credits in)
  * The receiver posts the receives for frames next .. next + capacity - 1,
  * each into its own slot (pinned host memory), and reposts a slot once its
  * frame's copy to the device has completed (with the spare slot of
@@ -63,9 +65,16 @@
 #include "runtime-impl.h" /* kp__wake */
 
 #define KP__MAGIC 0x6b707271u /* "kprq" */
-#define KP__VERSION 1u
+#define KP__VERSION 2u
 
-enum { KP__T_HELLO = 1, KP__T_WELCOME = 2, KP__T_HDR = 3, KP__T_DATA = 4, KP__T_CTRL = 5 };
+enum {
+    KP__T_HELLO = 1,
+    KP__T_WELCOME = 2,
+    KP__T_HDR = 3,
+    KP__T_DATA = 4,
+    KP__T_CTRL = 5,
+    KP__T_CREDIT = 6
+};
 enum {
     KP__C_CREDIT = 1,
     KP__C_EOS = 2,
@@ -201,6 +210,14 @@ typedef struct kp__remote {
     kp__hello hello;
     kp__welcome welcome;
     kp__op hello_op, welcome_op, ctrl_op;
+    /* sender: the credits' receive, the progress thread's once posted
+     * (credit_away; kp__remote_credit_poll), the last credit it took in,
+     * and 1 where a credit was malformed, 2 where the receive was
+     * cancelled */
+    kp__op credit_op;
+    _Atomic bool credit_away;
+    _Atomic uint64_t credit_in;
+    _Atomic int credit_bad;
     kp__op ctl_send[8]; /* small control sends in flight */
     size_t n_ctl;
     kp__slot *slots;
@@ -231,6 +248,10 @@ double kp__remote_ms_now(void);
  * (give); the progress thread keeps off it in between. Nests. */
 void kp__remote_take(kp__remote *r);
 void kp__remote_give(kp__remote *r);
+/* A stage's thread leaving its turn's hold on the worker while it waits,
+ * and taking it back: the receiving stage's only (remote.c). */
+void kp__remote_turn_leave(kp__remote *r);
+void kp__remote_turn_back(kp__remote *r);
 /* Waits for the device (ev, or where NULL the stream s) with the worker
  * given back meanwhile, so that the link moves. */
 kp_status kp__remote_device_sync(kp__remote *r, kp_stream_t s, kp_event_t ev);
@@ -251,7 +272,14 @@ void kp__remote_op_cancel(kp__remote *r, kp__op *op);
 /* A control message (its value in the tag, no payload). Sends complete
  * quickly; a full set of them is waited for. */
 kp_status kp__remote_ctrl(kp__remote *r, int kind, uint64_t value);
-/* Takes the control messages received so far, and posts the next receive. */
+/* The sender's credits: posts their receive once the stream begins, which
+ * is then the progress thread's where there is one; takes those in so far
+ * (kp__remote.credit_in) and posts the next receive, from that thread or
+ * (without one) from kp__remote_ctrl_poll: whether any came. */
+kp_status kp__remote_credit_post(kp__remote *r);
+bool kp__remote_credit_poll(kp__remote *r);
+/* Takes the control messages received so far (and the sender's credits),
+ * and posts the next receive. */
 kp_status kp__remote_ctrl_poll(kp__remote *r);
 /* An operation on the link failed: the peer cancelled the stream (its
  * word may be in already) or is gone. */

@@ -50,6 +50,19 @@ void kp__remote_give(kp__remote *r) {
     if (r->progress_on) atomic_fetch_sub_explicit(&r->wanted, 1, memory_order_release);
 }
 
+/* Only the receiving stage holds the worker for its turn. The sending
+ * stage hands its frames to the progress thread, which posts them and
+ * takes the credits in (kp__remote_credit_poll), so in a stream the
+ * sending stage calls into the worker only to wait; holding it for its
+ * turn (its copy on cuda) would only stop the thread that sends. */
+void kp__remote_turn_leave(kp__remote *r) {
+    if (r->receiver) kp__remote_give(r);
+}
+
+void kp__remote_turn_back(kp__remote *r) {
+    if (r->receiver) kp__remote_take(r);
+}
+
 /* Progresses the worker; when nothing moved, spins a little, then sleeps
  * on its wake-up descriptor up to a millisecond (so the caller re-checks
  * the flow's cancel flag at least that often). With a progress thread,
@@ -65,7 +78,7 @@ void kp__remote_progress(kp__remote *r, bool *spun) {
             kp__wake_cancel(&r->moved);
             return;
         }
-        kp__remote_give(r); /* the caller's turn (the stage's thread): the link moves meanwhile */
+        kp__remote_turn_leave(r); /* the link moves meanwhile */
         /* a completion due within the flow's spin costs the progress
          * thread a wake with nobody asleep, not this thread a sleep */
         if (r->flow) kp__flow_spin_while32(r->flow, &r->moved.seq, key);
@@ -75,7 +88,7 @@ void kp__remote_progress(kp__remote *r, bool *spun) {
         dl.tv_sec += dl.tv_nsec / 1000000000;
         dl.tv_nsec %= 1000000000;
         kp__wake_wait(&r->moved, key, &dl);
-        kp__remote_take(r);
+        kp__remote_turn_back(r);
         kp__poll_all(r);
         return;
     }
@@ -200,6 +213,8 @@ void kp__remote_op_cancel(kp__remote *r, kp__op *op) {
 }
 
 kp_status kp__remote_ctrl(kp__remote *r, int kind, uint64_t value) {
+    /* credits on their own tag: the sender's progress thread takes them */
+    ucp_tag_t tag = KP__TAG(kind == KP__C_CREDIT ? KP__T_CREDIT : KP__T_CTRL, 0);
     kp__op *op = NULL;
     for (size_t k = 0; k < sizeof r->ctl_send / sizeof r->ctl_send[0] && !op; k++)
         if (!r->ctl_send[k].req) op = &r->ctl_send[k];
@@ -212,17 +227,58 @@ kp_status kp__remote_ctrl(kp__remote *r, int kind, uint64_t value) {
     if (!op) return kp__remote_link_error(r, r->failed);
     op->msg[0] = (uint64_t)kind;
     op->msg[1] = value;
-    return kp__remote_send(r, op, op->msg, sizeof op->msg, KP__TAG(KP__T_CTRL, 0));
+    return kp__remote_send(r, op, op->msg, sizeof op->msg, tag);
+}
+
+kp_status kp__remote_credit_post(kp__remote *r) {
+    KP_CHECK(kp__remote_recv(r, &r->credit_op, r->credit_op.msg, sizeof r->credit_op.msg,
+                             KP__TAG(KP__T_CREDIT, 0), KP__TYPE_MASK));
+    /* from now on the progress thread's, where there is one */
+    if (r->progress_on) atomic_store_explicit(&r->credit_away, true, memory_order_release);
+    return KP_OK;
+}
+
+bool kp__remote_credit_poll(kp__remote *r) {
+    bool any = false;
+    kp__op *op = &r->credit_op;
+    while (!atomic_load_explicit(&r->credit_bad, memory_order_relaxed) &&
+           (kp__remote_op_poll(op), op->done)) {
+        any = true;
+        if (op->status != UCS_OK || op->length != sizeof op->msg || op->msg[0] != KP__C_CREDIT) {
+            /* cancelled at the end (kp__remote_free), or malformed: a
+             * peer that is not kpipe's (kp__remote_ctrl_poll says so) */
+            atomic_store_explicit(&r->credit_bad, op->status == UCS_ERR_CANCELED ? 2 : 1,
+                                  memory_order_release);
+            break;
+        }
+        if (op->msg[1] > atomic_load_explicit(&r->credit_in, memory_order_relaxed))
+            atomic_store_explicit(&r->credit_in, op->msg[1], memory_order_release);
+        ucp_request_param_t p = {0};
+        p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        memset(&op->info, 0, sizeof op->info);
+        kp__remote_take(r);
+        ucs_status_ptr_t sp = ucp_tag_recv_nbx(r->worker, op->msg, sizeof op->msg,
+                                               KP__TAG(KP__T_CREDIT, 0), KP__TYPE_MASK, &p);
+        kp__remote_give(r);
+        if (kp__op_start(op, sp, true, "receive") != KP_OK) kp_clear_error();
+    }
+    return any;
 }
 
 kp_status kp__remote_ctrl_poll(kp__remote *r) {
+    if (!r->receiver && r->ready) { /* the credits, which the progress thread may take in */
+        if (!r->progress_on) kp__remote_credit_poll(r);
+        if (atomic_load_explicit(&r->credit_bad, memory_order_acquire) == 1)
+            return kp__error(KP_ERR_PARSE, "remote %s: a malformed credit", r->addr);
+        uint64_t c = atomic_load_explicit(&r->credit_in, memory_order_acquire);
+        if (c > r->consumed) r->consumed = c;
+    }
     while (r->ctrl_op.done) {
         if (r->ctrl_op.status != UCS_OK) return kp__ucs(r->ctrl_op.status, "a control message");
         if (r->ctrl_op.length != sizeof r->ctrl_op.msg)
             return kp__error(KP_ERR_PARSE, "remote %s: a malformed control message", r->addr);
         uint64_t v = r->ctrl_op.msg[1];
         int kind = (int)r->ctrl_op.msg[0];
-        if (kind == KP__C_CREDIT && v > r->consumed) r->consumed = v;
         if (kind == KP__C_EOS) r->eos_seen = true, r->eos_total = v;
         if (kind == KP__C_DONE) r->done_seen = true;
         if (kind == KP__C_CANCEL) r->cancel_seen = true;
@@ -392,6 +448,7 @@ void kp__remote_free(void *p) {
             kp__remote_op_cancel(r, &r->slots[k].data_op);
         }
         kp__remote_op_cancel(r, &r->ctrl_op);
+        kp__remote_op_cancel(r, &r->credit_op);
         kp__remote_op_cancel(r, &r->hello_op);
         kp__remote_op_cancel(r, &r->welcome_op);
         for (size_t k = 0; k < sizeof r->ctl_send / sizeof r->ctl_send[0]; k++)
@@ -588,27 +645,27 @@ void kp__remote_tell_cancel(kp__remote *r) {
 }
 
 kp_status kp__remote_device_sync(kp__remote *r, kp_stream_t s, kp_event_t ev) {
-    kp__remote_give(r);
+    kp__remote_turn_leave(r);
     kp_status st = ev ? kp_event_sync(ev) : kp_stream_sync(s);
-    kp__remote_take(r);
+    kp__remote_turn_back(r);
     return st;
 }
 
 /* An end's stage and end functions as the flow calls them: the worker
- * the stage's thread's for the turn (kp__remote_take). */
+ * the receiving stage's thread's for the turn (kp__remote_turn_leave). */
 static kp_status kp__remote_turn_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     kp__remote *r = user;
-    kp__remote_take(r);
+    kp__remote_turn_back(r);
     kp_status st = r->fn(user, c, f, eos);
-    kp__remote_give(r);
+    kp__remote_turn_leave(r);
     return st;
 }
 
 static kp_status kp__remote_turn_end(void *user, const kp_stage_ctx *c, kp_status why) {
     kp__remote *r = user;
-    kp__remote_take(r);
+    kp__remote_turn_back(r);
     kp_status st = r->end_fn(user, c, why);
-    kp__remote_give(r);
+    kp__remote_turn_leave(r);
     return st;
 }
 

@@ -56,9 +56,9 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
             r->ctrl_op.done = false;
             kp__remote_ep_close(r, false);
             struct timespec t = {0, 20 * 1000 * 1000};
-            kp__remote_give(r);
+            kp__remote_turn_leave(r);
             nanosleep(&t, NULL);
-            kp__remote_take(r);
+            kp__remote_turn_back(r);
         } else if (late) {
             return kp__error(KP_ERR_IO, "remote %s: no receiver within %d ms (no answer)", r->addr,
                              r->timeout_ms);
@@ -84,6 +84,7 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
                          (unsigned long long)w->capacity, r->capacity);
     r->capacity = (size_t)w->capacity; /* the receiver's queue sets the credits */
     KP_CHECK(kp__remote_make_slots(r, c));
+    KP_CHECK(kp__remote_credit_post(r));
     r->ready = true;
     return KP_OK;
 }
@@ -135,19 +136,23 @@ static ucs_status_t kp__post_slot(kp__remote *r, kp__slot *sl) {
     return s;
 }
 
-/* The progress thread's work for the sender (kp__remote.away): posts the
- * frames handed to it, in order, and keeps their slots (AWAY) until both
- * sends complete. The stage's thread hands a frame once its bytes are in
- * its slot and it has a credit; it no longer writes the frame into the
- * socket itself (with eager sends, UCX writes a frame out in the call
- * that posts it), nor takes the worker to free its requests, and goes on
- * to the next frame meanwhile. On the H100 host, 64 KiB frames, the
- * sending stage's thread had spent 81-83% of its samples writing sockets
- * (and, on cuda, copying) while this thread idled 74-90% (bench/RESULTS.md,
- * "Remote queues, latest"). */
+/* The progress thread's work for the sender (kp__remote.away): takes the
+ * credits in, posts the frames handed to it, in order, and keeps their
+ * slots (AWAY) until both sends complete. The stage's thread hands a
+ * frame once its bytes are in its slot and it has a credit; it no longer
+ * writes the frame into the socket itself (with eager sends, UCX writes a
+ * frame out in the call that posts it), nor takes the worker to free
+ * requests or repost the credits' receive, and goes on to the next frame
+ * meanwhile. On the H100 host, 64 KiB frames: the sending stage's thread
+ * had spent 81-83% of its samples writing sockets (and, on cuda, copying)
+ * while this thread idled 74-90%; with the sends handed over but the
+ * credits still its own, it spent half its samples waiting for UCX's
+ * worker lock, which this thread held to send (bench/RESULTS.md, "Remote
+ * queues, latest"). */
 static bool kp__post_handed(kp__remote *r) {
     uint64_t queued = atomic_load_explicit(&r->queued, memory_order_seq_cst);
-    bool any = false;
+    bool any =
+        atomic_load_explicit(&r->credit_away, memory_order_acquire) && kp__remote_credit_poll(r);
     for (; r->scan < queued; r->scan++) {
         kp__slot *sl = &r->slots[r->scan % r->n_slots];
         int handed = KP__SLOT_HANDED;
@@ -257,7 +262,9 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
     KP_CHECK(kp__hand(r, sl));
     r->sent++;
     kp__count_left(r);
-    uint64_t on_wire = r->sent - r->left;
+    /* a frame the receiver consumed has left, though the progress thread
+     * may not have seen its sends complete yet */
+    uint64_t on_wire = r->sent - (r->left > r->consumed ? r->left : r->consumed);
     if (on_wire > atomic_load_explicit(&r->max_on_wire, memory_order_relaxed))
         atomic_store_explicit(&r->max_on_wire, on_wire, memory_order_relaxed);
     uint64_t in_flight = r->sent - r->consumed;
