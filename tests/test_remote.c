@@ -362,7 +362,11 @@ static void frames_through_copies(void **state) {
 }
 
 /* A slow receiver holds the sender back: no more than its capacity in
- * flight, and the sender waited for credits. */
+ * flight, the sender waited for credits, and its 200 frames took as long
+ * as the receiving sink's 2 ms each, less what the receiving flow holds
+ * (the link's 2 and its queue's few). How many of its frames found no
+ * credit depends on when the credits came in: they come while it waits
+ * for a free slot too. */
 static void backpressure_across_the_link(void **state) {
     (void)state;
     int port, rep;
@@ -370,13 +374,17 @@ static void backpressure_across_the_link(void **state) {
     pid_t pid = fork_receiver(&o, &port, &rep);
     side t = {0};
     KPT_OK(sender(&t, 1000, 200, port, 4000, 20000));
+    double t0 = now_s();
     KPT_OK(kp_flow_start(t.flow));
     KPT_OK(kp_flow_wait(t.flow));
+    double took = now_s() - t0;
     kp_flow_remote_stats rs;
     KPT_OK(kp_flow_remote(t.flow, 1, &rs));
     assert_int_equal(rs.frames, 200);
     assert_true(rs.max_in_flight <= 2);
-    assert_true(rs.credit_waits > 100);
+    assert_true(rs.credit_waits > 0);
+    if (took < 0.3) print_error("200 frames left in %.3f s\n", took);
+    assert_true(took >= 0.3);
     side_close(&t);
     report r = reap(pid, rep);
     assert_int_equal(r.st, KP_OK);

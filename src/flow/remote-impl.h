@@ -149,10 +149,17 @@ typedef struct kp__slot {
     void *buf;        /* frame_bytes of pinned host (or, direct, device) memory */
     kp_buffer_t pbuf; /* trading frames (r->trade): the pool's buffer buf is */
     kp__wire hdr;
+    uint64_t seq;           /* the frame its operations are for */
     kp__op hdr_op, data_op; /* read only while the slot is OURS */
     _Atomic int state;      /* KP__SLOT_* */
     kp_event_t ev;          /* receiver: its copy into the frame */
 } kp__slot;
+
+struct kp__remote;
+/* Posts a slot's two operations (the sender's sends, the receiver's
+ * receives) for its frame (kp__slot.seq); from either thread. A failure
+ * is the ops' status, and the link's where it is down. */
+typedef ucs_status_t (*kp__remote_post_fn)(struct kp__remote *r, kp__slot *sl);
 
 typedef struct kp__remote {
     bool receiver;
@@ -193,7 +200,11 @@ typedef struct kp__remote {
      * anything moved. And the thread about to sleep, or asleep: a frame
      * handed then is posted by the stage's thread itself. */
     bool (*away)(struct kp__remote *r);
+    kp__remote_post_fn post_slot;
     _Atomic bool asleep;
+    /* the progress thread is sending on the endpoint; the endpoint closes
+     * or is closed (kp__remote_ep_enter) */
+    _Atomic bool ep_busy, ep_off;
     /* sender: frames handed or posted (the stage's thread's r->sent, for
      * the progress thread), the next the progress thread looks at, and
      * its slots away; slots it gave back (and the count the stage's
@@ -213,11 +224,16 @@ typedef struct kp__remote {
     /* sender: the credits' receive, the progress thread's once posted
      * (credit_away; kp__remote_credit_poll), the last credit it took in,
      * and 1 where a credit was malformed, 2 where the receive was
-     * cancelled */
+     * cancelled. Receiver: the progress thread's credit send */
     kp__op credit_op;
     _Atomic bool credit_away;
     _Atomic uint64_t credit_in;
     _Atomic int credit_bad;
+    /* receiver: frames consumed (their slots handed back for the receives
+     * `capacity` on: r->consumed, for the progress thread), a credit the
+     * stage's thread wants sent now (it is about to wait), and the last
+     * credit sent, by either thread */
+    _Atomic uint64_t consumed_pub, credit_now, credit_out;
     kp__op ctl_send[8]; /* small control sends in flight */
     size_t n_ctl;
     kp__slot *slots;
@@ -230,7 +246,6 @@ typedef struct kp__remote {
     uint64_t sent, consumed; /* sender: frames sent; the receiver's last credit */
     uint64_t left;           /* sender: frames before it have all left */
     uint64_t next;           /* receiver: the next frame; consumed: slots reposted */
-    uint64_t credited;       /* receiver: the last credit sent */
     bool eos_seen, cancel_seen, done_seen, bye_seen, cancel_answered;
     /* optional: work an end does each time round a wait, once its
      * condition is not met (the receiver reposts slots and gives every
@@ -264,6 +279,10 @@ kp_status kp__remote_send(kp__remote *r, kp__op *op, const void *buf, size_t len
 ucs_status_t kp__remote_post(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag);
 kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
                           ucp_tag_t mask);
+/* Posts a receive and nothing more, from either thread: a failure is the
+ * op's status. */
+ucs_status_t kp__remote_post_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
+                                  ucp_tag_t mask);
 /* Takes an operation's end, if it ended (its request freed): whether it
  * did now. */
 bool kp__remote_op_poll(kp__op *op);
@@ -314,8 +333,22 @@ kp_status kp__remote_wait(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__
  * work it does each time round a wait and the work its progress thread
  * does (kp__remote.away). */
 kp_status kp__remote_stage_made(const kp__remote_end *e, kp_flow_stage_fn fn, kp_flow_end_fn end_fn,
-                                kp_status (*serve)(kp__remote *r), bool (*away)(kp__remote *r),
-                                kp__stage_made *out);
+                                kp_status (*serve)(kp__remote *r), kp__remote_post_fn post_slot,
+                                bool (*away)(kp__remote *r), kp__stage_made *out);
+/* The progress thread's sends on the endpoint, between these two: enter
+ * says no where the endpoint closes (kp__remote_ep_close waits for leave). */
+bool kp__remote_ep_enter(kp__remote *r);
+void kp__remote_ep_leave(kp__remote *r);
+/* Hands a slot whose frame is ready (kp__slot.seq set) to the progress
+ * thread, which posts its operations (r->post_slot) and tests them until
+ * they end; or posts them here where there is no such thread or it sleeps
+ * (waking it would cost the frame more than the post does; a paced
+ * stream finds it asleep). Frames are handed in order. */
+kp_status kp__remote_hand(kp__remote *r, kp__slot *sl);
+/* The progress thread's part: posts the slots handed to it, in order, and
+ * tests those away, giving each back (OURS) once both its operations
+ * ended; whether any moved. Called from r->away. */
+bool kp__remote_slots_away(kp__remote *r);
 /* An end's figures, for kp_flow_remote: from any thread. */
 kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out);
 

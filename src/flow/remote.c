@@ -190,8 +190,8 @@ kp_status kp__remote_send(kp__remote *r, kp__op *op, const void *buf, size_t len
     return s == UCS_OK ? KP_OK : kp__remote_link_error(r, s);
 }
 
-kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
-                          ucp_tag_t mask) {
+ucs_status_t kp__remote_post_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
+                                  ucp_tag_t mask) {
     ucp_request_param_t p = {0};
     /* a request even when the message is here already: its size and tag
      * are read from it (kp__remote_op_poll) */
@@ -200,7 +200,14 @@ kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_
     kp__remote_take(r);
     ucs_status_ptr_t sp = ucp_tag_recv_nbx(r->worker, buf, len, tag, mask, &p);
     kp__remote_give(r);
-    return kp__op_start(op, sp, true, "receive");
+    if (kp__op_start(op, sp, true, "receive") != KP_OK) kp_clear_error();
+    return op->done ? op->status : UCS_OK;
+}
+
+kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
+                          ucp_tag_t mask) {
+    ucs_status_t s = kp__remote_post_recv(r, op, buf, len, tag, mask);
+    return s == UCS_OK ? KP_OK : kp__ucs(s, "receive");
 }
 
 void kp__remote_op_cancel(kp__remote *r, kp__op *op) {
@@ -253,14 +260,8 @@ bool kp__remote_credit_poll(kp__remote *r) {
         }
         if (op->msg[1] > atomic_load_explicit(&r->credit_in, memory_order_relaxed))
             atomic_store_explicit(&r->credit_in, op->msg[1], memory_order_release);
-        ucp_request_param_t p = {0};
-        p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-        memset(&op->info, 0, sizeof op->info);
-        kp__remote_take(r);
-        ucs_status_ptr_t sp = ucp_tag_recv_nbx(r->worker, op->msg, sizeof op->msg,
-                                               KP__TAG(KP__T_CREDIT, 0), KP__TYPE_MASK, &p);
-        kp__remote_give(r);
-        if (kp__op_start(op, sp, true, "receive") != KP_OK) kp_clear_error();
+        (void)kp__remote_post_recv(r, op, op->msg, sizeof op->msg, KP__TAG(KP__T_CREDIT, 0),
+                                   KP__TYPE_MASK); /* a failure: the op's status, seen next */
     }
     return any;
 }
@@ -332,11 +333,14 @@ kp_status kp__remote_ep_create(kp__remote *r, ucp_conn_request_h req) {
         r->ep = NULL;
         return kp__ucs(s, "connecting");
     }
+    atomic_store(&r->ep_off, false); /* the progress thread may send on it */
     return KP_OK;
 }
 
 void kp__remote_ep_close(kp__remote *r, bool flush) {
     if (!r->ep) return;
+    atomic_store(&r->ep_off, true);
+    while (atomic_load(&r->ep_busy)) kp__pause(); /* a send of the progress thread's */
     ucp_request_param_t p = {0};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = flush && r->failed == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
@@ -358,8 +362,73 @@ static void kp__conn_cb(ucp_conn_request_h req, void *arg) {
         ucp_listener_reject(r->listener, req); /* one sender per remote source */
 }
 
+/* The progress thread's sends (a handed frame, a credit) against the
+ * endpoint's close, which the stage's thread does: the thread says it is
+ * in the endpoint, then reads whether it closes; the close says so, then
+ * waits until the thread is out. Each stores first and reads the other's
+ * after, so no send reaches an endpoint closed or closing. */
+bool kp__remote_ep_enter(kp__remote *r) {
+    atomic_store(&r->ep_busy, true);
+    if (!atomic_load(&r->ep_off) && r->ep) return true;
+    atomic_store_explicit(&r->ep_busy, false, memory_order_release);
+    return false;
+}
+
+void kp__remote_ep_leave(kp__remote *r) {
+    atomic_store_explicit(&r->ep_busy, false, memory_order_release);
+}
+
+kp_status kp__remote_hand(kp__remote *r, kp__slot *sl) {
+    if (r->progress_on) {
+        sl->hdr_op = sl->data_op = (kp__op){0};
+        atomic_store(&sl->state, KP__SLOT_HANDED);
+        atomic_store(&r->queued, sl->seq + 1);
+        int handed = KP__SLOT_HANDED;
+        if (!atomic_load(&r->asleep) ||
+            !atomic_compare_exchange_strong(&sl->state, &handed, KP__SLOT_OURS))
+            return KP_OK; /* the progress thread posts it, or has */
+    }
+    ucs_status_t s = r->post_slot(r, sl);
+    return s == UCS_OK ? KP_OK : kp__remote_link_error(r, s);
+}
+
+bool kp__remote_slots_away(kp__remote *r) {
+    uint64_t queued = atomic_load_explicit(&r->queued, memory_order_seq_cst);
+    bool any = false;
+    for (; r->scan < queued; r->scan++) {
+        kp__slot *sl = &r->slots[r->scan % r->n_slots];
+        int handed = KP__SLOT_HANDED;
+        /* the stage's thread may have taken it back, and may since have
+         * handed the slot's next frame: each is posted once, either way */
+        if (!atomic_compare_exchange_strong(&sl->state, &handed, KP__SLOT_POSTING)) continue;
+        if (!kp__remote_ep_enter(r)) { /* closing: the stage's thread takes it back */
+            atomic_store(&sl->state, KP__SLOT_HANDED);
+            break;
+        }
+        (void)r->post_slot(r, sl); /* a failure is the ops' status (and the link's) */
+        kp__remote_ep_leave(r);
+        atomic_store_explicit(&sl->state, KP__SLOT_AWAY, memory_order_release);
+        atomic_fetch_add_explicit(&r->handed, 1, memory_order_relaxed);
+        r->n_away++;
+        any = true;
+    }
+    /* every slot while any is away: at most the credits (1024), and one */
+    for (size_t k = 0; r->n_away && k < r->n_slots; k++) {
+        kp__slot *sl = &r->slots[k];
+        if (atomic_load_explicit(&sl->state, memory_order_relaxed) != KP__SLOT_AWAY) continue;
+        kp__remote_op_poll(&sl->hdr_op);
+        kp__remote_op_poll(&sl->data_op);
+        if (!sl->hdr_op.done || !sl->data_op.done) continue;
+        atomic_store_explicit(&sl->state, KP__SLOT_OURS, memory_order_release);
+        atomic_fetch_add_explicit(&r->returned, 1, memory_order_release);
+        r->n_away--;
+        any = true;
+    }
+    return any;
+}
+
 /* The progress thread: progresses the worker and does the end's work for
- * it (r->away: the sender's handed frames); when nothing moved for a
+ * it (r->away: posting the slots handed to it, the credits); when nothing moved for a
  * little while, sleeps on its wake-up descriptor (up to 10 ms, so a stop
  * is seen; kp__progress_stop also signals the worker). Of the end it
  * touches only the worker and what r->away hands it: the stage's thread
@@ -506,8 +575,8 @@ kp_status kp__remote_make_slots(kp__remote *r, const kp_stage_ctx *c) {
     return KP_OK;
 }
 
-static kp_status kp__remote_new(const kp__remote_end *e, bool (*away)(kp__remote *r),
-                                kp__remote **out) {
+static kp_status kp__remote_new(const kp__remote_end *e, kp__remote_post_fn post_slot,
+                                bool (*away)(kp__remote *r), kp__remote **out) {
     kp__remote *r = kp__calloc(1, sizeof *r);
     if (!r) return kp__error(KP_ERR_OUT_OF_MEMORY, "remote: no memory");
     bool receiver = r->receiver = e->receiver;
@@ -517,6 +586,8 @@ static kp_status kp__remote_new(const kp__remote_end *e, bool (*away)(kp__remote
     r->capacity = e->capacity;
     r->timeout_ms = e->timeout_ms;
     r->efd = -1;
+    r->post_slot = post_slot;
+    atomic_store(&r->ep_off, true); /* no endpoint yet */
     r->away = away; /* before the progress thread starts */
     r->sa = e->sa;
     r->sa_len = e->sa_len;
@@ -670,13 +741,13 @@ static kp_status kp__remote_turn_end(void *user, const kp_stage_ctx *c, kp_statu
 }
 
 kp_status kp__remote_stage_made(const kp__remote_end *e, kp_flow_stage_fn fn, kp_flow_end_fn end_fn,
-                                kp_status (*serve)(kp__remote *r), bool (*away)(kp__remote *r),
-                                kp__stage_made *out) {
+                                kp_status (*serve)(kp__remote *r), kp__remote_post_fn post_slot,
+                                bool (*away)(kp__remote *r), kp__stage_made *out) {
     /* how the flow sees an end: one link, figures to report */
     const kp__stage_kind kind = {kp__remote_turn_fn, true, kp__remote_stats, NULL};
     KP_CHECK(kp__stage_kind_add(&kind));
     kp__remote *r;
-    KP_CHECK(kp__remote_new(e, away, &r));
+    KP_CHECK(kp__remote_new(e, post_slot, away, &r));
     r->serve = serve;
     r->fn = fn;
     r->end_fn = end_fn;

@@ -8,12 +8,34 @@
 
 #include "remote-impl.h"
 
+/* A slot's two receives, its header's and its bytes' (kp__remote.post_slot). */
+static ucs_status_t kp__post_recvs(kp__remote *r, kp__slot *sl) {
+    ucs_status_t s = kp__remote_post_recv(r, &sl->hdr_op, &sl->hdr, sizeof sl->hdr,
+                                          KP__TAG(KP__T_HDR, sl->seq), ~(ucp_tag_t)0);
+    if (s == UCS_OK)
+        s = kp__remote_post_recv(r, &sl->data_op, sl->buf, r->frame_bytes,
+                                 KP__TAG(KP__T_DATA, sl->seq), ~(ucp_tag_t)0);
+    else
+        sl->data_op = (kp__op){.done = true, .status = s};
+    return s;
+}
+
+/* The receives of frame seq, into its slot: handed to the progress thread
+ * (kp__remote_hand), which tests them too, so the stage's thread takes
+ * the worker for neither. */
 static kp_status kp__post_frame(kp__remote *r, uint64_t seq) {
     kp__slot *sl = &r->slots[seq % r->n_slots];
-    KP_CHECK(kp__remote_recv(r, &sl->hdr_op, &sl->hdr, sizeof sl->hdr, KP__TAG(KP__T_HDR, seq),
-                             ~(ucp_tag_t)0));
-    return kp__remote_recv(r, &sl->data_op, sl->buf, r->frame_bytes, KP__TAG(KP__T_DATA, seq),
-                           ~(ucp_tag_t)0);
+    sl->seq = seq;
+    return kp__remote_hand(r, sl);
+}
+
+/* Raises the last credit sent to v; false where it was v or more (the
+ * other thread sent it). */
+static bool kp__credit_raise(kp__remote *r, uint64_t v) {
+    uint64_t out = atomic_load(&r->credit_out);
+    while (out < v)
+        if (atomic_compare_exchange_weak(&r->credit_out, &out, v)) return true;
+    return false;
 }
 
 /* Tells the sender how many frames were consumed: at once when `now` (the
@@ -21,12 +43,50 @@ static kp_status kp__post_frame(kp__remote *r, uint64_t seq) {
  * window has gathered. A frame costs three messages on the wire (header,
  * bytes, credit); while frames keep coming, credits ride in batches and
  * it costs fewer. The sender never starves: a receiver with no frame in
- * hand has sent every credit. */
+ * hand has sent every credit. With a progress thread, that thread sends
+ * them (kp__receiver_away) unless it sleeps, when the stage's thread
+ * sends a credit it wants now itself: like a handed slot, each side
+ * stores first and reads the other's after. */
 static kp_status kp__credit(kp__remote *r, bool now) {
     uint64_t batch = r->capacity / 4 ? r->capacity / 4 : 1;
-    if (r->consumed == r->credited || (!now && r->consumed - r->credited < batch)) return KP_OK;
-    r->credited = r->consumed;
+    if (r->progress_on) {
+        atomic_store(&r->consumed_pub, r->consumed);
+        if (!now || atomic_load(&r->credit_out) >= r->consumed) return KP_OK;
+        atomic_store(&r->credit_now, r->consumed);
+        if (!atomic_load(&r->asleep)) return KP_OK; /* it sends it */
+    } else if (!now && r->consumed - atomic_load(&r->credit_out) < batch) {
+        return KP_OK;
+    }
+    if (!kp__credit_raise(r, r->consumed)) return KP_OK;
     return kp__remote_ctrl(r, KP__C_CREDIT, r->consumed);
+}
+
+/* The progress thread's work for the receiver (kp__remote.away): posts the
+ * receives handed to it and tests them (kp__remote_slots_away), and gives
+ * the sender its credits: a batch, or what the stage's thread wants sent
+ * now. The receiving stage's thread then takes the worker for none of
+ * it; it had spent 44% (cpu) and 22% (cuda) of its samples waiting for
+ * UCX's worker lock, 64 KiB frames on the H100 host (bench/RESULTS.md,
+ * "Remote queues, latest"). */
+static bool kp__receiver_away(kp__remote *r) {
+    uint64_t consumed = atomic_load(&r->consumed_pub); /* every slot it counts is handed */
+    bool any = kp__remote_slots_away(r);
+    kp__op *op = &r->credit_op;
+    kp__remote_op_poll(op);
+    if (op->req) return any; /* the last credit is still on its way */
+    uint64_t out = atomic_load(&r->credit_out);
+    uint64_t batch = r->capacity / 4 ? r->capacity / 4 : 1;
+    if (consumed <= out || (consumed - out < batch && atomic_load(&r->credit_now) <= out))
+        return any;
+    if (!kp__remote_ep_enter(r)) return any; /* the link closes: no more credits */
+    if (kp__credit_raise(r, consumed)) {
+        op->msg[0] = KP__C_CREDIT;
+        op->msg[1] = consumed;
+        (void)kp__remote_post(r, op, op->msg, sizeof op->msg, KP__TAG(KP__T_CREDIT, 0));
+        any = true;
+    }
+    kp__remote_ep_leave(r);
+    return any;
 }
 
 /* The copy still running out of the slot that the receive of frame
@@ -137,9 +197,14 @@ static kp_status kp__receiver_ready(kp__remote *r, const kp_stage_ctx *c, bool *
     return KP_OK;
 }
 
+/* Whether a slot's frame is in: its receives given back and ended. */
+static bool kp__slot_in(const kp__slot *sl) {
+    return atomic_load_explicit(&sl->state, memory_order_acquire) == KP__SLOT_OURS &&
+           sl->hdr_op.done && sl->data_op.done;
+}
+
 static bool kp__frame_in(const kp__remote *r) {
-    const kp__slot *sl = &r->slots[r->next % r->n_slots];
-    return (sl->hdr_op.done && sl->data_op.done) || (r->eos_seen && r->next >= r->eos_total);
+    return kp__slot_in(&r->slots[r->next % r->n_slots]) || (r->eos_seen && r->next >= r->eos_total);
 }
 
 /* Checks a header from the wire before anything of it is used. */
@@ -190,7 +255,7 @@ static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
         return KP_OK;
     }
     kp__slot *sl = &r->slots[r->next % r->n_slots];
-    if (!(sl->hdr_op.done && sl->data_op.done)) { /* end of stream: all of it is here */
+    if (!kp__slot_in(sl)) { /* end of stream: all of it is here */
         if (r->eos_total != r->next)
             return kp__error(KP_ERR_PARSE, "remote %s: end of stream at %llu frames, %llu came",
                              r->addr, (unsigned long long)r->eos_total,
@@ -274,5 +339,6 @@ static kp_status kp__source_end(void *user, const kp_stage_ctx *c, kp_status why
 }
 
 kp_status kp__remote_source_make(const kp__remote_end *e, kp__stage_made *out) {
-    return kp__remote_stage_made(e, kp__source_fn, kp__source_end, kp__recycle_waiting, NULL, out);
+    return kp__remote_stage_made(e, kp__source_fn, kp__source_end, kp__recycle_waiting,
+                                 kp__post_recvs, kp__receiver_away, out);
 }

@@ -125,75 +125,34 @@ static void kp__count_left(kp__remote *r) {
  * where the two processes' threads outnumber the cores, did it take a
  * paced frame's p50 from 1.1 ms to 0.33.) A frame's cost there is not its
  * count of messages. */
-static ucs_status_t kp__post_slot(kp__remote *r, kp__slot *sl) {
+static ucs_status_t kp__post_sends(kp__remote *r, kp__slot *sl) {
     ucs_status_t s =
-        kp__remote_post(r, &sl->hdr_op, &sl->hdr, sizeof sl->hdr, KP__TAG(KP__T_HDR, sl->hdr.seq));
+        kp__remote_post(r, &sl->hdr_op, &sl->hdr, sizeof sl->hdr, KP__TAG(KP__T_HDR, sl->seq));
     if (s == UCS_OK)
         s = kp__remote_post(r, &sl->data_op, sl->buf, (size_t)sl->hdr.bytes,
-                            KP__TAG(KP__T_DATA, sl->hdr.seq));
+                            KP__TAG(KP__T_DATA, sl->seq));
     else
         sl->data_op = (kp__op){.done = true, .status = s};
     return s;
 }
 
 /* The progress thread's work for the sender (kp__remote.away): takes the
- * credits in, posts the frames handed to it, in order, and keeps their
- * slots (AWAY) until both sends complete. The stage's thread hands a
- * frame once its bytes are in its slot and it has a credit; it no longer
- * writes the frame into the socket itself (with eager sends, UCX writes a
- * frame out in the call that posts it), nor takes the worker to free
- * requests or repost the credits' receive, and goes on to the next frame
- * meanwhile. On the H100 host, 64 KiB frames: the sending stage's thread
- * had spent 81-83% of its samples writing sockets (and, on cuda, copying)
- * while this thread idled 74-90%; with the sends handed over but the
- * credits still its own, it spent half its samples waiting for UCX's
- * worker lock, which this thread held to send (bench/RESULTS.md, "Remote
- * queues, latest"). */
-static bool kp__post_handed(kp__remote *r) {
-    uint64_t queued = atomic_load_explicit(&r->queued, memory_order_seq_cst);
+ * credits in, then posts the frames handed to it and tests their sends
+ * (kp__remote_slots_away). The stage's thread hands a frame once its
+ * bytes are in its slot and it has a credit; it no longer writes the
+ * frame into the socket itself (with eager sends, UCX writes a frame out
+ * in the call that posts it), nor takes the worker to free requests or
+ * repost the credits' receive, and goes on to the next frame meanwhile.
+ * On the H100 host, 64 KiB frames: the sending stage's thread had spent
+ * 81-83% of its samples writing sockets (and, on cuda, copying) while
+ * this thread idled 74-90%; with the sends handed over but the credits
+ * still its own, it spent half its samples waiting for UCX's worker lock,
+ * which this thread held to send (bench/RESULTS.md, "Remote queues,
+ * latest"). */
+static bool kp__sender_away(kp__remote *r) {
     bool any =
         atomic_load_explicit(&r->credit_away, memory_order_acquire) && kp__remote_credit_poll(r);
-    for (; r->scan < queued; r->scan++) {
-        kp__slot *sl = &r->slots[r->scan % r->n_slots];
-        int handed = KP__SLOT_HANDED;
-        /* the stage's thread may have taken it back, and may since have
-         * handed the slot's next frame: each is posted once, either way */
-        if (!atomic_compare_exchange_strong(&sl->state, &handed, KP__SLOT_POSTING)) continue;
-        (void)kp__post_slot(r, sl); /* a failure is the ops' status and r->failed */
-        atomic_store_explicit(&sl->state, KP__SLOT_AWAY, memory_order_release);
-        atomic_fetch_add_explicit(&r->handed, 1, memory_order_relaxed);
-        r->n_away++;
-    }
-    /* every slot while any is away: at most the credits, 1024 */
-    for (size_t k = 0; r->n_away && k < r->n_slots; k++) {
-        kp__slot *sl = &r->slots[k];
-        if (atomic_load_explicit(&sl->state, memory_order_relaxed) != KP__SLOT_AWAY) continue;
-        kp__remote_op_poll(&sl->hdr_op);
-        kp__remote_op_poll(&sl->data_op);
-        if (!sl->hdr_op.done || !sl->data_op.done) continue;
-        atomic_store_explicit(&sl->state, KP__SLOT_OURS, memory_order_release);
-        atomic_fetch_add_explicit(&r->returned, 1, memory_order_release);
-        r->n_away--;
-        any = true;
-    }
-    return any;
-}
-
-/* Hands a filled-in slot to the progress thread, or posts it here: where
- * there is none, or it sleeps (waking it would cost the frame more than
- * the post does; a paced stream finds it asleep). */
-static kp_status kp__hand(kp__remote *r, kp__slot *sl) {
-    if (r->progress_on) {
-        sl->hdr_op = sl->data_op = (kp__op){0};
-        atomic_store(&sl->state, KP__SLOT_HANDED);
-        atomic_store(&r->queued, r->sent + 1);
-        int handed = KP__SLOT_HANDED;
-        if (!atomic_load(&r->asleep) ||
-            !atomic_compare_exchange_strong(&sl->state, &handed, KP__SLOT_OURS))
-            return KP_OK; /* the progress thread posts it, or has */
-    }
-    ucs_status_t s = kp__post_slot(r, sl);
-    return s == UCS_OK ? KP_OK : kp__remote_link_error(r, s);
+    return kp__remote_slots_away(r) || any;
 }
 
 /* Takes back every frame handed and not yet posted, and waits out a post
@@ -259,7 +218,8 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
     memcpy(w->strides, f->desc.strides, sizeof w->strides);
     w->offset = f->desc.offset;
     memcpy(w->user, f->user, sizeof w->user);
-    KP_CHECK(kp__hand(r, sl));
+    sl->seq = r->sent;
+    KP_CHECK(kp__remote_hand(r, sl));
     r->sent++;
     kp__count_left(r);
     /* a frame the receiver consumed has left, though the progress thread
@@ -309,5 +269,6 @@ static kp_status kp__sink_end(void *user, const kp_stage_ctx *c, kp_status why) 
 }
 
 kp_status kp__remote_sink_make(const kp__remote_end *e, kp__stage_made *out) {
-    return kp__remote_stage_made(e, kp__sink_fn, kp__sink_end, NULL, kp__post_handed, out);
+    return kp__remote_stage_made(e, kp__sink_fn, kp__sink_end, NULL, kp__post_sends,
+                                 kp__sender_away, out);
 }
