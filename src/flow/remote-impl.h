@@ -99,6 +99,13 @@ enum { KP__REFUSED_SIZE = 1, KP__REFUSED_CANCELLED = 2 };
  * on cpu). So messages below 512 KiB go eager. */
 #define KP__RNDV_THRESH "512K"
 
+/* Frames whose header and bytes come to at most this travel as one
+ * message (kp__remote.packed), in two pieces (an iov) at both ends, so a
+ * frame costs one write into the socket and one message to match, not
+ * two. Below KP__RNDV_THRESH: UCX 1.13 sends an iov past its rendezvous
+ * size without zero copy (remote_tx.c). */
+#define KP__PACK_MAX (256u << 10)
+
 /* How long a receiving flow cancelled before its sender arrived keeps
  * listening, so that a sender already connecting hears "cancelled" rather
  * than nothing (it would otherwise try until its timeout). */
@@ -150,6 +157,7 @@ typedef struct kp__slot {
     kp_buffer_t pbuf; /* trading frames (r->trade): the pool's buffer buf is */
     kp__wire hdr;
     uint64_t seq;           /* the frame its operations are for */
+    ucp_dt_iov_t iov[2];    /* a packed frame's header and bytes (kp__remote.packed) */
     kp__op hdr_op, data_op; /* read only while the slot is OURS */
     _Atomic int state;      /* KP__SLOT_* */
     kp_event_t ev;          /* receiver: its copy into the frame */
@@ -173,6 +181,9 @@ typedef struct kp__remote {
     ucp_context_h ctx;
     ucp_worker_h worker;
     bool trade; /* frames trade buffers with the slots: nothing is copied */
+    /* a frame is one message (header and bytes, the data op unused), not
+     * two: the receiver's frame_bytes make it at most KP__PACK_MAX */
+    bool packed;
     ucp_listener_h listener;
     /* a connection request not yet taken, and whether one was: both set
      * from UCX's callbacks, on whichever thread progressed the worker */
@@ -283,6 +294,12 @@ kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_
  * op's status. */
 ucs_status_t kp__remote_post_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
                                   ucp_tag_t mask);
+/* The same of one message in n pieces (a packed frame: its header, then
+ * its bytes); the pieces live until the op ends. */
+ucs_status_t kp__remote_post_iov(kp__remote *r, kp__op *op, const ucp_dt_iov_t *iov, size_t n,
+                                 ucp_tag_t tag);
+ucs_status_t kp__remote_post_recv_iov(kp__remote *r, kp__op *op, ucp_dt_iov_t *iov, size_t n,
+                                      ucp_tag_t tag, ucp_tag_t mask);
 /* Takes an operation's end, if it ended (its request freed): whether it
  * did now. */
 bool kp__remote_op_poll(kp__op *op);

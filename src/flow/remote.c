@@ -172,11 +172,14 @@ static kp_status kp__op_start(kp__op *op, ucs_status_ptr_t sp, bool recv, const 
     return KP_OK;
 }
 
-ucs_status_t kp__remote_post(kp__remote *r, kp__op *op, const void *buf, size_t len,
-                             ucp_tag_t tag) {
+/* A send of `count` items of datatype dt (bytes, or iov entries). */
+static ucs_status_t kp__post_dt(kp__remote *r, kp__op *op, const void *buf, size_t count,
+                                ucp_datatype_t dt, ucp_tag_t tag) {
     ucp_request_param_t p = {0};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    p.datatype = dt;
     kp__remote_take(r);
-    ucs_status_ptr_t sp = ucp_tag_send_nbx(r->ep, buf, len, tag, &p);
+    ucs_status_ptr_t sp = ucp_tag_send_nbx(r->ep, buf, count, tag, &p);
     kp__remote_give(r);
     if (kp__op_start(op, sp, false, "send") == KP_OK) return UCS_OK;
     kp_clear_error();
@@ -185,23 +188,44 @@ ucs_status_t kp__remote_post(kp__remote *r, kp__op *op, const void *buf, size_t 
     return op->status;
 }
 
+ucs_status_t kp__remote_post(kp__remote *r, kp__op *op, const void *buf, size_t len,
+                             ucp_tag_t tag) {
+    return kp__post_dt(r, op, buf, len, ucp_dt_make_contig(1), tag);
+}
+
+ucs_status_t kp__remote_post_iov(kp__remote *r, kp__op *op, const ucp_dt_iov_t *iov, size_t n,
+                                 ucp_tag_t tag) {
+    return kp__post_dt(r, op, iov, n, ucp_dt_make_iov(), tag);
+}
+
 kp_status kp__remote_send(kp__remote *r, kp__op *op, const void *buf, size_t len, ucp_tag_t tag) {
     ucs_status_t s = kp__remote_post(r, op, buf, len, tag);
     return s == UCS_OK ? KP_OK : kp__remote_link_error(r, s);
 }
 
-ucs_status_t kp__remote_post_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
-                                  ucp_tag_t mask) {
+static ucs_status_t kp__post_recv_dt(kp__remote *r, kp__op *op, void *buf, size_t count,
+                                     ucp_datatype_t dt, ucp_tag_t tag, ucp_tag_t mask) {
     ucp_request_param_t p = {0};
     /* a request even when the message is here already: its size and tag
      * are read from it (kp__remote_op_poll) */
-    p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FIELD_DATATYPE;
+    p.datatype = dt;
     memset(&op->info, 0, sizeof op->info);
     kp__remote_take(r);
-    ucs_status_ptr_t sp = ucp_tag_recv_nbx(r->worker, buf, len, tag, mask, &p);
+    ucs_status_ptr_t sp = ucp_tag_recv_nbx(r->worker, buf, count, tag, mask, &p);
     kp__remote_give(r);
     if (kp__op_start(op, sp, true, "receive") != KP_OK) kp_clear_error();
     return op->done ? op->status : UCS_OK;
+}
+
+ucs_status_t kp__remote_post_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
+                                  ucp_tag_t mask) {
+    return kp__post_recv_dt(r, op, buf, len, ucp_dt_make_contig(1), tag, mask);
+}
+
+ucs_status_t kp__remote_post_recv_iov(kp__remote *r, kp__op *op, ucp_dt_iov_t *iov, size_t n,
+                                      ucp_tag_t tag, ucp_tag_t mask) {
+    return kp__post_recv_dt(r, op, iov, n, ucp_dt_make_iov(), tag, mask);
 }
 
 kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_tag_t tag,
@@ -550,6 +574,8 @@ kp_status kp__remote_make_slots(kp__remote *r, const kp_stage_ctx *c) {
      * memory where it has CUDA support */
     r->trade = r->frame_bytes && (r->direct || strcmp(kp_device_backend(r->dev), "cpu") == 0);
     r->n_slots = r->capacity;
+    /* both ends read the receiver's frame size from the welcome */
+    r->packed = r->welcome.frame_bytes <= KP__PACK_MAX - sizeof(kp__wire);
     for (size_t k = 0; k < r->n_slots; k++) {
         kp__slot *sl = &r->slots[k];
         sl->hdr_op.done = sl->data_op.done = true;
@@ -588,7 +614,7 @@ static kp_status kp__remote_new(const kp__remote_end *e, kp__remote_post_fn post
     r->efd = -1;
     r->post_slot = post_slot;
     atomic_store(&r->ep_off, true); /* no endpoint yet */
-    r->away = away; /* before the progress thread starts */
+    r->away = away;                 /* before the progress thread starts */
     r->sa = e->sa;
     r->sa_len = e->sa_len;
     snprintf(r->addr, sizeof r->addr, "%s", addr);

@@ -10,6 +10,13 @@
 
 /* A slot's two receives, its header's and its bytes' (kp__remote.post_slot). */
 static ucs_status_t kp__post_recvs(kp__remote *r, kp__slot *sl) {
+    if (r->packed) { /* one message: the header, then the bytes */
+        sl->iov[0] = (ucp_dt_iov_t){&sl->hdr, sizeof sl->hdr};
+        sl->iov[1] = (ucp_dt_iov_t){sl->buf, r->frame_bytes};
+        sl->data_op = (kp__op){.done = true, .status = UCS_OK};
+        return kp__remote_post_recv_iov(r, &sl->hdr_op, sl->iov, r->frame_bytes ? 2 : 1,
+                                        KP__TAG(KP__T_DATA, sl->seq), ~(ucp_tag_t)0);
+    }
     ucs_status_t s = kp__remote_post_recv(r, &sl->hdr_op, &sl->hdr, sizeof sl->hdr,
                                           KP__TAG(KP__T_HDR, sl->seq), ~(ucp_tag_t)0);
     if (s == UCS_OK)
@@ -217,13 +224,16 @@ static kp_status kp__check_frame(kp__remote *r, const kp__slot *sl, kp_frame *f)
                                r->addr, (unsigned long long)r->next, r->frame_bytes)
                    : kp__remote_link_error(r, sl->hdr_op.status != UCS_OK ? sl->hdr_op.status
                                                                           : sl->data_op.status);
-    if (sl->hdr_op.length != sizeof *w || w->seq != r->next || w->bytes != sl->data_op.length ||
-        w->bytes > f->capacity)
+    /* packed: one message, the header then the bytes */
+    size_t hdr_len =
+        r->packed ? (sl->hdr_op.length < sizeof *w ? 0 : sizeof *w) : sl->hdr_op.length;
+    size_t data_len = r->packed ? sl->hdr_op.length - hdr_len : sl->data_op.length;
+    if (hdr_len != sizeof *w || w->seq != r->next || w->bytes != data_len || w->bytes > f->capacity)
         return kp__error(KP_ERR_PARSE,
                          "remote %s: frame %llu: a malformed header (seq %llu, %llu bytes, "
                          "%zu received)",
                          r->addr, (unsigned long long)r->next, (unsigned long long)w->seq,
-                         (unsigned long long)w->bytes, sl->data_op.length);
+                         (unsigned long long)w->bytes, data_len);
     kp_tensor_desc d = {0};
     if (w->ndim < 0 || w->ndim > KP_MAX_DIMS)
         return kp__error(KP_ERR_PARSE, "remote %s: frame %llu: %d dimensions", r->addr,
