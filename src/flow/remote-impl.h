@@ -10,7 +10,9 @@
  *   HELLO    sender -> receiver, once: magic, version, the sender's frame size
  *   WELCOME  receiver -> sender, once: capacity and frame size, or a refusal
  *   HDR|seq  a frame's sequence number, bytes, descriptor and user words
- *   DATA|seq its bytes (a message even when empty)
+ *   DATA|seq its bytes (a message even when empty); where the receiver's
+ *            frames pack (frame_bytes and header within KP__PACK_MAX),
+ *            the header and then the bytes, one message, and no HDR
  *   CTRL     kind and value: EOS n (the stream had n frames), DONE|n (the
  *            receiver got all n), CANCEL (either way), BYE (the sender
  *            closes first, after DONE: a receiver closing first could cut

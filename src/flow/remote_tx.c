@@ -112,19 +112,16 @@ static void kp__count_left(kp__remote *r) {
     while (r->left < r->sent && kp__slot_sent(&r->slots[r->left % r->n_slots])) r->left++;
 }
 
-/* Posts a filled-in slot's two sends: its header, then its bytes. From
- * either thread. Two messages, not one of an iov (header, bytes): UCX 1.13
- * sends an iov past its rendezvous size without zero copy, 1.2 GB/s
- * against 5.3 for 1 MiB frames over tcp on loopback. Below that size one
- * message was tried too (frames up to 64 KiB packed, the welcome saying
- * so): on the 16-core H100 host, 64 KiB frames, alternated in one call, it
- * gave 0.66-0.79 GB/s saturated against 0.74-1.12 split on cpu, 0.67-0.72
- * against 0.60-0.72 on cuda, and at 5,000 frames/s a p50 of 104-129 us
- * against 110-117 (cpu), 126-171 against 140-155 (cuda): nothing gained,
- * so the wire stayed as it is. (Only on the 2-core development machine,
- * where the two processes' threads outnumber the cores, did it take a
- * paced frame's p50 from 1.1 ms to 0.33.) A frame's cost there is not its
- * count of messages. */
+/* Posts a filled-in slot's sends (kp__remote.post_slot), from either
+ * thread: its header and bytes as one message of two pieces where frames
+ * pack (kp__remote.packed), else as two messages. Not one iov above that
+ * size: UCX 1.13 sends an iov past its rendezvous size without zero copy,
+ * 1.2 GB/s against 5.3 for 1 MiB frames over tcp on loopback. Packing
+ * first gained nothing (64 KiB frames on the H100 host: 0.66-0.79 GB/s
+ * against 0.74-1.12 on cpu), while the stage's threads, not the link,
+ * held a frame; once the progress threads did the link's work and were
+ * the bound, it took 64 KiB frames from 2.23 to 2.76 GB/s on cpu and 2.00
+ * to 2.12 on cuda (medians of four rounds, bench/RESULTS.md). */
 static ucs_status_t kp__post_sends(kp__remote *r, kp__slot *sl) {
     if (r->packed) { /* one message: the header, then the bytes */
         sl->iov[0] = (ucp_dt_iov_t){&sl->hdr, sizeof sl->hdr};
