@@ -711,6 +711,37 @@ static void live_udp_reconnects(void **state) {
     cancel_promptly(f); /* blocked on a silent socket now */
 }
 
+/* The eight cameras of live_kill_one_of_eight and its flow, outside its
+ * frame: a failed check there leaves the test at once, and the teardown
+ * (live_cams_stop) then stops and joins the cameras, which would otherwise
+ * go on writing into a frame that is gone, and frees the flow. */
+enum { LIVE_N = 8 };
+static writer_args g_cam[LIVE_N];
+static pthread_t g_cam_th[LIVE_N];
+static bool g_cam_on[LIVE_N];
+static kp_flow_t g_live;
+
+static void live_cam_start(int k, writer_args a) {
+    g_cam[k] = a;
+    assert_int_equal(pthread_create(&g_cam_th[k], NULL, write_clip, &g_cam[k]), 0);
+    g_cam_on[k] = true;
+}
+
+static void live_cam_stop(int k) {
+    if (!g_cam_on[k]) return;
+    __atomic_store_n(&g_cam[k].stop, true, __ATOMIC_RELEASE);
+    pthread_join(g_cam_th[k], NULL);
+    g_cam_on[k] = false;
+}
+
+static int live_cams_stop(void **state) {
+    (void)state;
+    kp_flow_destroy(g_live); /* cancels first: its sources stop reading */
+    g_live = NULL;
+    for (int k = 0; k < LIVE_N; k++) live_cam_stop(k);
+    return 0;
+}
+
 /* Eight live udp:// cameras into one batch stage (max 8, deadline 20 ms):
  * one camera dies mid-run and comes back. While it is gone the batches
  * keep coming from the other seven (the sink's count never stops for
@@ -720,16 +751,14 @@ static void live_udp_reconnects(void **state) {
  * health, and a cancel ends it all at once. */
 static void live_kill_one_of_eight(void **state) {
     (void)state;
-    enum { N = 8, DEAD = 3 };
+    enum { N = LIVE_N, DEAD = 3 };
     const int port = 20000 + (int)((getpid() + 7919) % 20000);
-    char url[N][128], paths[N * 160] = "", json[4096];
-    writer_args cam[N];
-    pthread_t th[N];
+    static char url[N][128]; /* the cameras read theirs till the teardown */
+    char paths[N * 160] = "", json[4096];
     for (int k = 0; k < N; k++) {
         snprintf(url[k], sizeof url[k], "udp://127.0.0.1:%d", port + k);
-        cam[k] = (writer_args){url[k], 64,    48,    1000000, k,    10,   30.0,
-                               false,  KP_OK, false, 0,       NULL, false};
-        assert_int_equal(pthread_create(&th[k], NULL, write_clip, &cam[k]), 0);
+        live_cam_start(k, (writer_args){url[k], 64, 48, 1000000, k, 10, 30.0, false, KP_OK, false,
+                                        0, NULL, false});
         char one[160];
         snprintf(one, sizeof one, "%s\"%s?timeout=2000000\"", k ? ", " : "", url[k]);
         strcat(paths, one);
@@ -746,8 +775,16 @@ static void live_kill_one_of_eight(void **state) {
              "\"inputs\": {\"x\": \"same.input\"}, \"outputs\": {\"y\": \"same.output\"}}},"
              "{\"name\": \"out\", \"sink\": \"null\"}]}",
              paths, (int)(deadline * 1e6));
-    kp_flow_t f;
-    KPT_OK(kp_flow_create_from_json(g_dev, json, &f));
+    /* each camera is opened live and read until its stream shows its frame
+     * size; eight encoders on a loaded machine (two cores, ThreadSanitizer)
+     * can leave one short of that: it is opened once more */
+    kp_status cst = kp_flow_create_from_json(g_dev, json, &g_live);
+    if (cst == KP_ERR_PARSE && strstr(kp_last_error(), "no frame size")) {
+        fprintf(stderr, "live, 1 of 8 killed: opened again after: %s\n", kp_last_error());
+        cst = kp_flow_create_from_json(g_dev, json, &g_live);
+    }
+    KPT_OK(cst);
+    kp_flow_t f = g_live;
     KPT_OK(kp_flow_start(f));
     kp_flow_stream_stats ss[N];
     size_t n = 0;
@@ -763,8 +800,7 @@ static void live_kill_one_of_eight(void **state) {
      * it back and watch until it has given 10 more frames */
     uint64_t drops0 = 0;
     for (int k = 0; k < N; k++) drops0 += k == DEAD ? 0 : ss[k].drops;
-    __atomic_store_n(&cam[DEAD].stop, true, __ATOMIC_RELEASE);
-    pthread_join(th[DEAD], NULL);
+    live_cam_stop(DEAD);
     const double killed = now_s();
     uint64_t dead_before = 0, last_done = 0;
     double last_move = killed, worst = 0, back = 0, reconnected_at = 0;
@@ -781,9 +817,8 @@ static void live_kill_one_of_eight(void **state) {
         }
         if (!revived && t - killed > 2.0) {
             dead_before = ss[DEAD].frames;
-            cam[DEAD] = (writer_args){url[DEAD], 64,    48,    1000000, DEAD, 10,   30.0,
-                                      false,     KP_OK, false, 0,       NULL, false};
-            assert_int_equal(pthread_create(&th[DEAD], NULL, write_clip, &cam[DEAD]), 0);
+            live_cam_start(DEAD, (writer_args){url[DEAD], 64, 48, 1000000, DEAD, 10, 30.0, false,
+                                               KP_OK, false, 0, NULL, false});
             revived = true;
             back = t;
         }
@@ -811,9 +846,9 @@ static void live_kill_one_of_eight(void **state) {
     /* 100 ms over the deadline and a frame: scheduling on a loaded 2-core
      * machine; a batch held for the dead camera would stop for 400+ ms */
     if (timing) assert_true(worst < deadline + frame + 0.100);
-    for (int k = 0; k < N; k++) __atomic_store_n(&cam[k].stop, true, __ATOMIC_RELEASE);
-    for (int k = 0; k < N; k++) pthread_join(th[k], NULL);
+    for (int k = 0; k < N; k++) live_cam_stop(k);
     cancel_promptly(f); /* eight sources blocked on silent sockets */
+    g_live = NULL;
 }
 
 /* A camera sending to `send` (with the writer's FFmpeg options; trying
@@ -1057,7 +1092,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(batch_across_streams),
         cmocka_unit_test(realtime_pacing),
         cmocka_unit_test(live_udp_reconnects),
-        cmocka_unit_test(live_kill_one_of_eight),
+        cmocka_unit_test_teardown(live_kill_one_of_eight, live_cams_stop),
         cmocka_unit_test(live_srt),
         cmocka_unit_test(live_rtsp),
         cmocka_unit_test(bad_options),
