@@ -55,13 +55,13 @@ for kib in $sizes; do
   # changing load alike (one run of either ranges +-25% here)
   tcps=() lats=() kgs=() kps=() fpss=() p50s=() p99s=()
   for ((r = 0; r < rounds; r++)); do
-    # a perftest run that printed no result (it does, at times, at 64 MiB)
-    # is left out of the median rather than counted as 0
+    # a perftest run that printed no result, or a bandwidth of 0 (it does
+    # both, at times, at 64 MiB), is left out of the median
     bw='' lat=''
     read -r _ bw < <(perftest tcp $kib tag_bw $n)
-    [ -n "$bw" ] && tcps+=("$bw")
+    awk -v v="${bw:-0}" 'BEGIN {exit !(v > 0)}' && tcps+=("$bw")
     read -r lat _ < <(perftest tcp $kib tag_lat $(( n / 2 + 10 )))
-    [ -n "$lat" ] && lats+=("$lat")
+    awk -v v="${lat:-0}" 'BEGIN {exit !(v > 0)}' && lats+=("$lat")
     sat=$("$build/bench/bench_remote" $dev $kib $n 0 $cap 2>&1)
     kp_line=$(grep "remote queue" <<<"$sat")
     kgs+=("$(awk '{print $6}' <<<"$kp_line")")

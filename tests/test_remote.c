@@ -328,6 +328,20 @@ static kp_flow_remote_stats stream_across(int n, size_t capacity, uint64_t frame
     return rs;
 }
 
+/* The window filled to `credits` behind a slow receiving sink: that needs
+ * a sender faster than the sink, which under compute-sanitizer (its
+ * kernels slowed many times over) it is not; there the tool sets the pace
+ * and the figure prints only. */
+static void window_filled(const kp_flow_remote_stats *rs, uint64_t credits) {
+    if (getenv("KP_TEST_NO_TIMING") && rs->max_in_flight != credits) {
+        printf("at most %llu frames in flight of %llu credits (the tool sets the pace)\n",
+               (unsigned long long)rs->max_in_flight, (unsigned long long)credits);
+        assert_true(rs->max_in_flight >= 1 && rs->max_in_flight <= credits);
+        return;
+    }
+    assert_int_equal(rs->max_in_flight, credits);
+}
+
 /* Frames in flight: 4 MiB frames, never more than the credits allow in
  * flight or on the wire, in order and every element right; on cpu nothing
  * is copied on either side (the frames trade buffers with the link). Then
@@ -342,7 +356,7 @@ static void frames_in_flight(void **state) {
     bool copied = strcmp(g_device, "cpu") != 0 && !rs.direct; /* cuda without UCX's CUDA */
     assert_true(rs.zero_copy == !copied);
     rs = stream_across(4097, 8, 400, 300, false);
-    assert_int_equal(rs.max_in_flight, 8);
+    window_filled(&rs, 8);
 }
 
 /* Frames through the copies at both ends (pinned host slots, one more
@@ -354,7 +368,7 @@ static void frames_through_copies(void **state) {
     kp_flow_remote_stats rs = stream_across(1, 1, 200, 0, true);
     assert_true(rs.direct || !rs.zero_copy); /* direct: device frames trade after all */
     rs = stream_across(4097, 4, 300, 300, true);
-    assert_int_equal(rs.max_in_flight, 4);
+    window_filled(&rs, 4);
     rs = stream_across(1 << 20, 4, 40, 0, true);
     assert_true(rs.direct || !rs.zero_copy);
     rs = stream_across(1 << 20, 1, 20, 0, true);

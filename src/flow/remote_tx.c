@@ -193,7 +193,8 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
      * 4.00-4.32 against 4.22-4.59; 4, 8 or 16 credits alike. That is
      * within the runs' spread, and it took a lock between the stage's
      * thread and the progress thread: dropped. The copy was not what held
-     * a frame (bench/RESULTS.md, "Remote queues, latest"). */
+     * a frame (bench/RESULTS.md, "Remote queues, the round before: the
+     * stage's turn holds the worker"). */
     KP_CHECK(kp__remote_wait(r, c->flow, kp__slot_free, &stop));
     if (stop) return KP_OK;
     kp__count_left(r); /* before the slot of frame sent - n_slots takes frame sent */
