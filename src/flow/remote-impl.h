@@ -236,8 +236,9 @@ typedef struct kp__remote {
     kp__op hello_op, welcome_op, ctrl_op;
     /* sender: the credits' receive, the progress thread's once posted
      * (credit_away; kp__remote_credit_poll), the last credit it took in,
-     * and 1 where a credit was malformed, 2 where the receive was
-     * cancelled. Receiver: the progress thread's credit send */
+     * and 1 where a credit was malformed, 2 where the receive ended
+     * otherwise (cancelled, or failed: r->failed). Receiver: the progress
+     * thread's credit send */
     kp__op credit_op;
     _Atomic bool credit_away;
     _Atomic uint64_t credit_in;

@@ -146,7 +146,7 @@ static bool kp__poll_all(kp__remote *r) {
         any |= kp__remote_op_poll(&sl->data_op);
     }
     kp__remote_give(r);
-    /* slots the progress thread gave back (remote_tx.c) */
+    /* slots the progress thread gave back (kp__remote_slots_away) */
     uint64_t returned = atomic_load_explicit(&r->returned, memory_order_acquire);
     any |= returned != r->returned_seen;
     r->returned_seen = returned;
@@ -276,10 +276,14 @@ bool kp__remote_credit_poll(kp__remote *r) {
            (kp__remote_op_poll(op), op->done)) {
         any = true;
         if (op->status != UCS_OK || op->length != sizeof op->msg || op->msg[0] != KP__C_CREDIT) {
-            /* cancelled at the end (kp__remote_free), or malformed: a
-             * peer that is not kpipe's (kp__remote_ctrl_poll says so) */
-            atomic_store_explicit(&r->credit_bad, op->status == UCS_ERR_CANCELED ? 2 : 1,
-                                  memory_order_release);
+            /* malformed (a peer that is not kpipe's: kp__remote_ctrl_poll
+             * says so), cancelled at the end (kp__remote_free), or the
+             * receive failed: the link's error, which the waits report */
+            bool malformed = op->status == UCS_OK || op->status == UCS_ERR_MESSAGE_TRUNCATED;
+            ucs_status_t ok = UCS_OK;
+            if (!malformed && op->status != UCS_ERR_CANCELED)
+                atomic_compare_exchange_strong(&r->failed, &ok, op->status);
+            atomic_store_explicit(&r->credit_bad, malformed ? 1 : 2, memory_order_release);
             break;
         }
         if (op->msg[1] > atomic_load_explicit(&r->credit_in, memory_order_relaxed))
@@ -452,17 +456,17 @@ bool kp__remote_slots_away(kp__remote *r) {
 }
 
 /* The progress thread: progresses the worker and does the end's work for
- * it (r->away: posting the slots handed to it, the credits); when nothing moved for a
- * little while, sleeps on its wake-up descriptor (up to 10 ms, so a stop
- * is seen; kp__progress_stop also signals the worker). Of the end it
- * touches only the worker and what r->away hands it: the stage's thread
- * tests its operations.
+ * it (r->away: the slots handed to it, the credits); when nothing moved
+ * for a little while, sleeps on its wake-up descriptor (up to 10 ms, so a
+ * stop is seen; kp__progress_stop also signals the worker). Of the end it
+ * touches only the worker and what the stage's thread hands it.
  *
  * Before it sleeps it says so (r->asleep) and looks for handed work once
- * more; the stage's thread hands a frame, then reads r->asleep, and posts
- * the frame itself when the thread sleeps (remote_tx.c). Both sides store
- * first and read after, sequentially consistent: one of them sees the
- * other's store, so no frame waits for a sleeping thread. */
+ * more; the stage's thread hands a slot (or wants a credit sent), then
+ * reads r->asleep, and does the work itself when the thread sleeps
+ * (kp__remote_hand; remote_rx.c's kp__credit). Both sides store first and
+ * read after, sequentially consistent: one of them sees the other's
+ * store, so no frame waits for a sleeping thread. */
 static void *kp__progress_main(void *arg) {
     kp__remote *r = arg;
     double busy_until = 0;
