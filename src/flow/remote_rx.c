@@ -180,9 +180,12 @@ static kp_status kp__receiver_ready(kp__remote *r, const kp_stage_ctx *c, bool *
         kp__remote_progress(r, &spun);
     }
     const kp__hello *h = &r->hello;
-    if (r->hello_op.status != UCS_OK || r->hello_op.length != sizeof *h || h->magic != KP__MAGIC ||
-        h->version != KP__VERSION)
+    if (r->hello_op.status != UCS_OK || r->hello_op.length != sizeof *h || h->magic != KP__MAGIC)
         return kp__error(KP_ERR_PARSE, "remote %s: the peer is not a kpipe remote sink", r->addr);
+    if (h->version != KP__VERSION)
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "remote %s: the sender speaks the wire's version %u, this kpipe %u",
+                         r->addr, h->version, KP__VERSION);
     r->welcome = (kp__welcome){KP__MAGIC,
                                KP__VERSION,
                                r->capacity,

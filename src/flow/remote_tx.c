@@ -66,11 +66,12 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
     }
     const kp__welcome *w = &r->welcome;
     if (r->welcome_op.status != UCS_OK || r->welcome_op.length != sizeof *w ||
-        w->magic != KP__MAGIC || w->version != KP__VERSION)
-        return kp__error(KP_ERR_PARSE,
-                         "remote %s: the peer is not a kpipe remote source "
-                         "(version %u)",
-                         r->addr, KP__VERSION);
+        w->magic != KP__MAGIC)
+        return kp__error(KP_ERR_PARSE, "remote %s: the peer is not a kpipe remote source", r->addr);
+    if (w->version != KP__VERSION)
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "remote %s: the receiver speaks the wire's version %u, this kpipe %u",
+                         r->addr, w->version, KP__VERSION);
     if (w->refused == KP__REFUSED_CANCELLED)
         return kp__error(KP_ERR_STATE,
                          "remote %s: the peer cancelled the stream (before its first frame)",
