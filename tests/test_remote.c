@@ -5,7 +5,9 @@
  * killed mid-stream (an error, no hang); refusals and timeouts; the JSON
  * form's errors; and, with both ends in this process, either end cancelled
  * at random moments early in the stream (connecting, saying hello,
- * sending): the other always stops promptly with KP_ERR_STATE. Frames
+ * sending): the other always stops promptly with KP_ERR_STATE. A
+ * stranger peer, a raw UCX client in this process, says a wrong hello or
+ * sends malformed frames: the receiving flow fails with the reason. Frames
  * through the copies (pinned host slots, a spare beside the credits) at 1,
  * odd and 1M floats: on cpu with each flow's other stage on a second
  * device, which makes the frames span two devices; on cuda always, where
@@ -14,18 +16,21 @@
  * CUDA nor UCX survives a fork alone), on the same backend.
  *   test_remote [DEVICE [FILTER]]   (cpu unless given; exit 77 where there
  *                                    is none; FILTER: the tests by name, a glob) */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <netinet/in.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
 #include "flow/flow-impl.h"
+#include "flow/remote-impl.h" /* the wire, which a stranger peer speaks wrongly */
 #include "support/kp_test.h"
 #include "support/test_kernels.h"
 
@@ -752,6 +757,158 @@ static void json_errors(void **state) {
     kp_device_close(dev);
 }
 
+/* A stranger peer: a raw UCX client of its own, speaking the wire
+ * (remote-impl.h) wrongly. It connects to a receiving flow, says hello
+ * (hello: its bytes, as they go) and, where the receiver welcomes it,
+ * sends one frame message: the tag's type and value and its bytes. */
+typedef struct stranger {
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_ep_h ep;
+} stranger;
+
+static void stranger_progress(stranger *x, void *req) {
+    for (double until = now_s() + 5;
+         req && ucp_request_check_status(req) == UCS_INPROGRESS && now_s() < until;)
+        ucp_worker_progress(x->worker);
+    if (req && !UCS_PTR_IS_ERR(req)) {
+        if (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_request_cancel(x->worker, req);
+        ucp_request_free(req);
+    }
+}
+
+static void stranger_lost(void *arg, ucp_ep_h ep, ucs_status_t status) {
+    (void)arg, (void)ep, (void)status; /* the receiver closed on it: expected */
+}
+
+/* Takes in what the receiver said that the stranger did not ask for (its
+ * cancel, credits), so that UCX has nothing left over at the end. */
+static void stranger_drain(stranger *x) {
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg;
+    for (int i = 0; i < 1000; i++) ucp_worker_progress(x->worker);
+    while ((msg = ucp_tag_probe_nb(x->worker, 0, 0, 1, &info))) {
+        char *buf = malloc(info.length ? info.length : 1);
+        ucp_request_param_t p = {0};
+        stranger_progress(x, ucp_tag_msg_recv_nbx(x->worker, buf, info.length, msg, &p));
+        free(buf);
+    }
+}
+
+static void stranger_send(stranger *x, const void *buf, size_t len, ucp_tag_t tag) {
+    ucp_request_param_t p = {0};
+    stranger_progress(x, ucp_tag_send_nbx(x->ep, buf, len, tag, &p));
+}
+
+/* Runs a receiving flow of 64-float frames, capacity 4, and the stranger
+ * against it; the flow's status and detail. */
+static kp_status stranger_meets(const void *hello, size_t hello_len, int frame_type,
+                                uint64_t frame_seq, const void *frame, size_t frame_len,
+                                char *detail, size_t detail_len) {
+    side rx = {0};
+    kp__stage_made m;
+    KPT_OK(side_open(&rx, 64));
+    KPT_OK(kp__stage_remote_source(rx.dev, "127.0.0.1:0", 256, 4, 5000, &m));
+    KPT_OK(two_stage_flow(&rx, &m, true));
+    kp_flow_remote_stats rs;
+    KPT_OK(kp_flow_remote(rx.flow, 0, &rs));
+    KPT_OK(kp_flow_start(rx.flow));
+    stranger x = {0};
+    ucp_params_t up = {0};
+    up.field_mask = UCP_PARAM_FIELD_FEATURES;
+    up.features = UCP_FEATURE_TAG;
+    assert_int_equal(ucp_init(&up, NULL, &x.ctx), UCS_OK);
+    ucp_worker_params_t wp = {0};
+    assert_int_equal(ucp_worker_create(x.ctx, &wp, &x.worker), UCS_OK);
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)atoi(strrchr(rs.address, ':') + 1));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ucp_ep_params_t ep = {0};
+    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.err_handler.cb = stranger_lost;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.sockaddr.addr = (const struct sockaddr *)&sa;
+    ep.sockaddr.addrlen = sizeof sa;
+    assert_int_equal(ucp_ep_create(x.worker, &ep, &x.ep), UCS_OK);
+    kp__welcome w = {0};
+    ucp_request_param_t rp = {0};
+    void *wreq =
+        ucp_tag_recv_nbx(x.worker, &w, sizeof w, KP__TAG(KP__T_WELCOME, 0), KP__TYPE_MASK, &rp);
+    stranger_send(&x, hello, hello_len, KP__TAG(KP__T_HELLO, 0));
+    stranger_progress(&x, wreq); /* welcomed, refused, or nothing within 5 s */
+    if (frame && w.magic == KP__MAGIC && !w.refused)
+        stranger_send(&x, frame, frame_len, KP__TAG(frame_type, frame_seq));
+    bool stopped = false;
+    for (double until = now_s() + 10; !stopped && now_s() < until;) {
+        ucp_worker_progress(x.worker);
+        kp_flow_snapshot h;
+        stopped = kp_flow_health(rx.flow, &h) == KP_OK && !h.running;
+    }
+    assert_true(stopped);
+    kp_status st = kp_flow_wait(rx.flow);
+    snprintf(detail, detail_len, "%s", kp_last_error());
+    ucp_request_param_t cp = {0};
+    cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    stranger_progress(&x, ucp_ep_close_nbx(x.ep, &cp));
+    stranger_drain(&x);
+    ucp_worker_destroy(x.worker);
+    ucp_cleanup(x.ctx);
+    side_close(&rx);
+    return st;
+}
+
+/* A wrong hello (short, another magic, another wire version) and, after
+ * a right one, malformed frames (frames of 64 floats pack: one message
+ * of header and bytes): shorter than a header, a header with the wrong
+ * sequence number, bytes that disagree with the header, more bytes than
+ * the frame holds. Each fails the receiving flow with its reason; none
+ * crashes it or hangs it. */
+static void stranger_peers(void **state) {
+    (void)state;
+    char d[400];
+    kp__hello good = {KP__MAGIC, KP__VERSION, 256};
+    kp__hello old = {KP__MAGIC, KP__VERSION - 1, 256}, alien = {0x12345678u, KP__VERSION, 256};
+    assert_int_equal(stranger_meets(&good, 3, 0, 0, NULL, 0, d, sizeof d), KP_ERR_PARSE);
+    assert_non_null(strstr(d, "not a kpipe remote sink"));
+    assert_int_equal(stranger_meets(&alien, sizeof alien, 0, 0, NULL, 0, d, sizeof d),
+                     KP_ERR_PARSE);
+    assert_non_null(strstr(d, "not a kpipe remote sink"));
+    assert_int_equal(stranger_meets(&old, sizeof old, 0, 0, NULL, 0, d, sizeof d),
+                     KP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(d, "version"));
+    struct {
+        kp__wire w;
+        float x[65];
+    } f = {0};
+    f.w.bytes = 64 * sizeof(float);
+    f.w.dtype = KP_F32;
+    /* shorter than a header */
+    assert_int_equal(stranger_meets(&good, sizeof good, KP__T_DATA, 0, &f, 10, d, sizeof d),
+                     KP_ERR_PARSE);
+    assert_non_null(strstr(d, "malformed header"));
+    /* frame 0 saying it is frame 7 */
+    f.w.seq = 7;
+    assert_int_equal(
+        stranger_meets(&good, sizeof good, KP__T_DATA, 0, &f, sizeof f.w + f.w.bytes, d, sizeof d),
+        KP_ERR_PARSE);
+    assert_non_null(strstr(d, "malformed header"));
+    /* 256 bytes said, 100 sent */
+    f.w.seq = 0;
+    assert_int_equal(
+        stranger_meets(&good, sizeof good, KP__T_DATA, 0, &f, sizeof f.w + 100, d, sizeof d),
+        KP_ERR_PARSE);
+    assert_non_null(strstr(d, "malformed header"));
+    /* more than the receiver's frames hold: UCX truncates it */
+    f.w.bytes = sizeof f.x;
+    assert_int_equal(stranger_meets(&good, sizeof good, KP__T_DATA, 0, &f, sizeof f, d, sizeof d),
+                     KP_ERR_PARSE);
+    assert_non_null(strstr(d, "larger than"));
+}
+
 int main(int argc, char **argv) {
     /* a child runs on its parent's backend */
     const char *env = getenv("KPT_REMOTE_DEVICE");
@@ -791,6 +948,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(c_form_misuse),
         cmocka_unit_test(sender_cancelled_early_stress),
         cmocka_unit_test(receiver_cancelled_early_stress),
+        cmocka_unit_test(stranger_peers),
     };
     return cmocka_run_group_tests_name(g_device, tests, NULL, NULL) ? 1 : 0;
 }
