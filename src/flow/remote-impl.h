@@ -201,7 +201,7 @@ typedef struct kp__remote {
     _Atomic bool progress_stop;
     /* the stage's thread is about to call into the worker, or is in the
      * end's code: the progress thread keeps off it meanwhile
-     * (kp__remote_take, remote.c) */
+     * (kp__remote_take, remote_threads.c) */
     _Atomic uint32_t wanted;
     /* the end's own stage and end functions, which the flow calls through
      * kp__remote_turn_fn and kp__remote_turn_end (remote.c) */
@@ -271,16 +271,21 @@ typedef struct kp__remote {
     _Atomic bool zero_copy;
 } kp__remote;
 
-/* --- the link, shared by both ends (remote.c) ------------------------------ */
+/* --- the link, shared by both ends (remote.c; its threads, remote_threads.c) -- */
 double kp__remote_ms_now(void);
 /* The stage's thread wants the worker (take) and is through with it
  * (give); the progress thread keeps off it in between. Nests. */
 void kp__remote_take(kp__remote *r);
 void kp__remote_give(kp__remote *r);
 /* A stage's thread leaving its turn's hold on the worker while it waits,
- * and taking it back: the receiving stage's only (remote.c). */
+ * and taking it back: the receiving stage's only (remote_threads.c). */
 void kp__remote_turn_leave(kp__remote *r);
 void kp__remote_turn_back(kp__remote *r);
+/* The end's progress thread (remote_threads.c): started where UCX's
+ * worker is made for several threads; stopped (joined) before the end's
+ * state goes. */
+kp_status kp__remote_progress_start(kp__remote *r);
+void kp__remote_progress_stop(kp__remote *r);
 /* Waits for the device (ev, or where NULL the stream s) with the worker
  * given back meanwhile, so that the link moves. */
 kp_status kp__remote_device_sync(kp__remote *r, kp_stream_t s, kp_event_t ev);
@@ -363,8 +368,9 @@ void kp__remote_ep_leave(kp__remote *r);
  * thread, which posts its operations (r->post_slot) and tests them until
  * they end; or posts them here where there is no such thread or it sleeps
  * (waking it would cost the frame more than the post does; a paced
- * stream finds it asleep). Frames are handed in order. */
-kp_status kp__remote_hand(kp__remote *r, kp__slot *sl);
+ * stream finds it asleep). Frames are handed in order. UCS_OK, or why a
+ * post here failed (the caller makes it the link's error). */
+ucs_status_t kp__remote_hand(kp__remote *r, kp__slot *sl);
 /* The progress thread's part: posts the slots handed to it, in order, and
  * tests those away, giving each back (OURS) once both its operations
  * ended; whether any moved. Called from r->away. */

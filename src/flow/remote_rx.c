@@ -33,7 +33,8 @@ static ucs_status_t kp__post_recvs(kp__remote *r, kp__slot *sl) {
 static kp_status kp__post_frame(kp__remote *r, uint64_t seq) {
     kp__slot *sl = &r->slots[seq % r->n_slots];
     sl->seq = seq;
-    return kp__remote_hand(r, sl);
+    ucs_status_t s = kp__remote_hand(r, sl);
+    return s == UCS_OK ? KP_OK : kp__remote_link_error(r, s);
 }
 
 /* Raises the last credit sent to v; false where it was v or more (the

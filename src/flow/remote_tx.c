@@ -225,7 +225,8 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
     w->offset = f->desc.offset;
     memcpy(w->user, f->user, sizeof w->user);
     sl->seq = r->sent;
-    KP_CHECK(kp__remote_hand(r, sl));
+    ucs_status_t posted = kp__remote_hand(r, sl);
+    if (posted != UCS_OK) return kp__remote_link_error(r, posted);
     r->sent++;
     kp__count_left(r);
     /* a frame the receiver consumed has left, though the progress thread
