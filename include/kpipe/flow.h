@@ -422,9 +422,10 @@ typedef struct kp_flow_remote_stats {
     /* sender: the most frames on the wire at once (sent, their sends not
      * yet complete): frames leave while the next ones are sent */
     uint64_t max_on_wire;
-    /* sender: frames whose sends its progress thread posted, the stage's
-     * thread handing them over and going on to the next frame; the rest
-     * (a paced stream, which finds that thread asleep) it posted itself */
+    /* frames whose sends (sender) or receives (receiver) the end's
+     * progress thread posted, the stage's thread handing them over and
+     * going on; the rest (a paced stream, which finds that thread asleep)
+     * the stage's thread posted itself */
     uint64_t handed;
 } kp_flow_remote_stats;
 

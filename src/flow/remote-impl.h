@@ -371,6 +371,13 @@ void kp__remote_ep_leave(kp__remote *r);
  * stream finds it asleep). Frames are handed in order. UCS_OK, or why a
  * post here failed (the caller makes it the link's error). */
 ucs_status_t kp__remote_hand(kp__remote *r, kp__slot *sl);
+/* Whether a slot's operations have ended and it is the stage's thread's
+ * again: the sender's frame has left (or the slot never held one), the
+ * receiver's frame is in. */
+static inline bool kp__remote_slot_ended(const kp__slot *sl) {
+    return atomic_load_explicit(&sl->state, memory_order_acquire) == KP__SLOT_OURS &&
+           sl->hdr_op.done && sl->data_op.done;
+}
 /* The progress thread's part: posts the slots handed to it, in order, and
  * tests those away, giving each back (OURS) once both its operations
  * ended; whether any moved. Called from r->away. */

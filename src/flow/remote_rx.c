@@ -208,14 +208,9 @@ static kp_status kp__receiver_ready(kp__remote *r, const kp_stage_ctx *c, bool *
     return KP_OK;
 }
 
-/* Whether a slot's frame is in: its receives given back and ended. */
-static bool kp__slot_in(const kp__slot *sl) {
-    return atomic_load_explicit(&sl->state, memory_order_acquire) == KP__SLOT_OURS &&
-           sl->hdr_op.done && sl->data_op.done;
-}
-
 static bool kp__frame_in(const kp__remote *r) {
-    return kp__slot_in(&r->slots[r->next % r->n_slots]) || (r->eos_seen && r->next >= r->eos_total);
+    return kp__remote_slot_ended(&r->slots[r->next % r->n_slots]) ||
+           (r->eos_seen && r->next >= r->eos_total);
 }
 
 /* Checks a header from the wire before anything of it is used. */
@@ -269,7 +264,7 @@ static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
         return KP_OK;
     }
     kp__slot *sl = &r->slots[r->next % r->n_slots];
-    if (!kp__slot_in(sl)) { /* end of stream: all of it is here */
+    if (!kp__remote_slot_ended(sl)) { /* end of stream: all of it is here */
         if (r->eos_total != r->next)
             return kp__error(KP_ERR_PARSE, "remote %s: end of stream at %llu frames, %llu came",
                              r->addr, (unsigned long long)r->eos_total,

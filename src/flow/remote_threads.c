@@ -154,8 +154,8 @@ bool kp__remote_slots_away(kp__remote *r) {
 /* The progress thread: progresses the worker and does the end's work for
  * it (r->away: the slots handed to it, the credits); when nothing moved
  * for a little while, sleeps on its wake-up descriptor (up to 10 ms, so a
- * stop is seen; kp__progress_stop also signals the worker). Of the end it
- * touches only the worker and what the stage's thread hands it.
+ * stop is seen; kp__remote_progress_stop also signals the worker). Of the
+ * end it touches only the worker and what the stage's thread hands it.
  *
  * Before it sleeps it says so (r->asleep) and looks for handed work once
  * more; the stage's thread hands a slot (or wants a credit sent), then

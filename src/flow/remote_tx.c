@@ -92,25 +92,18 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
 
 static bool kp__has_credit(const kp__remote *r) { return r->sent - r->consumed < r->capacity; }
 
-/* Whether a slot's frame has left (or it never had one): posted, and both
- * its sends complete. */
-static bool kp__slot_sent(const kp__slot *sl) {
-    return atomic_load_explicit(&sl->state, memory_order_acquire) == KP__SLOT_OURS &&
-           sl->hdr_op.done && sl->data_op.done;
-}
-
 static bool kp__slot_free(const kp__remote *r) {
-    return kp__slot_sent(&r->slots[r->sent % r->n_slots]);
+    return kp__remote_slot_ended(&r->slots[r->sent % r->n_slots]);
 }
 
 static bool kp__last_sent(const kp__remote *r) {
-    return kp__slot_sent(&r->slots[(r->sent - 1) % r->n_slots]);
+    return kp__remote_slot_ended(&r->slots[(r->sent - 1) % r->n_slots]);
 }
 
 /* Frames before r->left have all left: it moves on over those whose
  * sends completed, in order, while their slots still hold them. */
 static void kp__count_left(kp__remote *r) {
-    while (r->left < r->sent && kp__slot_sent(&r->slots[r->left % r->n_slots])) r->left++;
+    while (r->left < r->sent && kp__remote_slot_ended(&r->slots[r->left % r->n_slots])) r->left++;
 }
 
 /* Posts a filled-in slot's sends (kp__remote.post_slot), from either
@@ -248,7 +241,7 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
 
 static bool kp__all_sent(const kp__remote *r) {
     for (size_t k = 0; k < r->n_slots; k++)
-        if (!kp__slot_sent(&r->slots[k])) return false;
+        if (!kp__remote_slot_ended(&r->slots[k])) return false;
     return true;
 }
 
