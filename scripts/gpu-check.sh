@@ -6,7 +6,7 @@
 # minutes; their rows collect in build-gpu/gpu-check.rows and the whole
 # table is printed after every call.
 #   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench] [taskbench] [hostpath]
-#                        [multigpu] [video] [streams] [parallel] [fusion] [python] [remote]
+#                        [multigpu] [video] [streams] [parallel] [fusion] [python] [remote] [onnx]
 #   (none: all but multigpu, which needs two GPUs: the 2 x H200 machine)
 # Unpack carried Debian packages first (see docs/gpu-machine.md).
 set -uo pipefail
@@ -21,8 +21,12 @@ row() { printf '%-40s %-6s %s\n' "$1" "$2" "$3" >>"$rows"; [ "$2" = PASS ] || st
 stage_build() {
   : >"$rows"
   local t0=$(date +%s)
+  # cuDNN's headers: the machine has them only in PyTorch's environment
+  local cudnn_root
+  cudnn_root=$(python3 -c "import nvidia.cudnn; print(list(nvidia.cudnn.__path__)[0])" 2>/dev/null)
   if cmake -S . -B build-gpu -G Ninja -DKP_CUDA=ON -DKP_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
-       >"$out/build.log" 2>&1 && cmake --build build-gpu >>"$out/build.log" 2>&1; then
+       ${cudnn_root:+-DKP_CUDNN_ROOT=$cudnn_root} >"$out/build.log" 2>&1 \
+       && cmake --build build-gpu >>"$out/build.log" 2>&1; then
     row "build (cuda, Release)" PASS "$(( $(date +%s) - t0 ))s"
   else
     row "build (cuda, Release)" FAIL "see build.log"; tail -30 "$out/build.log"
@@ -483,9 +487,47 @@ stage_remote() {
   cat "$log"
 }
 
+# The ONNX engine: ONNX's conformance cases on cuda (and cpu, for the counts),
+# a build without cuDNN (own convolution kernels) running them again,
+# compute-sanitizer over a slice of the cases, and PyTorch models checked
+# and timed (bench/onnx_models.py). cuDNN comes from PyTorch's environment.
+stage_onnx() {
+  local cudnn_lib
+  cudnn_lib=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
+  export KP_CUDNN_LIBRARY_DIR=$cudnn_lib
+  local d
+  for d in cuda cpu; do
+    build-gpu/tests/test_onnx_conformance --device $d >"$out/onnx_conf_$d.log" 2>&1 \
+      && row "onnx conformance ($d)" PASS "$(grep 'conformance total' "$out/onnx_conf_$d.log")" \
+      || row "onnx conformance ($d)" FAIL "$(grep 'conformance total' "$out/onnx_conf_$d.log"); $(grep -m3 FAIL "$out/onnx_conf_$d.log" | tr '\n' ' ')"
+  done
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_onnx_conformance \
+      --device cuda --filter conv >"$out/onnx_memcheck.log" 2>&1 \
+    && row "compute-sanitizer memcheck: onnx conv cases" PASS "$(grep 'conformance total' "$out/onnx_memcheck.log")" \
+    || row "compute-sanitizer memcheck: onnx conv cases" FAIL "see onnx_memcheck.log"
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_onnx_conformance \
+      --device cuda --filter pytorch >"$out/onnx_memcheck2.log" 2>&1 \
+    && row "compute-sanitizer memcheck: onnx pytorch cases" PASS "$(grep 'conformance total' "$out/onnx_memcheck2.log")" \
+    || row "compute-sanitizer memcheck: onnx pytorch cases" FAIL "see onnx_memcheck2.log"
+  if cmake -S . -B build-nocudnn -G Ninja -DKP_CUDA=ON -DKP_CUDNN=OFF -DCMAKE_BUILD_TYPE=Release \
+       -DKP_UCX=OFF -DKP_VIDEO=OFF >"$out/nocudnn.log" 2>&1 && \
+     cmake --build build-nocudnn --target test_onnx_conformance >>"$out/nocudnn.log" 2>&1; then
+    build-nocudnn/tests/test_onnx_conformance --device cuda >"$out/onnx_conf_nocudnn.log" 2>&1 \
+      && row "onnx conformance (cuda, KP_CUDNN=OFF)" PASS "$(grep 'conformance total' "$out/onnx_conf_nocudnn.log")" \
+      || row "onnx conformance (cuda, KP_CUDNN=OFF)" FAIL "$(grep 'conformance total' "$out/onnx_conf_nocudnn.log")"
+  else
+    row "build KP_CUDNN=OFF" FAIL "see nocudnn.log"
+  fi
+  PYTHONUNBUFFERED=1 KPIPE_LIBRARY=build-gpu/src/libkpipe.so timeout 500 python3 bench/onnx_models.py \
+      ${KP_ONNX_QUICK:+--quick} --json "$out/onnx_models.json" >"$out/onnx_models.log" 2>&1 \
+    && row "onnx models vs PyTorch (cuda, cpu)" PASS "onnx_models.log" \
+    || row "onnx models vs PyTorch (cuda, cpu)" FAIL "see onnx_models.log"
+  tail -12 "$out/onnx_models.log"
+}
+
 for stage in ${*:-build test sanitize soak bench cache flowbench taskbench}; do
   case $stage in
-    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams|parallel|fusion|python|remote) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams|parallel|fusion|python|remote|onnx) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done

@@ -19,7 +19,7 @@ import sys
 # Lowest first. module.h (the module interface and its ports) sits below
 # the graph cache, which takes ports; kpipe.h includes everything and is
 # for programs and the command line only.
-ORDER = ["core", "backend", "memory", "module", "graph", "pipeline", "modules", "video", "flow",
+ORDER = ["core", "backend", "memory", "module", "graph", "pipeline", "onnx", "modules", "video", "flow",
          "tasks", "tools"]
 PUBLIC = {"core.h": "core", "tensor.h": "core", "npy.h": "core", "device.h": "backend",
           "memory.h": "memory", "module.h": "module", "graph_cache.h": "graph",

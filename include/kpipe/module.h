@@ -139,6 +139,10 @@ typedef struct kp_module_i {
      * into a child graph. */
     kp_status (*add_node_to_graph)(void *self, kp_graph_t g, const kp_graph_node_t *deps,
                                    size_t n_deps, kp_graph_node_t *out);
+    /* Optional: what `kpipe validate` shows of the module beyond its ports
+     * (a model's nodes and memory plan), as text into buf (snprintf's
+     * rules); returns the length the whole text needs. */
+    size_t (*describe)(void *self, char *buf, size_t len);
 } kp_module_i;
 
 /* A module parameter as text ("16384", "true", "name"). */
@@ -157,6 +161,9 @@ typedef struct kp_module_env {
     /* The pipeline's record of the parameters the factory looks up; a
      * parameter it never looks up is refused as unknown. NULL: no record. */
     struct kp_param_use *use;
+    /* The folder that relative paths in params are read from (the spec
+     * file's, for a spec read from a file); NULL: the working directory. */
+    const char *base_dir;
 } kp_module_env;
 
 /* --- elementwise modules ---------------------------------------------------------

@@ -86,11 +86,15 @@ typedef struct kp_pipeline_spec {
     kp_graph_cache_config graph_cache;
     /* No fusion of elementwise modules in this pipeline (JSON: "fuse": false). */
     bool no_fuse;
+    /* The folder relative paths in module params are read from (a model's
+     * file); NULL: the working directory. The file form sets the spec
+     * file's folder. */
+    const char *base_dir;
 } kp_pipeline_spec;
 
 #define KP_PIPELINE_SPEC_INIT                                                      \
     { sizeof(kp_pipeline_spec), "pipeline", NULL, 0, NULL, 0, NULL, 0, NULL, 0,    \
-      KP_EXEC_GRAPH, KP_INPUTS_COPY, KP_GRAPH_CACHE_CONFIG_INIT, false }
+      KP_EXEC_GRAPH, KP_INPUTS_COPY, KP_GRAPH_CACHE_CONFIG_INIT, false, NULL }
 
 /* Creates modules through their factories, orders them topologically,
  * checks ports, dtypes and shapes, and decides zero-copy per connection.
@@ -205,6 +209,11 @@ typedef struct kp_connection_report {
 kp_status kp_pipeline_report_get(kp_pipeline_t p, kp_pipeline_report *out);
 /* i-th module in execution order. */
 kp_status kp_pipeline_module_report(kp_pipeline_t p, size_t i, kp_module_report *out);
+/* The i-th module's own account (its describe slot) into buf, cut to len
+ * with a NUL; *needed (optional) is the whole text's length. A module
+ * without one writes "". */
+kp_status kp_pipeline_module_describe(kp_pipeline_t p, size_t i, char *buf, size_t len,
+                                      size_t *needed);
 /* i-th external input or output: its name, and the port's dtype and shape
  * (maxima where dynamic; data is NULL). */
 kp_status kp_pipeline_input_info(kp_pipeline_t p, size_t i, kp_port_info *out);

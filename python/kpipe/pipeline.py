@@ -14,6 +14,18 @@ _MODES = {"graph": 0, "stream": 1}
 _BINDINGS = {"copy": 0, "rebind": 1}
 
 
+def model_spec(path, max=None, precision=None):
+    """The spec of one `onnx` module running the model file at `path`: its
+    ports become the pipeline's inputs and outputs, by their port names."""
+    params = {"model": os.path.abspath(path)}
+    if max:
+        params["max"] = {str(k): int(v) for k, v in max.items()}
+    if precision is not None:
+        params["precision"] = precision
+    return {"kpipe_spec": 1, "name": os.path.basename(path),
+            "modules": [{"type": "onnx", "id": "model", "params": params}]}
+
+
 def spec_text(spec, what):
     """(json text, None) or (None, path) from a dict, JSON text or a path."""
     if isinstance(spec, dict):
@@ -39,12 +51,24 @@ class Pipeline(Owned):
     until the tick's work is done. `stream`: None (the device's default
     kpipe stream), a kpipe.Stream, or a native stream (torch.cuda.Stream,
     an int): the tick then runs on the caller's stream.
+
+    An ONNX model file runs as a pipeline of one `onnx` module:
+
+        p = kpipe.Pipeline("model.onnx", device="cuda", max={"batch": 16})
+        out = p({"input": x})       # ports named after the model's inputs
+
+    `max` bounds the model's symbolic dimensions by name; `precision` is
+    "fp32" (the default).
     """
 
     def __init__(self, spec, device="cpu", mode=None, binding=None, fuse=None, miss=None,
-                 max_graphs=None, max_bytes=None, max_variants=None):
+                 max_graphs=None, max_bytes=None, max_variants=None, max=None, precision=None):
         from . import _core
         self.device = _core.device(device)
+        if isinstance(spec, (str, os.PathLike)) and os.fspath(spec).endswith(".onnx"):
+            spec = model_spec(os.fspath(spec), max, precision)
+        elif max is not None or precision is not None:
+            raise Error("KP_ERR_INVALID_ARG", "max and precision are for an .onnx model file")
         text, path = spec_text(spec, "pipeline")
         opts = PipelineOptions(ctypes.sizeof(PipelineOptions), -1, -1, None, -1)
         if mode is not None:

@@ -7,7 +7,7 @@
 
 #include "core-impl.h"
 
-#define KP__ERR_LEN 1024
+#define KP__ERR_LEN 4096
 
 static _Thread_local char kp__err_buf[KP__ERR_LEN];
 static _Thread_local unsigned kp__err_gen; /* counts details recorded on this thread */

@@ -83,6 +83,7 @@ typedef enum kp__state {
 } kp__state;
 
 struct kp_pipeline {
+    const char *base_dir; /* the spec's, while modules are created; NULL after */
     kp_device_t dev;
     char name[KP_NAME_MAX];
     kp_exec_mode mode;

@@ -80,7 +80,8 @@ static kp_status kp__create_module(kp_pipeline_t p, const kp_module_spec *ms, si
     m->no_fuse = ms->no_fuse;
     struct kp_param_use use;
     memset(&use, 0, sizeof use);
-    kp_module_env env = {p->dev, p->mode, m->id, ms->params, ms->n_params, &use};
+    kp_module_env env = {.dev = p->dev, .mode = p->mode, .id = m->id, .params = ms->params,
+                         .n_params = ms->n_params, .use = &use, .base_dir = p->base_dir};
     kp_status st = fn(&env, &m->def);
     /* A parameter the factory never looked up is unknown; that is the error
      * to report even when the factory failed (a typo such as "sise" leaves
@@ -390,6 +391,34 @@ kp_status kp_pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_p
     return kp__pipeline_create(dev, spec, out, "modules");
 }
 
+/* A spec of one module that lists no connections, inputs or outputs (what
+ * `kpipe run MODEL.onnx` makes) exposes every port of its module under the
+ * port's own name. */
+static kp_status kp__auto_externals(kp_pipeline_t p, kp_pipeline_spec *sp, kp_external_spec *ext,
+                                    char (*ports)[2 * KP_NAME_MAX + 2]) {
+    if (p->n_modules != 1 || sp->n_inputs || sp->n_outputs || sp->n_connections) return KP_OK;
+    const kp__module *m = &p->mods[0];
+    size_t k = 0;
+    for (size_t i = 0; i < m->def.n_inputs + m->def.n_outputs; i++) {
+        bool in = i < m->def.n_inputs;
+        const kp_port_decl *d = in ? &m->def.inputs[i] : &m->def.outputs[i - m->def.n_inputs];
+        snprintf(ports[k], sizeof ports[k], "%s.%s", m->id, d->name);
+        ext[k].name = d->name;
+        ext[k].port = ports[k];
+        k++;
+    }
+    sp->inputs = ext;
+    sp->n_inputs = m->def.n_inputs;
+    sp->outputs = ext + m->def.n_inputs;
+    sp->n_outputs = m->def.n_outputs;
+    kp__free(p->inputs);
+    kp__free(p->outputs);
+    p->inputs = kp__calloc(sp->n_inputs + 1, sizeof *p->inputs);
+    p->outputs = kp__calloc(sp->n_outputs + 1, sizeof *p->outputs);
+    if (!p->inputs || !p->outputs) return kp__error(KP_ERR_OUT_OF_MEMORY, "pipeline: no memory");
+    return KP_OK;
+}
+
 kp_status kp__pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_pipeline_t *out,
                               const char *modules_path) {
     if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
@@ -409,6 +438,7 @@ kp_status kp__pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_
     p->cache_cfg = spec->graph_cache;
     p->acquired = -1;
     snprintf(p->name, KP_NAME_MAX, "%s", spec->name ? spec->name : "pipeline");
+    p->base_dir = spec->base_dir;
     p->mods = kp__calloc(spec->n_modules, sizeof *p->mods);
     p->inputs = kp__calloc(spec->n_inputs + 1, sizeof *p->inputs);
     p->outputs = kp__calloc(spec->n_outputs + 1, sizeof *p->outputs);
@@ -424,6 +454,10 @@ kp_status kp__pipeline_create(kp_device_t dev, const kp_pipeline_spec *spec, kp_
         }
         p->n_modules++;
     }
+    p->base_dir = NULL; /* the caller's string: only factories read it */
+    kp_external_spec auto_ext[2 * KP_MAX_PORTS];
+    char auto_ports[2 * KP_MAX_PORTS][2 * KP_NAME_MAX + 2];
+    KP_CHECK_GOTO(kp__auto_externals(p, &sp, auto_ext, auto_ports), st, fail);
     p->n_inputs = spec->n_inputs;
     p->n_outputs = spec->n_outputs;
     KP_CHECK_GOTO(kp__wire_connections(p, spec), st, fail);
@@ -468,6 +502,21 @@ kp_status kp_pipeline_report_get(kp_pipeline_t p, kp_pipeline_report *r) {
         uint32_t dyn = p->mods[p->inputs[i].module].def.inputs[p->inputs[i].port].dynamic;
         for (; dyn; dyn &= dyn - 1) r->n_dynamic_dims++;
     }
+    return KP_OK;
+}
+
+kp_status kp_pipeline_module_describe(kp_pipeline_t p, size_t i, char *buf, size_t len,
+                                      size_t *needed) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(p && (buf || !len));
+    if (i >= p->n_modules)
+        return kp__error(KP_ERR_NOT_FOUND, "module %zu: the pipeline has %zu modules", i,
+                         p->n_modules);
+    const kp__module *m = &p->mods[i];
+    size_t n = 0;
+    if (len) buf[0] = 0;
+    if (m->def.iface->describe) n = m->def.iface->describe(m->def.self, buf, len);
+    if (needed) *needed = n;
     return KP_OK;
 }
 

@@ -32,6 +32,8 @@ typedef struct kp__json_spec {
     kp_connection_spec *conns;
     char (*conn_text)[2][2 * KP_NAME_MAX + 2];
     kp_external_spec *ins, *outs;
+    char **owned; /* texts of object params ("batch=8,height=1080"), n_owned of them */
+    size_t n_owned;
 } kp__json_spec;
 
 static void kp__json_spec_free(kp__json_spec *s) {
@@ -42,6 +44,8 @@ static void kp__json_spec_free(kp__json_spec *s) {
     kp__free(s->conn_text);
     kp__free(s->ins);
     kp__free(s->outs);
+    for (size_t i = 0; i < s->n_owned; i++) kp__free(s->owned[i]);
+    kp__free(s->owned);
 }
 
 #define KP__PERR(...) kp__error(KP_ERR_PARSE, __VA_ARGS__)
@@ -89,7 +93,40 @@ static kp_status kp__json_dim(json_t *v, const char *path, const char *key, char
     return KP_OK;
 }
 
-static kp_status kp__json_params(json_t *obj, const char *path, kp_param *p, char (*val)[64]) {
+/* An object of integers by name ({"batch": 8, "height": 1080}, the onnx
+ * module's "max") as the text "batch=8,height=1080", kept in `s`. */
+static kp_status kp__json_named_ints(json_t *v, const char *path, const char *key,
+                                     kp__json_spec *s, const char **out) {
+    size_t cap = 1;
+    const char *name;
+    json_t *x;
+    json_object_foreach(v, name, x) {
+        if (!json_is_integer(x))
+            return KP__PERR("%s.%s.%s: expected an integer, got %s", path, key, name,
+                            kp__json_type(x));
+        cap += strlen(name) + 24;
+    }
+    char **owned = kp__malloc((s->n_owned + 1) * sizeof *owned);
+    char *text = kp__malloc(cap);
+    if (!owned || !text) {
+        kp__free(owned);
+        kp__free(text);
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "spec: no memory");
+    }
+    if (s->n_owned) memcpy(owned, s->owned, s->n_owned * sizeof *owned);
+    kp__free(s->owned);
+    s->owned = owned;
+    s->owned[s->n_owned++] = text;
+    size_t k = 0;
+    text[0] = 0;
+    json_object_foreach(v, name, x) k += (size_t)snprintf(text + k, cap - k, "%s%s=%" JSON_INTEGER_FORMAT,
+                                                           k ? "," : "", name, json_integer_value(x));
+    *out = text;
+    return KP_OK;
+}
+
+static kp_status kp__json_params(json_t *obj, const char *path, kp_param *p, char (*val)[64],
+                                 kp__json_spec *s) {
     const char *key;
     json_t *v;
     size_t k = 0;
@@ -104,8 +141,10 @@ static kp_status kp__json_params(json_t *obj, const char *path, kp_param *p, cha
             snprintf(val[k], 64, "%s", json_is_true(v) ? "true" : "false");
         else if (json_is_string(v))
             p[k].value = json_string_value(v);
-        else if (json_is_object(v)) /* a dynamic size: {"max": N} */
-            KP_CHECK(kp__json_dim(v, path, key, val[k]));
+        else if (json_is_object(v) && json_object_size(v) == 1 && json_object_get(v, "max"))
+            KP_CHECK(kp__json_dim(v, path, key, val[k])); /* a dynamic size: {"max": N} */
+        else if (json_is_object(v))
+            KP_CHECK(kp__json_named_ints(v, path, key, s, &p[k].value));
         else
             return KP__PERR("%s.%s: expected a number, string, boolean or {\"max\": N}, got %s",
                             path, key, kp__json_type(v));
@@ -160,7 +199,7 @@ static kp_status kp__json_modules(json_t *arr, kp__json_spec *s) {
         if (!json_is_object(params)) return KP__PERR("%s: expected an object", sub);
         s->modules[idx].params = s->params + used;
         s->modules[idx].n_params = json_object_size(params);
-        KP_CHECK(kp__json_params(params, sub, s->params + used, s->values + used));
+        KP_CHECK(kp__json_params(params, sub, s->params + used, s->values + used, s));
         used += json_object_size(params);
     }
     s->spec.modules = s->modules;
@@ -329,7 +368,7 @@ static kp_status kp__json_convert(json_t *root, kp__json_spec *s) {
 }
 
 static kp_status kp__from_json(kp_device_t dev, const char *text, const kp_pipeline_options *opts,
-                               kp_pipeline_t *out) {
+                               const char *base_dir, kp_pipeline_t *out) {
     if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
     if (!dev || !text) return kp__error(KP_ERR_INVALID_ARG, "device and text are required");
@@ -344,6 +383,7 @@ static kp_status kp__from_json(kp_device_t dev, const char *text, const kp_pipel
     memset(&s, 0, sizeof s);
     s.spec = (kp_pipeline_spec)KP_PIPELINE_SPEC_INIT;
     kp_status st = kp__json_convert(root, &s);
+    s.spec.base_dir = base_dir;
     if (st == KP_OK && o.mode != KP_EXEC_FROM_SPEC) s.spec.mode = (kp_exec_mode)o.mode;
     if (st == KP_OK && o.binding != KP_INPUTS_FROM_SPEC)
         s.spec.binding = (kp_input_binding)o.binding;
@@ -373,6 +413,18 @@ static kp_status kp__check_no_nul(const char *text, size_t size) {
     return KP__PERR("line %d, column %d: a NUL byte (the text must not contain one)", line, col);
 }
 
+/* The folder of a file's path ("." for a bare name), as a new string. */
+static kp_status kp__dir_of(const char *path, char **out) {
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 1;
+    if (slash == path) n = 1;
+    *out = kp__malloc(n + 1);
+    if (!*out) return kp__error(KP_ERR_OUT_OF_MEMORY, "spec: no memory");
+    memcpy(*out, slash ? path : ".", n);
+    (*out)[n] = 0;
+    return KP_OK;
+}
+
 static kp_status kp__from_file(kp_device_t dev, const char *path, const kp_pipeline_options *opts,
                                kp_pipeline_t *out) {
     if (!out || !path) return kp__error(KP_ERR_INVALID_ARG, "path and out are required");
@@ -392,20 +444,23 @@ static kp_status kp__from_file(kp_device_t dev, const char *path, const kp_pipel
     fclose(f);
     text[size] = '\0';
     kp_status st = kp__check_no_nul(text, (size_t)size);
-    if (st == KP_OK) st = kp__from_json(dev, text, opts, out);
+    char *dir = NULL;
+    if (st == KP_OK) st = kp__dir_of(path, &dir);
+    if (st == KP_OK) st = kp__from_json(dev, text, opts, dir, out);
+    kp__free(dir);
     kp__free(text);
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }
 
 kp_status kp_pipeline_create_from_json(kp_device_t dev, const char *text, kp_pipeline_t *out) {
     KP_API_ENTRY();
-    return kp__from_json(dev, text, NULL, out);
+    return kp__from_json(dev, text, NULL, NULL, out);
 }
 
 kp_status kp_pipeline_create_from_json_opts(kp_device_t dev, const char *text,
                                             const kp_pipeline_options *opts, kp_pipeline_t *out) {
     KP_API_ENTRY();
-    return kp__from_json(dev, text, opts, out);
+    return kp__from_json(dev, text, opts, NULL, out);
 }
 
 kp_status kp_pipeline_create_from_file(kp_device_t dev, const char *path, kp_pipeline_t *out) {

@@ -11,12 +11,13 @@
 #include "tool-impl.h"
 
 static const char kpt_bench_usage[] =
-    "usage: kpipe bench SPEC.json [options]\n\n"
+    "usage: kpipe bench SPEC.json|MODEL.onnx [options]\n\n"
     "Measures, for each execution mode, the latency of one tick (configure_io +\n"
     "execute + waiting for completion) over many ticks after a warm-up, and the\n"
     "throughput with ticks in flight (no host wait between ticks).\n\n"
     "  --device D   cpu, cuda or cuda:N (default: cuda when present, else cpu)\n"
     "  --mode M     graph or stream (default: both)\n"
+    "  --max N=V,...  a model's symbolic dimensions' maxima, by name (MODEL.onnx)\n"
     "  --ticks N    measured ticks (default 10000)\n"
     "  --warmup N   ticks run before measuring (default 500)\n"
     "  --shapes L   cycle the pipeline's dynamic dimensions through the sizes of the\n"
@@ -32,6 +33,7 @@ typedef struct kpt_bench_result {
     kpt_stats lat_us;
     double flight_us_per_tick;
     kp_graph_stats cache; /* graph mode */
+    double setup_ms;      /* from the file to the first tick's end: create, setup, warm-up */
 } kpt_bench_result;
 
 typedef struct kpt_shapes {
@@ -77,8 +79,9 @@ static void kpt_progress(long done, long total, const char *what) {
 static kp_status kpt_bench_mode(const char *device, const char *spec, int mode, long ticks,
                                 long warmup, const kpt_shapes *shapes, kpt_bench_result *res) {
     kpt_runner r;
-    kp_status st = kpt_runner_open(&r, device, spec, mode);
     memset(res, 0, sizeof *res);
+    double t_setup = kpt_now_us();
+    kp_status st = kpt_runner_open(&r, device, spec, mode);
     if (st == KP_OK && shapes->n) {
         bool any = false; /* a static spec would run its one shape every tick */
         for (size_t i = 0; i < r.n_in; i++) any = any || r.dynamic[i];
@@ -97,6 +100,8 @@ static kp_status kpt_bench_mode(const char *device, const char *spec, int mode, 
         st = kpt_error(KP_ERR_OUT_OF_MEMORY, "no memory for %ld samples", ticks);
     if (st == KP_OK) st = kpt_runner_inputs(&r, NULL, 0, 1);
     if (st == KP_OK) st = kpt_runner_prepare(&r);
+    if (st == KP_OK) st = kpt_runner_tick(&r, true);
+    res->setup_ms = (kpt_now_us() - t_setup) / 1e3;
     for (long t = 0; st == KP_OK && t < warmup; t++) st = kpt_runner_tick(&r, true);
     for (long t = 0; st == KP_OK && t < ticks; t++) {
         double t0 = kpt_now_us();
@@ -145,10 +150,11 @@ static kp_status kpt_bench_json(FILE *f, const char *path, const char *spec, con
     for (size_t i = 0; i < n; i++) {
         const kpt_stats *s = &res[i].lat_us;
         const kp_graph_stats *c = &res[i].cache;
-        json_t *m = json_pack("{s:{s:f,s:f,s:f,s:f,s:f,s:f},s:f,s:f}", "latency_us", "min", s->min,
-                              "p50", s->p50, "p90", s->p90, "p99", s->p99, "max", s->max, "mean",
-                              s->mean, "flight_us_per_tick", res[i].flight_us_per_tick,
-                              "throughput_ticks_per_s", 1e6 / res[i].flight_us_per_tick);
+        json_t *m = json_pack("{s:{s:f,s:f,s:f,s:f,s:f,s:f},s:f,s:f,s:f}", "latency_us", "min",
+                              s->min, "p50", s->p50, "p90", s->p90, "p99", s->p99, "max", s->max,
+                              "mean", s->mean, "flight_us_per_tick", res[i].flight_us_per_tick,
+                              "throughput_ticks_per_s", 1e6 / res[i].flight_us_per_tick,
+                              "setup_ms", res[i].setup_ms);
         if (m && res[i].mode == KP_EXEC_GRAPH)
             json_object_set_new(
                 m, "graph_cache",
@@ -178,7 +184,10 @@ static int kpt_bench_parse(int argc, char **argv, const char **spec, const char 
             fputs(kpt_bench_usage, stdout);
             return -1;
         }
-        if ((r = kpt_opt_value(argc, argv, &i, "--device", &v)) != 0) {
+        if ((r = kpt_opt_value(argc, argv, &i, "--max", &v)) != 0) {
+            if (r < 0) return 2;
+            kpt_model_max = v;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--device", &v)) != 0) {
             if (r < 0) return 2;
             *device = v;
         } else if ((r = kpt_opt_value(argc, argv, &i, "--mode", &v)) != 0) {
@@ -277,9 +286,10 @@ int kpt_cmd_bench(int argc, char **argv) {
             return kpt_fail("bench", st);
         }
         const kpt_stats *s = &res[i].lat_us;
-        printf("%-7s %8.2fus %8.2fus %8.2fus %8.2fus %8.2fus   %.2fus/tick (%.0f ticks/s)\n",
+        printf("%-7s %8.2fus %8.2fus %8.2fus %8.2fus %8.2fus   %.2fus/tick (%.0f ticks/s); "
+               "setup %.1f ms\n",
                kp_exec_mode_str((kp_exec_mode)modes[i]), s->min, s->p50, s->p90, s->p99, s->max,
-               res[i].flight_us_per_tick, 1e6 / res[i].flight_us_per_tick);
+               res[i].flight_us_per_tick, 1e6 / res[i].flight_us_per_tick, res[i].setup_ms);
     }
     for (size_t i = 0; i < n_modes; i++) {
         const kp_graph_stats *c = &res[i].cache;

@@ -13,7 +13,7 @@
 #define KPT_ATOL 1e-6
 
 static const char kpt_run_usage[] =
-    "usage: kpipe run SPEC.json [options]\n\n"
+    "usage: kpipe run SPEC.json|MODEL.onnx [options]\n\n"
     "Runs the pipeline for some ticks and prints a summary of each output.\n\n"
     "  --device D       cpu, cuda or cuda:N (default: cuda when present, else cpu)\n"
     "  --mode M         graph or stream (default: the spec's \"execution\")\n"
@@ -24,6 +24,7 @@ static const char kpt_run_usage[] =
     "                   get seeded random data (floats in [-1, 1), integers in [-100, 100))\n"
     "  --output NAME=F  write output NAME, as of the last tick, to NumPy file F (repeatable)\n"
     "  --seed S         seed of the random inputs (default 1)\n"
+    "  --max N=V,...    a model's symbolic dimensions' maxima, by name (MODEL.onnx)\n"
     "  --check          run the same spec and inputs on the cpu backend and compare every\n"
     "                   output: floats within |a-b| <= 1e-6 + 1e-5 |cpu|, integers exactly;\n"
     "                   exit status 1 past that\n";
@@ -84,7 +85,10 @@ static int kpt_run_parse(int argc, char **argv, kpt_run_args *a) {
             a->check = true;
             continue;
         }
-        if ((r = kpt_opt_value(argc, argv, &i, "--device", &v)) != 0) {
+        if ((r = kpt_opt_value(argc, argv, &i, "--max", &v)) != 0) {
+            if (r < 0) return 2;
+            kpt_model_max = v;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--device", &v)) != 0) {
             if (r < 0) return 2;
             a->device = v;
         } else if ((r = kpt_opt_value(argc, argv, &i, "--mode", &v)) != 0) {

@@ -1,13 +1,14 @@
 /* kpipe validate: parses and plans a spec without running it, and prints
  * what the pipeline will do. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "options.h"
 #include "tool-impl.h"
 
 static const char kpt_validate_usage[] =
-    "usage: kpipe validate SPEC.json [--device D] [--mode M] [--fuse on|off] [--source]\n"
+    "usage: kpipe validate SPEC.json|MODEL.onnx [--max N=V,...] [--device D] [--mode M] [--fuse on|off] [--source]\n"
     "       kpipe validate FLOW.json [--device D] [--dot FILE]\n\n"
     "Parses and plans the spec without running it: modules in execution order, their\n"
     "ports (a dynamic dimension as <=MAX), each connection with its zero-copy\n"
@@ -18,6 +19,7 @@ static const char kpt_validate_usage[] =
     "naming the file and the line and column or JSON path on a bad spec.\n\n"
     "  --device D  plan for cpu (default), cuda or cuda:N; allocates nothing\n"
     "  --mode M    graph or stream (default: the spec's \"execution\")\n"
+    "  --max N=V,...  a model's symbolic dimensions' maxima, by name (MODEL.onnx)\n"
     "  --fuse F    on or off: override the spec's \"fuse\"\n"
     "  --source    print each fused group's generated CUDA C++\n\n"
     "A flow file (\"kpipe_flow\": 1) is made without being started -- its files and\n"
@@ -123,6 +125,16 @@ static kp_status kpt_print_modules(kp_pipeline_t p, const kp_pipeline_report *r)
         printf("  %zu. %s (%s)\n", i, m.id, m.type);
         kpt_ports("inputs ", m.inputs, m.n_inputs);
         kpt_ports("outputs", m.outputs, m.n_outputs);
+        size_t need = 0;
+        KPT_CHECK(kp_pipeline_module_describe(p, i, NULL, 0, &need));
+        if (need) {
+            char *text = malloc(need + 1);
+            if (!text) return kpt_error(KP_ERR_OUT_OF_MEMORY, "out of host memory");
+            kp_status st = kp_pipeline_module_describe(p, i, text, need + 1, NULL);
+            if (st == KP_OK) fputs(text, stdout);
+            free(text);
+            KPT_CHECK(st);
+        }
     }
     printf("connections:\n");
     for (size_t i = 0; i < r->n_connections; i++) {
@@ -226,7 +238,10 @@ int kpt_cmd_validate(int argc, char **argv) {
             fputs(kpt_validate_usage, stdout);
             return 0;
         }
-        if ((r = kpt_opt_value(argc, argv, &i, "--device", &v)) != 0) {
+        if ((r = kpt_opt_value(argc, argv, &i, "--max", &v)) != 0) {
+            if (r < 0) return 2;
+            kpt_model_max = v;
+        } else if ((r = kpt_opt_value(argc, argv, &i, "--device", &v)) != 0) {
             if (r < 0) return 2;
             device = v;
         } else if ((r = kpt_opt_value(argc, argv, &i, "--mode", &v)) != 0) {
@@ -269,7 +284,7 @@ int kpt_cmd_validate(int argc, char **argv) {
     o.fuse = fuse;
     kp_status st = kp_device_open(device, &dev);
     if (st != KP_OK) return kpt_fail("validate", st);
-    st = kp_pipeline_create_from_file_opts(dev, spec, &o, &p);
+    st = kpt_pipeline_open(dev, spec, &o, &p);
     if (st == KP_OK) st = kp_pipeline_report_get(p, &rep);
     if (st == KP_OK) {
         printf("%s: pipeline \"%s\", %s mode, planned for %s\n", spec, kp_pipeline_name(p),

@@ -39,13 +39,36 @@ size_t kpt_tensor_bytes(const kp_tensor_desc *d) {
     return (size_t)kp_desc_numel(d) * kp_dtype_size(d->dtype);
 }
 
+const char *kpt_model_max;
+
+bool kpt_is_model_file(const char *path) {
+    size_t n = strlen(path);
+    return n > 5 && strcmp(path + n - 5, ".onnx") == 0;
+}
+
+kp_status kpt_pipeline_open(kp_device_t dev, const char *path, const kp_pipeline_options *o,
+                            kp_pipeline_t *out) {
+    if (!kpt_is_model_file(path)) return kp_pipeline_create_from_file_opts(dev, path, o, out);
+    kp_param params[2] = {{"model", path}, {"max", kpt_model_max}};
+    kp_module_spec m = {.type = "onnx", .id = "model", .params = params,
+                        .n_params = kpt_model_max ? 2 : 1};
+    kp_pipeline_spec spec = KP_PIPELINE_SPEC_INIT;
+    spec.name = "model";
+    spec.modules = &m;
+    spec.n_modules = 1;
+    if (o && o->mode != KP_EXEC_FROM_SPEC) spec.mode = (kp_exec_mode)o->mode;
+    kp_status st = kp_pipeline_create(dev, &spec, out);
+    if (st != KP_OK) return kpt_keep_error(st);
+    return KP_OK;
+}
+
 kp_status kpt_runner_open(kpt_runner *r, const char *devname, const char *spec, int mode) {
     memset(r, 0, sizeof *r);
     kp_pipeline_options o = KP_PIPELINE_OPTIONS_INIT;
     o.mode = mode;
     KPT_CHECK(kp_device_open(devname, &r->dev));
     KPT_CHECK(kp_stream_create(r->dev, &r->s));
-    KPT_CHECK(kp_pipeline_create_from_file_opts(r->dev, spec, &o, &r->p));
+    KPT_CHECK(kpt_pipeline_open(r->dev, spec, &o, &r->p));
     kp_pipeline_report rep;
     KPT_CHECK(kp_pipeline_report_get(r->p, &rep));
     r->n_in = rep.n_inputs;

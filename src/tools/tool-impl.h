@@ -48,6 +48,17 @@ typedef struct kpt_runner {
     long tick;
 } kpt_runner;
 
+/* Bounds for a model's symbolic dimensions, "name=N,name=N" (--max), or
+ * NULL; read by kpt_pipeline_open. */
+extern const char *kpt_model_max;
+/* Creates a pipeline from a spec file, or from an ONNX model file (a name
+ * ending in .onnx): a pipeline of one `onnx` module whose ports are the
+ * pipeline's inputs and outputs, under the module's port names. */
+kp_status kpt_pipeline_open(kp_device_t dev, const char *path, const kp_pipeline_options *o,
+                            kp_pipeline_t *out);
+/* Whether `path` names an ONNX model file. */
+bool kpt_is_model_file(const char *path);
+
 /* Opens `devname`, creates the pipeline from `spec` (mode: KP_EXEC_FROM_SPEC
  * or an override). */
 kp_status kpt_runner_open(kpt_runner *r, const char *devname, const char *spec, int mode);

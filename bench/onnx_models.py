@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Models exported by PyTorch, run by kpipe's engine, checked against
+PyTorch's own outputs and timed against PyTorch in the same run (GPU
+machine; fp32, TF32 off on both sides).
+
+    KPIPE_LIBRARY=build-gpu/src/libkpipe.so python3 bench/onnx_models.py [--quick] [--json F]
+
+For each model: the relative L2 error of kpipe (cuda) against torch (cuda),
+of kpipe (cpu) against torch (cpu) where the model is small enough, the
+setup time (file to first result) against torch.compile's first call, the
+p50/p99 latency of one synchronised call for torch eager, torch.compile
+(default) and kpipe (graph mode), and peak device memory: torch's
+max_memory_allocated against kpipe's pipeline arena.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+import kpipe  # noqa: E402
+
+
+class SRVGGx2(nn.Module):
+    """SRVGGNetCompact, scale 2: 3x3 convs with PReLU, pixel shuffle, plus
+    the nearest-upsampled input."""
+
+    def __init__(self, feat=64, convs=16):
+        super().__init__()
+        layers = [nn.Conv2d(3, feat, 3, 1, 1), nn.PReLU(feat)]
+        for _ in range(convs):
+            layers += [nn.Conv2d(feat, feat, 3, 1, 1), nn.PReLU(feat)]
+        layers += [nn.Conv2d(feat, 3 * 4, 3, 1, 1)]
+        self.body = nn.Sequential(*layers)
+        self.shuffle = nn.PixelShuffle(2)
+
+    def forward(self, x):
+        up = nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+        return self.shuffle(self.body(x)) + up
+
+
+class TinyYolo(nn.Module):
+    """A YOLO-style detector: strided conv blocks with SiLU, a top-down path
+    with upsampling and concat, and per-scale heads flattened and joined."""
+
+    def __init__(self, classes=80):
+        super().__init__()
+        c = lambda i, o, s=1: nn.Sequential(nn.Conv2d(i, o, 3, s, 1), nn.BatchNorm2d(o), nn.SiLU())
+        self.s1, self.s2, self.s3 = nn.Sequential(c(3, 16, 2), c(16, 32, 2)), c(32, 64, 2), c(64, 128, 2)
+        self.lat = c(128 + 64, 64)
+        self.h3 = nn.Conv2d(128, 4 + classes, 1)
+        self.h2 = nn.Conv2d(64, 4 + classes, 1)
+
+    def forward(self, x):
+        a = self.s1(x)
+        b = self.s2(a)
+        t = self.s3(b)
+        m = self.lat(torch.cat([nn.functional.interpolate(t, scale_factor=2.0, mode="nearest"), b], 1))
+        out = torch.cat([self.h2(m).flatten(2), self.h3(t).flatten(2)], 2)
+        box, cls = out.split([4, out.shape[1] - 4], 1)
+        return torch.cat([box, cls.sigmoid()], 1).transpose(1, 2)
+
+
+def models(quick):
+    import torchvision
+    m = {
+        "resnet18": (lambda: torchvision.models.resnet18(), (1, 3, 224, 224), None),
+        "resnet50_b16": (lambda: torchvision.models.resnet50(), (16, 3, 224, 224), None),
+        "mobilenet_v3_small": (lambda: torchvision.models.mobilenet_v3_small(), (1, 3, 224, 224), None),
+        "srvgg_x2_1080p": (SRVGGx2, (1, 3, 1080, 1920), {"frame": {2: "height", 3: "width"}}),
+        "yolo_tiny_640": (TinyYolo, (1, 3, 640, 640), None),
+        "yolo_tiny_640_b16": (TinyYolo, (16, 3, 640, 640), None),
+    }
+    if quick:
+        m = {k: m[k] for k in ("resnet18", "srvgg_x2_1080p")}
+    return m
+
+
+def export(name, make, shape, dyn, folder):
+    torch.manual_seed(0)
+    net = make().eval()
+    x = torch.randn(*shape)
+    path = os.path.join(folder, name + ".onnx")
+    in_name = "frame" if dyn else "input"
+    torch.onnx.export(net, (x,), path, input_names=[in_name], output_names=["output"],
+                      opset_version=17, dynamic_axes=dyn, dynamo=False)
+    return net, path, in_name
+
+
+def timed(fn, n, warm=3):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    v = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        v.append((time.perf_counter() - t) * 1e3)
+    v.sort()
+    return statistics.median(v), v[min(len(v) - 1, int(0.99 * len(v)))]
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / max(float(b.norm()), 1e-30))
+
+
+def one(name, spec, folder, reps, compile_modes):
+    make, shape, dyn = spec
+    net, path, in_name = export(name, make, shape, dyn, folder)
+    row = {"model": name, "shape": list(shape)}
+    torch.manual_seed(1)
+    x = torch.rand(*shape) * 2 - 1
+    maxes = {"height": shape[2], "width": shape[3]} if dyn else None
+    # cpu: kpipe against torch, on the smaller models
+    if shape[0] == 1 and shape[2] <= 224:
+        with torch.no_grad():
+            ref = net(x)
+        p = kpipe.Pipeline(path, device="cpu", max=maxes)
+        got = torch.from_dlpack(p({in_name: x})["output"]).clone()
+        row["err_cpu"] = rel(got, ref)
+        p.close()
+    netc = net.cuda()
+    xc = x.cuda()
+    with torch.no_grad():
+        ref = netc(xc)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    p = kpipe.Pipeline(path, device="cuda", max=maxes)
+    out = p({in_name: xc})["output"]
+    torch.cuda.synchronize()
+    row["kpipe_setup_ms"] = (time.perf_counter() - t0) * 1e3
+    got = torch.from_dlpack(out).clone()
+    row["err_cuda"] = rel(got, ref)
+    row["finite"] = bool(torch.isfinite(got).all())
+    rep = p.report()
+    row["kpipe_arena_mib"] = (rep.get("tensor_bytes", 0) + rep.get("workspace_bytes", 0)) / 2**20
+    row["kpipe_p50_ms"], row["kpipe_p99_ms"] = timed(lambda: p({in_name: xc}), reps)
+    p.close()
+    with torch.no_grad():
+        torch.cuda.reset_peak_memory_stats()
+        row["eager_p50_ms"], row["eager_p99_ms"] = timed(lambda: netc(xc), reps)
+        row["eager_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+        for mode in compile_modes:
+            torch._dynamo.reset()
+            f = torch.compile(netc, mode=mode)
+            t0 = time.perf_counter()
+            f(xc)
+            torch.cuda.synchronize()
+            key = "compile" if mode == "default" else mode
+            row[key + "_first_s"] = time.perf_counter() - t0
+            row[key + "_p50_ms"], row[key + "_p99_ms"] = timed(lambda: f(xc), reps)
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--compile", default="default", help="comma-separated torch.compile modes, or none")
+    a = ap.parse_args()
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    modes = [] if a.compile == "none" else a.compile.split(",")
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for name, spec in models(a.quick).items():
+            try:
+                rows.append(one(name, spec, d, a.reps, modes))
+            except Exception as e:  # a model that fails is reported, the rest still run
+                rows.append({"model": name, "error": "%s: %s" % (type(e).__name__, e)})
+            print(json.dumps(rows[-1]), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print("\n%-20s %9s %9s %8s %8s %9s %9s %9s %9s" % ("model", "err cuda", "err cpu", "setup", "kp p50",
+                                                       "eager p50", "compile", "kp MiB", "eager MiB"))
+    for r in rows:
+        if "error" in r:
+            print("%-20s ERROR %s" % (r["model"], r["error"][:200]))
+            continue
+        print("%-20s %9.2e %9s %6.0fms %6.2fms %7.2fms %7s %9.0f %9.0f" % (
+            r["model"], r["err_cuda"], "%.2e" % r["err_cpu"] if "err_cpu" in r else "-",
+            r["kpipe_setup_ms"], r["kpipe_p50_ms"], r["eager_p50_ms"],
+            "%.2fms" % r["compile_p50_ms"] if "compile_p50_ms" in r else "-",
+            r["kpipe_arena_mib"], r["eager_peak_mib"]))
+    bad = [r for r in rows if "error" in r or r["err_cuda"] > 1e-4 or not r["finite"]
+           or r.get("err_cpu", 0) > 1e-4]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,2 @@
+/* placeholder */
+#include "onnx-impl.h"

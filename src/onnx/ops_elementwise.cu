@@ -1,0 +1,28 @@
+// The elementwise family's cuda forms: each a grid-stride loop over the
+// span function its host form also runs (elementwise-kernels.h), so both
+// forms compute every element from the same text.
+#include <stdint.h>
+
+#include "elementwise-kernels.h"
+
+namespace {
+
+__device__ inline int64_t ew_first() { return (int64_t)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ inline int64_t ew_stride() { return (int64_t)gridDim.x * blockDim.x; }
+
+__global__ void ew_unary(kp__ox_unary_params p) { kp__ox_unary_span(&p, ew_first(), p.n, ew_stride()); }
+
+__global__ void ew_clip(kp__ox_clip_params p) { kp__ox_clip_span(&p, ew_first(), p.n, ew_stride()); }
+
+__global__ void ew_cast(kp__ox_cast_params p) { kp__ox_cast_span(&p, ew_first(), p.n, ew_stride()); }
+
+__global__ void ew_binary(kp__ox_binary_params p) {
+    kp__ox_binary_span(&p, ew_first(), p.n, ew_stride());
+}
+
+} // namespace
+
+extern "C" const kp_device_kernel kp__ox_unary_cuda = {reinterpret_cast<const void *>(ew_unary)};
+extern "C" const kp_device_kernel kp__ox_clip_cuda = {reinterpret_cast<const void *>(ew_clip)};
+extern "C" const kp_device_kernel kp__ox_cast_cuda = {reinterpret_cast<const void *>(ew_cast)};
+extern "C" const kp_device_kernel kp__ox_binary_cuda = {reinterpret_cast<const void *>(ew_binary)};
