@@ -23,7 +23,7 @@ ORDER = ["core", "backend", "memory", "module", "graph", "pipeline", "onnx", "mo
          "tasks", "tools"]
 PUBLIC = {"core.h": "core", "tensor.h": "core", "npy.h": "core", "device.h": "backend",
           "memory.h": "memory", "module.h": "module", "graph_cache.h": "graph",
-          "pipeline.h": "pipeline", "modules.h": "modules", "video.h": "video", "flow.h": "flow", "tasks.h": "tasks", "kpipe.h": "tools"}
+          "pipeline.h": "pipeline", "onnx.h": "onnx", "modules.h": "modules", "video.h": "video", "flow.h": "flow", "tasks.h": "tasks", "kpipe.h": "tools"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 DEFINES = re.compile(r"^(static\s+)?(?:[A-Za-z_][\w \*]*?\s\**)(kp_{1,2}\w+)\s*\([^;{]*\)\s*\{",

@@ -10,6 +10,7 @@
 #include "kpipe/module.h"
 #include "kpipe/graph_cache.h"
 #include "kpipe/pipeline.h"
+#include "kpipe/onnx.h"
 #include "kpipe/modules.h"
 #include "kpipe/video.h"
 #include "kpipe/flow.h"

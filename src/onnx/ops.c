@@ -2,6 +2,7 @@
  * opset, and the one launch helper every operator enqueues through. */
 #include <string.h>
 
+#include "kpipe/onnx.h"
 #include "onnx-impl.h"
 
 static const kp__ox_op *const kp__ox_tables[] = {
@@ -72,3 +73,5 @@ kp_status kp__ox_launch(const kp__ox_exec *x, const kp_kernel *k, uint64_t n_ite
     kp_dim3 grid = {(uint32_t)blocks, 1, 1}, block = {KP__OX_THREADS, 1, 1};
     return kp__ox_launch_geom(x, k, grid, block, 0, host_blocks, params);
 }
+
+const char *kp_onnx_op_name(size_t i) { return kp__ox_op_name(i); }

@@ -23,13 +23,13 @@ extern const kp_device_kernel kp__ox_cumsum_cuda;
 #endif
 
 /* A host form: the rows that this launch's blocks own, one after another. */
-#define KP__OX_ROWS_HOST(fn, type, row_fn)                                                     \
+#define KP__OX_ROWS_HOST(fn, type, row_fn)                                                    \
     static void fn(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t n) { \
-        const type *p = pp;                                                                    \
-        uint64_t lo, hi;                                                                       \
-        (void)block;                                                                           \
-        kp_host_block_span((uint64_t)p->rows.n_rows, grid, first, n, &lo, &hi);                \
-        for (uint64_t i = lo; i < hi; i++) row_fn(p, (int64_t)i);                              \
+        const type *p = pp;                                                                   \
+        uint64_t lo, hi;                                                                      \
+        (void)block;                                                                          \
+        kp_host_block_span((uint64_t)p->rows.n_rows, grid, first, n, &lo, &hi);               \
+        for (uint64_t i = lo; i < hi; i++) row_fn(p, (int64_t)i);                             \
     }
 
 KP__OX_ROWS_HOST(reduce_host, kp__ox_reduce_params, kp__ox_reduce_row)
@@ -96,8 +96,10 @@ static void rows_make(int ndim, const int64_t *shape, uint32_t mask, kp__ox_rows
             if (red[i] != (pass == 1)) continue;
             r->shape[r->n_dims] = sz[i];
             r->stride[r->n_dims++] = st[i];
-            if (pass == 0) r->n_rows *= sz[i];
-            else r->n_red *= sz[i];
+            if (pass == 0)
+                r->n_rows *= sz[i];
+            else
+                r->n_red *= sz[i];
         }
         if (pass == 0) r->n_keep = r->n_dims;
     }
@@ -164,10 +166,10 @@ static const struct {
     const char *name;
     int op;
 } reduce_names[] = {
-    {"ReduceSum", KP__OX_R_SUM},     {"ReduceMean", KP__OX_R_MEAN},
-    {"ReduceMax", KP__OX_R_MAX},     {"ReduceMin", KP__OX_R_MIN},
-    {"ReduceProd", KP__OX_R_PROD},   {"ReduceL1", KP__OX_R_L1},
-    {"ReduceL2", KP__OX_R_L2},       {"ReduceSumSquare", KP__OX_R_SUMSQ},
+    {"ReduceSum", KP__OX_R_SUM},       {"ReduceMean", KP__OX_R_MEAN},
+    {"ReduceMax", KP__OX_R_MAX},       {"ReduceMin", KP__OX_R_MIN},
+    {"ReduceProd", KP__OX_R_PROD},     {"ReduceL1", KP__OX_R_L1},
+    {"ReduceL2", KP__OX_R_L2},         {"ReduceSumSquare", KP__OX_R_SUMSQ},
     {"ReduceLogSum", KP__OX_R_LOGSUM}, {"ReduceLogSumExp", KP__OX_R_LOGSUMEXP},
 };
 
@@ -194,8 +196,8 @@ static kp_status reduce_mask(kp__ox_graph *g, const kp__ox_gnode *n, int rank, u
         if (v && v->numel > 0)
             KP_CHECK(kp__ox_const_ints(g, n, 1, buf, 2 * KP_MAX_DIMS, &axes, &count));
         if (kp__ox_attr_find(n, "axes"))
-            return kp__ox_node_error(n, KP_ERR_INVALID_ARG, "an axes attribute at opset %d, where "
-                                     "axes are an input (since opset %d)", n->opset, since);
+            return kp__ox_node_error(n, KP_ERR_INVALID_ARG,
+                                     "axes are an input from opset %d, not an attribute", since);
     } else {
         KP_CHECK(kp__ox_attr_ints(n, "axes", &axes, &count));
     }
@@ -212,7 +214,8 @@ static kp_status reduce_mask(kp__ox_graph *g, const kp__ox_gnode *n, int rank, u
 static kp_status reduce_infer(kp__ox_graph *g, kp__ox_gnode *n) {
     const kp__ox_value *x;
     int op = reduce_op(n);
-    bool ints = op == KP__OX_R_SUM || op == KP__OX_R_MAX || op == KP__OX_R_MIN || op == KP__OX_R_PROD;
+    bool ints =
+        op == KP__OX_R_SUM || op == KP__OX_R_MAX || op == KP__OX_R_MIN || op == KP__OX_R_PROD;
     KP_CHECK(need_input(g, n, 0, ints ? f32_ints : f32_only, &x));
     int64_t keep, shape[KP_MAX_DIMS];
     uint32_t mask;
@@ -516,7 +519,7 @@ static kp_status cumsum_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode 
 /* --- the table -------------------------------------------------------------------- */
 
 #define KP__OX_REDUCE(op) \
-    {.name = op, .since = 1, .infer = reduce_infer, .run = reduce_run, .host_input = host_input_1}
+    { .name = op, .since = 1, .infer = reduce_infer, .run = reduce_run, .host_input = host_input_1 }
 
 const kp__ox_op kp__ox_ops_reduce[] = {
     KP__OX_REDUCE("ReduceSum"),
@@ -537,7 +540,10 @@ const kp__ox_op kp__ox_ops_reduce[] = {
     {.name = "LayerNormalization", .since = 17, .infer = layer_infer, .run = layer_run},
     {.name = "MeanVarianceNormalization", .since = 9, .infer = norm_infer, .run = norm_run},
     {.name = "LpNormalization", .since = 1, .infer = norm_infer, .run = norm_run},
-    {.name = "CumSum", .since = 11, .infer = cumsum_infer, .run = cumsum_run,
+    {.name = "CumSum",
+     .since = 11,
+     .infer = cumsum_infer,
+     .run = cumsum_run,
      .host_input = host_input_1},
     {.name = NULL},
 };

@@ -12,8 +12,8 @@
 
 // Every row this thread owns (a thread per row), or this block owns (a
 // block per row).
-#define KP__OX_THREAD_ROWS(i, n)                                                              \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                 \
+#define KP__OX_THREAD_ROWS(i, n)                                              \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
          i += (int64_t)gridDim.x * blockDim.x)
 #define KP__OX_BLOCK_ROWS(i, n) for (int64_t i = blockIdx.x; i < (n); i += gridDim.x)
 // This thread's elements of a block's row.
@@ -82,7 +82,8 @@ __device__ static void kp__ox_reduce_block(const kp__ox_reduce_params &p) {
         }
         acc = kp__ox_block_combine(acc, comb, sh);
         if (threadIdx.x == 0)
-            ((float *)p.out)[row] = inf_shift ? shift : kp__ox_red_final(p.op, acc, r->n_red, shift);
+            ((float *)p.out)[row] =
+                inf_shift ? shift : kp__ox_red_final(p.op, acc, r->n_red, shift);
     }
 }
 

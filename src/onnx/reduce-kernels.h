@@ -98,9 +98,9 @@ enum { KP__OX_C_SUM = 0, KP__OX_C_MAX, KP__OX_C_MIN, KP__OX_C_PROD };
 typedef struct kp__ox_reduce_params {
     kp__ox_rows rows;
     const void *in;
-    void *out;     /* one element per row */
-    int op;        /* KP__OX_R_* */
-    int dtype;     /* kp_dtype: f32; i64 and i32 for sum, max, min and product */
+    void *out;      /* one element per row */
+    int op;         /* KP__OX_R_* */
+    int dtype;      /* kp_dtype: f32; i64 and i32 for sum, max, min and product */
     int block_rows; /* cuda: one block per row */
 } kp__ox_reduce_params;
 
@@ -201,8 +201,8 @@ static inline KP__HD int64_t kp__ox_reduce_row_int(const kp__ox_reduce_params *p
     bool narrow = p->dtype == KP_I32;
     int comb = kp__ox_red_combiner(p->op);
     uint64_t acc = comb == KP__OX_C_PROD ? 1u : 0u;
-    int64_t best = comb == KP__OX_C_MAX ? (narrow ? INT32_MIN : INT64_MIN)
-                                        : (narrow ? INT32_MAX : INT64_MAX);
+    int64_t best =
+        comb == KP__OX_C_MAX ? (narrow ? INT32_MIN : INT64_MIN) : (narrow ? INT32_MAX : INT64_MAX);
     for (int64_t j = 0; j < r->n_red; j++) {
         int64_t v = kp__ox_load_int(p->dtype, p->in, base + kp__ox_rows_elem(r, j));
         switch (comb) {
@@ -234,13 +234,13 @@ typedef struct kp__ox_arg_params {
     kp__ox_rows rows;
     const void *in;
     int64_t *out;
-    int dtype;      /* f32, i64, i32 */
+    int dtype; /* f32, i64, i32 */
     int is_min;
-    int last;       /* select_last_index: ties go to the last position */
+    int last; /* select_last_index: ties go to the last position */
 } kp__ox_arg_params;
 
 /* Whether v replaces best: strictly better, or equal when ties go last. */
-#define KP__OX_ARG_BETTER(p, v, best) \
+#define KP__OX_ARG_BETTER(p, v, best)                         \
     ((p)->is_min ? ((p)->last ? (v) <= (best) : (v) < (best)) \
                  : ((p)->last ? (v) >= (best) : (v) > (best)))
 
@@ -278,7 +278,7 @@ typedef struct kp__ox_softmax_params {
     kp__ox_rows rows; /* the output has the input's layout */
     const float *in;
     float *out;
-    int kind;         /* KP__OX_SOFTMAX ... */
+    int kind; /* KP__OX_SOFTMAX ... */
     int block_rows;
 } kp__ox_softmax_params;
 
@@ -321,7 +321,7 @@ static inline KP__HD void kp__ox_softmax_row(const kp__ox_softmax_params *p, int
 enum { KP__OX_N_LAYER = 0, KP__OX_N_MVN, KP__OX_N_LP1, KP__OX_N_LP2 };
 
 typedef struct kp__ox_norm_params {
-    kp__ox_rows rows;  /* the output has the input's layout */
+    kp__ox_rows rows; /* the output has the input's layout */
     const float *in;
     float *out;
     const float *scale; /* LayerNormalization: n_red elements, or 1 when scale_one */
@@ -329,7 +329,7 @@ typedef struct kp__ox_norm_params {
     float *mean;        /* optional outputs, one element per row */
     float *inv_std;
     float eps;
-    int kind;           /* KP__OX_N_* */
+    int kind; /* KP__OX_N_* */
     int scale_one, bias_one;
     int block_rows;
 } kp__ox_norm_params;
@@ -356,8 +356,8 @@ static inline KP__HD float kp__ox_norm_term(int kind, float x) {
     return x;
 }
 
-static inline KP__HD void kp__ox_norm_put(const kp__ox_norm_params *p, int64_t row,
-                                          int64_t base, int64_t j, float a, float b) {
+static inline KP__HD void kp__ox_norm_put(const kp__ox_norm_params *p, int64_t row, int64_t base,
+                                          int64_t j, float a, float b) {
     int64_t e = base + kp__ox_rows_elem(&p->rows, j);
     float y = (p->in[e] - a) / b;
     if (p->kind == KP__OX_N_LAYER) {
@@ -395,7 +395,7 @@ typedef struct kp__ox_cumsum_params {
     kp__ox_rows rows; /* the output has the input's layout */
     const void *in;
     void *out;
-    int dtype;        /* f32, i64, i32 */
+    int dtype; /* f32, i64, i32 */
     int exclusive, reverse;
 } kp__ox_cumsum_params;
 

@@ -59,6 +59,9 @@ int kpt_cmd_info(int argc, char **argv) {
     for (size_t i = 0; kp_backend_name(i); i++) printf(" %s", kp_backend_name(i));
     printf("\nmodule types:");
     for (size_t i = 0; i < n_types; i++) printf(" %s", kp_module_type_name(i));
+    printf("\nONNX operators:");
+    for (size_t i = 0; kp_onnx_op_name(i); i++) printf(" %s", kp_onnx_op_name(i));
+    printf("\nONNX convolutions on cuda: %s", kp_onnx_conv_library());
     printf("\ndevices:\n");
     for (size_t i = 0; kp_backend_name(i); i++) kpt_info_backend(kp_backend_name(i));
     return 0;

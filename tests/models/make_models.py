@@ -5,6 +5,7 @@ here). Each builder returns an onnx.ModelProto; `write_all(folder)` saves
 them all.
 
     python3 tests/models/make_models.py OUT_DIR
+    python3 tests/models/make_models.py --examples examples/models
 
 The shapes follow the real networks: torchvision's ResNet-18 (BatchNorm
 kept as its own node), an SRVGGNetCompact x2 (PReLU, pixel shuffle,
@@ -214,6 +215,46 @@ def transformer_block(dim=64, heads=4):
                    "transformer_block", opset=17)
 
 
+def sharpen_rgb(width=640, height=360, amount=0.5):
+    """A designed, not trained, network for the examples: planar RGB in
+    [0, 1] as the video modules give it (f32[3*h*w]), a depthwise 3x3
+    sharpening convolution (the centre 1 + 4a, the four neighbours -a), then
+    Clip to [0, 1] and back to the flat layout."""
+    b = Builder(6)
+    a = amount
+    k = np.array([[0, -a, 0], [-a, 1 + 4 * a, -a], [0, -a, 0]], np.float32)
+    w = b.const(np.stack([k[None]] * 3).astype(np.float32), "sharpen_w")
+    x = b.op("Reshape", ["rgb", b.const(np.array([1, 3, height, width], np.int64))])
+    x = b.op("Conv", [x, w], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=3)
+    x = b.op("Clip", [x, b.const(np.array(0, np.float32)), b.const(np.array(1, np.float32))])
+    b.nodes.append(helper.make_node("Reshape", [x, b.const(np.array([-1], np.int64))], ["sharp"],
+                                    name="flat"))
+    n = 3 * width * height
+    return b.model([tensor("rgb", [n])], [tensor("sharp", [n])], "sharpen_rgb")
+
+
+def signal_classifier(samples=1024, classes=8):
+    """The shape of a modulation classifier over a block of samples: 1-D
+    convolutions with ReLU and pooling, global average, a linear layer and
+    Softmax. Its weights are seeded random ones: it shows wiring, not skill."""
+    b = Builder(7)
+    x = b.op("Reshape", ["samples", b.const(np.array([1, 1, samples], np.int64))])
+    cin = 1
+    for cout in (16, 32, 32):
+        x = b.op("Conv", [x, b.weight(cout, cin, 7), b.const(np.zeros(cout, np.float32))],
+                 kernel_shape=[7], pads=[3, 3])
+        x = b.op("MaxPool", [b.op("Relu", [x])], kernel_shape=[2], strides=[2])
+        cin = cout
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])])
+    x = b.op("Gemm", [x, b.weight(classes, cin), b.const(np.zeros(classes, np.float32))], transB=1)
+    x = b.op("Softmax", [x], axis=-1)
+    b.nodes.append(helper.make_node("Reshape", [x, b.const(np.array([classes], np.int64))],
+                                    ["probs"], name="flat"))
+    return b.model([tensor("samples", [samples])], [tensor("probs", [classes])], "signal_classifier")
+
+
+EXAMPLES = {"sharpen_rgb": sharpen_rgb, "signal_classifier": signal_classifier}
+
 MODELS = {
     "resnet18": (resnet18, {"input": [1, 3, 224, 224]}, {}),
     "srvgg_x2": (srvgg_x2, {"frame": [1, 3, 48, 64]}, {"height": 48, "width": 64}),
@@ -222,6 +263,8 @@ MODELS = {
     "mobilenet_block": (mobilenet_block, {"input": [1, 3, 112, 112]}, {}),
     "yolo_head": (yolo_head, {"images": [1, 3, 64, 64]}, {}),
     "transformer_block": (transformer_block, {"tokens": [1, 37, 64]}, {"seq": 64}),
+    "sharpen_rgb": (sharpen_rgb, {"rgb": [3 * 360 * 640]}, {}),
+    "signal_classifier": (signal_classifier, {"samples": [1024]}, {}),
 }
 
 
@@ -231,5 +274,15 @@ def write_all(folder):
         onnx.save(make(), os.path.join(folder, name + ".onnx"))
 
 
+def write_examples(folder):
+    """The models examples/ uses (examples/models/*.onnx are this output)."""
+    os.makedirs(folder, exist_ok=True)
+    for name, make in EXAMPLES.items():
+        onnx.save(make(), os.path.join(folder, name + ".onnx"))
+
+
 if __name__ == "__main__":
-    write_all(sys.argv[1] if len(sys.argv) > 1 else "models")
+    if len(sys.argv) > 2 and sys.argv[1] == "--examples":
+        write_examples(sys.argv[2])
+    else:
+        write_all(sys.argv[1] if len(sys.argv) > 1 else "models")
