@@ -107,9 +107,9 @@ typedef struct kp__ox_cast_params {
 } kp__ox_cast_params;
 
 /* Inputs broadcast to the output: the output's shape with its size-1
- * dimensions dropped and neighbours that every input treats alike merged;
- * bit k of mask[m] says input m steps along dimension k (clear: it is
- * broadcast there). An input's strides follow from the shape and its mask,
+ * dimensions dropped and neighbours that every input treats alike merged,
+ * held innermost first (shape[0] varies fastest); bit k of mask[m] says
+ * input m steps along dimension k (clear: it is broadcast there). An input's strides follow from the shape and its mask,
  * as its data is contiguous. ndim <= 1 is the common case of inputs that
  * are either whole or a single element, indexed without any division. */
 typedef struct kp__ox_binary_params {
@@ -117,6 +117,10 @@ typedef struct kp__ox_binary_params {
     void *y;
     int64_t n;
     int64_t shape[KP_MAX_DIMS];
+    /* Division by shape[k] for n < 2^32 as a multiply and a shift:
+     * q = (mulhi(r, magic[k]) + r) >> shift[k] (kp__ox_divider). */
+    uint32_t magic[KP_MAX_DIMS];
+    uint8_t shift[KP_MAX_DIMS];
     int32_t op;     /* KP__OX_B_* */
     int32_t dtype;  /* input 0's (Where: X's) */
     int32_t dtype1; /* input 1's: Pow's exponent */
@@ -157,6 +161,12 @@ KP__OX_EW float kp__ox_bits_f32(uint32_t u) {
  * payload's high bits kept), and values past 65504 by half an ulp or more
  * become infinity. */
 KP__OX_EW uint16_t kp__ox_f32_to_f16(float f) {
+#if defined(__CUDA_ARCH__)
+    /* The same rounding in one instruction (a NaN's payload aside). */
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
     uint32_t x = kp__ox_f32_bits(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
     if (ax >= 0x7f800000u)
         return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u));
@@ -174,10 +184,16 @@ KP__OX_EW uint16_t kp__ox_f32_to_f16(float f) {
     uint32_t h = (ax - 0x38000000u) >> 13, rem = ax & 0x1fffu;
     if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
     return (uint16_t)(sign | h);
+#endif
 }
 
 /* f32 from IEEE half: exact. */
 KP__OX_EW float kp__ox_f16_to_f32(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     if (e == 0x1fu) return kp__ox_bits_f32(sign | 0x7f800000u | (m << 13));
     if (e != 0) return kp__ox_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
@@ -189,6 +205,7 @@ KP__OX_EW float kp__ox_f16_to_f32(uint16_t h) {
         e--;
     }
     return kp__ox_bits_f32(sign | (e << 23) | ((m & 0x3ffu) << 13));
+#endif
 }
 
 /* bfloat16 from f32: rounded to nearest even, or truncated; NaN stays a
@@ -323,9 +340,11 @@ KP__OX_EW float kp__ox_unary_f(int op, float x, const kp__ox_unary_params *p) {
     case KP__OX_U_SELU: return x <= 0.0f ? p->gamma * (p->alpha * expf(x) - p->alpha) : p->gamma * x;
     case KP__OX_U_CELU: return x > 0.0f ? x : p->alpha * expm1f(x / p->alpha);
     case KP__OX_U_THRESHOLDEDRELU: return x > p->alpha ? x : 0.0f;
-    case KP__OX_U_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    /* Gelu's 1 + erf(z) and 1 + tanh(u) as erfc(-z) and 2 / (1 + e^-2u),
+     * which keep their precision where x is negative and the sum cancels. */
+    case KP__OX_U_GELU: return 0.5f * x * erfcf(x * -0.70710678118654752f);
     case KP__OX_U_GELU_TANH:
-        return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+        return x / (1.0f + expf(-1.5957691216057308f * (x + 0.044715f * x * x * x)));
     case KP__OX_U_MISH: return x * tanhf(kp__ox_softplus(x));
     case KP__OX_U_SHRINK: /* alpha: lambd, beta: bias */
         return x < -p->alpha ? x + p->beta : (x > p->alpha ? x - p->beta : 0.0f);
@@ -605,55 +624,96 @@ KP__OX_EW bool kp__ox_compare_i(int op, int64_t a, int64_t b, bool uns) {
     }
 }
 
+/* The multiplier and shift that divide any 32-bit value by d (1 <= d <
+ * 2^32) exactly: with l = ceil(log2 d) and m = floor(2^32 (2^l - d) / d) + 1,
+ * n / d = (floor(n m / 2^32) + n) >> l (Granlund and Montgomery's
+ * round-up method, the sum taken in 64 bits). */
+KP__OX_EW void kp__ox_divider(uint32_t d, uint32_t *magic, uint8_t *shift) {
+    uint32_t l = 0;
+    while (l < 32 && ((uint64_t)1 << l) < d) l++;
+    *magic = (uint32_t)(((((uint64_t)1 << l) - d) << 32) / d + 1);
+    *shift = (uint8_t)l;
+}
+
+KP__OX_EW uint32_t kp__ox_div32(uint32_t r, uint32_t magic, uint8_t shift) {
+#if defined(__CUDA_ARCH__)
+    uint32_t hi = __umulhi(r, magic);
+#else
+    uint32_t hi = (uint32_t)(((uint64_t)r * magic) >> 32);
+#endif
+    return (uint32_t)(((uint64_t)hi + r) >> shift);
+}
+
 /* Element offsets of `n_in` broadcast inputs for output item i. With
- * `direct` (every input whole) they are i itself. Items below 2^32 use
- * 32-bit division, several times cheaper on the device. */
+ * `direct` (every input whole) they are i itself; without `nd` the caller
+ * knows ndim <= 1, so none of the index code is compiled in (the lean cuda
+ * kernel). An input that steps along every dimension is at i too. Items
+ * below 2^32 divide with a multiply (kp__ox_div32); the outermost
+ * dimension needs no division. Dimension k's loop body indexes the params
+ * by constants once unrolled, so the device reads them straight from the
+ * kernel's parameters. */
 KP__OX_EW void kp__ox_bcast_offsets(const kp__ox_binary_params *p, int n_in, bool direct,
-                                    int64_t i, int64_t *o) {
+                                    bool nd, int64_t i, int64_t *o) {
     if (direct) {
         for (int m = 0; m < n_in; m++) o[m] = i;
         return;
     }
-    if (p->ndim <= 1) {
+    if (!nd || p->ndim <= 1) {
         for (int m = 0; m < n_in; m++) o[m] = (p->mask[m] & 1u) ? i : 0;
         return;
     }
-    int64_t st[3] = {1, 1, 1};
-    for (int m = 0; m < n_in; m++) o[m] = 0;
+    const int last = p->ndim - 1;
+    const unsigned whole = (1u << p->ndim) - 1u;
     if (p->n <= (int64_t)UINT32_MAX) {
-        uint32_t r = (uint32_t)i;
-        for (int k = p->ndim - 1; k >= 0; k--) {
-            uint32_t s = (uint32_t)p->shape[k], q = r / s, c = r - q * s;
-            r = q;
+        uint32_t r = (uint32_t)i, st[3] = {1, 1, 1}, o32[3] = {0, 0, 0};
+#if defined(__CUDACC__)
+#pragma unroll
+#endif
+        for (int k = 0; k < KP_MAX_DIMS; k++) {
+            uint32_t s = (uint32_t)p->shape[k], c = r;
+            if (k < last) {
+                r = kp__ox_div32(c, p->magic[k], p->shift[k]);
+                c -= r * s;
+            }
             for (int m = 0; m < n_in; m++)
-                if ((p->mask[m] >> k) & 1u) {
-                    o[m] += (int64_t)c * st[m];
+                if (((p->mask[m] >> k) & 1u) && p->mask[m] != whole) {
+                    o32[m] += c * st[m];
                     st[m] *= s;
                 }
+            if (k == last) break;
         }
+        for (int m = 0; m < n_in; m++) o[m] = p->mask[m] == whole ? i : (int64_t)o32[m];
         return;
     }
-    int64_t r = i;
-    for (int k = p->ndim - 1; k >= 0; k--) {
-        int64_t s = p->shape[k], q = r / s, c = r - q * s;
-        r = q;
+    int64_t r = i, st[3] = {1, 1, 1};
+    for (int m = 0; m < n_in; m++) o[m] = 0;
+#if defined(__CUDACC__)
+#pragma unroll
+#endif
+    for (int k = 0; k < KP_MAX_DIMS; k++) {
+        int64_t s = p->shape[k], c = r;
+        if (k < last) {
+            r = c / s;
+            c -= r * s;
+        }
         for (int m = 0; m < n_in; m++)
             if ((p->mask[m] >> k) & 1u) {
                 o[m] += c * st[m];
                 st[m] *= s;
             }
+        if (k == last) break;
     }
 }
 
 /* One loop of a float operator: op, dt and direct constants at the call. */
 KP__OX_EW void kp__ox_binary_float(const kp__ox_binary_params *p, int op, int dt, bool direct,
-                                   int64_t i, int64_t end, int64_t step) {
+                                   bool nd, int64_t i, int64_t end, int64_t step) {
     const void *a = p->in[0], *b = p->in[1];
     void *y = p->y;
     const float alpha = p->alpha;
     for (; i < end; i += step) {
         int64_t o[2];
-        kp__ox_bcast_offsets(p, 2, direct, i, o);
+        kp__ox_bcast_offsets(p, 2, direct, nd, i, o);
         float va = kp__ox_ld_f(a, dt, o[0]), vb = kp__ox_ld_f(b, dt, o[1]);
         if (op >= KP__OX_B_EQUAL) ((uint8_t *)y)[i] = kp__ox_compare_f(op, va, vb);
         else kp__ox_st_f(y, dt, i, kp__ox_binary_f(op, va, vb, alpha));
@@ -661,12 +721,12 @@ KP__OX_EW void kp__ox_binary_float(const kp__ox_binary_params *p, int op, int dt
 }
 
 KP__OX_EW void kp__ox_binary_float_ops(const kp__ox_binary_params *p, int dt, bool direct,
-                                       int64_t i, int64_t end, int64_t step) {
+                                       bool nd, int64_t i, int64_t end, int64_t step) {
     switch (p->op) {
 #define KP__OX_BINARY_CASE(code)                                          \
     case code:                                                            \
-        if (direct) kp__ox_binary_float(p, code, dt, true, i, end, step); \
-        else kp__ox_binary_float(p, code, dt, false, i, end, step);       \
+        if (direct) kp__ox_binary_float(p, code, dt, true, nd, i, end, step); \
+        else kp__ox_binary_float(p, code, dt, false, nd, i, end, step);       \
         return;
         KP__OX_BINARY_CASE(KP__OX_B_ADD)
         KP__OX_BINARY_CASE(KP__OX_B_SUB)
@@ -690,8 +750,8 @@ KP__OX_EW void kp__ox_binary_float_ops(const kp__ox_binary_params *p, int dt, bo
 
 /* Integer dtypes, bools, and Pow (whose exponent may have another dtype):
  * one loop, converting per element. */
-KP__OX_EW void kp__ox_binary_generic(const kp__ox_binary_params *p, bool direct, int64_t i,
-                                     int64_t end, int64_t step) {
+KP__OX_EW void kp__ox_binary_generic(const kp__ox_binary_params *p, bool direct, bool nd,
+                                     int64_t i, int64_t end, int64_t step) {
     const void *a = p->in[0], *b = p->in[1];
     void *y = p->y;
     const int op = p->op, dt = p->dtype, dt1 = p->dtype1;
@@ -699,7 +759,7 @@ KP__OX_EW void kp__ox_binary_generic(const kp__ox_binary_params *p, bool direct,
     const int64_t alpha = (int64_t)p->alpha;
     for (; i < end; i += step) {
         int64_t o[2];
-        kp__ox_bcast_offsets(p, 2, direct, i, o);
+        kp__ox_bcast_offsets(p, 2, direct, nd, i, o);
         if (op == KP__OX_B_POW && fl) {
             kp__ox_st_f(y, dt, i, powf(kp__ox_ld_f(a, dt, o[0]), kp__ox_ld_f(b, dt1, o[1])));
         } else if (op == KP__OX_B_POW && fl1) {
@@ -716,14 +776,14 @@ KP__OX_EW void kp__ox_binary_generic(const kp__ox_binary_params *p, bool direct,
     }
 }
 
-KP__OX_EW void kp__ox_where(const kp__ox_binary_params *p, int size, bool direct, int64_t i,
-                            int64_t end, int64_t step) {
+KP__OX_EW void kp__ox_where(const kp__ox_binary_params *p, int size, bool direct, bool nd,
+                            int64_t i, int64_t end, int64_t step) {
     const uint8_t *c = (const uint8_t *)p->in[0];
     const uint8_t *xs = (const uint8_t *)p->in[1], *ys = (const uint8_t *)p->in[2];
     uint8_t *y = (uint8_t *)p->y;
     for (; i < end; i += step) {
         int64_t o[3];
-        kp__ox_bcast_offsets(p, 3, direct, i, o);
+        kp__ox_bcast_offsets(p, 3, direct, nd, i, o);
         const uint8_t *s = c[o[0]] ? xs + o[1] * size : ys + o[2] * size;
         switch (size) {
         case 1: y[i] = *s; break;
@@ -734,7 +794,8 @@ KP__OX_EW void kp__ox_where(const kp__ox_binary_params *p, int size, bool direct
     }
 }
 
-KP__OX_EW void kp__ox_binary_span(const kp__ox_binary_params *p, int64_t i, int64_t end,
+/* `nd`: the launch may have ndim > 1 (a constant at each call). */
+KP__OX_EW void kp__ox_binary_span(const kp__ox_binary_params *p, bool nd, int64_t i, int64_t end,
                                   int64_t step) {
     const int n_in = p->op == KP__OX_B_WHERE ? 3 : 2;
     bool direct = p->ndim <= 1;
@@ -743,8 +804,8 @@ KP__OX_EW void kp__ox_binary_span(const kp__ox_binary_params *p, int64_t i, int6
         switch (kp__ox_elem_size(p->dtype)) {
 #define KP__OX_WHERE_CASE(size)                                \
     case size:                                                 \
-        if (direct) kp__ox_where(p, size, true, i, end, step); \
-        else kp__ox_where(p, size, false, i, end, step);       \
+        if (direct) kp__ox_where(p, size, true, nd, i, end, step); \
+        else kp__ox_where(p, size, false, nd, i, end, step);       \
         return;
             KP__OX_WHERE_CASE(1)
             KP__OX_WHERE_CASE(2)
@@ -756,14 +817,14 @@ KP__OX_EW void kp__ox_binary_span(const kp__ox_binary_params *p, int64_t i, int6
     }
     if (p->op != KP__OX_B_POW && p->op < KP__OX_B_AND) {
         switch (p->dtype) {
-        case KP_F32: kp__ox_binary_float_ops(p, KP_F32, direct, i, end, step); return;
-        case KP_F16: kp__ox_binary_float_ops(p, KP_F16, direct, i, end, step); return;
-        case KP_BF16: kp__ox_binary_float_ops(p, KP_BF16, direct, i, end, step); return;
+        case KP_F32: kp__ox_binary_float_ops(p, KP_F32, direct, nd, i, end, step); return;
+        case KP_F16: kp__ox_binary_float_ops(p, KP_F16, direct, nd, i, end, step); return;
+        case KP_BF16: kp__ox_binary_float_ops(p, KP_BF16, direct, nd, i, end, step); return;
         default: break;
         }
     }
-    if (direct) kp__ox_binary_generic(p, true, i, end, step);
-    else kp__ox_binary_generic(p, false, i, end, step);
+    if (direct) kp__ox_binary_generic(p, true, nd, i, end, step);
+    else kp__ox_binary_generic(p, false, nd, i, end, step);
 }
 
 /* --- the family's host entry points shared by its two .c files ---------------------- */

@@ -8,6 +8,17 @@
 
 #include "onnx-impl.h"
 
+/* The operators' states for one set of input shapes. */
+typedef struct kp__ox_shape_set {
+    int64_t *shapes; /* n_inputs x KP_MAX_DIMS */
+    void **states;   /* one per node */
+    size_t workspace;
+} kp__ox_shape_set;
+
+/* More shape sets than this is a stream of ever-new sizes, not a few
+ * resolutions: refused rather than grown without bound. */
+#define KP__OX_MAX_SHAPE_SETS 1024
+
 struct kp__ox_engine {
     kp_device_t dev;
     kp__ox_graph *g;
@@ -22,6 +33,12 @@ struct kp__ox_engine {
     int64_t (*max_shape)[KP_MAX_DIMS]; /* per graph input */
     int64_t (*cur_shape)[KP_MAX_DIMS]; /* as last prepared */
     bool prepared;                     /* cur_shape holds what the graph was inferred for */
+    /* Operator states by input shapes: work already enqueued, and graphs
+     * captured for earlier shapes, keep pointing at the states they were
+     * made with, so a state lives until the engine does. A return to a
+     * known shape takes its states back without preparing again. */
+    kp__ox_shape_set *sets;
+    size_t n_sets, cap_sets;
 };
 
 kp__ox_graph *kp__ox_engine_graph(const kp__ox_engine *e) { return e->g; }
@@ -94,22 +111,81 @@ static kp_status kp__ox_engine_max(kp__ox_engine *e, const kp__ox_bound *bounds,
     return KP_OK;
 }
 
-/* Each per-tick node's prepare, for the current shapes; the workspace they
- * ask for, at most. */
+static size_t kp__ox_shapes_len(const kp__ox_engine *e) {
+    return (e->g->n_inputs ? e->g->n_inputs : 1) * KP_MAX_DIMS;
+}
+
+static kp__ox_shape_set *kp__ox_find_set(kp__ox_engine *e) {
+    size_t len = kp__ox_shapes_len(e);
+    for (size_t k = 0; k < e->n_sets; k++)
+        if (memcmp(e->sets[k].shapes, e->cur_shape, len * sizeof(int64_t)) == 0)
+            return &e->sets[k];
+    return NULL;
+}
+
+/* Each per-tick node's prepare for the current shapes, kept as a new shape
+ * set; the workspace they ask for, at most. */
 static kp_status kp__ox_prepare_nodes(kp__ox_engine *e, size_t *ws) {
     kp__ox_graph *g = e->g;
     kp__ox_exec x = kp__ox_engine_exec(e, NULL);
+    if (e->n_sets == KP__OX_MAX_SHAPE_SETS)
+        return kp__error(KP_ERR_UNSUPPORTED, "onnx: %d different input shapes have been run; give "
+                         "the inputs fewer distinct sizes", KP__OX_MAX_SHAPE_SETS);
+    if (e->n_sets == e->cap_sets) {
+        size_t cap = e->cap_sets ? 2 * e->cap_sets : 4;
+        kp__ox_shape_set *sets = kp__calloc(cap, sizeof *sets);
+        if (!sets) return kp__error(KP_ERR_OUT_OF_MEMORY, "onnx: no memory for shape sets");
+        if (e->n_sets) memcpy(sets, e->sets, e->n_sets * sizeof *sets);
+        kp__free(e->sets);
+        e->sets = sets;
+        e->cap_sets = cap;
+    }
+    kp__ox_shape_set *set = &e->sets[e->n_sets];
+    size_t len = kp__ox_shapes_len(e);
+    set->shapes = kp__calloc(len, sizeof(int64_t));
+    set->states = kp__calloc(g->n_nodes + 1, sizeof(void *));
+    if (!set->shapes || !set->states) {
+        kp__free(set->shapes);
+        kp__free(set->states);
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "onnx: no memory for a shape set");
+    }
+    memcpy(set->shapes, e->cur_shape, len * sizeof(int64_t));
+    e->n_sets++; /* from here on, destroy releases whatever this set holds */
     *ws = 0;
     for (size_t i = 0; i < g->n_nodes; i++) {
         kp__ox_gnode *n = &g->nodes[i];
-        if (n->state && n->op->release) n->op->release(n);
         n->state = NULL;
         if (n->folded || n->op->view || !n->op->prepare) continue;
         size_t need = 0;
-        KP_CHECK(n->op->prepare(&x, g, n, &need));
+        kp_status st = n->op->prepare(&x, g, n, &need);
+        set->states[i] = n->state;
+        if (st != KP_OK) return st;
         if (need > *ws) *ws = need;
     }
+    set->workspace = *ws;
     return KP_OK;
+}
+
+/* Points every node at the states of the current shapes. */
+static void kp__ox_use_set(kp__ox_engine *e, const kp__ox_shape_set *set) {
+    for (size_t i = 0; i < e->g->n_nodes; i++) e->g->nodes[i].state = set->states[i];
+}
+
+static void kp__ox_free_sets(kp__ox_engine *e) {
+    kp__ox_graph *g = e->g;
+    for (size_t k = 0; k < e->n_sets; k++) {
+        for (size_t i = 0; g && i < g->n_nodes; i++) {
+            kp__ox_gnode *n = &g->nodes[i];
+            n->state = e->sets[k].states[i];
+            if (n->state && n->op && n->op->release) n->op->release(n);
+            n->state = NULL;
+        }
+        kp__free(e->sets[k].shapes);
+        kp__free(e->sets[k].states);
+    }
+    kp__free(e->sets);
+    e->sets = NULL;
+    e->n_sets = 0;
 }
 
 static kp_status kp__ox_engine_setup(kp__ox_engine *e, const kp__ox_bound *bounds, size_t n) {
@@ -119,14 +195,14 @@ static kp_status kp__ox_engine_setup(kp__ox_engine *e, const kp__ox_bound *bound
     if (!e->max_shape || !e->cur_shape)
         return kp__error(KP_ERR_OUT_OF_MEMORY, "onnx: no memory for the engine");
     KP_CHECK(kp__ox_engine_max(e, bounds, n));
+    for (size_t i = 0; i < g->n_inputs; i++)
+        memcpy(e->cur_shape[i], e->max_shape[i], sizeof e->cur_shape[i]);
 #ifdef KP_HAVE_CUDA
     if (!e->host) KP_CHECK(kp__ox_cuda_create(e->dev, &e->cuda));
 #endif
     KP_CHECK(kp__ox_infer(g));
     KP_CHECK(kp__ox_plan(g, &e->const_bytes, &e->region_bytes));
     KP_CHECK(kp__ox_prepare_nodes(e, &e->workspace_bytes));
-    for (size_t i = 0; i < g->n_inputs; i++)
-        memcpy(e->cur_shape[i], e->max_shape[i], sizeof e->cur_shape[i]);
     e->prepared = true;
     return KP_OK;
 }
@@ -158,6 +234,7 @@ kp_status kp__ox_engine_create(kp_device_t dev, kp__ox_graph *g, const kp__ox_bo
 
 void kp__ox_engine_destroy(kp__ox_engine *e) {
     if (!e) return;
+    kp__ox_free_sets(e);
     if (e->owns_memory) {
         kp_free(e->dev, e->region);
         kp_free(e->dev, e->workspace);
@@ -267,8 +344,17 @@ static kp_status kp__ox_reshape(kp__ox_engine *e, kp_stream_t s) {
     }
     KP_CHECK(kp__ox_infer(g));
     KP_CHECK(kp__ox_check_fit(g));
+    /* folding pointed constants at their host copies: the run reads the region */
+    for (size_t v = 0; v < g->n_values; v++)
+        if (g->values[v].planned) g->values[v].data = e->region + g->values[v].offset;
     size_t ws = 0;
-    KP_CHECK(kp__ox_prepare_nodes(e, &ws));
+    const kp__ox_shape_set *known = kp__ox_find_set(e);
+    if (known) {
+        kp__ox_use_set(e, known);
+        ws = known->workspace;
+    } else {
+        KP_CHECK(kp__ox_prepare_nodes(e, &ws));
+    }
     if (ws > e->workspace_bytes)
         return kp__error(KP_ERR_UNSUPPORTED, "onnx: these input shapes need %zu bytes of "
                          "workspace; %zu were planned at the maximum ones", ws, e->workspace_bytes);

@@ -52,8 +52,9 @@ typedef struct kp__ox_gemm {
 
 /* Swaps the roles of A and B (computing C^T) when that pads the
  * micro-kernel's tiles less: a convolution with few output positions puts
- * them on the tile's short side. Call it before packing an operand. */
-void kp__ox_gemm_orient(kp__ox_gemm *g);
+ * them on the tile's short side. Call it before packing an operand; true
+ * when it swapped. */
+bool kp__ox_gemm_orient(kp__ox_gemm *g);
 /* Constant operands (weights) packed once: the floats `rows` rows of K
  * take packed for the A side (rows of C) or the B side (columns of C), and
  * the packing itself. */
@@ -108,10 +109,9 @@ kp_status kp__ox_matmul_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode 
 kp_status kp__ox_blas_prepare(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode *n,
                               size_t *workspace);
 
-/* Runs an element kernel of this family over n items (ops_nn.c): `k` is one
- * of the kernels below. */
-kp_status kp__ox_nn_launch(const kp__ox_exec *x, const kp_kernel *k, int64_t n,
-                           const void *params);
+/* Element kernels of nn-kernels.h the other files launch (ops_nn.c):
+ * kp__ox_launch over bias/fill's n, im2col's rows x ncols, col2im's
+ * w.c x image positions. */
 extern const kp_kernel kp__ox_k_bias, kp__ox_k_fill, kp__ox_k_im2col, kp__ox_k_col2im;
 
 /* --- cuda libraries (ops_cuda.c, ops_cudnn.c) ---------------------------------------- */

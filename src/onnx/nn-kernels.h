@@ -135,19 +135,24 @@ typedef struct kp__ox_pool_params {
 
 /* The window of output position `o` along one axis: the taps [*k0, *k1)
  * that land inside the input, and how many land inside input plus padding. */
+/* The taps [*lo, *hi) of a window starting at `start` (step `dil`, k taps)
+ * that land in [begin, end). */
+static inline KP__HD void kp__ox_taps_in(int64_t start, int64_t dil, int64_t k, int64_t begin,
+                                         int64_t end, int64_t *lo, int64_t *hi) {
+    int64_t l = start >= begin ? 0 : dil == 1 ? begin - start : (begin - start + dil - 1) / dil;
+    int64_t h = end <= start ? 0 : dil == 1 ? end - start : (end - start + dil - 1) / dil;
+    if (h > k) h = k;
+    *lo = l;
+    *hi = h > l ? h : l;
+}
+
 static inline KP__HD void kp__ox_pool_axis(const kp__ox_win *w, const int32_t *pad_end, int a,
                                           int64_t o, int64_t *k0, int64_t *k1, int64_t *padded) {
-    int64_t start = o * w->stride[a] - w->pad[a];
-    int64_t lo = 0, hi = w->k[a], cnt = 0;
-    while (lo < hi && start + lo * w->dil[a] < 0) lo++;
-    while (hi > lo && start + (hi - 1) * w->dil[a] >= w->in[a]) hi--;
-    for (int64_t k = 0; k < w->k[a]; k++) {
-        int64_t i = start + k * w->dil[a];
-        if (i >= -(int64_t)w->pad[a] && i < (int64_t)w->in[a] + pad_end[a]) cnt++;
-    }
-    *k0 = lo;
-    *k1 = hi;
-    *padded = cnt;
+    int64_t start = o * w->stride[a] - w->pad[a], plo, phi;
+    kp__ox_taps_in(start, w->dil[a], w->k[a], 0, w->in[a], k0, k1);
+    kp__ox_taps_in(start, w->dil[a], w->k[a], -(int64_t)w->pad[a],
+                   (int64_t)w->in[a] + pad_end[a], &plo, &phi);
+    *padded = phi - plo;
 }
 
 static inline KP__HD float kp__ox_pool_load(const kp__ox_pool_params *p, int64_t i) {
@@ -156,13 +161,10 @@ static inline KP__HD float kp__ox_pool_load(const kp__ox_pool_params *p, int64_t
     return ((const float *)p->x)[i];
 }
 
-/* Output element e of a pool. */
-static inline KP__HD void kp__ox_pool_at(const kp__ox_pool_params *p, int64_t e) {
+/* Output element e of a pool, at output position (oz, oy, ox) of `plane`. */
+static inline KP__HD void kp__ox_pool_pos(const kp__ox_pool_params *p, int64_t e, int64_t plane,
+                                          int64_t oz, int64_t oy, int64_t ox) {
     const kp__ox_win *w = &p->w;
-    int64_t ox = e % w->out[2], t = e / w->out[2];
-    int64_t oy = t % w->out[1];
-    t /= w->out[1];
-    int64_t oz = t % w->out[0], plane = t / w->out[0];
     int64_t z0, z1, y0, y1, x0, x1, cz, cy, cx;
     kp__ox_pool_axis(w, p->pad_end, 0, oz, &z0, &z1, &cz);
     kp__ox_pool_axis(w, p->pad_end, 1, oy, &y0, &y1, &cy);
@@ -171,21 +173,37 @@ static inline KP__HD void kp__ox_pool_at(const kp__ox_pool_params *p, int64_t e)
     int64_t sz = oz * w->stride[0] - w->pad[0], sy = oy * w->stride[1] - w->pad[1],
             sx = ox * w->stride[2] - w->pad[2];
     float acc = p->mode == KP__OX_POOL_MAX ? -INFINITY : 0.0f;
-    int64_t count = 0;
+    int64_t count = (z1 - z0) * (y1 - y0) * (x1 - x0);
+    bool fast = p->dtype == KP_F32 && p->mode != KP__OX_POOL_LP;
+    int nan = 0;
+    const float *xf = (const float *)p->x;
     for (int64_t kz = z0; kz < z1; kz++)
         for (int64_t ky = y0; ky < y1; ky++) {
             int64_t row = base + ((sz + kz * w->dil[0]) * w->in[1] + sy + ky * w->dil[1]) * w->in[2];
-            for (int64_t kx = x0; kx < x1; kx++) {
-                float v = kp__ox_pool_load(p, row + sx + kx * w->dil[2]);
-                if (p->mode == KP__OX_POOL_MAX)
-                    acc = v > acc || v != v ? v : acc;
-                else if (p->mode == KP__OX_POOL_AVG)
-                    acc += v;
-                else
-                    acc += powf(fabsf(v), p->p);
-                count++;
+            const float *r = xf + row + sx;
+            /* f32 max and average, the common pools, loop without per-tap branches */
+            if (fast && p->mode == KP__OX_POOL_MAX) {
+                /* Branch-free: a data-dependent branch per tap mispredicts. */
+                for (int64_t kx = x0; kx < x1; kx++) {
+                    float v = r[kx * w->dil[2]];
+                    nan |= v != v;
+                    acc = v > acc ? v : acc;
+                }
+            } else if (fast) {
+                for (int64_t kx = x0; kx < x1; kx++) acc += r[kx * w->dil[2]];
+            } else {
+                for (int64_t kx = x0; kx < x1; kx++) {
+                    float v = kp__ox_pool_load(p, row + sx + kx * w->dil[2]);
+                    if (p->mode == KP__OX_POOL_MAX)
+                        acc = v > acc || v != v ? v : acc;
+                    else if (p->mode == KP__OX_POOL_AVG)
+                        acc += v;
+                    else
+                        acc += powf(fabsf(v), p->p);
+                }
             }
         }
+    if (nan) acc = NAN;
     if (p->mode == KP__OX_POOL_MAX && count == 0 && p->dtype != KP_F32) {
         acc = 0.0f; /* an all-padding window: no value to convert */
     } else if (p->mode == KP__OX_POOL_AVG) {
@@ -200,6 +218,14 @@ static inline KP__HD void kp__ox_pool_at(const kp__ox_pool_params *p, int64_t e)
         ((int8_t *)p->y)[e] = (int8_t)acc;
     else
         ((float *)p->y)[e] = acc;
+}
+
+static inline KP__HD void kp__ox_pool_at(const kp__ox_pool_params *p, int64_t e) {
+    const kp__ox_win *w = &p->w;
+    int64_t ox = e % w->out[2], t = e / w->out[2];
+    int64_t oy = t % w->out[1];
+    t /= w->out[1];
+    kp__ox_pool_pos(p, e, t / w->out[0], t % w->out[0], oy, ox);
 }
 
 /* --- per-channel and per-plane operators ----------------------------------------- */
@@ -320,7 +346,7 @@ typedef struct kp__ox_resize_params {
     int64_t in_shape[KP_MAX_DIMS], out_shape[KP_MAX_DIMS];
     int32_t ndim, naxes;
     int32_t axis[KP__OX_RESIZE_AXES]; /* the resized axes, ascending */
-    float scale[KP__OX_RESIZE_AXES];
+    double scale[KP__OX_RESIZE_AXES]; /* as the operator defines it: not out / in when given */
     int32_t mode, ctm, nearest, exclude_outside;
     float cubic_a;
 } kp__ox_resize_params;
@@ -328,9 +354,9 @@ typedef struct kp__ox_resize_params {
 /* The input coordinate output coordinate `o` maps to along an axis. The
  * resized length is scale * in, as the operator defines it, which is not
  * always the integer output extent. */
-static inline KP__HD double kp__ox_resize_coord(int ctm, double o, float scale, int64_t in,
+static inline KP__HD double kp__ox_resize_coord(int ctm, double o, double s, int64_t in,
                                                 int64_t out) {
-    double s = scale, len = s * (double)in;
+    double len = s * (double)in;
     switch (ctm) {
     case KP__OX_CTM_ASYMMETRIC: return o / s;
     case KP__OX_CTM_ALIGN_CORNERS: return len == 1.0 ? 0.0 : o * (double)(in - 1) / (len - 1.0);
@@ -357,7 +383,7 @@ static inline KP__HD float kp__ox_cubic_w(float t, float a) {
 
 /* The nearest input index along an axis. */
 static inline KP__HD int64_t kp__ox_resize_nearest(const kp__ox_resize_params *p, double c,
-                                                   float scale, int64_t in) {
+                                                   double scale, int64_t in) {
     double f = floor(c), r = c - f;
     int64_t i = (int64_t)f;
     if (r != 0.0) {
@@ -365,7 +391,7 @@ static inline KP__HD int64_t kp__ox_resize_nearest(const kp__ox_resize_params *p
         case KP__OX_NEAREST_ROUND_PREFER_CEIL: i += r >= 0.5; break;
         case KP__OX_NEAREST_FLOOR: break;
         case KP__OX_NEAREST_CEIL: i += 1; break;
-        case KP__OX_NEAREST_SIMPLE: i += scale < 1.0f; break;
+        case KP__OX_NEAREST_SIMPLE: i += scale < 1.0; break;
         default: i += r > 0.5; break;
         }
     }

@@ -180,17 +180,6 @@ void kp__ox_model_free(kp__ox_model *m);
 /* The model's opset for a domain ("" = ai.onnx); 0 when it imports none. */
 int64_t kp__ox_model_opset(const kp__ox_model *m, const char *domain);
 
-/* Between the reader's two files: reader_msg.c decodes messages from memory,
- * reader.c owns files. The decoders fill a zeroed *m / *t; on error it holds
- * what was decoded so far, for kp__ox_model_free / kp__ox_tensor_clear. */
-kp_status kp__ox_decode_model(const uint8_t *buf, size_t len, const char *dir, kp__ox_model *m);
-kp_status kp__ox_decode_tensor(const uint8_t *buf, size_t len, kp__ox_tensor *t);
-/* Tensor `tensor`'s external data: `bytes` bytes at `offset` of file
- * `location` under `dir`, which holds `length` bytes there (UINT64_MAX:
- * the rest of the file). *out is a new kp__malloc buffer, NULL when bytes is 0. */
-kp_status kp__ox_external_read(const char *dir, const char *tensor, const char *location,
-                               uint64_t offset, uint64_t length, size_t bytes, void **out);
-
 /* ---------------------------------------------------------------------------------
  * The graph the engine runs (graph.c).
  * --------------------------------------------------------------------------------- */

@@ -4,6 +4,7 @@
 
 #include "kpipe/onnx.h"
 #include "onnx-impl.h"
+#include "nn-impl.h"
 
 static const kp__ox_op *const kp__ox_tables[] = {
     kp__ox_ops_elementwise, kp__ox_ops_movement, kp__ox_ops_shape,
@@ -75,3 +76,11 @@ kp_status kp__ox_launch(const kp__ox_exec *x, const kp_kernel *k, uint64_t n_ite
 }
 
 const char *kp_onnx_op_name(size_t i) { return kp__ox_op_name(i); }
+
+const char *kp_onnx_conv_library(void) {
+#ifdef KP_HAVE_CUDA
+    return kp__ox_cudnn_info();
+#else
+    return "none: this build has no CUDA backend";
+#endif
+}

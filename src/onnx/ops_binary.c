@@ -12,26 +12,34 @@
 #include "elementwise-kernels.h"
 #include "onnx-impl.h"
 
-#ifdef KP_HAVE_CUDA
-extern const kp_device_kernel kp__ox_binary_cuda; /* ops_elementwise.cu */
-#define KP__OX_BINARY_CUDA {"cuda", &kp__ox_binary_cuda},
-#else
-#define KP__OX_BINARY_CUDA
-#endif
-
 _Static_assert(sizeof(kp__ox_binary_params) <= KP_MAX_KERNEL_PARAMS, "binary params too large");
 
+/* Two kernels: one for launches whose inputs are whole or single elements
+ * (ndim <= 1: no index arithmetic at all, so the cuda form stays small and
+ * keeps many threads resident), one for the rest. */
 static void bin_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t nb) {
     const kp__ox_binary_params *p = pp;
     uint64_t lo, hi;
     kp_host_block_span((uint64_t)p->n, grid, first, nb, &lo, &hi);
-    kp__ox_binary_span(p, (int64_t)lo, (int64_t)hi, 1);
+    kp__ox_binary_span(p, true, (int64_t)lo, (int64_t)hi, 1);
 }
 
-static const kp_kernel bin_kernel = {
+#ifdef KP_HAVE_CUDA
+extern const kp_device_kernel kp__ox_binary_flat_cuda; /* ops_elementwise.cu */
+extern const kp_device_kernel kp__ox_binary_nd_cuda;
+#define KP__OX_BINARY_CUDA(form) {"cuda", &kp__ox_binary_##form##_cuda},
+#else
+#define KP__OX_BINARY_CUDA(form)
+#endif
+
+static const kp_kernel bin_flat_kernel = {
     "onnx_binary",
     sizeof(kp__ox_binary_params),
-    {{"host", &(const kp_host_kernel){bin_host}}, KP__OX_BINARY_CUDA}};
+    {{"host", &(const kp_host_kernel){bin_host}}, KP__OX_BINARY_CUDA(flat)}};
+static const kp_kernel bin_nd_kernel = {
+    "onnx_binary_nd",
+    sizeof(kp__ox_binary_params),
+    {{"host", &(const kp_host_kernel){bin_host}}, KP__OX_BINARY_CUDA(nd)}};
 
 static const char *bin_dtype_name(const kp__ox_value *v) {
     return v->is_bool ? "bool" : kp_dtype_name(v->dtype);
@@ -39,13 +47,14 @@ static const char *bin_dtype_name(const kp__ox_value *v) {
 
 static bool bin_bool_result(int op) { return op >= KP__OX_B_EQUAL && op <= KP__OX_B_XOR; }
 
-/* Fills the launch's shape and masks for inputs `in` against `out`. */
+/* Fills the launch's shape (innermost first) and masks for inputs `in`
+ * against `out`. */
 static void bin_plan(const kp__ox_value *out, const kp__ox_value *const *in, int n_in,
                      kp__ox_binary_params *p) {
     unsigned prev = 0;
     p->ndim = 0;
     memset(p->mask, 0, sizeof p->mask);
-    for (int k = 0; k < out->ndim; k++) {
+    for (int k = out->ndim - 1; k >= 0; k--) {
         if (out->shape[k] == 1) continue;
         unsigned bits = 0;
         for (int m = 0; m < n_in; m++) {
@@ -62,6 +71,9 @@ static void bin_plan(const kp__ox_value *out, const kp__ox_value *const *in, int
             if (bits & (1u << m)) p->mask[m] |= (uint8_t)(1u << j);
         prev = bits;
     }
+    for (int k = 0; k < p->ndim; k++)
+        if (p->shape[k] <= (int64_t)UINT32_MAX)
+            kp__ox_divider((uint32_t)p->shape[k], &p->magic[k], &p->shift[k]);
 }
 
 static kp_status bin_launch(const kp__ox_exec *x, const kp__ox_value *const *in, int n_in,
@@ -71,7 +83,7 @@ static kp_status bin_launch(const kp__ox_exec *x, const kp__ox_value *const *in,
     p.dtype = in[op == KP__OX_B_WHERE ? 1 : 0]->dtype;
     p.dtype1 = in[1]->dtype;
     bin_plan(out, in, n_in, &p);
-    return kp__ox_launch(x, &bin_kernel, (uint64_t)p.n, &p);
+    return kp__ox_launch(x, p.ndim > 1 ? &bin_nd_kernel : &bin_flat_kernel, (uint64_t)p.n, &p);
 }
 
 /* The dtypes an operator takes: KP_OK, or an error naming the input. */

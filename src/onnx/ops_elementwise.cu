@@ -16,8 +16,12 @@ __global__ void ew_clip(kp__ox_clip_params p) { kp__ox_clip_span(&p, ew_first(),
 
 __global__ void ew_cast(kp__ox_cast_params p) { kp__ox_cast_span(&p, ew_first(), p.n, ew_stride()); }
 
-__global__ void ew_binary(kp__ox_binary_params p) {
-    kp__ox_binary_span(&p, ew_first(), p.n, ew_stride());
+__global__ void ew_binary_flat(kp__ox_binary_params p) {
+    kp__ox_binary_span(&p, false, ew_first(), p.n, ew_stride());
+}
+
+__global__ void ew_binary_nd(kp__ox_binary_params p) {
+    kp__ox_binary_span(&p, true, ew_first(), p.n, ew_stride());
 }
 
 } // namespace
@@ -25,4 +29,6 @@ __global__ void ew_binary(kp__ox_binary_params p) {
 extern "C" const kp_device_kernel kp__ox_unary_cuda = {reinterpret_cast<const void *>(ew_unary)};
 extern "C" const kp_device_kernel kp__ox_clip_cuda = {reinterpret_cast<const void *>(ew_clip)};
 extern "C" const kp_device_kernel kp__ox_cast_cuda = {reinterpret_cast<const void *>(ew_cast)};
-extern "C" const kp_device_kernel kp__ox_binary_cuda = {reinterpret_cast<const void *>(ew_binary)};
+extern "C" const kp_device_kernel kp__ox_binary_flat_cuda = {
+    reinterpret_cast<const void *>(ew_binary_flat)};
+extern "C" const kp_device_kernel kp__ox_binary_nd_cuda = {reinterpret_cast<const void *>(ew_binary_nd)};
