@@ -108,25 +108,33 @@ typedef struct kp__ox_cast_params {
 
 /* Inputs broadcast to the output: the output's shape with its size-1
  * dimensions dropped and neighbours that every input treats alike merged,
- * held innermost first (shape[0] varies fastest); bit k of mask[m] says
- * input m steps along dimension k (clear: it is broadcast there). An input's strides follow from the shape and its mask,
- * as its data is contiguous. ndim <= 1 is the common case of inputs that
- * are either whole or a single element, indexed without any division. */
+ * held innermost first (dimension 0 varies fastest); bit k of mask[m] says
+ * input m steps along dimension k (clear: it is broadcast there). ndim <= 1
+ * is the common case of inputs that are either whole or a single element,
+ * indexed by mask bit 0 alone. Otherwise launches of up to 2^31 - 1 items
+ * (nearly all) index in 32 bits from `small`, larger ones in 64 from
+ * `large`. */
+typedef struct kp__ox_bcast_small {
+    uint32_t shape[KP_MAX_DIMS];
+    uint32_t magic[KP_MAX_DIMS];     /* x / shape[k] by a multiply (kp__ox_div32) */
+    uint32_t stride[3][KP_MAX_DIMS]; /* input m's step along k in elements; 0 broadcasts */
+    uint8_t shift[KP_MAX_DIMS];
+} kp__ox_bcast_small;
+
 typedef struct kp__ox_binary_params {
     const void *in[3]; /* a, b (Where: condition, X, Y) */
     void *y;
     int64_t n;
-    int64_t shape[KP_MAX_DIMS];
-    /* Division by shape[k] for n < 2^32 as a multiply and a shift:
-     * q = (mulhi(r, magic[k]) + r) >> shift[k] (kp__ox_divider). */
-    uint32_t magic[KP_MAX_DIMS];
-    uint8_t shift[KP_MAX_DIMS];
     int32_t op;     /* KP__OX_B_* */
     int32_t dtype;  /* input 0's (Where: X's) */
     int32_t dtype1; /* input 1's: Pow's exponent */
     int32_t ndim;
     uint8_t mask[4];
     float alpha;
+    union {
+        kp__ox_bcast_small small;         /* n <= INT32_MAX */
+        int64_t large[KP_MAX_DIMS];       /* otherwise: the shape */
+    } ix;
 } kp__ox_binary_params;
 
 /* --- element conversions --------------------------------------------------------- */
@@ -624,34 +632,31 @@ KP__OX_EW bool kp__ox_compare_i(int op, int64_t a, int64_t b, bool uns) {
     }
 }
 
-/* The multiplier and shift that divide any 32-bit value by d (1 <= d <
- * 2^32) exactly: with l = ceil(log2 d) and m = floor(2^32 (2^l - d) / d) + 1,
- * n / d = (floor(n m / 2^32) + n) >> l (Granlund and Montgomery's
- * round-up method, the sum taken in 64 bits). */
+/* The multiplier and shift that divide any value below 2^31 by d (1 <= d
+ * < 2^31) exactly: with l = ceil(log2 d) and m = floor(2^32 (2^l - d) / d)
+ * + 1, x / d = (floor(x m / 2^32) + x) >> l (Granlund and Montgomery's
+ * round-up method; the sum stays below 2^32 for such x). */
 KP__OX_EW void kp__ox_divider(uint32_t d, uint32_t *magic, uint8_t *shift) {
     uint32_t l = 0;
-    while (l < 32 && ((uint64_t)1 << l) < d) l++;
+    while (l < 31 && ((uint32_t)1 << l) < d) l++;
     *magic = (uint32_t)(((((uint64_t)1 << l) - d) << 32) / d + 1);
     *shift = (uint8_t)l;
 }
 
-KP__OX_EW uint32_t kp__ox_div32(uint32_t r, uint32_t magic, uint8_t shift) {
+KP__OX_EW uint32_t kp__ox_div32(uint32_t x, uint32_t magic, uint8_t shift) {
 #if defined(__CUDA_ARCH__)
-    uint32_t hi = __umulhi(r, magic);
+    return (__umulhi(x, magic) + x) >> shift;
 #else
-    uint32_t hi = (uint32_t)(((uint64_t)r * magic) >> 32);
+    return ((uint32_t)(((uint64_t)x * magic) >> 32) + x) >> shift;
 #endif
-    return (uint32_t)(((uint64_t)hi + r) >> shift);
 }
 
 /* Element offsets of `n_in` broadcast inputs for output item i. With
  * `direct` (every input whole) they are i itself; without `nd` the caller
  * knows ndim <= 1, so none of the index code is compiled in (the lean cuda
- * kernel). An input that steps along every dimension is at i too. Items
- * below 2^32 divide with a multiply (kp__ox_div32); the outermost
- * dimension needs no division. Dimension k's loop body indexes the params
- * by constants once unrolled, so the device reads them straight from the
- * kernel's parameters. */
+ * kernel). The outermost dimension needs no division. Dimension k's loop
+ * body indexes the params by constants once unrolled, so the device reads
+ * them straight from the kernel's parameters. */
 KP__OX_EW void kp__ox_bcast_offsets(const kp__ox_binary_params *p, int n_in, bool direct,
                                     bool nd, int64_t i, int64_t *o) {
     if (direct) {
@@ -663,35 +668,28 @@ KP__OX_EW void kp__ox_bcast_offsets(const kp__ox_binary_params *p, int n_in, boo
         return;
     }
     const int last = p->ndim - 1;
-    const unsigned whole = (1u << p->ndim) - 1u;
-    if (p->n <= (int64_t)UINT32_MAX) {
-        uint32_t r = (uint32_t)i, st[3] = {1, 1, 1}, o32[3] = {0, 0, 0};
+    if (p->n <= (int64_t)INT32_MAX) {
+        const kp__ox_bcast_small *b = &p->ix.small;
+        uint32_t r = (uint32_t)i, o32[3] = {0, 0, 0};
 #if defined(__CUDACC__)
 #pragma unroll
 #endif
         for (int k = 0; k < KP_MAX_DIMS; k++) {
-            uint32_t s = (uint32_t)p->shape[k], c = r;
+            uint32_t c = r;
             if (k < last) {
-                r = kp__ox_div32(c, p->magic[k], p->shift[k]);
-                c -= r * s;
+                r = kp__ox_div32(c, b->magic[k], b->shift[k]);
+                c -= r * b->shape[k];
             }
-            for (int m = 0; m < n_in; m++)
-                if (((p->mask[m] >> k) & 1u) && p->mask[m] != whole) {
-                    o32[m] += c * st[m];
-                    st[m] *= s;
-                }
+            for (int m = 0; m < n_in; m++) o32[m] += c * b->stride[m][k];
             if (k == last) break;
         }
-        for (int m = 0; m < n_in; m++) o[m] = p->mask[m] == whole ? i : (int64_t)o32[m];
+        for (int m = 0; m < n_in; m++) o[m] = o32[m];
         return;
     }
     int64_t r = i, st[3] = {1, 1, 1};
     for (int m = 0; m < n_in; m++) o[m] = 0;
-#if defined(__CUDACC__)
-#pragma unroll
-#endif
-    for (int k = 0; k < KP_MAX_DIMS; k++) {
-        int64_t s = p->shape[k], c = r;
+    for (int k = 0; k <= last; k++) {
+        int64_t s = p->ix.large[k], c = r;
         if (k < last) {
             r = c / s;
             c -= r * s;
@@ -701,7 +699,6 @@ KP__OX_EW void kp__ox_bcast_offsets(const kp__ox_binary_params *p, int n_in, boo
                 o[m] += c * st[m];
                 st[m] *= s;
             }
-        if (k == last) break;
     }
 }
 
@@ -794,16 +791,33 @@ KP__OX_EW void kp__ox_where(const kp__ox_binary_params *p, int size, bool direct
     }
 }
 
-/* `nd`: the launch may have ndim > 1 (a constant at each call). */
-KP__OX_EW void kp__ox_binary_span(const kp__ox_binary_params *p, bool nd, int64_t i, int64_t end,
-                                  int64_t step) {
+/* Whether the float loops serve a launch: arithmetic and comparisons on
+ * f32, f16 and bf16. */
+KP__OX_EW bool kp__ox_binary_is_float(const kp__ox_binary_params *p) {
+    return kp__ox_is_float(p->dtype) && p->op != KP__OX_B_POW && p->op < KP__OX_B_AND;
+}
+
+/* `nd`: the launch may have ndim > 1; `other`: it may be one that the float
+ * loops do not serve. Both are constants at each call, so the cuda forms
+ * split the work into lean kernels for the common launches and one that
+ * carries everything else. */
+KP__OX_EW void kp__ox_binary_span(const kp__ox_binary_params *p, bool nd, bool other, int64_t i,
+                                  int64_t end, int64_t step) {
     const int n_in = p->op == KP__OX_B_WHERE ? 3 : 2;
     bool direct = p->ndim <= 1;
     for (int m = 0; m < n_in; m++) direct = direct && (p->mask[m] & 1u);
+    if (kp__ox_binary_is_float(p)) {
+        switch (p->dtype) {
+        case KP_F32: kp__ox_binary_float_ops(p, KP_F32, direct, nd, i, end, step); return;
+        case KP_F16: kp__ox_binary_float_ops(p, KP_F16, direct, nd, i, end, step); return;
+        default: kp__ox_binary_float_ops(p, KP_BF16, direct, nd, i, end, step); return;
+        }
+    }
+    if (!other) return;
     if (p->op == KP__OX_B_WHERE) {
         switch (kp__ox_elem_size(p->dtype)) {
-#define KP__OX_WHERE_CASE(size)                                \
-    case size:                                                 \
+#define KP__OX_WHERE_CASE(size)                                    \
+    case size:                                                     \
         if (direct) kp__ox_where(p, size, true, nd, i, end, step); \
         else kp__ox_where(p, size, false, nd, i, end, step);       \
         return;
@@ -813,14 +827,6 @@ KP__OX_EW void kp__ox_binary_span(const kp__ox_binary_params *p, bool nd, int64_
             KP__OX_WHERE_CASE(8)
 #undef KP__OX_WHERE_CASE
         default: return;
-        }
-    }
-    if (p->op != KP__OX_B_POW && p->op < KP__OX_B_AND) {
-        switch (p->dtype) {
-        case KP_F32: kp__ox_binary_float_ops(p, KP_F32, direct, nd, i, end, step); return;
-        case KP_F16: kp__ox_binary_float_ops(p, KP_F16, direct, nd, i, end, step); return;
-        case KP_BF16: kp__ox_binary_float_ops(p, KP_BF16, direct, nd, i, end, step); return;
-        default: break;
         }
     }
     if (direct) kp__ox_binary_generic(p, true, nd, i, end, step);

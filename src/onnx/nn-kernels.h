@@ -118,6 +118,14 @@ typedef struct kp__ox_col2im_params {
     int64_t col0, ncols;
 } kp__ox_col2im_params;
 
+static inline KP__HD void kp__ox_im2col_item(const kp__ox_im2col_params *p, int64_t i) {
+    p->cols[i] = kp__ox_im2col_at(&p->w, p->img, i / p->ncols, p->col0 + i % p->ncols);
+}
+
+static inline KP__HD void kp__ox_col2im_item(const kp__ox_col2im_params *p, int64_t i) {
+    p->img[i] += kp__ox_col2im_at(&p->w, p->cols, p->col0, p->ncols, i);
+}
+
 /* Pools. `mode`: */
 enum { KP__OX_POOL_MAX = 0, KP__OX_POOL_AVG = 1, KP__OX_POOL_LP = 2 };
 

@@ -14,32 +14,35 @@
 
 _Static_assert(sizeof(kp__ox_binary_params) <= KP_MAX_KERNEL_PARAMS, "binary params too large");
 
-/* Two kernels: one for launches whose inputs are whole or single elements
- * (ndim <= 1: no index arithmetic at all, so the cuda form stays small and
- * keeps many threads resident), one for the rest. */
+/* Three kernels, one host form: the cuda forms of float arithmetic and
+ * comparisons come lean, for launches whose inputs are whole or single
+ * elements (ndim <= 1: no index arithmetic at all) and for broadcasting
+ * ones, so each keeps many threads resident; a third carries the rest
+ * (integers, Pow, logic, Where). */
 static void bin_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t nb) {
     const kp__ox_binary_params *p = pp;
     uint64_t lo, hi;
     kp_host_block_span((uint64_t)p->n, grid, first, nb, &lo, &hi);
-    kp__ox_binary_span(p, true, (int64_t)lo, (int64_t)hi, 1);
+    kp__ox_binary_span(p, true, true, (int64_t)lo, (int64_t)hi, 1);
 }
 
 #ifdef KP_HAVE_CUDA
 extern const kp_device_kernel kp__ox_binary_flat_cuda; /* ops_elementwise.cu */
 extern const kp_device_kernel kp__ox_binary_nd_cuda;
+extern const kp_device_kernel kp__ox_binary_other_cuda;
 #define KP__OX_BINARY_CUDA(form) {"cuda", &kp__ox_binary_##form##_cuda},
 #else
 #define KP__OX_BINARY_CUDA(form)
 #endif
 
-static const kp_kernel bin_flat_kernel = {
-    "onnx_binary",
-    sizeof(kp__ox_binary_params),
-    {{"host", &(const kp_host_kernel){bin_host}}, KP__OX_BINARY_CUDA(flat)}};
-static const kp_kernel bin_nd_kernel = {
-    "onnx_binary_nd",
-    sizeof(kp__ox_binary_params),
-    {{"host", &(const kp_host_kernel){bin_host}}, KP__OX_BINARY_CUDA(nd)}};
+#define KP__OX_BINARY_KERNEL(form)                                      \
+    static const kp_kernel bin_##form##_kernel = {                      \
+        "onnx_binary_" #form,                                           \
+        sizeof(kp__ox_binary_params),                                   \
+        {{"host", &(const kp_host_kernel){bin_host}}, KP__OX_BINARY_CUDA(form)}};
+KP__OX_BINARY_KERNEL(flat)
+KP__OX_BINARY_KERNEL(nd)
+KP__OX_BINARY_KERNEL(other)
 
 static const char *bin_dtype_name(const kp__ox_value *v) {
     return v->is_bool ? "bool" : kp_dtype_name(v->dtype);
@@ -47,10 +50,11 @@ static const char *bin_dtype_name(const kp__ox_value *v) {
 
 static bool bin_bool_result(int op) { return op >= KP__OX_B_EQUAL && op <= KP__OX_B_XOR; }
 
-/* Fills the launch's shape (innermost first) and masks for inputs `in`
- * against `out`. */
+/* Fills the launch's dimensions (innermost first), masks and, for
+ * launches indexed in 32 bits, each input's strides and the dividers. */
 static void bin_plan(const kp__ox_value *out, const kp__ox_value *const *in, int n_in,
                      kp__ox_binary_params *p) {
+    int64_t shape[KP_MAX_DIMS];
     unsigned prev = 0;
     p->ndim = 0;
     memset(p->mask, 0, sizeof p->mask);
@@ -62,28 +66,44 @@ static void bin_plan(const kp__ox_value *out, const kp__ox_value *const *in, int
             if (d >= 0 && in[m]->shape[d] != 1) bits |= 1u << m;
         }
         if (p->ndim > 0 && bits == prev) {
-            p->shape[p->ndim - 1] *= out->shape[k];
+            shape[p->ndim - 1] *= out->shape[k];
             continue;
         }
         int j = p->ndim++;
-        p->shape[j] = out->shape[k];
+        shape[j] = out->shape[k];
         for (int m = 0; m < n_in; m++)
             if (bits & (1u << m)) p->mask[m] |= (uint8_t)(1u << j);
         prev = bits;
     }
-    for (int k = 0; k < p->ndim; k++)
-        if (p->shape[k] <= (int64_t)UINT32_MAX)
-            kp__ox_divider((uint32_t)p->shape[k], &p->magic[k], &p->shift[k]);
+    if (p->n > INT32_MAX) {
+        memcpy(p->ix.large, shape, sizeof(int64_t) * (size_t)p->ndim);
+        return;
+    }
+    kp__ox_bcast_small *b = &p->ix.small;
+    for (int m = 0; m < n_in; m++) {
+        uint32_t st = 1;
+        for (int k = 0; k < p->ndim; k++) {
+            b->stride[m][k] = (p->mask[m] >> k) & 1u ? st : 0;
+            if ((p->mask[m] >> k) & 1u) st *= (uint32_t)shape[k];
+        }
+    }
+    for (int k = 0; k < p->ndim; k++) {
+        b->shape[k] = (uint32_t)shape[k];
+        kp__ox_divider(b->shape[k], &b->magic[k], &b->shift[k]);
+    }
 }
 
 static kp_status bin_launch(const kp__ox_exec *x, const kp__ox_value *const *in, int n_in,
                             kp__ox_value *out, int op, float alpha) {
+    if (out->numel == 0) return KP_OK; /* an empty output: nothing to plan or run */
     kp__ox_binary_params p = {.y = out->data, .n = out->numel, .op = op, .alpha = alpha};
     for (int m = 0; m < n_in; m++) p.in[m] = in[m]->data;
     p.dtype = in[op == KP__OX_B_WHERE ? 1 : 0]->dtype;
     p.dtype1 = in[1]->dtype;
     bin_plan(out, in, n_in, &p);
-    return kp__ox_launch(x, p.ndim > 1 ? &bin_nd_kernel : &bin_flat_kernel, (uint64_t)p.n, &p);
+    const kp_kernel *k = &bin_other_kernel;
+    if (kp__ox_binary_is_float(&p)) k = p.ndim > 1 ? &bin_nd_kernel : &bin_flat_kernel;
+    return kp__ox_launch(x, k, (uint64_t)p.n, &p);
 }
 
 /* The dtypes an operator takes: KP_OK, or an error naming the input. */

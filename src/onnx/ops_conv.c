@@ -356,7 +356,7 @@ static kp_status kp__conv_pack(const kp__conv *c, kp__conv_state *s) {
 
 static kp_status kp__conv_prepare(const kp__ox_exec *x, kp__ox_gnode *n, const kp__conv *c,
                                   size_t *workspace) {
-    kp__ox_conv_release(n);
+    /* n->state is NULL here: the engine keeps each shape's states itself. */
     kp__conv_state *s = kp__calloc(1, sizeof *s);
     if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "Conv: no memory");
     n->state = s;

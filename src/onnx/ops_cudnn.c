@@ -5,8 +5,9 @@
  *
  * Where it looks, in order: the loader's own search for libcudnn.so.9; the
  * folder KP_CUDNN_LIBRARY_DIR names; the nvidia/cudnn/lib folder of
- * $VIRTUAL_ENV's site-packages, of each $PYTHONPATH entry, and of the
- * dist-packages and site-packages of /usr/local/lib/python3.N. cuDNN 9's front library
+ * $VIRTUAL_ENV's site-packages, of each $PYTHONPATH entry, of the
+ * dist-packages and site-packages of /usr/local/lib/python3.N, of Debian's
+ * /usr/lib/python3/dist-packages, and of the user's ~/.local. cuDNN 9's front library
  * opens its parts (libcudnn_graph, _ops, _cnn, ...) by bare name, which
  * fails when their folder is not on the search path, so in a folder the
  * parts are opened first by full path, globally, and the front library
@@ -129,6 +130,11 @@ static void *kp__dnn_open_env(void) {
     }
     if (!h) h = kp__dnn_open_glob("/usr/local/lib/python3*/dist-packages/nvidia/cudnn/lib");
     if (!h) h = kp__dnn_open_glob("/usr/local/lib/python3*/site-packages/nvidia/cudnn/lib");
+    if (!h) h = kp__dnn_open_glob("/usr/lib/python3/dist-packages/nvidia/cudnn/lib");
+    if (!h && (v = getenv("HOME")) && *v) {
+        snprintf(buf, sizeof buf, "%s/.local/lib/python3.*/site-packages/nvidia/cudnn/lib", v);
+        h = kp__dnn_open_glob(buf);
+    }
     return h;
 }
 

@@ -26,13 +26,18 @@ _Static_assert(sizeof(kp__ox_gemm) <= KP_MAX_KERNEL_PARAMS, "the GEMM's paramete
 #define KP__NC (4 * KP__NR)
 #define KP__MC 256
 
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
+/* Function clones need the loader's ifunc support (glibc). */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__)
 #define KP__CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define KP__CLONES
 #endif
 
-/* acc = A panel (kc x MR) times B panel (kc x NR), both packed k-major. */
+/* acc = A panel (kc x MR) times B panel (kc x NR), both packed k-major.
+ * The unroll counts matter: they leave the column loop for the vectoriser
+ * and then unroll what it made, so the 4 x 24 accumulators stay in
+ * registers; unrolling the columns fully first makes gcc build shuffled
+ * vectors that spill. */
 KP__CLONES static void kp__micro(int64_t kc, const float *restrict a, const float *restrict b,
                                  float *restrict acc) {
     float c[KP__MR][KP__NR];

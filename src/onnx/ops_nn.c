@@ -41,19 +41,13 @@ KP__NN_FITS(kp__ox_plane_params);
         "onnx_" #name, sizeof(type),                                                           \
         {{"host", &(const kp_host_kernel){kp__##name##_host}}, KP__NN_CUDA(name)}};
 
-static inline void kp__im2col_at(const kp__ox_im2col_params *p, int64_t i) {
-    p->cols[i] = kp__ox_im2col_at(&p->w, p->img, i / p->ncols, p->col0 + i % p->ncols);
-}
-
-static inline void kp__col2im_at(const kp__ox_col2im_params *p, int64_t i) {
-    p->img[i] += kp__ox_col2im_at(&p->w, p->cols, p->col0, p->ncols, i);
-}
-
 KP__NN_KERNEL(, bias, kp__ox_bias_params, p->n, kp__ox_bias_at)
 KP__NN_KERNEL(, fill, kp__ox_fill_params, p->n, kp__ox_fill_at)
 KP__NN_KERNEL(, im2col, kp__ox_im2col_params, p->w.c * kp__ox_win_kk(&p->w) * p->ncols,
-              kp__im2col_at)
-KP__NN_KERNEL(, col2im, kp__ox_col2im_params, p->w.c * kp__ox_win_in_size(&p->w), kp__col2im_at)
+              kp__ox_im2col_item)
+KP__NN_KERNEL(, col2im, kp__ox_col2im_params, p->w.c * kp__ox_win_in_size(&p->w),
+              kp__ox_col2im_item)
+
 /* Pools on the host: the position advances like an odometer instead of
  * being divided out of every element's index. */
 static void kp__pool_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first,
@@ -199,7 +193,13 @@ static kp_status kp__pool_read(kp__ox_graph *g, kp__ox_gnode *n, kp__ox_pool_par
         p->pad_end[i] = j >= 0 ? (int32_t)s->pad_end[j] : 0;
     }
     int64_t pv = 2;
-    if (mode == KP__OX_POOL_LP) KP_CHECK(kp__ox_attr_int(n, "p", 2, &pv));
+    const kp__ox_attr *pa = kp__ox_attr_find(n, "p");
+    if (mode == KP__OX_POOL_LP && pa && pa->type == KP__OX_ATTR_FLOAT) /* LpPool-1's p is a float */
+        pv = (int64_t)pa->f;
+    else if (mode == KP__OX_POOL_LP)
+        KP_CHECK(kp__ox_attr_int(n, "p", 2, &pv));
+    if (mode == KP__OX_POOL_LP && pv < 1)
+        return kp__ox_node_error(n, KP_ERR_UNSUPPORTED, "p = %lld", (long long)pv);
     p->mode = mode;
     p->dtype = (int32_t)x->dtype;
     p->count_include_pad = cip != 0;

@@ -5,7 +5,8 @@
 #include "nn-kernels.h"
 
 #define KP__NN_ELEMENT(name, type, count, fn)                                              \
-    __global__ void kp__ox_##name##_kernel(const __grid_constant__ type p) {               \
+    __global__ void __launch_bounds__(KP__OX_THREADS, 4)                                   \
+        kp__ox_##name##_kernel(const __grid_constant__ type p) {                           \
         const int64_t n = (count);                                                         \
         for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;            \
              i += (int64_t)gridDim.x * blockDim.x)                                         \
@@ -14,18 +15,11 @@
     extern "C" const kp_device_kernel kp__ox_##name##_cuda = {                             \
         reinterpret_cast<const void *>(kp__ox_##name##_kernel)};
 
-static __device__ __forceinline__ void kp__im2col_at(const kp__ox_im2col_params *p, int64_t i) {
-    p->cols[i] = kp__ox_im2col_at(&p->w, p->img, i / p->ncols, p->col0 + i % p->ncols);
-}
-
-static __device__ __forceinline__ void kp__col2im_at(const kp__ox_col2im_params *p, int64_t i) {
-    p->img[i] += kp__ox_col2im_at(&p->w, p->cols, p->col0, p->ncols, i);
-}
-
 KP__NN_ELEMENT(bias, kp__ox_bias_params, p.n, kp__ox_bias_at)
 KP__NN_ELEMENT(fill, kp__ox_fill_params, p.n, kp__ox_fill_at)
-KP__NN_ELEMENT(im2col, kp__ox_im2col_params, p.w.c * kp__ox_win_kk(&p.w) * p.ncols, kp__im2col_at)
-KP__NN_ELEMENT(col2im, kp__ox_col2im_params, p.w.c * kp__ox_win_in_size(&p.w), kp__col2im_at)
+KP__NN_ELEMENT(im2col, kp__ox_im2col_params, p.w.c * kp__ox_win_kk(&p.w) * p.ncols,
+               kp__ox_im2col_item)
+KP__NN_ELEMENT(col2im, kp__ox_col2im_params, p.w.c * kp__ox_win_in_size(&p.w), kp__ox_col2im_item)
 KP__NN_ELEMENT(pool, kp__ox_pool_params, p.n, kp__ox_pool_at)
 KP__NN_ELEMENT(bn, kp__ox_bn_params, p.n, kp__ox_bn_at)
 KP__NN_ELEMENT(lrn, kp__ox_lrn_params, p.n, kp__ox_lrn_at)

@@ -1,5 +1,5 @@
 /* The ONNX reader's private interface: the protobuf wire-format cursor
- * (reader_msg.c) that both of the reader's files decode with.
+ * and the tensor messages (reader_msg.c) that reader.c builds models with.
  *
  *   kp__ox_pb_msg m;
  *   kp__ox_pb_field f;
@@ -9,11 +9,11 @@
  *   while ((st = kp__ox_pb_next(&m, &f, &got)) == KP_OK && got)
  *       if (f.num == 3) st = kp__ox_pb_str(&m, &f, &name);
  *
- * reader_msg.c decodes the graph's structure (ModelProto, GraphProto,
- * NodeProto, AttributeProto); reader.c decodes what describes a tensor
- * (TensorProto, placing its elements from raw_data, the typed fields or an
- * external file; ValueInfoProto's type and shape), reads files, and frees
- * what both build. */
+ * The reader's two files call one way: reader.c (the graph's structure,
+ * files, external data, entry points, freeing) uses reader_msg.c (this
+ * cursor, and the messages that describe a tensor), never the reverse.
+ * Decoding does no I/O: an external tensor's location comes back to
+ * reader.c, which reads the file. */
 #ifndef KPIPE_ONNX_READER_IMPL_H
 #define KPIPE_ONNX_READER_IMPL_H
 
@@ -91,21 +91,31 @@ kp_status kp__ox_pb_str_default(char **s);
  * at most cap kept; *k counts them all. */
 kp_status kp__ox_pb_ints(kp__ox_pb_msg *m, const kp__ox_pb_field *f, int64_t *dst, size_t cap,
                          size_t *k);
+/* Each value of a KP__OX_PB_F32S field into dst[*k...], at most cap kept. */
+kp_status kp__ox_pb_floats(kp__ox_pb_msg *m, const kp__ox_pb_field *f, float *dst, size_t cap,
+                           size_t *k);
 /* Calls put(ctx, k, v) for each varint of a KP__OX_PB_INTS field, k
  * counting on from *k. */
 kp_status kp__ox_pb_each(kp__ox_pb_msg *m, const kp__ox_pb_field *f, size_t *k,
                          void (*put)(void *ctx, size_t k, uint64_t v), void *ctx);
 
-/* Decodes a ModelProto (reader_msg.c) into a zeroed *m; on error *m holds
- * what was decoded, for kp__ox_model_free. */
-kp_status kp__ox_decode_model(const uint8_t *buf, size_t len, const char *dir, kp__ox_model *m);
-/* Decodes a TensorProto (reader.c): the message at f inside up, or (up
- * NULL) the buffer f->data, f->len. On error *t holds what was decoded,
- * for kp__ox_tensor_clear. */
+/* A tensor's external data as its TensorProto places it: location is a
+ * kp__malloc'd string, the caller's to free on success and error alike;
+ * length is UINT64_MAX when absent (to the end of the file). */
+typedef struct kp__ox_ext {
+    char *location;
+    uint64_t offset, length;
+} kp__ox_ext;
+
+/* Decodes a TensorProto: the message at f inside up, or (up NULL) the
+ * buffer f->data, f->len. Elements in raw_data or the typed fields are
+ * placed in t->data; external ones are left to the caller, described in
+ * *ext (location NULL when there are none, or the type is not held). On
+ * error *t holds what was decoded, for kp__ox_tensor_clear. */
 kp_status kp__ox_decode_tensor(const kp__ox_pb_msg *up, const kp__ox_pb_field *f, long index,
-                               kp__ox_tensor *t);
-/* Decodes the ValueInfoProto at f inside up (reader.c): name, element type
- * and shape of a tensor type; other types leave onnx_type 0. */
+                               kp__ox_tensor *t, kp__ox_ext *ext);
+/* Decodes the ValueInfoProto at f inside up: name, element type and shape
+ * of a tensor type; other types leave onnx_type 0. */
 kp_status kp__ox_decode_value_info(const kp__ox_pb_msg *up, const kp__ox_pb_field *f, long index,
                                    kp__ox_value_info *v);
 

@@ -1,7 +1,11 @@
-/* ONNX model files: reading them; the messages that describe a tensor
- * (TensorProto, with its elements from raw_data, the typed fields or an
- * external file, and ValueInfoProto's type and shape); and freeing what the
- * decoders build. The graph's structure is decoded in reader_msg.c.
+/* ONNX model files: the graph's structure (ModelProto, GraphProto,
+ * NodeProto, AttributeProto), decoded with reader_msg.c's cursor; files
+ * and external data; the entry points; and freeing.
+ *
+ * Subgraphs (attributes of type GRAPH and GRAPHS) are skipped unread, so
+ * decoding never recurses: the deepest path is Model > Graph > Node >
+ * Attribute > Tensor > external_data entry, and the nesting depth is fixed
+ * by the code rather than by the file.
  *
  * A model file is mapped rather than read, so that each initializer's
  * raw_data is copied exactly once, from the page cache into the tensor.
@@ -23,6 +27,14 @@
 /* Short names for the cursor's types, as in reader_msg.c. */
 typedef kp__ox_pb_msg msg;
 typedef kp__ox_pb_field fld;
+
+static void *zalloc(size_t n, size_t size) { return n ? kp__calloc(n, size) : NULL; }
+
+#define ARRAY_OR_FAIL(p, n)                                      \
+    do {                                                         \
+        (p) = zalloc((n), sizeof *(p));                          \
+        if ((n) && !(p)) return kp__ox_pb_oom((n), sizeof *(p)); \
+    } while (0)
 
 /* --- external data ------------------------------------------------------------ */
 
@@ -153,336 +165,324 @@ static kp_status ext_read(const char *dir, const char *tensor, const char *locat
     return KP_OK;
 }
 
-/* --- TensorProto ------------------------------------------------------------------ */
-
-static const kp__ox_pb_fspec tensor_spec[] = {
-    [1] = {"dims", KP__OX_PB_INTS},          [2] = {"data_type", KP__OX_PB_INT},
-    [3] = {"segment", KP__OX_PB_LEN},        [4] = {"float_data", KP__OX_PB_F32S},
-    [5] = {"int32_data", KP__OX_PB_INTS},    [6] = {"string_data", KP__OX_PB_LEN},
-    [7] = {"int64_data", KP__OX_PB_INTS},    [8] = {"name", KP__OX_PB_NAME},
-    [9] = {"raw_data", KP__OX_PB_LEN},       [10] = {"double_data", KP__OX_PB_F64S},
-    [11] = {"uint64_data", KP__OX_PB_INTS},  [12] = {"doc_string", KP__OX_PB_LEN},
-    [13] = {"external_data", KP__OX_PB_LEN}, [14] = {"data_location", KP__OX_PB_INT}};
-
-static const kp__ox_pb_fspec entry_spec[] = {
-    [1] = {"key", KP__OX_PB_LEN}, [2] = {"value", KP__OX_PB_LEN}};
-
-/* Where the tensor's elements are, gathered by the second pass. */
-typedef struct tinfo {
-    size_t rank;
-    const uint8_t *raw;
-    size_t raw_len;
-    bool has_raw, external;
-    char *location;
-    uint64_t offset, length;
-} tinfo;
-
-static bool span_is(const fld *f, const char *s) {
-    return f->len == strlen(s) && memcmp(f->data, s, f->len) == 0;
-}
-
-static kp_status number(msg *m, const fld *f, uint64_t *out) {
-    uint64_t x = 0;
-    bool ok = f->len > 0;
-    for (size_t i = 0; ok && i < f->len; i++) {
-        unsigned d = (unsigned)f->data[i] - '0';
-        ok = d <= 9 && x <= (UINT64_MAX - d) / 10;
-        x = x * 10 + d;
-    }
-    if (!ok)
-        return kp__ox_pb_bad(m, KP_ERR_PARSE, m->start, "malformed",
-                             "the value '%.*s' is not a whole number",
-                             (int)(f->len < 40 ? f->len : 40), f->len ? (const char *)f->data : "");
-    *out = x;
+/* A tensor's external data, read from the model's folder (NULL: a model
+ * read from memory, which has none). */
+static kp_status ext_load(const char *dir, kp__ox_tensor *t, const kp__ox_ext *e) {
+    if (!dir)
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "tensor '%.200s': its data is in file '%.200s', and a model read from "
+                         "memory has no folder to find it in",
+                         t->name, e->location);
+    size_t bytes = (size_t)t->numel * kp_dtype_size(t->dtype);
+    KP_CHECK(ext_read(dir, t->name, e->location, e->offset, e->length, bytes, &t->data));
+    t->bytes = bytes;
+    uint8_t *b = t->data;
+    if (t->onnx_type == KP__OX_BOOL)
+        for (size_t i = 0; i < bytes; i++) b[i] = b[i] != 0;
     return KP_OK;
 }
 
-/* One external_data entry: location, offset or length (others are ignored). */
-static kp_status ext_entry(const msg *up, const fld *fe, tinfo *ti) {
+/* A TensorProto inside up, with its external data read. */
+static kp_status tensor(const msg *up, const fld *f, long index, kp__ox_tensor *t) {
+    kp__ox_ext ext = {0};
+    kp_status st = kp__ox_decode_tensor(up, f, index, t, &ext);
+    if (st == KP_OK && ext.location) st = ext_load(up ? up->dir : NULL, t, &ext);
+    kp__free(ext.location);
+    return st;
+}
+
+/* --- AttributeProto ----------------------------------------------------------- */
+
+/* clang-format off */
+static const kp__ox_pb_fspec attr_spec[] = {
+    [1] = {"name", KP__OX_PB_NAME}, [2] = {"f", KP__OX_PB_F32},
+    [3] = {"i", KP__OX_PB_INT}, [4] = {"s", KP__OX_PB_LEN},
+    [5] = {"t", KP__OX_PB_LEN}, [6] = {"g", KP__OX_PB_LEN},
+    [7] = {"floats", KP__OX_PB_F32S}, [8] = {"ints", KP__OX_PB_INTS},
+    [9] = {"strings", KP__OX_PB_LEN}, [10] = {"tensors", KP__OX_PB_LEN},
+    [11] = {"graphs", KP__OX_PB_LEN}, [13] = {"doc_string", KP__OX_PB_LEN},
+    [14] = {"tp", KP__OX_PB_LEN}, [15] = {"type_protos", KP__OX_PB_LEN},
+    [20] = {"type", KP__OX_PB_INT}, [21] = {"ref_attr_name", KP__OX_PB_LEN},
+    [22] = {"sparse_tensor", KP__OX_PB_LEN}, [23] = {"sparse_tensors", KP__OX_PB_LEN}};
+/* clang-format on */
+
+/* Old files leave `type` out: the one value field present says it. */
+static kp_status attr_type(const msg *m, kp__ox_attr *a) {
+    static const int by_field[][2] = {{2, 1},   {3, 2},   {4, 3},   {5, 4},  {6, 5},
+                                      {7, 6},   {8, 7},   {9, 8},   {10, 9}, {11, 10},
+                                      {22, 11}, {23, 12}, {14, 13}, {15, 14}};
+    int found = 0;
+    if (m->count[20]) return KP_OK;
+    for (size_t i = 0; i < sizeof by_field / sizeof by_field[0]; i++)
+        if (m->count[by_field[i][0]]) {
+            if (found++)
+                return kp__ox_pb_bad(m, KP_ERR_PARSE, m->start, "malformed",
+                                     "no type field, and values of several types");
+            a->type = by_field[i][1];
+        }
+    return KP_OK;
+}
+
+static kp_status attr_field(msg *m, const fld *f, kp__ox_attr *a, size_t *k) {
+    uint32_t bits;
+    switch (f->num) {
+    case 1:
+        KP_CHECK(kp__ox_pb_str(m, f, &a->name));
+        m->name = a->name;
+        break;
+    case 2:
+        bits = (uint32_t)f->v;
+        memcpy(&a->f, &bits, 4);
+        break;
+    case 3: a->i = (int64_t)f->v; break;
+    case 4:
+        KP_CHECK(kp__ox_pb_str(m, f, &a->s));
+        a->s_len = f->len;
+        break;
+    case 5:
+        if (a->t)
+            kp__ox_tensor_clear(a->t);
+        else if (!(a->t = kp__calloc(1, sizeof *a->t)))
+            return kp__ox_pb_oom(1, sizeof *a->t);
+        memset(a->t, 0, sizeof *a->t);
+        return tensor(m, f, -1, a->t);
+    case 7: return kp__ox_pb_floats(m, f, a->floats, m->count[7], &k[0]);
+    case 8: return kp__ox_pb_ints(m, f, a->ints, m->count[8], &k[1]);
+    case 9: return kp__ox_pb_str(m, f, &a->strings[k[2]++]);
+    case 20: a->type = (int)(int32_t)f->v; break;
+    default: break;
+    }
+    return KP_OK;
+}
+
+static kp_status attribute(const msg *up, const fld *fa, long index, kp__ox_attr *a) {
     msg m;
-    fld f, key = {0}, val = {0};
+    fld f;
     bool got;
-    KP__OX_PB_OPEN(&m, up, fe, "StringStringEntryProto", entry_spec, -1);
+    size_t k[3] = {0, 0, 0}; /* floats, ints, strings so far */
+    KP__OX_PB_OPEN(&m, up, fa, "AttributeProto", attr_spec, index);
+    KP_CHECK(kp__ox_pb_tally(&m));
+    ARRAY_OR_FAIL(a->floats, m.count[7]);
+    ARRAY_OR_FAIL(a->ints, m.count[8]);
+    ARRAY_OR_FAIL(a->strings, m.count[9]);
+    a->n = m.count[9]; /* until the type is known, n is what frees the strings */
     for (;;) {
         KP_CHECK(kp__ox_pb_next(&m, &f, &got));
         if (!got) break;
-        if (f.num == 1) key = f;
-        if (f.num == 2) val = f;
+        KP_CHECK(attr_field(&m, &f, a, k));
     }
-    m.name = "external_data";
-    if (span_is(&key, "location")) return kp__ox_pb_str(&m, &val, &ti->location);
-    if (span_is(&key, "offset")) return number(&m, &val, &ti->offset);
-    if (span_is(&key, "length")) return number(&m, &val, &ti->length);
+    KP_CHECK(kp__ox_pb_str_default(&a->name));
+    KP_CHECK(attr_type(&m, a));
+    /* Only the type's own list is kept. */
+    if (a->type != KP__OX_ATTR_STRINGS) {
+        for (size_t i = 0; i < a->n; i++) kp__free(a->strings[i]);
+        kp__free(a->strings);
+        a->strings = NULL;
+        a->n = 0;
+    }
+    if (a->type != KP__OX_ATTR_FLOATS) kp__free(a->floats), a->floats = NULL;
+    if (a->type != KP__OX_ATTR_INTS) kp__free(a->ints), a->ints = NULL;
+    if (a->type != KP__OX_ATTR_TENSOR && a->t)
+        kp__ox_tensor_clear(a->t), kp__free(a->t), a->t = NULL;
+    if (a->type == KP__OX_ATTR_FLOATS) a->n = k[0];
+    if (a->type == KP__OX_ATTR_INTS) a->n = k[1];
     return KP_OK;
 }
 
-static kp_status tensor_fields(msg *m, kp__ox_tensor *t, tinfo *ti) {
+/* --- NodeProto, GraphProto, ModelProto ---------------------------------------- */
+
+/* clang-format off */
+static const kp__ox_pb_fspec node_spec[] = {
+    [1] = {"input", KP__OX_PB_LEN}, [2] = {"output", KP__OX_PB_LEN},
+    [3] = {"name", KP__OX_PB_NAME}, [4] = {"op_type", KP__OX_PB_LEN},
+    [5] = {"attribute", KP__OX_PB_LEN}, [6] = {"doc_string", KP__OX_PB_LEN},
+    [7] = {"domain", KP__OX_PB_LEN}};
+/* clang-format on */
+
+static kp_status node(const msg *up, const fld *fn, long index, kp__ox_node *n) {
+    msg m;
     fld f;
     bool got;
+    size_t ki = 0, ko = 0, ka = 0;
+    KP__OX_PB_OPEN(&m, up, fn, "NodeProto", node_spec, index);
+    KP_CHECK(kp__ox_pb_tally(&m));
+    ARRAY_OR_FAIL(n->inputs, m.count[1]);
+    n->n_inputs = m.count[1];
+    ARRAY_OR_FAIL(n->outputs, m.count[2]);
+    n->n_outputs = m.count[2];
+    ARRAY_OR_FAIL(n->attrs, m.count[5]);
+    n->n_attrs = m.count[5];
+    for (;;) {
+        KP_CHECK(kp__ox_pb_next(&m, &f, &got));
+        if (!got) break;
+        switch (f.num) {
+        case 1: KP_CHECK(kp__ox_pb_str(&m, &f, &n->inputs[ki++])); break;
+        case 2: KP_CHECK(kp__ox_pb_str(&m, &f, &n->outputs[ko++])); break;
+        case 3:
+            KP_CHECK(kp__ox_pb_str(&m, &f, &n->name));
+            m.name = n->name;
+            break;
+        case 4: KP_CHECK(kp__ox_pb_str(&m, &f, &n->op_type)); break;
+        case 5:
+            KP_CHECK(attribute(&m, &f, (long)ka, &n->attrs[ka]));
+            ka++;
+            break;
+        case 7: KP_CHECK(kp__ox_pb_str(&m, &f, &n->domain)); break;
+        default: break;
+        }
+    }
+    KP_CHECK(kp__ox_pb_str_default(&n->name));
+    KP_CHECK(kp__ox_pb_str_default(&n->op_type));
+    return kp__ox_pb_str_default(&n->domain);
+}
+
+/* clang-format off */
+static const kp__ox_pb_fspec graph_spec[] = {
+    [1] = {"node", KP__OX_PB_LEN}, [2] = {"name", KP__OX_PB_NAME},
+    [5] = {"initializer", KP__OX_PB_LEN}, [10] = {"doc_string", KP__OX_PB_LEN},
+    [11] = {"input", KP__OX_PB_LEN}, [12] = {"output", KP__OX_PB_LEN},
+    [13] = {"value_info", KP__OX_PB_LEN}, [14] = {"quantization_annotation", KP__OX_PB_LEN},
+    [15] = {"sparse_initializer", KP__OX_PB_LEN}};
+static const kp__ox_pb_fspec sparse_values_spec[] = {
+    [8] = {"name", KP__OX_PB_NAME}};
+static const kp__ox_pb_fspec sparse_spec[] = {
+    [1] = {"values", KP__OX_PB_LEN}, [2] = {"indices", KP__OX_PB_LEN},
+    [3] = {"dims", KP__OX_PB_INTS}};
+/* clang-format on */
+
+/* Sparse initializers are refused, naming the first by its values' name. */
+static kp_status sparse(const msg *up, const fld *fs) {
+    msg m, v = {.name_len = 0};
+    fld f;
+    bool got;
+    kp_status st;
+    KP__OX_PB_OPEN(&m, up, fs, "SparseTensorProto", sparse_spec, -1);
+    while ((st = kp__ox_pb_next(&m, &f, &got)) == KP_OK && got && f.num != 1) continue;
+    if (st == KP_OK && got) {
+        KP__OX_PB_OPEN(&v, &m, &f, "TensorProto", sparse_values_spec, -1);
+        st = kp__ox_pb_tally(&v);
+    }
+    if (st != KP_OK) return st;
+    return kp__ox_pb_bad(
+        up, KP_ERR_UNSUPPORTED, fs->at, "", "sparse initializer '%.*s' is not supported",
+        (int)(v.name_len < 200 ? v.name_len : 200), v.name_len ? (const char *)v.name_at : "");
+}
+
+static kp_status graph_arrays(const msg *m, kp__ox_model *mo) {
+    ARRAY_OR_FAIL(mo->nodes, m->count[1]);
+    mo->n_nodes = m->count[1];
+    ARRAY_OR_FAIL(mo->inits, m->count[5]);
+    mo->n_inits = m->count[5];
+    ARRAY_OR_FAIL(mo->inputs, m->count[11]);
+    mo->n_inputs = m->count[11];
+    ARRAY_OR_FAIL(mo->outputs, m->count[12]);
+    mo->n_outputs = m->count[12];
+    ARRAY_OR_FAIL(mo->value_info, m->count[13]);
+    mo->n_value_info = m->count[13];
+    return KP_OK;
+}
+
+static kp_status graph(const msg *up, const fld *fg, kp__ox_model *mo) {
+    msg m;
+    fld f;
+    bool got;
+    size_t k[16] = {0};
+    KP__OX_PB_OPEN(&m, up, fg, "GraphProto", graph_spec, -1);
+    KP_CHECK(kp__ox_pb_tally(&m));
+    KP_CHECK(graph_arrays(&m, mo));
+    for (;;) {
+        KP_CHECK(kp__ox_pb_next(&m, &f, &got));
+        if (!got) break;
+        long i = f.num < 16 ? (long)k[f.num]++ : -1;
+        switch (f.num) {
+        case 1: KP_CHECK(node(&m, &f, i, &mo->nodes[i])); break;
+        case 2:
+            KP_CHECK(kp__ox_pb_str(&m, &f, &mo->graph_name));
+            m.name = mo->graph_name;
+            break;
+        case 5: KP_CHECK(tensor(&m, &f, i, &mo->inits[i])); break;
+        case 11: KP_CHECK(kp__ox_decode_value_info(&m, &f, i, &mo->inputs[i])); break;
+        case 12: KP_CHECK(kp__ox_decode_value_info(&m, &f, i, &mo->outputs[i])); break;
+        case 13: KP_CHECK(kp__ox_decode_value_info(&m, &f, i, &mo->value_info[i])); break;
+        case 15: return sparse(&m, &f);
+        default: break;
+        }
+    }
+    return kp__ox_pb_str_default(&mo->graph_name);
+}
+
+/* clang-format off */
+static const kp__ox_pb_fspec opset_spec[] = {
+    [1] = {"domain", KP__OX_PB_LEN}, [2] = {"version", KP__OX_PB_INT}};
+static const kp__ox_pb_fspec model_spec[] = {
+    [1] = {"ir_version", KP__OX_PB_INT}, [2] = {"producer_name", KP__OX_PB_LEN},
+    [3] = {"producer_version", KP__OX_PB_LEN}, [4] = {"domain", KP__OX_PB_LEN},
+    [5] = {"model_version", KP__OX_PB_INT}, [6] = {"doc_string", KP__OX_PB_LEN},
+    [7] = {"graph", KP__OX_PB_LEN}, [8] = {"opset_import", KP__OX_PB_LEN},
+    [14] = {"metadata_props", KP__OX_PB_LEN}, [20] = {"training_info", KP__OX_PB_LEN},
+    [25] = {"functions", KP__OX_PB_LEN}};
+/* clang-format on */
+
+static kp_status opset(const msg *up, const fld *fo, long index, kp__ox_opset *o) {
+    msg m;
+    fld f;
+    bool got;
+    KP__OX_PB_OPEN(&m, up, fo, "OperatorSetIdProto", opset_spec, index);
+    for (;;) {
+        KP_CHECK(kp__ox_pb_next(&m, &f, &got));
+        if (!got) break;
+        if (f.num == 1) KP_CHECK(kp__ox_pb_str(&m, &f, &o->domain));
+        if (f.num == 2) o->version = (int64_t)f.v;
+    }
+    return kp__ox_pb_str_default(&o->domain);
+}
+
+static kp_status model_fields(msg *m, kp__ox_model *mo) {
+    fld f;
+    bool got;
+    size_t ko = 0;
     for (;;) {
         KP_CHECK(kp__ox_pb_next(m, &f, &got));
         if (!got) return KP_OK;
         switch (f.num) {
-        case 1: KP_CHECK(kp__ox_pb_ints(m, &f, t->shape, KP_MAX_DIMS, &ti->rank)); break;
-        case 2: t->onnx_type = (int)(int32_t)f.v; break;
-        case 3:
-            return kp__ox_pb_bad(m, KP_ERR_UNSUPPORTED, f.at, "",
-                                 "segmented tensors are not supported");
+        case 1: mo->ir_version = (int64_t)f.v; break;
+        case 2: KP_CHECK(kp__ox_pb_str(m, &f, &mo->producer)); break;
+        case 7: KP_CHECK(graph(m, &f, mo)); break;
         case 8:
-            KP_CHECK(kp__ox_pb_str(m, &f, &t->name));
-            m->name = t->name;
+            KP_CHECK(opset(m, &f, (long)ko, &mo->opsets[ko]));
+            ko++;
             break;
-        case 9:
-            ti->raw = f.data;
-            ti->raw_len = f.len;
-            ti->has_raw = true;
-            break;
-        case 13: KP_CHECK(ext_entry(m, &f, ti)); break;
-        case 14: ti->external = f.v == 1; break;
         default: break;
         }
     }
 }
 
-static kp_status mismatch(const msg *m, const kp__ox_tensor *t, const char *what, size_t have,
-                          const char *unit, size_t need) {
-    char sh[160];
-    size_t n = (size_t)snprintf(sh, sizeof sh, "[");
-    for (int i = 0; i < t->ndim && n < sizeof sh; i++)
-        n +=
-            (size_t)snprintf(sh + n, sizeof sh - n, "%s%lld", i ? "," : "", (long long)t->shape[i]);
-    if (n < sizeof sh) snprintf(sh + n, sizeof sh - n, "]");
-    return kp__ox_pb_bad(m, KP_ERR_PARSE, m->start, "malformed",
-                         "%s holds %zu %s; its dims %s of %s need %zu", what, have, unit, sh,
-                         kp__ox_type_name(t->onnx_type), need);
-}
-
-/* Elements of a typed field, stored in kpipe's little-endian layout. */
-typedef struct typed_dst {
-    uint8_t *p;
-    int onnx_type;
-    size_t cap;
-} typed_dst;
-
-static void put(void *ctx, size_t k, uint64_t v) {
-    const typed_dst *d = ctx;
-    unsigned size = 1;
-    switch (d->onnx_type) {
-    case KP__OX_INT64:
-    case KP__OX_UINT64: size = 8; break;
-    case KP__OX_INT32: size = 4; break;
-    case KP__OX_INT16:
-    case KP__OX_FLOAT16:
-    case KP__OX_BFLOAT16: size = 2; break;
-    case KP__OX_BOOL: v = (uint32_t)v != 0; break;
-    default: break;
-    }
-    for (unsigned i = 0; k < d->cap && i < size; i++) d->p[size * k + i] = (uint8_t)(v >> (8 * i));
-}
-
-/* A third pass for a tensor whose elements are in a typed field: float_data
- * for FLOAT, int64_data, uint64_data, and int32_data for the narrower
- * integers, BOOL and the 16-bit floats (as bit patterns). */
-static kp_status typed(msg *m, kp__ox_tensor *t, size_t bytes) {
-    uint32_t num = t->onnx_type == KP__OX_FLOAT    ? 4
-                   : t->onnx_type == KP__OX_INT64  ? 7
-                   : t->onnx_type == KP__OX_UINT64 ? 11
-                                                   : 5;
-    size_t k = 0, have = m->count[num];
-    fld f;
-    bool got;
-    if (have != (size_t)t->numel)
-        return mismatch(m, t, tensor_spec[num].name, have, "elements", (size_t)t->numel);
-    if (!have) return KP_OK;
-    typed_dst d = {.p = t->data = kp__malloc(bytes), .onnx_type = t->onnx_type, .cap = have};
-    if (!d.p) return kp__ox_pb_oom(1, bytes);
-    t->bytes = bytes;
-    for (m->p = m->start;;) {
-        KP_CHECK(kp__ox_pb_next(m, &f, &got));
-        if (!got) return KP_OK;
-        if (f.num != num) continue;
-        if (num != 4) {
-            KP_CHECK(kp__ox_pb_each(m, &f, &k, put, &d));
-            continue;
-        }
-        /* floats are little-endian 4-byte values on the wire, as in kpipe */
-        size_t n = f.wt == 2 ? f.len / 4 : 1;
-        if (k + n <= have) memcpy(d.p + 4 * k, f.data, 4 * n);
-        k += n;
-    }
-}
-
-static kp_status tensor_data(msg *m, kp__ox_tensor *t, tinfo *ti) {
-    t->dtype_ok = kp__ox_dtype(t->onnx_type, &t->dtype);
-    if (!t->dtype_ok) return KP_OK;
-    size_t es = kp_dtype_size(t->dtype);
-    if ((uint64_t)t->numel > KP__MAX_ALLOC_BYTES / es)
-        return kp__ox_pb_bad(m, KP_ERR_PARSE, m->start, "malformed", "%lld elements are too many",
-                             (long long)t->numel);
-    size_t bytes = (size_t)t->numel * es;
-    if (ti->external) {
-        if (!ti->location)
-            return kp__ox_pb_bad(m, KP_ERR_PARSE, m->start, "malformed",
-                                 "external data without a location");
-        if (!m->dir)
-            return kp__ox_pb_bad(m, KP_ERR_UNSUPPORTED, m->start, "",
-                                 "its data is in file '%.200s', and a model read from memory has "
-                                 "no folder to find it in",
-                                 ti->location);
-        KP_CHECK(ext_read(m->dir, t->name, ti->location, ti->offset, ti->length, bytes, &t->data));
-        t->bytes = bytes;
-    } else if (ti->has_raw) {
-        if (ti->raw_len != bytes) return mismatch(m, t, "raw_data", ti->raw_len, "bytes", bytes);
-        if (bytes && !(t->data = kp__malloc(bytes))) return kp__ox_pb_oom(1, bytes);
-        if (bytes) memcpy(t->data, ti->raw, bytes);
-        t->bytes = bytes;
-    } else {
-        KP_CHECK(typed(m, t, bytes));
-    }
-    uint8_t *b = t->data;
-    if (t->onnx_type == KP__OX_BOOL)
-        for (size_t i = 0; i < t->bytes; i++) b[i] = b[i] != 0;
+static kp_status decode_model(const uint8_t *buf, size_t len, const char *dir, kp__ox_model *mo) {
+    msg m;
+    kp__ox_pb_open(&m, NULL, buf, len, "ModelProto", model_spec,
+                   sizeof model_spec / sizeof model_spec[0], -1);
+    m.dir = dir;
+    if (len == 0) return kp__error(KP_ERR_PARSE, "not an ONNX model file: it is empty");
+    kp_status st = kp__ox_pb_tally(&m);
+    /* A failure at the top level that is not a known field cut short: the
+     * bytes are not protobuf, or not this message (text, JSON, a tensor). */
+    if (st != KP_OK)
+        return m.known && m.trunc ? st : kp__error_prefix(st, "not an ONNX model file");
+    if (m.count[7] == 0)
+        return kp__error(KP_ERR_PARSE, "not an ONNX model: the ModelProto has no graph (field 7)");
+    if (m.count[7] > 1)
+        return kp__ox_pb_bad(&m, KP_ERR_PARSE, m.start, "malformed", "%zu graphs; a model has one",
+                             m.count[7]);
+    ARRAY_OR_FAIL(mo->opsets, m.count[8]);
+    mo->n_opsets = m.count[8];
+    KP_CHECK(model_fields(&m, mo));
+    KP_CHECK(kp__ox_pb_str_default(&mo->producer));
+    if (mo->n_opsets == 0 && mo->ir_version >= 3)
+        return kp__error(KP_ERR_PARSE,
+                         "not an ONNX model: IR version %lld and no opset_import (field 8)",
+                         (long long)mo->ir_version);
     return KP_OK;
 }
-
-/* Rank, dims and element count, after the second pass. */
-static kp_status tensor_shape(msg *m, kp__ox_tensor *t, const tinfo *ti) {
-    if (ti->rank > KP_MAX_DIMS)
-        return kp__ox_pb_bad(m, KP_ERR_UNSUPPORTED, m->start, "",
-                             "rank %zu is over the %d dimensions kpipe holds", ti->rank,
-                             KP_MAX_DIMS);
-    t->ndim = (int)ti->rank;
-    t->numel = 1;
-    for (int i = 0; i < t->ndim; i++) {
-        if (t->shape[i] < 0)
-            return kp__ox_pb_bad(m, KP_ERR_PARSE, m->start, "malformed",
-                                 "dims[%d] = %lld is negative", i, (long long)t->shape[i]);
-        if (t->shape[i] && t->numel > INT64_MAX / t->shape[i])
-            return kp__ox_pb_bad(m, KP_ERR_PARSE, m->start, "malformed",
-                                 "the product of its dims overflows");
-        t->numel *= t->shape[i];
-    }
-    return KP_OK;
-}
-
-kp_status kp__ox_decode_tensor(const msg *up, const fld *f, long index, kp__ox_tensor *t) {
-    msg m;
-    tinfo ti = {.length = UINT64_MAX};
-    if (up)
-        KP__OX_PB_OPEN(&m, up, f, "TensorProto", tensor_spec, index);
-    else
-        kp__ox_pb_open(&m, NULL, f->data, f->len, "TensorProto", tensor_spec,
-                       sizeof tensor_spec / sizeof tensor_spec[0], index);
-    KP_CHECK(kp__ox_pb_tally(&m));
-    kp_status st = tensor_fields(&m, t, &ti);
-    if (st == KP_OK) st = kp__ox_pb_str_default(&t->name);
-    if (st == KP_OK) st = tensor_shape(&m, t, &ti);
-    if (st == KP_OK) st = tensor_data(&m, t, &ti);
-    kp__free(ti.location);
-    return st;
-}
-
-/* --- ValueInfoProto and its type --------------------------------------------- */
-
-/* clang-format off */
-static const kp__ox_pb_fspec vi_spec[] = {
-    [1] = {"name", KP__OX_PB_NAME}, [2] = {"type", KP__OX_PB_LEN},
-    [3] = {"doc_string", KP__OX_PB_LEN}};
-static const kp__ox_pb_fspec type_spec[] = {
-    [1] = {"tensor_type", KP__OX_PB_LEN}, [4] = {"sequence_type", KP__OX_PB_LEN},
-    [5] = {"map_type", KP__OX_PB_LEN}, [6] = {"denotation", KP__OX_PB_LEN},
-    [8] = {"sparse_tensor_type", KP__OX_PB_LEN}, [9] = {"optional_type", KP__OX_PB_LEN}};
-static const kp__ox_pb_fspec ttype_spec[] = {
-    [1] = {"elem_type", KP__OX_PB_INT}, [2] = {"shape", KP__OX_PB_LEN}};
-static const kp__ox_pb_fspec shape_spec[] = {
-    [1] = {"dim", KP__OX_PB_LEN}};
-static const kp__ox_pb_fspec dim_spec[] = {
-    [1] = {"dim_value", KP__OX_PB_INT}, [2] = {"dim_param", KP__OX_PB_LEN},
-    [3] = {"denotation", KP__OX_PB_LEN}};
-/* clang-format on */
-
-static kp_status dim(const msg *up, const fld *fd, long index, kp__ox_dim *d) {
-    msg m;
-    fld f;
-    bool got;
-    KP__OX_PB_OPEN(&m, up, fd, "TensorShapeProto.Dimension", dim_spec, index);
-    for (;;) {
-        KP_CHECK(kp__ox_pb_next(&m, &f, &got));
-        if (!got) return KP_OK;
-        if (f.num == 1) {
-            /* Some exporters write -1 for a dimension they do not know. */
-            d->value = (int64_t)f.v >= 0 ? (int64_t)f.v : -1;
-            kp__free(d->param);
-            d->param = NULL;
-        } else if (f.num == 2) {
-            KP_CHECK(kp__ox_pb_str(&m, &f, &d->param));
-            d->value = -1;
-        }
-    }
-}
-
-static kp_status shape(const msg *up, const fld *fs, kp__ox_value_info *v) {
-    msg m;
-    fld f;
-    bool got;
-    KP__OX_PB_OPEN(&m, up, fs, "TensorShapeProto", shape_spec, -1);
-    KP_CHECK(kp__ox_pb_tally(&m));
-    if (m.count[1] > KP_MAX_DIMS)
-        return kp__ox_pb_bad(&m, KP_ERR_UNSUPPORTED, m.start, "",
-                             "rank %zu is over the %d dimensions kpipe holds", m.count[1],
-                             KP_MAX_DIMS);
-    for (int i = 0; i < KP_MAX_DIMS; i++) {
-        kp__free(v->dims[i].param);
-        v->dims[i] = (kp__ox_dim){.value = -1, .param = NULL};
-    }
-    v->has_shape = true;
-    v->ndim = 0;
-    for (;;) {
-        KP_CHECK(kp__ox_pb_next(&m, &f, &got));
-        if (!got) return KP_OK;
-        if (f.num == 1 && v->ndim < KP_MAX_DIMS) {
-            v->ndim++;
-            KP_CHECK(dim(&m, &f, v->ndim - 1, &v->dims[v->ndim - 1]));
-        }
-    }
-}
-
-/* TypeProto and its Tensor: only tensor types are kept (onnx_type stays 0 for others). */
-static kp_status type_proto(const msg *up, const fld *ft, bool tensor_level, kp__ox_value_info *v) {
-    msg m;
-    fld f;
-    bool got;
-    if (tensor_level)
-        KP__OX_PB_OPEN(&m, up, ft, "TypeProto.Tensor", ttype_spec, -1);
-    else
-        KP__OX_PB_OPEN(&m, up, ft, "TypeProto", type_spec, -1);
-    for (;;) {
-        KP_CHECK(kp__ox_pb_next(&m, &f, &got));
-        if (!got) return KP_OK;
-        if (!tensor_level && f.num == 1) KP_CHECK(type_proto(&m, &f, true, v));
-        if (tensor_level && f.num == 1) v->onnx_type = (int)(int32_t)f.v;
-        if (tensor_level && f.num == 2) KP_CHECK(shape(&m, &f, v));
-    }
-}
-
-kp_status kp__ox_decode_value_info(const msg *up, const fld *fv, long index, kp__ox_value_info *v) {
-    msg m;
-    fld f;
-    bool got;
-    KP__OX_PB_OPEN(&m, up, fv, "ValueInfoProto", vi_spec, index);
-    for (int i = 0; i < KP_MAX_DIMS; i++) v->dims[i].value = -1;
-    for (;;) {
-        KP_CHECK(kp__ox_pb_next(&m, &f, &got));
-        if (!got) break;
-        if (f.num == 1) {
-            KP_CHECK(kp__ox_pb_str(&m, &f, &v->name));
-            m.name = v->name;
-        }
-        if (f.num == 2) KP_CHECK(type_proto(&m, &f, false, v));
-    }
-    return kp__ox_pb_str_default(&v->name);
-}
-
 /* --- entry points --------------------------------------------------------------- */
 
 kp_status kp__ox_read_buffer(const void *buf, size_t len, const char *dir, kp__ox_model **out) {
@@ -493,7 +493,7 @@ kp_status kp__ox_read_buffer(const void *buf, size_t len, const char *dir, kp__o
                          len);
     kp__ox_model *m = kp__calloc(1, sizeof *m);
     if (!m) return kp__error(KP_ERR_OUT_OF_MEMORY, "reading an ONNX model: no memory");
-    kp_status st = kp__ox_decode_model(buf, len, dir, m);
+    kp_status st = decode_model(buf, len, dir, m);
     if (st != KP_OK) {
         kp__ox_model_free(m);
         return st;
@@ -577,7 +577,7 @@ kp_status kp__ox_read_tensor(const void *buf, size_t len, kp__ox_tensor *out) {
         return kp__error(KP_ERR_PARSE, "TensorProto: %zu bytes is over protobuf's 2 GiB", len);
     kp__ox_tensor t = {0};
     fld whole = {.data = buf, .len = len};
-    kp_status st = kp__ox_decode_tensor(NULL, &whole, -1, &t);
+    kp_status st = tensor(NULL, &whole, -1, &t);
     if (st != KP_OK) {
         kp__ox_tensor_clear(&t);
         return st;
