@@ -113,6 +113,20 @@ def rel(a, b):
     return float((a - b).norm() / max(float(b.norm()), 1e-30))
 
 
+def cli_check(path, in_name, x, ref, folder, device):
+    """`kpipe run MODEL.onnx --input ... --output ...` as a user types it:
+    the relative L2 error of its output file against torch's."""
+    import subprocess
+    cli = os.environ.get("KPIPE_CLI", "build-gpu/src/kpipe")
+    xin, yout = os.path.join(folder, "x.npy"), os.path.join(folder, "y.npy")
+    np.save(xin, x.cpu().numpy())
+    r = subprocess.run([cli, "run", path, "--device", device, "--input", "%s=%s" % (in_name, xin),
+                        "--output", "output=%s" % yout], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("kpipe run: " + (r.stderr or r.stdout)[-500:])
+    return rel(torch.from_numpy(np.load(yout)), ref.cpu())
+
+
 def one(name, spec, folder, reps, compile_modes):
     make, shape, dyn = spec
     net, path, in_name = export(name, make, shape, dyn, folder)
@@ -128,6 +142,8 @@ def one(name, spec, folder, reps, compile_modes):
         got = torch.from_dlpack(p({in_name: x})["output"]).clone()
         row["err_cpu"] = rel(got, ref)
         p.close()
+        if name == "resnet18":
+            row["err_cli_cpu"] = cli_check(path, in_name, x, ref, folder, "cpu")
     netc = net.cuda()
     xc = x.cuda()
     with torch.no_grad():
@@ -141,6 +157,8 @@ def one(name, spec, folder, reps, compile_modes):
     row["kpipe_setup_ms"] = (time.perf_counter() - t0) * 1e3
     got = torch.from_dlpack(out).clone()
     row["err_cuda"] = rel(got, ref)
+    if name == "resnet18":
+        row["err_cli_cuda"] = cli_check(path, in_name, x, ref, folder, "cuda")
     row["finite"] = bool(torch.isfinite(got).all())
     rep = p.report()
     row["kpipe_arena_mib"] = (rep.get("tensor_bytes", 0) + rep.get("workspace_bytes", 0)) / 2**20
@@ -195,7 +213,8 @@ def main():
             "%.2fms" % r["compile_p50_ms"] if "compile_p50_ms" in r else "-",
             r["kpipe_arena_mib"], r["eager_peak_mib"]))
     bad = [r for r in rows if "error" in r or r["err_cuda"] > 1e-4 or not r["finite"]
-           or r.get("err_cpu", 0) > 1e-4]
+           or r.get("err_cpu", 0) > 1e-4 or r.get("err_cli_cuda", 0) > 1e-4
+           or r.get("err_cli_cpu", 0) > 1e-4]
     return 1 if bad else 0
 
 

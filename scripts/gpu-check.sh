@@ -26,7 +26,7 @@ stage_build() {
   cudnn_root=$(python3 -c "import nvidia.cudnn; print(list(nvidia.cudnn.__path__)[0])" 2>/dev/null)
   if cmake -S . -B build-gpu -G Ninja -DKP_CUDA=ON -DKP_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
        ${cudnn_root:+-DKP_CUDNN_ROOT=$cudnn_root} >"$out/build.log" 2>&1 \
-       && cmake --build build-gpu >>"$out/build.log" 2>&1; then
+       && cmake --build build-gpu ${KP_BUILD_TARGETS:+--target $KP_BUILD_TARGETS} >>"$out/build.log" 2>&1; then
     row "build (cuda, Release)" PASS "$(( $(date +%s) - t0 ))s"
   else
     row "build (cuda, Release)" FAIL "see build.log"; tail -30 "$out/build.log"

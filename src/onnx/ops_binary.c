@@ -6,10 +6,10 @@
  * per dimension (steps or broadcasts), after dropping the output's size-1
  * dimensions and merging neighbours that every input treats alike, so the
  * common cases (equal shapes, a scalar, a per-channel vector) index with
- * at most one or two divisions. The family's table is in ops_elementwise.c. */
+ * few multiplies. The family's table is in ops_elementwise.c. */
 #include <string.h>
 
-#include "elementwise-kernels.h"
+#include "binary-kernels.h"
 #include "onnx-impl.h"
 
 _Static_assert(sizeof(kp__ox_binary_params) <= KP_MAX_KERNEL_PARAMS, "binary params too large");
@@ -35,10 +35,10 @@ extern const kp_device_kernel kp__ox_binary_other_cuda;
 #define KP__OX_BINARY_CUDA(form)
 #endif
 
-#define KP__OX_BINARY_KERNEL(form)                                      \
-    static const kp_kernel bin_##form##_kernel = {                      \
-        "onnx_binary_" #form,                                           \
-        sizeof(kp__ox_binary_params),                                   \
+#define KP__OX_BINARY_KERNEL(form)                 \
+    static const kp_kernel bin_##form##_kernel = { \
+        "onnx_binary_" #form,                      \
+        sizeof(kp__ox_binary_params),              \
         {{"host", &(const kp_host_kernel){bin_host}}, KP__OX_BINARY_CUDA(form)}};
 KP__OX_BINARY_KERNEL(flat)
 KP__OX_BINARY_KERNEL(nd)
@@ -137,15 +137,18 @@ static kp_status bin_check_dtypes(const kp__ox_gnode *n, int op, kp__ox_value *c
     case KP__OX_B_PRELU:
     case KP__OX_B_ADD_DIV:
         if (a->is_bool)
-            return kp__ox_node_error(n, KP_ERR_UNSUPPORTED, "arithmetic on bool input '%s' is "
-                                     "not supported", a->name);
+            return kp__ox_node_error(n, KP_ERR_UNSUPPORTED,
+                                     "arithmetic on bool input '%s' is "
+                                     "not supported",
+                                     a->name);
         break;
     default: break;
     }
     if (a->dtype != b->dtype)
-        return kp__ox_node_error(n, KP_ERR_MISMATCH, "inputs '%s' (%s) and '%s' (%s) differ in "
-                                 "dtype", a->name, bin_dtype_name(a), b->name,
-                                 bin_dtype_name(b));
+        return kp__ox_node_error(n, KP_ERR_MISMATCH,
+                                 "inputs '%s' (%s) and '%s' (%s) differ in "
+                                 "dtype",
+                                 a->name, bin_dtype_name(a), b->name, bin_dtype_name(b));
     return KP_OK;
 }
 
@@ -159,8 +162,8 @@ static kp_status bin_inputs(kp__ox_graph *g, const kp__ox_gnode *n, size_t count
 }
 
 /* The output shape of inputs broadcast together. */
-static kp_status bin_shape(const kp__ox_gnode *n, kp__ox_value *const *in, size_t count,
-                           int *nd, int64_t *shape) {
+static kp_status bin_shape(const kp__ox_gnode *n, kp__ox_value *const *in, size_t count, int *nd,
+                           int64_t *shape) {
     *nd = in[0]->ndim;
     memcpy(shape, in[0]->shape, sizeof(int64_t) * KP_MAX_DIMS);
     for (size_t i = 1; i < count; i++) {
@@ -184,8 +187,10 @@ kp_status kp__ox_binary_infer(kp__ox_graph *g, kp__ox_gnode *n, int op) {
         bool same = nd == in[0]->ndim;
         for (int d = 0; same && d < nd; d++) same = shape[d] == in[0]->shape[d];
         if (!same)
-            return kp__ox_node_error(n, KP_ERR_MISMATCH, "slope '%s' does not broadcast to the "
-                                     "shape of X '%s'", in[1]->name, in[0]->name);
+            return kp__ox_node_error(n, KP_ERR_MISMATCH,
+                                     "slope '%s' does not broadcast to the "
+                                     "shape of X '%s'",
+                                     in[1]->name, in[0]->name);
     }
     if (op == KP__OX_B_MOD) {
         int64_t fmod;
@@ -213,12 +218,13 @@ kp_status kp__ox_binary_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode 
 kp_status kp__ox_variadic_infer(kp__ox_graph *g, kp__ox_gnode *n, int op) {
     size_t count = n->n_in;
     if (count == 0) return kp__ox_node_error(n, KP_ERR_PARSE, "no inputs");
-    kp__ox_value *first;
+    kp__ox_value *first = NULL;
     KP_CHECK(bin_inputs(g, n, 1, &first));
     if (first->is_bool || (op == KP__OX_B_ADD_DIV && !kp__ox_is_float(first->dtype)))
-        return kp__ox_node_error(n, KP_ERR_UNSUPPORTED, "input '%s' has dtype %s, which this "
-                                 "operator does not support", first->name,
-                                 bin_dtype_name(first));
+        return kp__ox_node_error(n, KP_ERR_UNSUPPORTED,
+                                 "input '%s' has dtype %s, which this "
+                                 "operator does not support",
+                                 first->name, bin_dtype_name(first));
     int nd = first->ndim;
     int64_t shape[KP_MAX_DIMS];
     memcpy(shape, first->shape, sizeof shape);
@@ -226,9 +232,11 @@ kp_status kp__ox_variadic_infer(kp__ox_graph *g, kp__ox_gnode *n, int op) {
         kp__ox_value *v = kp__ox_in(g, n, i);
         if (!v) return kp__ox_node_error(n, KP_ERR_PARSE, "input %zu is missing", i);
         if (v->dtype != first->dtype || v->is_bool)
-            return kp__ox_node_error(n, KP_ERR_MISMATCH, "inputs '%s' (%s) and '%s' (%s) "
-                                     "differ in dtype", first->name, bin_dtype_name(first),
-                                     v->name, bin_dtype_name(v));
+            return kp__ox_node_error(n, KP_ERR_MISMATCH,
+                                     "inputs '%s' (%s) and '%s' (%s) "
+                                     "differ in dtype",
+                                     first->name, bin_dtype_name(first), v->name,
+                                     bin_dtype_name(v));
         int64_t tmp[KP_MAX_DIMS];
         memcpy(tmp, shape, sizeof tmp);
         KP_CHECK(kp__ox_broadcast(n, nd, tmp, v->ndim, v->shape, &nd, shape));

@@ -35,16 +35,14 @@ static void ew_unary_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t 
     kp__ox_unary_span(p, (int64_t)lo, (int64_t)hi, 1);
 }
 
-static void ew_clip_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first,
-                         uint64_t nb) {
+static void ew_clip_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t nb) {
     const kp__ox_clip_params *p = pp;
     uint64_t lo, hi;
     kp_host_block_span((uint64_t)p->n, grid, first, nb, &lo, &hi);
     kp__ox_clip_span(p, (int64_t)lo, (int64_t)hi, 1);
 }
 
-static void ew_cast_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first,
-                         uint64_t nb) {
+static void ew_cast_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t nb) {
     const kp__ox_cast_params *p = pp;
     uint64_t lo, hi;
     kp_host_block_span((uint64_t)p->n, grid, first, nb, &lo, &hi);
@@ -74,20 +72,21 @@ static const char *ew_dtype_name(const kp__ox_value *v) {
 }
 
 static kp_status ew_unsupported_dtype(const kp__ox_gnode *n, const kp__ox_value *v) {
-    return kp__ox_node_error(n, KP_ERR_UNSUPPORTED, "input '%s' has dtype %s, which this "
-                             "operator does not support", v->name, ew_dtype_name(v));
+    return kp__ox_node_error(n, KP_ERR_UNSUPPORTED,
+                             "input '%s' has dtype %s, which this "
+                             "operator does not support",
+                             v->name, ew_dtype_name(v));
 }
 
-static kp_status ew_input(kp__ox_graph *g, const kp__ox_gnode *n, size_t i,
-                          kp__ox_value **out) {
+static kp_status ew_input(kp__ox_graph *g, const kp__ox_gnode *n, size_t i, kp__ox_value **out) {
     *out = kp__ox_in(g, n, i);
     if (!*out) return kp__ox_node_error(n, KP_ERR_PARSE, "input %zu is missing", i);
     return KP_OK;
 }
 
 kp_status kp__ox_ew_copy(const kp__ox_exec *x, const kp__ox_value *in, kp__ox_value *out) {
-    kp__ox_unary_params p = {.x = in->data, .y = out->data, .n = out->numel,
-                             .op = KP__OX_U_COPY, .dtype = in->dtype};
+    kp__ox_unary_params p = {
+        .x = in->data, .y = out->data, .n = out->numel, .op = KP__OX_U_COPY, .dtype = in->dtype};
     return kp__ox_launch(x, &ew_unary_kernel, (uint64_t)p.n, &p);
 }
 
@@ -125,17 +124,20 @@ static kp_status ew_unary_attrs(const kp__ox_gnode *n, kp__ox_unary_params *p) {
         return KP_OK;
     case KP__OX_U_GELU:
         KP_CHECK(kp__ox_attr_str(n, "approximate", "none", &approx));
-        if (strcmp(approx, "tanh") == 0) p->op = KP__OX_U_GELU_TANH;
+        if (strcmp(approx, "tanh") == 0)
+            p->op = KP__OX_U_GELU_TANH;
         else if (strcmp(approx, "none") != 0)
-            return kp__ox_node_error(n, KP_ERR_UNSUPPORTED, "approximate '%s' is not "
-                                     "supported (none, tanh)", approx);
+            return kp__ox_node_error(n, KP_ERR_UNSUPPORTED,
+                                     "approximate '%s' is not "
+                                     "supported (none, tanh)",
+                                     approx);
         return KP_OK;
     default: return KP_OK;
     }
 }
 
 static kp_status ew_unary_infer(kp__ox_graph *g, kp__ox_gnode *n, int op) {
-    kp__ox_value *x;
+    kp__ox_value *x = NULL;
     KP_CHECK(ew_input(g, n, 0, &x));
     bool fl = kp__ox_is_float(x->dtype), ok, out_bool = false;
     switch (op) {
@@ -163,8 +165,8 @@ static kp_status ew_unary_infer(kp__ox_graph *g, kp__ox_gnode *n, int op) {
 static kp_status ew_unary_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode *n, int op) {
     const kp__ox_value *in = kp__ox_in(g, n, 0);
     kp__ox_value *out = kp__ox_out(g, n, 0);
-    kp__ox_unary_params p = {.x = in->data, .y = out->data, .n = out->numel, .op = op,
-                             .dtype = in->dtype};
+    kp__ox_unary_params p = {
+        .x = in->data, .y = out->data, .n = out->numel, .op = op, .dtype = in->dtype};
     KP_CHECK(ew_unary_attrs(n, &p));
     return kp__ox_launch(x, &ew_unary_kernel, (uint64_t)p.n, &p);
 }
@@ -172,7 +174,7 @@ static kp_status ew_unary_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnod
 /* --- Clip ---------------------------------------------------------------------- */
 
 static kp_status ew_clip_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    kp__ox_value *x;
+    kp__ox_value *x = NULL;
     KP_CHECK(ew_input(g, n, 0, &x));
     bool from_inputs = n->opset >= 11;
     if (!kp__ox_is_float(x->dtype) && !(from_inputs && ew_is_int(x->dtype) && !x->is_bool))
@@ -184,8 +186,10 @@ static kp_status ew_clip_infer(kp__ox_graph *g, kp__ox_gnode *n) {
             return kp__ox_node_error(n, KP_ERR_MISMATCH, "bound '%s' has dtype %s, the input %s",
                                      b->name, ew_dtype_name(b), ew_dtype_name(x));
         if (b->numel != 1)
-            return kp__ox_node_error(n, KP_ERR_MISMATCH, "bound '%s' has %lld elements; it "
-                                     "must be a scalar", b->name, (long long)b->numel);
+            return kp__ox_node_error(n, KP_ERR_MISMATCH,
+                                     "bound '%s' has %lld elements; it "
+                                     "must be a scalar",
+                                     b->name, (long long)b->numel);
     }
     float lo, hi;
     if (!from_inputs) {
@@ -212,8 +216,13 @@ static void ew_clip_bound(const kp__ox_value *b, kp__ox_clip_params *p, bool hig
 static kp_status ew_clip_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode *n) {
     const kp__ox_value *in = kp__ox_in(g, n, 0);
     kp__ox_value *out = kp__ox_out(g, n, 0);
-    kp__ox_clip_params p = {.x = in->data, .y = out->data, .n = out->numel, .dtype = in->dtype,
-                            .flo = -INFINITY, .fhi = INFINITY, .ilo = INT64_MIN,
+    kp__ox_clip_params p = {.x = in->data,
+                            .y = out->data,
+                            .n = out->numel,
+                            .dtype = in->dtype,
+                            .flo = -INFINITY,
+                            .fhi = INFINITY,
+                            .ilo = INT64_MIN,
                             .ihi = INT64_MAX};
     if (in->dtype == KP_U64) {
         p.ilo = 0;
@@ -244,12 +253,12 @@ static kp_status ew_cast_target(const kp__ox_gnode *n, kp_dtype *dt, bool *is_bo
 }
 
 static kp_status ew_cast_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    kp__ox_value *x;
+    kp__ox_value *x = NULL;
     KP_CHECK(ew_input(g, n, 0, &x));
     kp_dtype dt = KP_F32;
     bool is_bool = false;
     if (strcmp(n->src->op_type, "CastLike") == 0) {
-        kp__ox_value *like;
+        kp__ox_value *like = NULL;
         KP_CHECK(ew_input(g, n, 1, &like));
         dt = like->dtype;
         is_bool = like->is_bool;
@@ -266,8 +275,12 @@ static kp_status ew_cast_infer(kp__ox_graph *g, kp__ox_gnode *n) {
 static kp_status ew_cast_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode *n) {
     const kp__ox_value *in = kp__ox_in(g, n, 0);
     kp__ox_value *out = kp__ox_out(g, n, 0);
-    kp__ox_cast_params p = {.x = in->data, .y = out->data, .n = out->numel, .from = in->dtype,
-                            .to = out->dtype, .to_bool = out->is_bool && !in->is_bool,
+    kp__ox_cast_params p = {.x = in->data,
+                            .y = out->data,
+                            .n = out->numel,
+                            .from = in->dtype,
+                            .to = out->dtype,
+                            .to_bool = out->is_bool && !in->is_bool,
                             .bf16_trunc = n->opset < 19};
     return kp__ox_launch(x, &ew_cast_kernel, (uint64_t)p.n, &p);
 }
@@ -287,15 +300,18 @@ static kp_status ew_identity_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_g
  * A training_mode that is not a constant false is refused, since dropping
  * at random is training's business. Dropout is no view: the mask is work. */
 static kp_status ew_dropout_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    kp__ox_value *x;
+    kp__ox_value *x = NULL;
     KP_CHECK(ew_input(g, n, 0, &x));
     const kp__ox_value *t = n->opset >= 12 ? kp__ox_in(g, n, 2) : NULL;
     if (t) {
         if (!t->is_const || !t->host || t->numel != 1)
-            return kp__ox_node_error(n, KP_ERR_UNSUPPORTED, "training_mode '%s' is not a "
-                                     "constant scalar; only inference is supported", t->name);
+            return kp__ox_node_error(n, KP_ERR_UNSUPPORTED,
+                                     "training_mode '%s' is not a "
+                                     "constant scalar; only inference is supported",
+                                     t->name);
         if (kp__ox_ld_i(t->host, t->dtype, 0) != 0)
-            return kp__ox_node_error(n, KP_ERR_UNSUPPORTED, "training_mode is true; only "
+            return kp__ox_node_error(n, KP_ERR_UNSUPPORTED,
+                                     "training_mode is true; only "
                                      "inference is supported");
     }
     KP_CHECK(kp__ox_set_out(g, n, 0, x->dtype, x->ndim, x->shape));
@@ -311,44 +327,46 @@ static kp_status ew_dropout_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gn
     KP_CHECK(kp__ox_ew_copy(x, kp__ox_in(g, n, 0), kp__ox_out(g, n, 0)));
     kp__ox_value *mask = kp__ox_out(g, n, 1);
     if (!mask) return KP_OK;
-    kp__ox_unary_params p = {.y = mask->data, .n = mask->numel, .op = KP__OX_U_ONE,
-                             .dtype = mask->dtype};
+    kp__ox_unary_params p = {
+        .y = mask->data, .n = mask->numel, .op = KP__OX_U_ONE, .dtype = mask->dtype};
     return kp__ox_launch(x, &ew_unary_kernel, (uint64_t)p.n, &p);
 }
 
 /* --- the table ------------------------------------------------------------------- */
 
+/* clang-format off */
 /* name, first opset, kernel op */
-#define KP__OX_UNARY_TABLE(X)                                                                  \
-    X(Relu, 1, KP__OX_U_RELU) X(Sigmoid, 1, KP__OX_U_SIGMOID) X(Tanh, 1, KP__OX_U_TANH)        \
-    X(Exp, 1, KP__OX_U_EXP) X(Log, 1, KP__OX_U_LOG) X(Sqrt, 1, KP__OX_U_SQRT)                  \
-    X(Abs, 1, KP__OX_U_ABS) X(Neg, 1, KP__OX_U_NEG) X(Reciprocal, 1, KP__OX_U_RECIPROCAL)      \
-    X(Floor, 1, KP__OX_U_FLOOR) X(Ceil, 1, KP__OX_U_CEIL) X(Round, 11, KP__OX_U_ROUND)         \
-    X(Erf, 9, KP__OX_U_ERF) X(Sin, 7, KP__OX_U_SIN) X(Cos, 7, KP__OX_U_COS)                    \
-    X(Tan, 7, KP__OX_U_TAN) X(Asin, 7, KP__OX_U_ASIN) X(Acos, 7, KP__OX_U_ACOS)                \
-    X(Atan, 7, KP__OX_U_ATAN) X(Sinh, 9, KP__OX_U_SINH) X(Cosh, 9, KP__OX_U_COSH)              \
-    X(Asinh, 9, KP__OX_U_ASINH) X(Acosh, 9, KP__OX_U_ACOSH) X(Atanh, 9, KP__OX_U_ATANH)        \
-    X(Softplus, 1, KP__OX_U_SOFTPLUS) X(Softsign, 1, KP__OX_U_SOFTSIGN)                        \
-    X(Sign, 9, KP__OX_U_SIGN) X(HardSigmoid, 1, KP__OX_U_HARDSIGMOID)                          \
-    X(HardSwish, 14, KP__OX_U_HARDSWISH) X(LeakyRelu, 1, KP__OX_U_LEAKYRELU)                   \
-    X(Elu, 1, KP__OX_U_ELU) X(Selu, 1, KP__OX_U_SELU) X(Celu, 12, KP__OX_U_CELU)               \
-    X(ThresholdedRelu, 10, KP__OX_U_THRESHOLDEDRELU) X(Gelu, 20, KP__OX_U_GELU)                \
-    X(Mish, 18, KP__OX_U_MISH) X(Shrink, 9, KP__OX_U_SHRINK) X(IsNaN, 9, KP__OX_U_ISNAN)       \
+#define KP__OX_UNARY_TABLE(X)                                                              \
+    X(Relu, 1, KP__OX_U_RELU) X(Sigmoid, 1, KP__OX_U_SIGMOID) X(Tanh, 1, KP__OX_U_TANH)    \
+    X(Exp, 1, KP__OX_U_EXP) X(Log, 1, KP__OX_U_LOG) X(Sqrt, 1, KP__OX_U_SQRT)              \
+    X(Abs, 1, KP__OX_U_ABS) X(Neg, 1, KP__OX_U_NEG) X(Reciprocal, 1, KP__OX_U_RECIPROCAL)  \
+    X(Floor, 1, KP__OX_U_FLOOR) X(Ceil, 1, KP__OX_U_CEIL) X(Round, 11, KP__OX_U_ROUND)     \
+    X(Erf, 9, KP__OX_U_ERF) X(Sin, 7, KP__OX_U_SIN) X(Cos, 7, KP__OX_U_COS)                \
+    X(Tan, 7, KP__OX_U_TAN) X(Asin, 7, KP__OX_U_ASIN) X(Acos, 7, KP__OX_U_ACOS)            \
+    X(Atan, 7, KP__OX_U_ATAN) X(Sinh, 9, KP__OX_U_SINH) X(Cosh, 9, KP__OX_U_COSH)          \
+    X(Asinh, 9, KP__OX_U_ASINH) X(Acosh, 9, KP__OX_U_ACOSH) X(Atanh, 9, KP__OX_U_ATANH)    \
+    X(Softplus, 1, KP__OX_U_SOFTPLUS) X(Softsign, 1, KP__OX_U_SOFTSIGN)                    \
+    X(Sign, 9, KP__OX_U_SIGN) X(HardSigmoid, 1, KP__OX_U_HARDSIGMOID)                      \
+    X(HardSwish, 14, KP__OX_U_HARDSWISH) X(LeakyRelu, 1, KP__OX_U_LEAKYRELU)               \
+    X(Elu, 1, KP__OX_U_ELU) X(Selu, 1, KP__OX_U_SELU) X(Celu, 12, KP__OX_U_CELU)           \
+    X(ThresholdedRelu, 10, KP__OX_U_THRESHOLDEDRELU) X(Gelu, 20, KP__OX_U_GELU)            \
+    X(Mish, 18, KP__OX_U_MISH) X(Shrink, 9, KP__OX_U_SHRINK) X(IsNaN, 9, KP__OX_U_ISNAN)   \
     X(IsInf, 10, KP__OX_U_ISINF) X(Not, 1, KP__OX_U_NOT)
 
 /* name, first opset, kernel op; Mod picks FMOD at run from its attribute */
-#define KP__OX_BINARY_TABLE(X)                                                                 \
-    X(Add, 7, KP__OX_B_ADD) X(Sub, 7, KP__OX_B_SUB) X(Mul, 7, KP__OX_B_MUL)                    \
-    X(Div, 7, KP__OX_B_DIV) X(Pow, 7, KP__OX_B_POW) X(Mod, 10, KP__OX_B_MOD)                   \
-    X(PRelu, 7, KP__OX_B_PRELU) X(Equal, 7, KP__OX_B_EQUAL) X(Less, 7, KP__OX_B_LESS)          \
-    X(Greater, 7, KP__OX_B_GREATER) X(LessOrEqual, 12, KP__OX_B_LESS_EQUAL)                    \
-    X(GreaterOrEqual, 12, KP__OX_B_GREATER_EQUAL) X(And, 7, KP__OX_B_AND)                      \
+#define KP__OX_BINARY_TABLE(X)                                                             \
+    X(Add, 7, KP__OX_B_ADD) X(Sub, 7, KP__OX_B_SUB) X(Mul, 7, KP__OX_B_MUL)                \
+    X(Div, 7, KP__OX_B_DIV) X(Pow, 7, KP__OX_B_POW) X(Mod, 10, KP__OX_B_MOD)               \
+    X(PRelu, 7, KP__OX_B_PRELU) X(Equal, 7, KP__OX_B_EQUAL) X(Less, 7, KP__OX_B_LESS)      \
+    X(Greater, 7, KP__OX_B_GREATER) X(LessOrEqual, 12, KP__OX_B_LESS_EQUAL)                \
+    X(GreaterOrEqual, 12, KP__OX_B_GREATER_EQUAL) X(And, 7, KP__OX_B_AND)                  \
     X(Or, 7, KP__OX_B_OR) X(Xor, 7, KP__OX_B_XOR) X(Where, 9, KP__OX_B_WHERE)
 
 /* name, first opset, kernel op of each step */
-#define KP__OX_VARIADIC_TABLE(X)                                                               \
-    X(Max, 6, KP__OX_B_MAX) X(Min, 6, KP__OX_B_MIN) X(Sum, 6, KP__OX_B_ADD)                    \
+#define KP__OX_VARIADIC_TABLE(X)                                                           \
+    X(Max, 6, KP__OX_B_MAX) X(Min, 6, KP__OX_B_MIN) X(Sum, 6, KP__OX_B_ADD)                \
     X(Mean, 6, KP__OX_B_ADD_DIV)
+/* clang-format on */
 
 #define KP__OX_WRAP(kind, name, since, op)                                                     \
     static kp_status ew_##name##_infer(kp__ox_graph *g, kp__ox_gnode *n) {                     \
@@ -367,8 +385,10 @@ KP__OX_VARIADIC_TABLE(KP__OX_WRAP_VARIADIC)
 #define KP__OX_ENTRY(op_name, first, op) \
     {.name = #op_name, .since = first, .infer = ew_##op_name##_infer, .run = ew_##op_name##_run},
 
+/* clang-format off */
 const kp__ox_op kp__ox_ops_elementwise[] = {
-    KP__OX_UNARY_TABLE(KP__OX_ENTRY) KP__OX_BINARY_TABLE(KP__OX_ENTRY)
+    KP__OX_UNARY_TABLE(KP__OX_ENTRY)
+    KP__OX_BINARY_TABLE(KP__OX_ENTRY)
     KP__OX_VARIADIC_TABLE(KP__OX_ENTRY)
     {.name = "Clip", .since = 1, .infer = ew_clip_infer, .run = ew_clip_run},
     {.name = "Cast", .since = 6, .infer = ew_cast_infer, .run = ew_cast_run},
@@ -378,3 +398,4 @@ const kp__ox_op kp__ox_ops_elementwise[] = {
     {.name = "Dropout", .since = 1, .infer = ew_dropout_infer, .run = ew_dropout_run},
     {.name = NULL},
 };
+/* clang-format on */

@@ -139,7 +139,7 @@ static kp_status kp__f32_in(kp__ox_graph *g, const kp__ox_gnode *n, size_t i, in
 static kp_status kp__channel_vecs(kp__ox_graph *g, const kp__ox_gnode *n, size_t first,
                                   size_t last, int64_t c) {
     for (size_t i = first; i <= last; i++) {
-        kp__ox_value *v;
+        kp__ox_value *v = NULL;
         KP_CHECK(kp__f32_in(g, n, i, 1, &v));
         if (v->ndim != 1 || v->shape[0] != c)
             return kp__ox_node_error(n, KP_ERR_MISMATCH, "input %zu must hold %lld values", i,
@@ -229,7 +229,7 @@ static kp_status kp__pool_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnod
 }
 
 static kp_status kp__global_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    kp__ox_value *x;
+    kp__ox_value *x = NULL;
     KP_CHECK(kp__f32_in(g, n, 0, 3, &x));
     if (!kp__ox_fits32(x->shape[0] * x->shape[1]))
         return kp__ox_node_error(n, KP_ERR_UNSUPPORTED, "too many channels");
@@ -250,7 +250,7 @@ static kp_status kp__global_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gn
 /* --- normalizations and LRN -------------------------------------------------------------- */
 
 static kp_status kp__bn_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    kp__ox_value *x;
+    kp__ox_value *x = NULL;
     int64_t training, spatial;
     KP_CHECK(kp__f32_in(g, n, 0, 2, &x));
     KP_CHECK(kp__ox_attr_int(n, "training_mode", 0, &training));
@@ -278,7 +278,7 @@ static kp_status kp__bn_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode 
 }
 
 static kp_status kp__inorm_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    kp__ox_value *x;
+    kp__ox_value *x = NULL;
     KP_CHECK(kp__f32_in(g, n, 0, 3, &x));
     KP_CHECK(kp__channel_vecs(g, n, 1, 2, x->shape[1]));
     if (!kp__ox_fits32(x->shape[0] * x->shape[1]))
@@ -297,7 +297,7 @@ static kp_status kp__inorm_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gno
 }
 
 static kp_status kp__lrn_read(kp__ox_graph *g, kp__ox_gnode *n, kp__ox_lrn_params *p) {
-    kp__ox_value *x;
+    kp__ox_value *x = NULL;
     int64_t size;
     KP_CHECK(kp__f32_in(g, n, 0, 2, &x));
     KP_CHECK(kp__ox_attr_int(n, "size", 0, &size));
@@ -460,7 +460,7 @@ static kp_status kp__resize_extents(kp__ox_graph *g, const kp__ox_gnode *n, cons
 }
 
 static kp_status kp__resize_read(kp__ox_graph *g, kp__ox_gnode *n, kp__ox_resize_params *p) {
-    kp__ox_value *x;
+    kp__ox_value *x = NULL;
     double scale[KP_MAX_DIMS];
     KP_CHECK(kp__f32_in(g, n, 0, 1, &x));
     memset(p, 0, sizeof *p);

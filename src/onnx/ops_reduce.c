@@ -212,7 +212,7 @@ static kp_status reduce_mask(kp__ox_graph *g, const kp__ox_gnode *n, int rank, u
 }
 
 static kp_status reduce_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    const kp__ox_value *x;
+    const kp__ox_value *x = NULL;
     int op = reduce_op(n);
     bool ints =
         op == KP__OX_R_SUM || op == KP__OX_R_MAX || op == KP__OX_R_MIN || op == KP__OX_R_PROD;
@@ -259,7 +259,7 @@ static kp_status arg_attrs(const kp__ox_gnode *n, int rank, int *axis, int64_t *
 }
 
 static kp_status arg_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    const kp__ox_value *x;
+    const kp__ox_value *x = NULL;
     KP_CHECK(need_input(g, n, 0, f32_ints, &x));
     int axis;
     int64_t keep, last, shape[KP_MAX_DIMS];
@@ -316,7 +316,7 @@ static kp_status softmax_mask(const kp__ox_gnode *n, int rank, uint32_t *mask) {
 }
 
 static kp_status softmax_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    const kp__ox_value *x;
+    const kp__ox_value *x = NULL;
     uint32_t mask;
     KP_CHECK(need_input(g, n, 0, f32_only, &x));
     KP_CHECK(softmax_mask(n, x->ndim, &mask));
@@ -352,7 +352,7 @@ static kp_status norm_launch(const kp__ox_exec *x, kp__ox_norm_params *p, const 
 /* Scale and B are flattened and broadcast against the normalised part of
  * X, as the operator's function body does: n elements, or one. */
 static kp_status layer_param(kp__ox_graph *g, const kp__ox_gnode *n, size_t i, int64_t len) {
-    const kp__ox_value *v;
+    const kp__ox_value *v = NULL;
     KP_CHECK(need_input(g, n, i, f32_only, &v));
     if (v->numel != len && v->numel != 1)
         return kp__ox_node_error(n, KP_ERR_MISMATCH,
@@ -363,7 +363,7 @@ static kp_status layer_param(kp__ox_graph *g, const kp__ox_gnode *n, size_t i, i
 }
 
 static kp_status layer_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    const kp__ox_value *x;
+    const kp__ox_value *x = NULL;
     int64_t a, stash, shape[KP_MAX_DIMS];
     int axis;
     float eps;
@@ -459,7 +459,7 @@ static kp_status norm_attrs(const kp__ox_gnode *n, int rank, uint32_t *mask, int
 }
 
 static kp_status norm_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    const kp__ox_value *x;
+    const kp__ox_value *x = NULL;
     uint32_t mask;
     int kind;
     KP_CHECK(need_input(g, n, 0, f32_only, &x));
@@ -491,7 +491,7 @@ static kp_status cumsum_attrs(kp__ox_graph *g, const kp__ox_gnode *n, int rank, 
 }
 
 static kp_status cumsum_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    const kp__ox_value *x;
+    const kp__ox_value *x = NULL;
     int axis;
     int64_t exclusive, reverse;
     KP_CHECK(need_input(g, n, 0, f32_ints, &x));

@@ -37,7 +37,7 @@ static kp_status sh_view_out(kp__ox_graph *g, const kp__ox_gnode *n, int ndim,
 /* --- Reshape and Flatten -------------------------------------------------------- */
 
 static kp_status reshape_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    kp__ox_value *in;
+    kp__ox_value *in = NULL;
     KP_CHECK(sh_input(g, n, 0, &in));
     int64_t buf[KP_MAX_DIMS], allowzero, shape[KP_MAX_DIMS], known = 1;
     const int64_t *want;
@@ -81,7 +81,7 @@ static kp_status reshape_infer(kp__ox_graph *g, kp__ox_gnode *n) {
 }
 
 static kp_status flatten_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    kp__ox_value *in;
+    kp__ox_value *in = NULL;
     KP_CHECK(sh_input(g, n, 0, &in));
     int64_t a, shape[2] = {1, 1};
     KP_CHECK(kp__ox_attr_int(n, "axis", 1, &a));
@@ -108,7 +108,7 @@ static kp_status sh_axes(kp__ox_graph *g, const kp__ox_gnode *n, int64_t *buf, c
 }
 
 static kp_status squeeze_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    kp__ox_value *in;
+    kp__ox_value *in = NULL;
     KP_CHECK(sh_input(g, n, 0, &in));
     int64_t buf[KP_MAX_DIMS], shape[KP_MAX_DIMS];
     const int64_t *axes;
@@ -130,7 +130,7 @@ static kp_status squeeze_infer(kp__ox_graph *g, kp__ox_gnode *n) {
 }
 
 static kp_status unsqueeze_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    kp__ox_value *in;
+    kp__ox_value *in = NULL;
     KP_CHECK(sh_input(g, n, 0, &in));
     int64_t buf[KP_MAX_DIMS], shape[KP_MAX_DIMS];
     const int64_t *axes;
@@ -168,7 +168,7 @@ static kp_status sh_fill(const kp__ox_exec *x, kp__ox_graph *g, const kp__ox_gno
 
 /* Shape's [start, end) of the dims, clamped as opset 15 says. */
 static kp_status shape_range(kp__ox_graph *g, const kp__ox_gnode *n, int64_t *start, int64_t *end) {
-    kp__ox_value *in;
+    kp__ox_value *in = NULL;
     KP_CHECK(sh_input(g, n, 0, &in));
     KP_CHECK(kp__ox_attr_int(n, "start", 0, start));
     KP_CHECK(kp__ox_attr_int(n, "end", in->ndim, end));
@@ -196,7 +196,7 @@ static kp_status shape_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode *
 }
 
 static kp_status size_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    kp__ox_value *in;
+    kp__ox_value *in = NULL;
     KP_CHECK(sh_input(g, n, 0, &in));
     int64_t none = 1;
     return kp__ox_set_out(g, n, 0, KP_I64, 0, &none);
@@ -335,7 +335,7 @@ static kp_status cos_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode *n)
 /* A scalar input's value; the inputs are constant (infer refuses otherwise). */
 static kp_status range_scalar(kp__ox_graph *g, const kp__ox_gnode *n, size_t i, kp_dtype dt,
                               double *f, int64_t *v) {
-    kp__ox_value *in;
+    kp__ox_value *in = NULL;
     KP_CHECK(sh_input(g, n, i, &in));
     if (in->dtype != dt || in->numel != 1)
         return kp__ox_node_error(n, KP_ERR_INVALID_ARG, "input %zu is not one %s", i,
@@ -357,7 +357,7 @@ static kp_status range_scalar(kp__ox_graph *g, const kp__ox_gnode *n, size_t i, 
 #define SH_RANGE_MAX ((int64_t)1 << 40)
 
 static kp_status range_plan(kp__ox_graph *g, const kp__ox_gnode *n, kp__ox_mv_range_params *p) {
-    kp__ox_value *in;
+    kp__ox_value *in = NULL;
     KP_CHECK(sh_input(g, n, 0, &in));
     kp_dtype dt = in->dtype;
     double f[3] = {0, 0, 0};

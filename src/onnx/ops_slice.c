@@ -132,7 +132,7 @@ static kp_status gather_inputs(kp__ox_graph *g, const kp__ox_gnode *n, kp__ox_va
 }
 
 kp_status kp__ox_gather_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    kp__ox_value *data, *idx;
+    kp__ox_value *data = NULL, *idx = NULL;
     int axis;
     KP_CHECK(gather_inputs(g, n, &data, &idx, &axis));
     int rank = data->ndim - 1 + idx->ndim;
@@ -173,7 +173,7 @@ kp_status kp__ox_gather_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode 
 }
 
 kp_status kp__ox_gather_elements_infer(kp__ox_graph *g, kp__ox_gnode *n) {
-    kp__ox_value *data, *idx;
+    kp__ox_value *data = NULL, *idx = NULL;
     int axis;
     KP_CHECK(gather_inputs(g, n, &data, &idx, &axis));
     if (idx->ndim != data->ndim)
