@@ -138,17 +138,14 @@ static kp_status bin_check_dtypes(const kp__ox_gnode *n, int op, kp__ox_value *c
     case KP__OX_B_ADD_DIV:
         if (a->is_bool)
             return kp__ox_node_error(n, KP_ERR_UNSUPPORTED,
-                                     "arithmetic on bool input '%s' is "
-                                     "not supported",
-                                     a->name);
+                                     "arithmetic on bool input '%s' is not supported", a->name);
         break;
     default: break;
     }
     if (a->dtype != b->dtype)
         return kp__ox_node_error(n, KP_ERR_MISMATCH,
-                                 "inputs '%s' (%s) and '%s' (%s) differ in "
-                                 "dtype",
-                                 a->name, bin_dtype_name(a), b->name, bin_dtype_name(b));
+                                 "inputs '%s' (%s) and '%s' (%s) differ in dtype", a->name,
+                                 bin_dtype_name(a), b->name, bin_dtype_name(b));
     return KP_OK;
 }
 
@@ -188,8 +185,7 @@ kp_status kp__ox_binary_infer(kp__ox_graph *g, kp__ox_gnode *n, int op) {
         for (int d = 0; same && d < nd; d++) same = shape[d] == in[0]->shape[d];
         if (!same)
             return kp__ox_node_error(n, KP_ERR_MISMATCH,
-                                     "slope '%s' does not broadcast to the "
-                                     "shape of X '%s'",
+                                     "slope '%s' does not broadcast to the shape of X '%s'",
                                      in[1]->name, in[0]->name);
     }
     if (op == KP__OX_B_MOD) {
@@ -222,8 +218,7 @@ kp_status kp__ox_variadic_infer(kp__ox_graph *g, kp__ox_gnode *n, int op) {
     KP_CHECK(bin_inputs(g, n, 1, &first));
     if (first->is_bool || (op == KP__OX_B_ADD_DIV && !kp__ox_is_float(first->dtype)))
         return kp__ox_node_error(n, KP_ERR_UNSUPPORTED,
-                                 "input '%s' has dtype %s, which this "
-                                 "operator does not support",
+                                 "input '%s' has dtype %s, which this operator does not support",
                                  first->name, bin_dtype_name(first));
     int nd = first->ndim;
     int64_t shape[KP_MAX_DIMS];
@@ -233,10 +228,8 @@ kp_status kp__ox_variadic_infer(kp__ox_graph *g, kp__ox_gnode *n, int op) {
         if (!v) return kp__ox_node_error(n, KP_ERR_PARSE, "input %zu is missing", i);
         if (v->dtype != first->dtype || v->is_bool)
             return kp__ox_node_error(n, KP_ERR_MISMATCH,
-                                     "inputs '%s' (%s) and '%s' (%s) "
-                                     "differ in dtype",
-                                     first->name, bin_dtype_name(first), v->name,
-                                     bin_dtype_name(v));
+                                     "inputs '%s' (%s) and '%s' (%s) differ in dtype", first->name,
+                                     bin_dtype_name(first), v->name, bin_dtype_name(v));
         int64_t tmp[KP_MAX_DIMS];
         memcpy(tmp, shape, sizeof tmp);
         KP_CHECK(kp__ox_broadcast(n, nd, tmp, v->ndim, v->shape, &nd, shape));

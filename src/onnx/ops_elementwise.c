@@ -73,8 +73,7 @@ static const char *ew_dtype_name(const kp__ox_value *v) {
 
 static kp_status ew_unsupported_dtype(const kp__ox_gnode *n, const kp__ox_value *v) {
     return kp__ox_node_error(n, KP_ERR_UNSUPPORTED,
-                             "input '%s' has dtype %s, which this "
-                             "operator does not support",
+                             "input '%s' has dtype %s, which this operator does not support",
                              v->name, ew_dtype_name(v));
 }
 
@@ -128,9 +127,7 @@ static kp_status ew_unary_attrs(const kp__ox_gnode *n, kp__ox_unary_params *p) {
             p->op = KP__OX_U_GELU_TANH;
         else if (strcmp(approx, "none") != 0)
             return kp__ox_node_error(n, KP_ERR_UNSUPPORTED,
-                                     "approximate '%s' is not "
-                                     "supported (none, tanh)",
-                                     approx);
+                                     "approximate '%s' is not supported (none, tanh)", approx);
         return KP_OK;
     default: return KP_OK;
     }
@@ -173,6 +170,12 @@ static kp_status ew_unary_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnod
 
 /* --- Clip ---------------------------------------------------------------------- */
 
+/* Before opset 11 the bounds are attributes, defaulting to float's extremes. */
+static kp_status ew_clip_attrs(const kp__ox_gnode *n, kp__ox_clip_params *p) {
+    KP_CHECK(kp__ox_attr_float(n, "min", -FLT_MAX, &p->flo));
+    return kp__ox_attr_float(n, "max", FLT_MAX, &p->fhi);
+}
+
 static kp_status ew_clip_infer(kp__ox_graph *g, kp__ox_gnode *n) {
     kp__ox_value *x = NULL;
     KP_CHECK(ew_input(g, n, 0, &x));
@@ -187,15 +190,11 @@ static kp_status ew_clip_infer(kp__ox_graph *g, kp__ox_gnode *n) {
                                      b->name, ew_dtype_name(b), ew_dtype_name(x));
         if (b->numel != 1)
             return kp__ox_node_error(n, KP_ERR_MISMATCH,
-                                     "bound '%s' has %lld elements; it "
-                                     "must be a scalar",
-                                     b->name, (long long)b->numel);
+                                     "bound '%s' has %lld elements; it must be a scalar", b->name,
+                                     (long long)b->numel);
     }
-    float lo, hi;
-    if (!from_inputs) {
-        KP_CHECK(kp__ox_attr_float(n, "min", -FLT_MAX, &lo));
-        KP_CHECK(kp__ox_attr_float(n, "max", FLT_MAX, &hi));
-    }
+    kp__ox_clip_params p;
+    if (!from_inputs) KP_CHECK(ew_clip_attrs(n, &p));
     return kp__ox_set_out(g, n, 0, x->dtype, x->ndim, x->shape);
 }
 
@@ -232,8 +231,7 @@ static kp_status ew_clip_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode
         ew_clip_bound(kp__ox_in(g, n, 1), &p, false);
         ew_clip_bound(kp__ox_in(g, n, 2), &p, true);
     } else {
-        KP_CHECK(kp__ox_attr_float(n, "min", -FLT_MAX, &p.flo));
-        KP_CHECK(kp__ox_attr_float(n, "max", FLT_MAX, &p.fhi));
+        KP_CHECK(ew_clip_attrs(n, &p));
     }
     return kp__ox_launch(x, &ew_clip_kernel, (uint64_t)p.n, &p);
 }
@@ -285,6 +283,9 @@ static kp_status ew_cast_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode
     return kp__ox_launch(x, &ew_cast_kernel, (uint64_t)p.n, &p);
 }
 
+/* CastLike reads only its second input's dtype. */
+static bool ew_castlike_host_input(int i) { return i == 1; }
+
 /* --- Identity, Dropout ------------------------------------------------------------ */
 
 static kp_status ew_identity_infer(kp__ox_graph *g, kp__ox_gnode *n) {
@@ -306,13 +307,12 @@ static kp_status ew_dropout_infer(kp__ox_graph *g, kp__ox_gnode *n) {
     if (t) {
         if (!t->is_const || !t->host || t->numel != 1)
             return kp__ox_node_error(n, KP_ERR_UNSUPPORTED,
-                                     "training_mode '%s' is not a "
-                                     "constant scalar; only inference is supported",
+                                     "training_mode '%s' is not a constant scalar; only "
+                                     "inference is supported",
                                      t->name);
         if (kp__ox_ld_i(t->host, t->dtype, 0) != 0)
             return kp__ox_node_error(n, KP_ERR_UNSUPPORTED,
-                                     "training_mode is true; only "
-                                     "inference is supported");
+                                     "training_mode is true; only inference is supported");
     }
     KP_CHECK(kp__ox_set_out(g, n, 0, x->dtype, x->ndim, x->shape));
     kp__ox_out(g, n, 0)->is_bool = x->is_bool;
@@ -322,6 +322,9 @@ static kp_status ew_dropout_infer(kp__ox_graph *g, kp__ox_gnode *n) {
     kp__ox_out(g, n, 1)->is_bool = mask_bool;
     return KP_OK;
 }
+
+/* Dropout reads its ratio and training_mode on the host, if at all. */
+static bool ew_dropout_host_input(int i) { return i >= 1; }
 
 static kp_status ew_dropout_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode *n) {
     KP_CHECK(kp__ox_ew_copy(x, kp__ox_in(g, n, 0), kp__ox_out(g, n, 0)));
@@ -392,10 +395,12 @@ const kp__ox_op kp__ox_ops_elementwise[] = {
     KP__OX_VARIADIC_TABLE(KP__OX_ENTRY)
     {.name = "Clip", .since = 1, .infer = ew_clip_infer, .run = ew_clip_run},
     {.name = "Cast", .since = 6, .infer = ew_cast_infer, .run = ew_cast_run},
-    {.name = "CastLike", .since = 15, .infer = ew_cast_infer, .run = ew_cast_run},
+    {.name = "CastLike", .since = 15, .infer = ew_cast_infer, .run = ew_cast_run,
+     .host_input = ew_castlike_host_input},
     {.name = "Identity", .since = 1, .infer = ew_identity_infer, .run = ew_identity_run,
      .view = true},
-    {.name = "Dropout", .since = 1, .infer = ew_dropout_infer, .run = ew_dropout_run},
+    {.name = "Dropout", .since = 1, .infer = ew_dropout_infer, .run = ew_dropout_run,
+     .host_input = ew_dropout_host_input},
     {.name = NULL},
 };
 /* clang-format on */

@@ -71,7 +71,7 @@ static const kp_kernel cumsum_kernel = {
  * dimension k) are reduced. */
 static void rows_make(int ndim, const int64_t *shape, uint32_t mask, kp__ox_rows *r) {
     int64_t strides[KP_MAX_DIMS], sz[KP_MAX_DIMS], st[KP_MAX_DIMS], s = 1;
-    bool red[KP_MAX_DIMS];
+    bool red[KP_MAX_DIMS] = {false};
     int m = 0;
     for (int k = ndim - 1; k >= 0; k--) {
         strides[k] = s;
