@@ -646,7 +646,7 @@ static void module_calls(void **state) {
     assert_null(kp_module_type_name(1u << 30));
     int64_t v;
     const char *str;
-    kp_module_env env = {g_dev, KP_EXEC_GRAPH, "m", NULL, 0, NULL};
+    kp_module_env env = {g_dev, KP_EXEC_GRAPH, "m", NULL, 0, NULL, NULL};
     KPT_FAILS(kp_param_int(NULL, "size", true, 1, &v), BAD);
     KPT_FAILS(kp_param_int(&env, NULL, true, 1, &v), BAD);
     KPT_FAILS(kp_param_int(&env, "size", true, 1, NULL), BAD);
@@ -658,7 +658,7 @@ static void module_calls(void **state) {
     static const kp_param nums[] = {{"a", "0.5"},  {"b", "-2"},    {"c", "1e-3"}, {"d", ".25"},
                                     {"e", "nan"},  {"f", "inf"},   {"g", " 1"},   {"h", "+1"},
                                     {"i", "1.5x"}, {"j", "1e999"}, {"k", ""},     {"l", "-"}};
-    kp_module_env nenv = {g_dev, KP_EXEC_GRAPH, "m", nums, 12, NULL};
+    kp_module_env nenv = {g_dev, KP_EXEC_GRAPH, "m", nums, 12, NULL, NULL};
     static const double good[] = {0.5, -2, 1e-3, 0.25};
     for (int i = 0; i < 12; i++) {
         kp_status st = kp_param_double(&nenv, nums[i].key, false, 0, &x);
@@ -677,7 +677,7 @@ static void module_calls(void **state) {
     static const kp_param dims[] = {{"a", "8"},      {"b", "max:8"}, {"c", "max:"}, {"d", "max:-1"},
                                     {"e", "max: 8"}, {"f", "8.0"},   {"g", "11"},   {"h", "min:8"},
                                     {"i", "max:8x"}, {"j", "0"}};
-    kp_module_env denv = {g_dev, KP_EXEC_GRAPH, "m", dims, 10, NULL};
+    kp_module_env denv = {g_dev, KP_EXEC_GRAPH, "m", dims, 10, NULL, NULL};
     for (int i = 0; i < 10; i++) {
         kp_status st = kp_param_dim(&denv, dims[i].key, 1, 10, &v, &dyn);
         if (i < 2) {
@@ -1099,6 +1099,24 @@ static void pipeline_calls(void **state) {
     KPT_FAILS(kp_pipeline_module_report(p, 1, &mr), KP_ERR_NOT_FOUND);
     KPT_FAILS(kp_pipeline_module_report(p, SIZE_MAX, &mr), KP_ERR_NOT_FOUND);
     KPT_FAILS(kp_pipeline_module_report(p, 0, NULL), BAD);
+    {
+        /* a module's own account: relu has none, so "" and 0 */
+        char text[16] = "x";
+        size_t need = 99;
+        KPT_FAILS(kp_pipeline_module_describe(NULL, 0, text, sizeof text, &need), BAD);
+        KPT_FAILS(kp_pipeline_module_describe(p, 0, NULL, 4, &need), BAD);
+        KPT_FAILS(kp_pipeline_module_describe(p, 1, text, sizeof text, &need), KP_ERR_NOT_FOUND);
+        KPT_OK(kp_pipeline_module_describe(p, 0, text, sizeof text, &need));
+        assert_string_equal(text, "");
+        assert_int_equal(need, 0);
+        KPT_OK(kp_pipeline_module_describe(p, 0, NULL, 0, NULL));
+        /* the engine's listings: a name for every index below the count, NULL past it */
+        size_t n_ops = 0;
+        while (kp_onnx_op_name(n_ops)) n_ops++;
+        assert_true(n_ops > 50);
+        assert_null(kp_onnx_op_name(SIZE_MAX));
+        assert_non_null(kp_onnx_conv_library());
+    }
     KPT_FAILS(kp_pipeline_connection_report(p, 1, &cr), KP_ERR_NOT_FOUND);
     KPT_FAILS(kp_pipeline_connection_report(p, 0, NULL), BAD);
     {

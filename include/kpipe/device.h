@@ -251,7 +251,10 @@ kp_copy_counts *kp_copy_count_watch(kp_copy_counts *counts);
 
 /* --- streams --------------------------------------------------------------------- */
 /* An in-order queue of work. Streams do not synchronize with each other
- * except through events. */
+ * except through events. Several threads may enqueue on one stream: each
+ * call's work goes in whole, in the order the calls reach it (nothing
+ * orders two threads' calls but the caller). While a stream captures,
+ * only the capturing thread may enqueue on it. */
 kp_status kp_stream_create(kp_device_t dev, kp_stream_t *out);
 /* Waits for the stream's work, then releases it. NULL is a no-op. */
 void kp_stream_destroy(kp_stream_t s);

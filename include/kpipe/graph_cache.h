@@ -33,7 +33,13 @@
  * Outputs come back as views of the static output buffers sliced to the
  * shape asked for, valid until the next call that uses the cache.
  *
- * A cache is used by one thread at a time, on one device.
+ * A cache is used by one thread at a time, on one device: run, prepare,
+ * stats and report claim it for their duration, and one that overlaps
+ * another call on it (from a second thread, or from the work function
+ * inside the first) gets KP_ERR_STATE naming the call in progress (the
+ * report says so in its text), the cache left as it was. Calls in turn
+ * from different threads are fine; outputs are then rewritten by the next
+ * call, whichever thread makes it.
  */
 #ifndef KPIPE_GRAPH_CACHE_H
 #define KPIPE_GRAPH_CACHE_H

@@ -38,7 +38,8 @@ typedef struct kp_nv12_picture {
  * run (a slot not yet free is waited for: never in steady state). The
  * table's upload is a few bytes of addresses and sizes, not counted as a
  * host copy (kp_copy_count_watch). One resizer serves one thread at a
- * time. max_pictures 1 .. 1024. */
+ * time: a kp_resizer_nv12 that overlaps another on it gets KP_ERR_STATE
+ * and changes nothing. max_pictures 1 .. 1024. */
 typedef struct kp_resizer *kp_resizer_t;
 kp_status kp_resizer_create(kp_device_t dev, size_t max_pictures, kp_resizer_t *out);
 /* Waits for the resizer's launches, then frees it. NULL is a no-op. */

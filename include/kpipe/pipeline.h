@@ -14,6 +14,17 @@
  *       kp_pipeline_configure_io(p, in, 2, out, 1, s);
  *       kp_pipeline_execute_graph(p, s);             // or _execute_stream
  *   }
+ *
+ * A pipeline is used by one thread at a time. Its calls that tick it or
+ * read what ticks change (setup, configure_io, warmup, build_graph,
+ * execute_*, report_get, module_describe, fusion_report) claim it for
+ * their duration: one that overlaps another call on it, from a second
+ * thread or from a module's callback inside the first, gets KP_ERR_STATE
+ * naming the call in progress, and the pipeline is left as it was. Calls
+ * in turn from different threads are fine (each claim orders it after the
+ * one before); the other reports read what creation planned and may come
+ * from any thread. Outputs point into the pipeline's arena, which the next
+ * tick rewrites, whichever thread makes it.
  */
 #ifndef KPIPE_PIPELINE_H
 #define KPIPE_PIPELINE_H

@@ -31,7 +31,11 @@
  * a reader sees: each write makes a new version of its buffer, and a reader
  * of the region sees the last write submitted before it.
  *
- * Not thread-safe: one thread submits and runs. */
+ * A set is used by one thread at a time (program order decides what a
+ * reader sees, and threads have none between them): every call claims it
+ * for its duration, and one that overlaps another call on it, from a second
+ * thread or from a task function inside kp_tasks_run, gets KP_ERR_STATE
+ * naming the call in progress, the set left as it was. */
 #ifndef KPIPE_TASKS_H
 #define KPIPE_TASKS_H
 

@@ -2,11 +2,17 @@
 through DLPack)."""
 import collections
 import ctypes
+import functools
 import threading
 from ctypes import byref, c_void_p
 
 from . import _dlpack
 from ._lib import DTYPES, Error, HOST_FN, check, lib
+
+
+# re-entrant: a collection inside a block below may finalize another Handle
+# on this thread
+_handles_lock = threading.RLock()
 
 
 class Handle:
@@ -21,27 +27,32 @@ class Handle:
     def __init__(self, ptr, free, *parents):
         self.ptr, self._free, self._parents = ptr, free, parents
         self._kids, self._dead = 0, False
-        for q in parents:
-            if isinstance(q, Handle):
-                q._kids += 1
+        with _handles_lock:  # children come and go on any thread
+            for q in parents:
+                if isinstance(q, Handle):
+                    q._kids += 1
 
     def release(self):
-        if self._dead:
-            return
-        self._dead = True
+        with _handles_lock:
+            if self._dead:
+                return
+            self._dead = True
         self._free_now()
 
     def _free_now(self):
-        if self._kids or self.ptr is None and not self._parents:
-            return
-        p, self.ptr = self.ptr, None
+        with _handles_lock:  # one thread frees it; the library call runs outside
+            if self._kids or self.ptr is None and not self._parents:
+                return
+            p, self.ptr = self.ptr, None
+            parents, self._parents = self._parents, ()
         if p and self._free:
             self._free(p)
-        parents, self._parents = self._parents, ()
         for q in parents:
             if isinstance(q, Handle):
-                q._kids -= 1
-                if q._dead:
+                with _handles_lock:
+                    q._kids -= 1
+                    dead = q._dead
+                if dead:
                     q._free_now()
 
     def __del__(self):
@@ -77,7 +88,10 @@ class Device:
         self._wrapped = {}
         self._default = None
         self._event = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the event of order()
+        # the default stream and the wrapped ones, made once whatever thread
+        # asks first (two would split a pipeline's ticks over two streams)
+        self._streams_lock = threading.Lock()
 
     @property
     def ptr(self):
@@ -99,9 +113,13 @@ class Device:
 
     @property
     def default_stream(self):
-        if self._default is None:
-            self._default = self.stream()
-        return self._default
+        s = self._default
+        if s is None:
+            with self._streams_lock:
+                if self._default is None:
+                    self._default = self.stream()
+                s = self._default
+        return s
 
     def wrap_stream(self, native):
         """The kpipe stream over a native one (PyTorch's current stream's
@@ -110,10 +128,13 @@ class Device:
         native = _native_of(native)
         s = self._wrapped.get(native)
         if s is None:
-            p = c_void_p()
-            check(lib.kp_stream_wrap(self.ptr, c_void_p(native), byref(p)))
-            s = self._wrapped[native] = Stream(self, Handle(p.value, lib.kp_stream_destroy,
-                                                            self._h), native=native)
+            with self._streams_lock:
+                s = self._wrapped.get(native)
+                if s is None:
+                    p = c_void_p()
+                    check(lib.kp_stream_wrap(self.ptr, c_void_p(native), byref(p)))
+                    s = self._wrapped[native] = Stream(
+                        self, Handle(p.value, lib.kp_stream_destroy, self._h), native=native)
         return s
 
     def as_stream(self, s):
@@ -179,14 +200,29 @@ def _host_trampoline(user):
     try:
         fn()
     except BaseException as e:  # noqa: B902 - kept for the next sync
-        if sink._error is None:
-            sink._error = e
+        with _host_lock:
+            if sink._error is None:
+                sink._error = e
+
+
+def take_error(sink):
+    """The exception a host function left on `sink` (a stream, a graph
+    cache, a task set), handed to one caller only; None if there is none."""
+    with _host_lock:
+        e, sink._error = sink._error, None
+    return e
 
 
 class Stream:
     """A kpipe stream: its own (Device.stream()) or a native one wrapped
     (Device.wrap_stream). `native` is its cudaStream_t as an int (0 on the
-    cpu backend); torch.cuda.ExternalStream(s.native) runs PyTorch on it."""
+    cpu backend); torch.cuda.ExternalStream(s.native) runs PyTorch on it.
+
+    Threads: any number may use one stream, as in C. Each call's work goes
+    in whole, in the order the calls reach the stream (nothing orders two
+    threads' calls but the caller); sync() from any thread waits for all
+    work so far, and an exception a host function raised comes out of one
+    sync() only, the first to find it."""
 
     def __init__(self, dev, handle, native=None, sink=None):
         self.device, self._h, self._error = dev, handle, None
@@ -209,7 +245,7 @@ class Stream:
 
     def sync(self):
         check(lib.kp_stream_sync(self.ptr))
-        e, self._error = self._error, None
+        e = take_error(self)
         if e is not None:
             raise e
 
@@ -235,10 +271,10 @@ class Stream:
         with _host_lock:
             key = _host_next[0]
             _host_next[0] += 1
-        keep = keep if keep is not None else self._keep
-        _host_calls[key] = (fn, keep is None, self._sink)
-        if keep is not None:
-            keep.append(key)
+            keep = keep if keep is not None else self._keep
+            _host_calls[key] = (fn, keep is None, self._sink)
+            if keep is not None:
+                keep.append(key)
         st = lib.kp_launch_host_func(self.ptr, _host_trampoline, c_void_p(key))
         if st != 0:
             _host_calls.pop(key, None)
@@ -249,17 +285,124 @@ class Stream:
 
 
 def release_host_calls(keys):
-    for k in keys:
-        _host_calls.pop(k, None)
+    with _host_lock:
+        for k in keys:
+            _host_calls.pop(k, None)
 
 
-class Owned:
+_claims_lock = threading.Lock()
+
+
+class Bound:
+    """One thread's object: Pipeline, GraphCache, Tasks and
+    kpipe.torch.graphed. Their calls return views of the object's memory
+    that its next call rewrites, so calls from two threads, even in turn,
+    would hand one thread another's results. The object therefore belongs
+    to the first thread that calls it, and a call from another raises
+    kpipe.Error("KP_ERR_STATE") naming both threads, at once and every
+    time, whatever the timing. release_thread() in the holder gives it up
+    (the next caller, from any thread, takes it over: a pool of workers
+    that take turns), and a holder that has ended lets go by itself.
+
+    Each call holds self._lock while it runs. What any thread may call
+    (sync, stats, report, close) takes the lock too: it waits for a call in
+    progress rather than read it half done. A call made again from inside
+    one of the object's own (a work function, a task) raises instead of
+    waiting for itself."""
+    _what = "object"
+
+    def _bind_init(self):
+        self._lock = threading.Lock()
+        self._holder = None     # the threading.Thread that calls it
+        self._holder_id = None  # its ident
+        self._inside = None     # the ident of the thread inside a call
+
+    def _claim(self, me):
+        with _claims_lock:
+            t = self._holder
+            if t is not None and self._holder_id != me and t.is_alive():
+                cur = threading.current_thread()
+                raise Error("KP_ERR_STATE", "%s is in use by thread %r (ident %d), the first to "
+                            "call it; this is thread %r (ident %d). Its outputs are views that "
+                            "its next call rewrites, so it serves one thread: make one per "
+                            "thread, or have the holder call release_thread() once it has read "
+                            "its outputs" % (self._label(), t.name, self._holder_id, cur.name,
+                                             me))
+            self._holder, self._holder_id = threading.current_thread(), me
+
+    def _enter(self, bind=True):
+        """Returns with self._lock held, for a call from the holder (bind)
+        or from any thread."""
+        me = threading.get_ident()
+        if bind and self._holder_id != me:
+            self._claim(me)
+        if self._inside == me:
+            raise Error("KP_ERR_STATE", "%s: called again from inside one of its own calls "
+                        "(a work function or task on this thread); it runs one call at a "
+                        "time" % self._label())
+        self._lock.acquire()
+        self._inside = me
+
+    def _leave(self):
+        self._inside = None
+        self._lock.release()
+
+    def release_thread(self):
+        """Gives the object up from the thread that holds it: the next call,
+        from any thread, takes it over. Call it once the outputs were read
+        (or copied); after it, another thread's call may rewrite them."""
+        me = threading.get_ident()
+        with _claims_lock:
+            if self._holder is None:
+                return
+            if self._holder_id != me:
+                raise Error("KP_ERR_STATE", "%s: release_thread() from thread %r, but thread %r "
+                            "holds it" % (self._label(), threading.current_thread().name,
+                                          self._holder.name))
+            self._holder = self._holder_id = None
+
+    @property
+    def thread(self):
+        """The threading.Thread that holds it, or None."""
+        return self._holder
+
+    def _label(self):
+        return self._what
+
+
+def one_thread(method):
+    """A Bound method only the holder may call (it claims the object)."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        self._enter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._leave()
+    return call
+
+
+def any_thread(method):
+    """A Bound method any thread may call; it waits for a call in progress."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        self._enter(bind=False)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._leave()
+    return call
+
+
+class Owned(Bound):
     """What Pipeline, GraphCache and Tasks share: a library object behind
     self._h, inputs in flight (self._inflight) and host functions its graphs
-    call (self._host_keys). close() waits for the work, lets the object go
-    once no Array of it is held, and forgets the host functions."""
+    call (self._host_keys). close() (from any thread) waits for a call in
+    progress and for the work, lets the object go once no Array of it is
+    held, and forgets the host functions."""
     _host_keys = ()
 
+    @any_thread
     def close(self):
         if self._h.ptr:
             self._inflight.retire(wait=True)
@@ -406,7 +549,10 @@ class Inflight:
     record and a query cost more than the rest of a tick's Python): the
     sets since the last one wait for the next, for a change of stream, or
     for retire(wait=True). Recorded later, an event still comes after all
-    the work its stream had, so a set is never let go before its work."""
+    the work its stream had, so a set is never let go before its work.
+
+    Thread-safe: one lock covers the bookkeeping (a sync() or close() from
+    another thread meets the owner's ticks here)."""
     EVERY = 8
 
     def __init__(self, dev):
@@ -414,15 +560,17 @@ class Inflight:
         self._pending = collections.deque()  # (event, [sets])
         self._free = []
         self._loose, self._loose_stream = [], None  # sets with no event yet
+        self._lock = threading.Lock()
 
     def add(self, stream, objs):
-        if self._loose and stream is not self._loose_stream:
-            self._seal()
-        self._loose.append(objs)
-        self._loose_stream = stream
-        if len(self._loose) >= self.EVERY:
-            self._seal()
-            self.retire()
+        with self._lock:
+            if self._loose and stream is not self._loose_stream:
+                self._seal()
+            self._loose.append(objs)
+            self._loose_stream = stream
+            if len(self._loose) >= self.EVERY:
+                self._seal()
+                self._retire(False)
 
     def _seal(self):
         ev = self._free.pop() if self._free else None
@@ -435,6 +583,10 @@ class Inflight:
         self._loose, self._loose_stream = [], None
 
     def retire(self, wait=False):
+        with self._lock:
+            self._retire(wait)
+
+    def _retire(self, wait):
         if wait and self._loose:
             self._seal()
         done = ctypes.c_bool()
@@ -450,4 +602,5 @@ class Inflight:
             self._free.append(ev)
 
     def __len__(self):
-        return sum(len(sets) for _, sets in self._pending) + len(self._loose)
+        with self._lock:
+            return sum(len(sets) for _, sets in self._pending) + len(self._loose)

@@ -4,6 +4,7 @@ import ctypes
 import json
 import os
 import tempfile
+import threading
 from ctypes import byref, c_size_t, c_void_p
 
 from ._core import Array, Handle, Stream
@@ -68,12 +69,24 @@ class Flow:
         f = kpipe.Flow("examples/flow.json", device="cpu")
         f.run()                       # start and wait
         print(f.health()["frames"])   # the health report as a dict
+
+    Threads: a flow is made for them, and every method may come from any
+    thread. start() starts it once (a second start, from any thread,
+    raises KP_ERR_STATE); wait() may be called by several threads at once,
+    each returning once every stage has stopped, with the same outcome (a
+    stage's exception is raised from each); cancel() and health() at any
+    time; trace() and write_trace() once it was waited for. close() from
+    one thread while another waits lets the flow go once that wait
+    returns. Stage functions run on the flow's own threads: a Frame is
+    valid during its call only.
     """
 
     def __init__(self, spec=None, device="cpu", trace_events=0, _config=None):
         from . import _core
         self.device = _core.device(device)
-        self._exc = None
+        self._exc = None  # the first stage exception, raised by every wait()
+        self._exc_lock = threading.Lock()
+        self._snap_lock = threading.Lock()  # the snapshot buffer health() fills
         self._keep = None
         p = c_void_p()
         if _config is not None:
@@ -142,15 +155,17 @@ class Flow:
                     eos[0] = True
                 return 0
             except BaseException as e:  # noqa: B902 - raised again by wait()
-                if self._exc is None:
-                    self._exc = e
+                with self._exc_lock:
+                    if self._exc is None:
+                        self._exc = e
                 return set_error("KP_ERR_INVALID_ARG", "stage %s raised %s: %s"
                                  % (ctx.contents.name.decode(), type(e).__name__, e))
         return call
 
     def _status(self, st):
         if st != 0:
-            exc, self._exc = self._exc, None
+            with self._exc_lock:
+                exc = self._exc
             raise_failed(st, exc)
 
     @property
@@ -159,11 +174,21 @@ class Flow:
             raise Error("KP_ERR_STATE", "the flow is closed")
         return self._h.ptr
 
+    def _held(self):
+        """The handle, held by the caller for its call: a close() from
+        another thread meanwhile frees the flow only once the call is done."""
+        h = self._h
+        if not h.ptr:
+            raise Error("KP_ERR_STATE", "the flow is closed")
+        return h
+
     def start(self):
-        self._status(lib.kp_flow_start(self.ptr))
+        h = self._held()
+        self._status(lib.kp_flow_start(h.ptr))
 
     def wait(self):
-        self._status(lib.kp_flow_wait(self.ptr))
+        h = self._held()
+        self._status(lib.kp_flow_wait(h.ptr))
 
     def run(self):
         self.start()
@@ -171,23 +196,27 @@ class Flow:
         return self.health()
 
     def cancel(self):
-        check(lib.kp_flow_cancel(self.ptr))
+        h = self._held()
+        check(lib.kp_flow_cancel(h.ptr))
 
     def health(self):
         """The health report (frames, drops, per stage counts, times,
         copies and queues, links) as a dict, at any time."""
-        check(lib.kp_flow_health(self.ptr, self._snap))
-        n = c_size_t()
-        buf = ctypes.create_string_buffer(1 << 16)
-        st = lib.kp_flow_health_json(self._snap, buf, len(buf), byref(n))
-        if st != 0 and n.value > len(buf):
-            buf = ctypes.create_string_buffer(n.value)
+        h = self._held()
+        with self._snap_lock:
+            check(lib.kp_flow_health(h.ptr, self._snap))
+            n = c_size_t()
+            buf = ctypes.create_string_buffer(1 << 16)
             st = lib.kp_flow_health_json(self._snap, buf, len(buf), byref(n))
-        check(st)
+            if st != 0 and n.value > len(buf):
+                buf = ctypes.create_string_buffer(n.value)
+                st = lib.kp_flow_health_json(self._snap, buf, len(buf), byref(n))
+            check(st)
         return json.loads(buf.value.decode())
 
     def write_trace(self, path):
-        check(lib.kp_flow_write_trace(self.ptr, str(path).encode()))
+        h = self._held()
+        check(lib.kp_flow_write_trace(h.ptr, str(path).encode()))
 
     def trace(self):
         """The trace (Chrome trace format) as a dict."""
@@ -201,7 +230,8 @@ class Flow:
             os.unlink(path)
 
     def write_dot(self, path):
-        check(lib.kp_flow_write_dot(self.ptr, str(path).encode()))
+        h = self._held()
+        check(lib.kp_flow_write_dot(h.ptr, str(path).encode()))
 
     def close(self):
         if self._h.ptr:

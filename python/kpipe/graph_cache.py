@@ -3,7 +3,8 @@ dtypes, literals), for work whose shapes change per call."""
 import ctypes
 from ctypes import byref, c_int, c_int64, c_uint32, c_void_p
 
-from ._core import Array, Handle, Inflight, Owned, Stream, take
+from ._core import (Array, Handle, Inflight, Owned, Stream, any_thread, one_thread, take,
+                    take_error)
 from ._lib import (DTYPE_NAMES, DTYPES, ENQUEUE_FN, GRAPH_MAX_CAPTURE_SIZES, Error,
                    GraphCacheConfig, GraphCall, GraphStats, PortInfo, check, desc_shape,
                    desc_strides, fill_desc, lib, raise_failed, set_error)
@@ -81,11 +82,24 @@ class GraphCache(Owned):
     work inside fn is not supported (its allocator and DLPack import make
     calls a capture forbids, and the capture fails). For PyTorch code use
     kpipe.torch.graphed, which captures through PyTorch itself.
+
+    Threads: a cache belongs to the first thread that calls run() or
+    prepare(); another thread's call raises kpipe.Error("KP_ERR_STATE")
+    naming both, every time (its outputs are views of static buffers that
+    the next call rewrites, so two threads' calls would read each other's
+    results even in turn). An output stays valid until the holder's next
+    call. release_thread() in the holder hands it to the next caller; a
+    holder that has ended lets go by itself. sync(), stats(), report() and
+    close() may come from any thread: they wait for a call in progress. fn
+    runs on the calling thread, inside the call: calling the same cache
+    from it raises.
     """
+    _what = "kpipe.GraphCache"
 
     def __init__(self, device="cpu", miss="capture", max_graphs=64, max_bytes=0,
                  capture_sizes=(), max_variants=0):
         from . import _core
+        self._bind_init()
         self.device = _core.device(device)
         self._cfg = cache_config(miss, max_graphs, max_bytes, capture_sizes, max_variants)
         p = c_void_p()
@@ -163,6 +177,7 @@ class GraphCache(Owned):
         call.flags = IN_PLACE if in_place else 0
         return call, (ins, outs, m, lits, held)
 
+    @one_thread
     def run(self, fn, inputs, outputs, dynamic=None, literals=(), stream=None, in_place=False,
             call_id=None):
         """One call: a graph launch on a hit; on a miss, the policy's way."""
@@ -177,6 +192,7 @@ class GraphCache(Owned):
         self._inflight.add(s, keep)
         return self._arrays(call.outputs, call.n_outputs, s)
 
+    @one_thread
     def prepare(self, fn, calls, stream=None):
         """Makes the graphs of several calls (each a dict of run()'s
         arguments: inputs, outputs, dynamic, literals) ahead of time."""
@@ -191,7 +207,7 @@ class GraphCache(Owned):
         self._raise(st)
 
     def _raise(self, st):
-        err, self._error = self._error, None
+        err = take_error(self)
         if err is not None and st == 0:
             raise Error("KP_ERR_INVALID_ARG", "a host function raised %s: %s"
                         % (type(err).__name__, err)) from err
@@ -199,17 +215,23 @@ class GraphCache(Owned):
             exc, self._exc = self._exc, None
             raise_failed(st, exc)
 
+    @any_thread
     def sync(self, stream=None):
-        """Waits for the calls' work; raises a host function's exception."""
+        """Waits for the calls' work; raises a host function's exception
+        (any thread)."""
         self._inflight.retire(wait=True)
         self.device.as_stream(stream).sync()
         self._raise(0)
 
+    @any_thread
     def stats(self):
+        """The counters, as a dict (any thread)."""
         g = GraphStats()
         check(lib.kp_graph_cache_stats(self.ptr, byref(g)))
         return stats_dict(g)
 
+    @any_thread
     def report(self):
+        """The text report (any thread)."""
         buf = ctypes.create_string_buffer(1 << 16)
         return lib.kp_graph_cache_report(self.ptr, buf, len(buf)).decode()

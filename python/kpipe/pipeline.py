@@ -5,7 +5,7 @@ import json
 import os
 from ctypes import byref, c_void_p
 
-from ._core import Array, Handle, Inflight, Owned, take
+from ._core import Array, Handle, Inflight, Owned, any_thread, take
 from ._lib import (DTYPE_NAMES, Error, GraphStats, PipelineOptions,
                    PipelineReport, PortInfo, check, desc_shape, desc_strides, lib)
 from .graph_cache import cache_config, stats_dict
@@ -52,6 +52,19 @@ class Pipeline(Owned):
     kpipe stream), a kpipe.Stream, or a native stream (torch.cuda.Stream,
     an int): the tick then runs on the caller's stream.
 
+    Threads: a pipeline belongs to the first thread that calls it. A call
+    from another thread raises kpipe.Error("KP_ERR_STATE") naming both
+    threads, every time, whether or not a call is in progress: its outputs
+    are views of memory that the next tick rewrites, so calls from two
+    threads would hand one thread the other's results even in turn, and a
+    lock could only make that rarer. An output stays valid until the
+    holder's next call. For several threads make one pipeline each (they
+    share the device); for workers that take turns, the holder calls
+    release_thread() once it has read its outputs, and the next caller
+    takes the pipeline over. A holder that has ended lets go by itself.
+    sync(), stats(), report() and close() may come from any thread: they
+    wait for a call in progress.
+
     An ONNX model file runs as a pipeline of one `onnx` module:
 
         p = kpipe.Pipeline("model.onnx", device="cuda", max={"batch": 16})
@@ -64,6 +77,7 @@ class Pipeline(Owned):
     def __init__(self, spec, device="cpu", mode=None, binding=None, fuse=None, miss=None,
                  max_graphs=None, max_bytes=None, max_variants=None, max=None, precision=None):
         from . import _core
+        self._bind_init()
         self.device = _core.device(device)
         if isinstance(spec, (str, os.PathLike)) and os.fspath(spec).endswith(".onnx"):
             spec = model_spec(os.fspath(spec), max, precision)
@@ -101,8 +115,9 @@ class Pipeline(Owned):
         self.inputs = [self._port_name(lib.kp_pipeline_input_info, i) for i in range(r.n_inputs)]
         self.outputs = [self._port_name(lib.kp_pipeline_output_info, i)
                         for i in range(r.n_outputs)]
-        self._in = (PortInfo * max(1, len(self.inputs)))()
-        self._out = (PortInfo * max(1, len(self.outputs)))()
+        # (`max` here is the model's bounds, not the builtin)
+        self._in = (PortInfo * (len(self.inputs) or 1))()
+        self._out = (PortInfo * (len(self.outputs) or 1))()
         self._names = [n.encode() for n in self.inputs + self.outputs]
         for i, n in enumerate(self.inputs):
             self._in[i].name = self._names[i]
@@ -126,7 +141,17 @@ class Pipeline(Owned):
         check(lib.kp_pipeline_report_get(self.ptr, byref(r)))
         return r
 
+    def _label(self):
+        return "kpipe.Pipeline %r" % self.name
+
     def __call__(self, inputs=None, stream=None, **named):
+        self._enter()
+        try:
+            return self._tick(inputs, stream, named)
+        finally:
+            self._leave()
+
+    def _tick(self, inputs, stream, named):
         p = self.ptr
         feed = dict(inputs, **named) if inputs else named
         s = self.device.as_stream(stream)
@@ -181,12 +206,14 @@ class Pipeline(Owned):
             out[n] = v
         return out
 
+    @any_thread
     def sync(self):
-        """Waits for every tick, and lets go of their inputs."""
+        """Waits for every tick, and lets go of their inputs (any thread)."""
         self._inflight.retire(wait=True)
 
+    @any_thread
     def stats(self):
-        """The graph cache's counters (graph mode), as a dict."""
+        """The graph cache's counters (graph mode), as a dict (any thread)."""
         c = lib.kp_pipeline_graph_cache(self.ptr)
         if not c:
             return {}
@@ -194,9 +221,10 @@ class Pipeline(Owned):
         check(lib.kp_graph_cache_stats(c, byref(g)))
         return stats_dict(g)
 
+    @any_thread
     def report(self):
         """Sizes and counts (kp_pipeline_report) and the graph cache's text
-        report under "graph_cache"."""
+        report under "graph_cache" (any thread)."""
         r = self._report()
         d = {k: getattr(r, k) for k, _ in PipelineReport._fields_}
         d["binding"] = {0: "copy", 1: "rebind"}.get(r.binding, r.binding)

@@ -3,7 +3,8 @@ found from the regions, run on a stream pool or as one graph."""
 import ctypes
 from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 
-from ._core import Array, Handle, Inflight, Owned, Stream, take
+from ._core import (Array, Handle, Inflight, Owned, Stream, any_thread, one_thread, take,
+                    take_error)
 from ._lib import (DTYPE_NAMES, DTYPES, TASK_FN, Error, TaskArg, TaskEdge, TaskKernel, TasksStats,
                    check, desc_shape, desc_strides, fill_desc, lib, raise_failed, set_error)
 
@@ -45,10 +46,23 @@ class Tasks(Owned):
     the rest of the tensor) and strides in elements (default: the
     tensor's). A bytes object is a scalar argument. fn(stream, views) gets
     a kpipe.Array per region (bytes per scalar).
+
+    Threads: a task set belongs to the first thread that builds or runs it
+    (tensor, wrap, submit, run, instantiate, launch, data): program order
+    decides what each task reads, and two threads' submits have none.
+    Another thread's such call raises kpipe.Error("KP_ERR_STATE") naming
+    both, every time; release_thread() in the holder hands the set to the
+    next caller, and a holder that has ended lets go by itself. sync(),
+    edges(), stats(), write_dot() and close() may come from any thread:
+    they wait for a call in progress. Task functions run on the calling
+    thread, inside run() or instantiate(): calling the same set from one
+    raises.
     """
+    _what = "kpipe.Tasks"
 
     def __init__(self, device="cpu", streams=1):
         from . import _core
+        self._bind_init()
         self.device = _core.device(device)
         p = c_void_p()
         check(lib.kp_tasks_create(self.device.ptr, int(streams), byref(p)))
@@ -69,6 +83,7 @@ class Tasks(Owned):
             raise Error("KP_ERR_STATE", "the task set is closed")
         return self._h.ptr
 
+    @one_thread
     def tensor(self, dtype, shape):
         if dtype not in DTYPES:
             raise Error("KP_ERR_INVALID_ARG", "dtype %r; kpipe has %s" % (dtype, ", ".join(DTYPES)))
@@ -79,9 +94,13 @@ class Tasks(Owned):
         check(lib.kp_tasks_buffer(self.ptr, n, byref(b)))
         return Tensor(b.value, dtype, tuple(int(d) for d in shape), _contiguous(shape))
 
+    @one_thread
     def wrap(self, x):
         """A tensor (anything with __dlpack__) as a buffer, kept alive with
         the task set; the same memory wrapped twice is one buffer."""
+        return self._wrap(x)
+
+    def _wrap(self, x):
         t = take(x, self.device, self.device.default_stream, "a wrapped tensor")
         if t.read_only:
             raise Error("KP_ERR_INVALID_ARG", "a read-only tensor cannot be a task buffer")
@@ -115,7 +134,7 @@ class Tasks(Owned):
             raise Error("KP_ERR_INVALID_ARG", "argument %d: access %r; in, out or inout"
                         % (i, access))
         if not isinstance(x, Tensor):
-            x = self.wrap(x)
+            x = self._wrap(x)
         offsets = rest[0] if len(rest) > 0 and rest[0] is not None else (0,) * len(x.shape)
         strides = rest[2] if len(rest) > 2 and rest[2] is not None else x.strides
         shape = rest[1] if len(rest) > 1 and rest[1] is not None else \
@@ -130,6 +149,7 @@ class Tasks(Owned):
         fill_desc(a.desc, x.dtype, shape, strides, start)
         return None
 
+    @one_thread
     def submit(self, fn, *regions, name=None):
         """Submits a task; returns its id."""
         if len(regions) > 32:
@@ -179,6 +199,7 @@ class Tasks(Owned):
         if st != 0:
             raise_failed(st, exc)
 
+    @one_thread
     def run(self, stream=None):
         """Enqueues the tasks submitted since the last run, as if in order on
         `stream`."""
@@ -188,33 +209,38 @@ class Tasks(Owned):
         self._fns.clear()
         self._stream = s
 
+    @one_thread
     def instantiate(self):
         """The tasks since the last run as one graph (updated in place when its
         shape is the one before)."""
         self._do(lib.kp_tasks_instantiate)
         self._fns.clear()
 
+    @one_thread
     def launch(self, stream=None):
         s = self.device.as_stream(stream)
         self._do(lib.kp_tasks_launch, s.ptr)
         self._inflight.add(s, list(self._wrapped.values()))
         self._stream = s
 
+    @any_thread
     def sync(self):
         self._inflight.retire(wait=True)
         if self._stream is not None:
             self._stream.sync()
-        err, self._error = self._error, None
+        err = take_error(self)
         if err is not None:
             raise Error("KP_ERR_INVALID_ARG", "a task's host function raised %s: %s"
                         % (type(err).__name__, err)) from err
 
+    @one_thread
     def data(self, t):
         """A kpipe.Array over a tensor's memory (once its first writer ran)."""
         p = c_void_p()
         check(lib.kp_tasks_buffer_data(self.ptr, t.buffer, byref(p)))
         return Array(p.value, t.dtype, t.shape, t.strides, self.device, self._stream, self._h)
 
+    @any_thread
     def edges(self):
         n = c_size_t()
         check(lib.kp_tasks_edges(self.ptr, None, 0, byref(n)))
@@ -223,10 +249,12 @@ class Tasks(Owned):
         return [(r.from_, r.to, _HAZARDS.get(r.hazard, r.hazard), r.buffer)
                 for r in rows[:n.value]]
 
+    @any_thread
     def stats(self):
         s = TasksStats()
         check(lib.kp_tasks_stats_get(self.ptr, byref(s)))
         return {k: getattr(s, k) for k, _ in TasksStats._fields_}
 
+    @any_thread
     def write_dot(self, path):
         check(lib.kp_tasks_write_dot(self.ptr, str(path).encode()))

@@ -20,6 +20,12 @@ callable from one stream at a time.
 Outputs are views of the cache's static output buffers, sliced to the
 actual shape: the next call rewrites them (clone() what must outlive it).
 
+Threads: a graphed callable belongs to the first thread that calls it
+(its outputs are views the next call rewrites, and its replays share one
+memory pool); another thread's call raises kpipe.Error("KP_ERR_STATE")
+naming both, every time. Make one per thread, or hand it over with
+release_thread() from the holder once its outputs were read.
+
 Padding (capture_sizes) runs `fn` on inputs padded along their dynamic
 dimensions and slices the outputs: right only where the outputs at real
 positions do not depend on padded ones (per-token layers, causal
@@ -31,7 +37,7 @@ from ctypes import byref, c_int64, c_uint32, c_void_p
 
 import torch
 
-from ._core import Array, Handle, device as _device
+from ._core import Array, Bound, Handle, any_thread, device as _device
 from ._lib import (BUILD_FN, DTYPE_NAMES, ENQUEUE_FN, Error, GraphCall, GraphStats, PortInfo,
                    check, fill_desc, lib, raise_failed, set_error)
 from .graph_cache import cache_config, stats_dict
@@ -69,12 +75,16 @@ class _Entry:
                  "tuple_out", "n_in", "n_out", "positions", "n_args")
 
 
-class Graphed:
+class Graphed(Bound):
     """What graphed() returns: call it as `fn`; stats() and report() tell
-    how the cache did."""
+    how the cache did. It serves one thread (kpipe._core.Bound): the first
+    that calls it; release_thread() hands it over; stats() and report()
+    come from any thread."""
+    _what = "kpipe.torch.graphed"
 
     def __init__(self, fn, dynamic=None, policy="capture", capture_sizes=(), max_graphs=64,
                  max_bytes=0, warmup=1, prepare=True):
+        self._bind_init()
         if policy not in _POLICIES:
             raise Error("KP_ERR_INVALID_ARG", "policy %r: capture, fallback or strict" % (policy,))
         self.fn = fn
@@ -330,7 +340,17 @@ class Graphed:
                              % (getattr(self.fn, "__name__", "fn"), type(e).__name__, e))
 
     # --- a call ------------------------------------------------------------------------
+    def _label(self):
+        return "kpipe.torch.graphed(%s)" % getattr(self.fn, "__name__", type(self.fn).__name__)
+
     def __call__(self, *args, **kwargs):
+        self._enter()
+        try:
+            return self._call(args, kwargs)
+        finally:
+            self._leave()
+
+    def _call(self, args, kwargs):
         if kwargs:
             args = tuple(inspect.signature(self.fn.forward if isinstance(self.fn, torch.nn.Module)
                                            else self.fn).bind(*args, **kwargs).args)
@@ -343,8 +363,8 @@ class Graphed:
                     raise Error("KP_ERR_UNSUPPORTED", "argument %d is not contiguous (strides "
                                 "%s): pass .contiguous()" % (i, a.stride()))
             if self._auto_prepare and not self._prepared and self._sizes:
-                self.prepare(*args)
-                return self(*args)
+                self._prepare(args, {})
+                return self._call(args, {})
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
             if self._cache is None:
                 if not tensors:
@@ -382,6 +402,13 @@ class Graphed:
         buffers grow once and a trace inside the sizes captures nothing
         more. The first call does it when capture_sizes were given (and
         prepare was not turned off)."""
+        self._enter()
+        try:
+            self._prepare(args, kwargs)
+        finally:
+            self._leave()
+
+    def _prepare(self, args, kwargs):
         if kwargs:
             args = tuple(inspect.signature(self.fn.forward if isinstance(self.fn, torch.nn.Module)
                                            else self.fn).bind(*args, **kwargs).args)
@@ -421,6 +448,7 @@ class Graphed:
             exc, self._exc = self._exc, None
             raise_failed(st, exc)
 
+    @any_thread
     def stats(self):
         """The cache's counters, with the memory PyTorch's pool reserves."""
         if self._cache is None:
@@ -431,6 +459,7 @@ class Graphed:
         d["torch_graphs"] = len(self._graphs)
         return d
 
+    @any_thread
     def report(self):
         if self._cache is None:
             return ""

@@ -91,6 +91,13 @@ void kp__api_leave(const kp__api_scope *s) {
     kp__error_prefix(KP_OK, "%s", s->fn);
 }
 
+kp_status kp__guard_refuse(const char *what, const char *inside) {
+    return kp__error(KP_ERR_STATE,
+                     "the %s is in use: %s is running on it (on another thread, or this call "
+                     "came from a callback inside it); a %s is used by one thread at a time",
+                     what, inside ? inside : "another call", what);
+}
+
 kp_status kp__error_devices(const char *fn, const char *what, const void *what_dev,
                             const char *what_name, const char *owner, const void *owner_dev,
                             const char *owner_name) {

@@ -449,7 +449,12 @@ static kp_status kp__flow_create(const kp_flow_config *config, kp_flow_t *out) {
         return kp__error(KP_ERR_OUT_OF_MEMORY, "flow: no memory for the trace");
     }
     f->t_start_us = kp__now_us();
-    if (pthread_mutex_init(&f->mu, NULL) != 0) {
+    bool locks = pthread_mutex_init(&f->mu, NULL) == 0;
+    if (locks && pthread_mutex_init(&f->wait_mu, NULL) != 0) {
+        pthread_mutex_destroy(&f->mu);
+        locks = false;
+    }
+    if (!locks) {
         kp__free(f->trace);
         kp__free(f);
         return kp__error(KP_ERR_INTERNAL, "flow: cannot initialise its lock");
@@ -476,23 +481,31 @@ kp_status kp_flow_start(kp_flow_t f) {
     if (atomic_exchange(&f->started, true))
         return kp__error(KP_ERR_STATE, "the flow was started already");
     atomic_store(&f->running, (int)f->n_st);
+    kp_status st = KP_OK;
+    pthread_mutex_lock(&f->wait_mu); /* a wait from another thread joins them all */
     for (size_t i = 0; i < f->n_st; i++) {
         if (pthread_create(&f->st[i].thread, NULL, kp__flow_stage_main, &f->st[i]) != 0) {
             /* the stages already running stop; the ones never started count as stopped */
             atomic_fetch_sub(&f->running, (int)(f->n_st - i));
             kp__flow_fail(f, &f->st[i], kp__error(KP_ERR_INTERNAL, "cannot start its thread"));
-            return KP_ERR_INTERNAL;
+            st = KP_ERR_INTERNAL;
+            break;
         }
         f->st[i].started = true;
     }
-    return KP_OK;
+    pthread_mutex_unlock(&f->wait_mu);
+    return st;
 }
 
 kp_status kp_flow_wait(kp_flow_t f) {
     KP_API_ENTRY();
     KP_ARG_CHECK(f);
     if (!atomic_load(&f->started)) return kp__error(KP_ERR_STATE, "the flow was not started");
-    if (!atomic_exchange(&f->waited, true)) {
+    /* From any thread: the first waiter joins the stages under the lock, a
+     * second one blocks on it until then and reads the same outcome;
+     * `waited` is set only once all has stopped (kp_flow_write_trace reads it). */
+    pthread_mutex_lock(&f->wait_mu);
+    if (!atomic_load(&f->waited)) {
         for (size_t i = 0; i < f->n_st; i++)
             if (f->st[i].started) pthread_join(f->st[i].thread, NULL);
         for (size_t i = 0; i < f->n; i++) kp__queue_drain(f, &f->q[i]);
@@ -507,7 +520,9 @@ kp_status kp_flow_wait(kp_flow_t f) {
             for (size_t k = 0; st == KP_OK && k < KP__GPU_SLOTS; k++)
                 kp__flow_gpu_harvest(&f->st[i], &f->st[i].gpu[k], true);
         }
+        atomic_store(&f->waited, true);
     }
+    pthread_mutex_unlock(&f->wait_mu);
     if (f->status != KP_OK) return kp__error(f->status, "%s", f->error);
     if (atomic_load(&f->cancel)) return kp__error(KP_ERR_STATE, "the flow was cancelled");
     return KP_OK;
@@ -573,5 +588,6 @@ void kp_flow_destroy(kp_flow_t f) {
     if (f->nvtx) nvtxDomainDestroy(f->nvtx);
 #endif
     pthread_mutex_destroy(&f->mu);
+    pthread_mutex_destroy(&f->wait_mu);
     kp__free(f);
 }

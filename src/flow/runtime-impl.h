@@ -260,6 +260,9 @@ struct kp_flow {
     size_t n_frames;
 
     pthread_mutex_t mu; /* the error */
+    /* held by kp_flow_start while it makes the threads and by kp_flow_wait
+     * while it joins them: a second waiter blocks until the first is done */
+    pthread_mutex_t wait_mu;
     /* the free frames: a lock-free stack, its top as (tag << 32) | (index
      * + 1), the tag against a frame leaving and coming back between a
      * taker's read and its swap. A taker first reserves a place in

@@ -53,6 +53,7 @@ typedef struct kp__gcall {
 } kp__gcall;
 
 struct kp_graph_cache {
+    kp__guard guard; /* one thread at a time: claimed by run, prepare, stats and report */
     kp_device_t dev;
     kp_graph_cache_config cfg;
     kp_allocator_t alloc; /* the static buffers' own allocator, for exact stats */

@@ -328,6 +328,7 @@ static kp_status kp__fallback(kp_graph_cache_t c, kp_graph_call *call, kp_stream
 
 kp_status kp_graph_cache_run(kp_graph_cache_t c, kp_graph_call *call, kp_stream_t s) {
     KP_API_ENTRY();
+    KP_GUARD(c ? &c->guard : NULL, "graph cache");
     KP_ARG_CHECK(c);
     KP_CHECK(kp__check_stream(c, s));
     kp__gcall *g = &c->cur;
@@ -379,6 +380,7 @@ kp_status kp_graph_cache_run(kp_graph_cache_t c, kp_graph_call *call, kp_stream_
 kp_status kp_graph_cache_prepare(kp_graph_cache_t c, kp_graph_call *calls, size_t n,
                                  kp_stream_t s) {
     KP_API_ENTRY();
+    KP_GUARD(c ? &c->guard : NULL, "graph cache");
     KP_ARG_CHECK(c && (calls || n == 0));
     KP_CHECK(kp__check_stream(c, s));
     size_t need[KP_GRAPH_MAX_PORTS] = {0};
@@ -409,6 +411,7 @@ kp_status kp_graph_cache_prepare(kp_graph_cache_t c, kp_graph_call *calls, size_
 
 kp_status kp_graph_cache_stats(kp_graph_cache_t c, kp_graph_stats *out) {
     KP_API_ENTRY();
+    KP_GUARD(c ? &c->guard : NULL, "graph cache");
     KP_ARG_CHECK(c && out);
     kp__gc_account(c);
     *out = c->st;
@@ -426,6 +429,12 @@ const char *kp_graph_cache_report(kp_graph_cache_t c, char *buf, size_t len) {
     if (!buf || !len) return "";
     buf[0] = '\0';
     if (!c) return buf;
+    /* KP_GUARD without a status to return: the refusal becomes the text */
+    kp__guard *held __attribute__((cleanup(kp__guard_leave))) = NULL;
+    if (kp__guard_enter(&c->guard, __func__, "graph cache", &held) != KP_OK) {
+        snprintf(buf, len, "%s: %s\n", __func__, kp_last_error());
+        return buf;
+    }
     kp__gc_account(c);
     const kp_graph_stats *s = &c->st;
     size_t used = (size_t)snprintf(

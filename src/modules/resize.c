@@ -134,6 +134,7 @@ kp_status kp_resize_nv12(kp_stream_t s, const void *src, int32_t src_width, int3
 #define KP__RESIZER_SLOTS 4
 
 struct kp_resizer {
+    kp__guard guard; /* one thread at a time: claimed by kp_resizer_nv12 */
     kp_device_t dev;
     size_t max;
     kp_nv12_picture *host;  /* KP__RESIZER_SLOTS tables of max, pinned */
@@ -183,6 +184,7 @@ kp_status kp_resizer_create(kp_device_t dev, size_t max_pictures, kp_resizer_t *
 kp_status kp_resizer_nv12(kp_resizer_t r, kp_stream_t s, const kp_nv12_picture *src, size_t n,
                           void *dst, int32_t dst_width, int32_t dst_height, int64_t dst_pitch) {
     KP_API_ENTRY();
+    KP_GUARD(r ? &r->guard : NULL, "resizer");
     KP_ARG_CHECK(r && s && src && dst);
     if (kp_stream_device(s) != r->dev)
         return kp__error(KP_ERR_INVALID_ARG, "kp_resizer_nv12: a stream of %s, not of %s",
@@ -291,6 +293,7 @@ static kp_status kp__resize_port(kp_port_decl *p, const char *name, const kp__re
     snprintf(p->name, KP_NAME_MAX, "%s", name);
     p->dynamic = a->frames > 1 ? 1u : 0u;
     if (a->format == KP__RESIZE_NV12) {
+        p->format = KP_PIXEL_NV12; /* a flow refuses I420 frames here, by name */
         int64_t shape[2] = {rows * a->frames, out ? a->dpitch : a->spitch};
         return kp_desc_init(&p->desc, KP_U8, 2, shape, NULL);
     }

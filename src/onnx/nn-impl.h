@@ -87,7 +87,7 @@ kp_status kp__ox_spatial_infer(const kp__ox_gnode *n, int nsp, const int64_t *in
 /* The kernels' three-axis window of `s` (leading axes of size one). */
 void kp__ox_spatial_win(const kp__ox_spatial *s, int64_t channels, kp__ox_win *w);
 /* Whether an extent fits the kernels' 32-bit fields. */
-bool kp__ox_fits32(int64_t v);
+static inline bool kp__ox_fits32(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 
 /* --- operator slots (the family's table in ops_nn.c lists them) --------------------- */
 
@@ -124,8 +124,15 @@ extern const kp_kernel kp__ox_k_bias, kp__ox_k_fill, kp__ox_k_im2col, kp__ox_k_c
 /* Whether cuDNN could be loaded (once; thread-safe), and a line saying
  * which library ("cuDNN 9.1.0 (/path/libcudnn.so.9)") or why not. Both
  * work in every build: without cuDNN support they say so. */
+#ifdef KP_HAVE_CUDNN
 bool kp__ox_cudnn_available(void);
 const char *kp__ox_cudnn_info(void);
+#else
+static inline bool kp__ox_cudnn_available(void) { return false; }
+static inline const char *kp__ox_cudnn_info(void) {
+    return "kpipe's own kernels (im2col and cuBLAS): this build has no cuDNN";
+}
+#endif
 
 #ifdef KP_HAVE_CUDA
 /* Row-major batched GEMM on the device, through cuBLAS with fp32 compute:
@@ -164,11 +171,11 @@ kp_status kp__ox_dnn_set_stream(void *h, void *stream);
 /* Descriptors and the algorithm for a convolution; *workspace receives the
  * bytes its run needs. KP_ERR_UNSUPPORTED when cuDNN cannot run it (the
  * caller takes its own path). */
-kp_status kp__ox_dnn_conv_plan(const kp__ox_cuda *c, const kp__ox_conv_shape *s,
-                               kp__ox_dnn_conv **out, size_t *workspace);
-/* Enqueues it: y = conv(x, w), no bias. */
-kp_status kp__ox_dnn_conv_run(const kp__ox_exec *x, const kp__ox_dnn_conv *p, const float *in,
-                              const float *w, float *y);
+kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s, kp__ox_dnn_conv **out,
+                               size_t *workspace);
+/* Enqueues it on cuDNN handle `dnn` (kp__ox_cuda_dnn): y = conv(x, w), no bias. */
+kp_status kp__ox_dnn_conv_run(const kp__ox_exec *x, void *dnn, const kp__ox_dnn_conv *p,
+                              const float *in, const float *w, float *y);
 void kp__ox_dnn_conv_free(kp__ox_dnn_conv *p);
 #endif
 #endif

@@ -77,6 +77,7 @@ kp_status kp__ox_launch(const kp__ox_exec *x, const kp_kernel *k, uint64_t n_ite
 
 const char *kp_onnx_op_name(size_t i) { return kp__ox_op_name(i); }
 
+#ifndef KP_HAVE_CUDNN /* with cuDNN, ops_cudnn.c says which one */
 const char *kp_onnx_conv_library(void) {
 #ifdef KP_HAVE_CUDA
     return kp__ox_cudnn_info();
@@ -84,3 +85,4 @@ const char *kp_onnx_conv_library(void) {
     return "none: this build has no CUDA backend";
 #endif
 }
+#endif

@@ -15,7 +15,6 @@
 
 #include "nn-impl.h"
 
-bool kp__ox_fits32(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 
 /* An INTS attribute of exactly `want` values, or its default `def` for
  * every position when absent. */
@@ -386,7 +385,7 @@ static kp_status kp__conv_prepare(const kp__ox_exec *x, kp__ox_gnode *n, const k
             symmetric = symmetric && c->sp.pad[i] == c->sp.pad_end[i] && c->sp.pad[i] >= 0;
         }
         size_t ws = 0;
-        kp_status st = symmetric ? kp__ox_dnn_conv_plan(x->cuda, &sh, &s->dnn, &ws)
+        kp_status st = symmetric ? kp__ox_dnn_conv_plan(kp__ox_cuda_dnn(x->cuda), &sh, &s->dnn, &ws)
                                  : KP_ERR_UNSUPPORTED;
         if (st == KP_OK) {
             if (*workspace < ws) *workspace = ws;
@@ -475,7 +474,7 @@ kp_status kp__ox_conv_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode *n
     if (!s) return kp__ox_node_error(n, KP_ERR_INVALID_ARG, "run before prepare");
 #ifdef KP_HAVE_CUDNN
     if (s->dnn) {
-        KP_CHECK(kp__ox_dnn_conv_run(x, s->dnn, c.x->data, c.w->data, c.y->data));
+        KP_CHECK(kp__ox_dnn_conv_run(x, kp__ox_cuda_dnn(x->cuda), s->dnn, c.x->data, c.w->data, c.y->data));
         return kp__conv_bias(x, &c, false);
     }
 #endif
@@ -546,14 +545,10 @@ kp_status kp__ox_convt_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode *
     if (!s) return kp__ox_node_error(n, KP_ERR_INVALID_ARG, "run before prepare");
 #ifdef KP_HAVE_CUDNN
     if (!x->host && s->dnn) {
-        KP_CHECK(kp__ox_dnn_conv_run(x, s->dnn, c.x->data, c.w->data, c.y->data));
+        KP_CHECK(kp__ox_dnn_conv_run(x, kp__ox_cuda_dnn(x->cuda), s->dnn, c.x->data, c.w->data, c.y->data));
         return kp__conv_bias(x, &c, false);
     }
 #endif
     return kp__convt_cols(x, &c, x->workspace, s->chunk);
 }
 
-#ifndef KP_HAVE_CUDNN
-bool kp__ox_cudnn_available(void) { return false; }
-const char *kp__ox_cudnn_info(void) { return "cuDNN: not in this build"; }
-#endif

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kpipe/onnx.h"
 #include "nn-impl.h"
 
 #define KP__DNN_FUNCS(X)                                                                      \
@@ -286,8 +287,8 @@ static kp_status kp__dnn_describe(kp__ox_dnn_conv *p, const kp__ox_conv_shape *s
 
 /* The first algorithm the heuristics rank that runs in FMA math within the
  * workspace cap. */
-static kp_status kp__dnn_pick(const kp__ox_cuda *c, kp__ox_dnn_conv *p) {
-    cudnnHandle_t h = kp__ox_cuda_dnn(c);
+static kp_status kp__dnn_pick(void *dnn, kp__ox_dnn_conv *p) {
+    cudnnHandle_t h = dnn;
     int n = 0;
     if (!p->transposed) {
         cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -319,16 +320,16 @@ static kp_status kp__dnn_pick(const kp__ox_cuda *c, kp__ox_dnn_conv *p) {
     return KP_ERR_UNSUPPORTED;
 }
 
-kp_status kp__ox_dnn_conv_plan(const kp__ox_cuda *c, const kp__ox_conv_shape *s,
-                               kp__ox_dnn_conv **out, size_t *workspace) {
+kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s, kp__ox_dnn_conv **out,
+                               size_t *workspace) {
     *out = NULL;
-    if (!kp__ox_cuda_dnn(c) || s->batch < 1 || s->cin < 1 || s->cout < 1 || s->nsp > 3)
+    if (!dnn || s->batch < 1 || s->cin < 1 || s->cout < 1 || s->nsp > 3)
         return KP_ERR_UNSUPPORTED;
     kp__ox_dnn_conv *p = kp__calloc(1, sizeof *p);
     if (!p) return kp__error(KP_ERR_OUT_OF_MEMORY, "cuDNN convolution: no memory");
     p->transposed = s->transposed;
     kp_status st = kp__dnn_describe(p, s);
-    if (st == KP_OK) st = kp__dnn_pick(c, p);
+    if (st == KP_OK) st = kp__dnn_pick(dnn, p);
     if (st != KP_OK) {
         kp__ox_dnn_conv_free(p);
         /* A shape cuDNN declines goes the cuBLAS way; so does a descriptor
@@ -340,10 +341,10 @@ kp_status kp__ox_dnn_conv_plan(const kp__ox_cuda *c, const kp__ox_conv_shape *s,
     return KP_OK;
 }
 
-kp_status kp__ox_dnn_conv_run(const kp__ox_exec *x, const kp__ox_dnn_conv *p, const float *in,
-                              const float *w, float *y) {
+kp_status kp__ox_dnn_conv_run(const kp__ox_exec *x, void *dnn, const kp__ox_dnn_conv *p,
+                              const float *in, const float *w, float *y) {
     const float one = 1.0f, zero = 0.0f;
-    cudnnHandle_t h = kp__ox_cuda_dnn(x->cuda);
+    cudnnHandle_t h = dnn;
     if (p->ws > x->workspace_bytes)
         return kp__error(KP_ERR_INVALID_ARG, "cuDNN convolution: workspace of %zu bytes, %zu needed",
                          x->workspace_bytes, p->ws);
@@ -355,3 +356,5 @@ kp_status kp__ox_dnn_conv_run(const kp__ox_exec *x, const kp__ox_dnn_conv *p, co
                                                    x->workspace, p->ws, &zero, p->y, y));
     return KP_OK;
 }
+
+const char *kp_onnx_conv_library(void) { return kp__ox_cudnn_info(); }

@@ -26,8 +26,18 @@ _Static_assert(sizeof(kp__ox_gemm) <= KP_MAX_KERNEL_PARAMS, "the GEMM's paramete
 #define KP__NC (4 * KP__NR)
 #define KP__MC 256
 
-/* Function clones need the loader's ifunc support (glibc). */
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__)
+/* Function clones need the loader's ifunc support (glibc). Their resolver
+ * runs while the program loads, before ThreadSanitizer's runtime is up,
+ * which then crashes: sanitizer builds take the plain version. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define KP__NO_CLONES 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define KP__NO_CLONES 1
+#endif
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(KP__NO_CLONES)
 #define KP__CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define KP__CLONES

@@ -539,6 +539,7 @@ out:
 /* --- reports ----------------------------------------------------------------------- */
 kp_status kp_pipeline_fusion_report(kp_pipeline_t p, size_t i, kp_fusion_report *r) {
     KP_API_ENTRY();
+    KP_GUARD(p ? &p->guard : NULL, "pipeline");
     KP_ARG_CHECK(p && r);
     for (size_t m = 0; m < p->n_modules; m++) {
         const kp__fused *f = p->mods[m].fused;

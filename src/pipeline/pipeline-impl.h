@@ -83,6 +83,7 @@ typedef enum kp__state {
 } kp__state;
 
 struct kp_pipeline {
+    kp__guard guard;      /* one thread at a time: claimed by each call that ticks or reports */
     const char *base_dir; /* the spec's, while modules are created; NULL after */
     kp_device_t dev;
     char name[KP_NAME_MAX];

@@ -484,6 +484,7 @@ const char *kp_pipeline_name(kp_pipeline_t p) { return p ? p->name : "(null)"; }
 
 kp_status kp_pipeline_report_get(kp_pipeline_t p, kp_pipeline_report *r) {
     KP_API_ENTRY();
+    KP_GUARD(p ? &p->guard : NULL, "pipeline");
     KP_ARG_CHECK(p && r);
     memset(r, 0, sizeof *r);
     r->n_modules = p->n_modules;
@@ -508,6 +509,7 @@ kp_status kp_pipeline_report_get(kp_pipeline_t p, kp_pipeline_report *r) {
 kp_status kp_pipeline_module_describe(kp_pipeline_t p, size_t i, char *buf, size_t len,
                                       size_t *needed) {
     KP_API_ENTRY();
+    KP_GUARD(p ? &p->guard : NULL, "pipeline");
     KP_ARG_CHECK(p && (buf || !len));
     if (i >= p->n_modules)
         return kp__error(KP_ERR_NOT_FOUND, "module %zu: the pipeline has %zu modules", i,

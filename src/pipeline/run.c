@@ -179,6 +179,7 @@ static kp_status kp__setup_modules(kp_pipeline_t p) {
 
 kp_status kp_pipeline_setup(kp_pipeline_t p) {
     KP_API_ENTRY();
+    KP_GUARD(p ? &p->guard : NULL, "pipeline");
     KP_CHECK(kp__require_state(p, KP__CREATED, __func__, ""));
     if (p->state != KP__CREATED)
         return kp__error(KP_ERR_STATE, "kp_pipeline_setup: pipeline \"%s\" is already set up",
@@ -410,6 +411,7 @@ static kp_status kp__configure(kp_pipeline_t p, const kp_port_info *inputs, size
 kp_status kp_pipeline_configure_io(kp_pipeline_t p, const kp_port_info *inputs, size_t n_inputs,
                                    kp_port_info *outputs, size_t n_outputs, kp_stream_t s) {
     KP_API_ENTRY();
+    KP_GUARD(p ? &p->guard : NULL, "pipeline");
     KP_CHECK(kp__require_state(p, KP__SETUP, __func__, "call kp_pipeline_setup"));
     KP_CHECK(kp__check_stream(p, s, __func__));
     return kp__configure(p, inputs, n_inputs, outputs, n_outputs, s);
@@ -431,6 +433,7 @@ static kp_status kp__warmup(kp_pipeline_t p, kp_stream_t s) {
 
 kp_status kp_pipeline_warmup(kp_pipeline_t p, kp_stream_t s) {
     KP_API_ENTRY();
+    KP_GUARD(p ? &p->guard : NULL, "pipeline");
     KP_CHECK(kp__require_state(p, KP__CONFIGURED, __func__, "call kp_pipeline_configure_io"));
     if (p->state >= KP__WARM)
         return kp__error(KP_ERR_STATE, "kp_pipeline_warmup: pipeline \"%s\" is already warmed up",
@@ -564,6 +567,7 @@ static kp_status kp__build(kp_pipeline_t p) {
 
 kp_status kp_pipeline_build_graph(kp_pipeline_t p) {
     KP_API_ENTRY();
+    KP_GUARD(p ? &p->guard : NULL, "pipeline");
     KP_CHECK(kp__require_state(p, KP__WARM, __func__, "call kp_pipeline_warmup"));
     if (p->mode != KP_EXEC_GRAPH)
         return kp__error(KP_ERR_STATE,
@@ -581,6 +585,7 @@ kp_graph_cache_t kp_pipeline_graph_cache(kp_pipeline_t p) { return p ? p->cache 
 
 kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s) {
     KP_API_ENTRY();
+    KP_GUARD(p ? &p->guard : NULL, "pipeline");
     KP_CHECK(kp__require_state(p, KP__WARM, __func__, "call kp_pipeline_warmup"));
     if (p->mode != KP_EXEC_STREAM)
         return kp__error(KP_ERR_STATE,
@@ -594,6 +599,7 @@ kp_status kp_pipeline_execute_stream(kp_pipeline_t p, kp_stream_t s) {
 
 kp_status kp_pipeline_execute_graph(kp_pipeline_t p, kp_stream_t s) {
     KP_API_ENTRY();
+    KP_GUARD(p ? &p->guard : NULL, "pipeline");
     if (p && p->mode != KP_EXEC_GRAPH)
         return kp__error(KP_ERR_STATE,
                          "kp_pipeline_execute_graph: pipeline \"%s\" runs in stream "
