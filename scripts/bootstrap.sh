@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(cmake ninja-build pkg-config gcc libcmocka-dev libjansson-dev libucx-dev
       libavformat-dev libavcodec-dev libavutil-dev libffmpeg-nvenc-dev
-      python3 python3-numpy python3-pytest python3-setuptools python3-pip python3-venv
+      python3 python3-numpy python3-pytest python3-setuptools python3-pip python3-venv python3-wheel
       python3-onnx libonnx-testdata ${KP_PACKAGES:-})
 missing=()
 for p in "${pkgs[@]}"; do

@@ -17,7 +17,10 @@ import sys
 
 # "sh cpu video": runs where the build reads and writes video files (the
 # fourth argument is "video"), so a KP_VIDEO=OFF build still passes.
-BLOCK = re.compile(r"^```sh cpu( video)?\n(.*?)^```", re.S | re.M)
+# "sh cpu python": runs where Python can load this build's library
+# (KP_DOC_PYTHON=1), with the variables in KP_DOC_PY_ENV ("K=V|K=V": a
+# sanitizer runtime to preload, say) added for that block alone.
+BLOCK = re.compile(r"^```sh cpu( video| python)?\n(.*?)^```", re.S | re.M)
 
 
 def blocks(top):
@@ -26,24 +29,33 @@ def blocks(top):
         text = open(f, encoding="utf-8").read()
         for m in BLOCK.finditer(text):
             yield (os.path.relpath(f, top), text.count("\n", 0, m.start()) + 1, m.group(2),
-                   bool(m.group(1)))
+                   (m.group(1) or "").strip())
 
 
 def main(top, build, work, video=""):
     top, build = os.path.abspath(top), os.path.abspath(build)
     found = failed = 0
-    for name, line, code, needs_video in blocks(top):
-        if needs_video and video != "video":
+    for name, line, code, needs in blocks(top):
+        if needs == "video" and video != "video":
             print("== %s:%d: skipped (video files not built)" % (name, line))
             continue
+        env = dict(os.environ)
+        if needs == "python":
+            if os.environ.get("KP_DOC_PYTHON") != "1":
+                print("== %s:%d: skipped (Python cannot load this build's library)" % (name, line))
+                continue
+            for kv in filter(None, os.environ.get("KP_DOC_PY_ENV", "").split("|")):
+                k, _, v = kv.partition("=")
+                env[k] = v
         found += 1
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
         os.symlink(build, os.path.join(work, "build"))
         os.symlink(os.path.join(top, "examples"), os.path.join(work, "examples"))
+        os.symlink(os.path.join(top, "python"), os.path.join(work, "python"))
         print("== %s:%d\n%s" % (name, line, code), flush=True)
         try:
-            r = subprocess.run(["bash", "-eo", "pipefail", "-c", code], cwd=work, timeout=600,
+            r = subprocess.run(["bash", "-eo", "pipefail", "-c", code], cwd=work, timeout=600, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             out, rc = r.stdout, r.returncode
         except subprocess.TimeoutExpired as e:
