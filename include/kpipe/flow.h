@@ -297,11 +297,14 @@ kp_status kp_flow_create_from_file(kp_device_t dev, const char *path, kp_flow_t 
 /* The file form with trace_events set (0: the file's "trace_events"). */
 kp_status kp_flow_create_from_file_traced(kp_device_t dev, const char *path, size_t trace_events,
                                           kp_flow_t *out);
-/* Starts one thread per stage. Once only. */
+/* Starts one thread per stage. Once only: a second call, from any thread,
+ * gets KP_ERR_STATE. */
 kp_status kp_flow_start(kp_flow_t f);
 /* Waits until every stage has stopped and the device has finished the
  * flow's work: KP_OK at end of stream, the first stage error (its detail
- * names the stage), or KP_ERR_STATE ("cancelled") after kp_flow_cancel. */
+ * names the stage), or KP_ERR_STATE ("cancelled") after kp_flow_cancel.
+ * From any thread, by several at once: each returns once all has stopped,
+ * with the same outcome. */
 kp_status kp_flow_wait(kp_flow_t f);
 /* Asks every stage to stop after its current frame; does not wait.
  * Callable from any thread, a signal handler excepted. */

@@ -63,6 +63,18 @@ typedef struct kp_port_info {
  * its shape and strides with offset 0. */
 void kp_port_from_tensor(kp_port_info *out, const char *name, kp_tensor_t t);
 
+/* How the bytes of an 8-bit 4:2:0 picture are laid out, as u8
+ * [height*3/2, pitch] (pitch: bytes per luma row, even, at least the
+ * width): `height` rows of luma, then NV12's height/2 rows of interleaved
+ * U,V, or I420's U then V planes of height/2 rows of pitch/2 bytes. A video
+ * frame says its own (kpipe/video.h); a port that holds pictures says the
+ * one it takes or makes (kp_port_decl.format). */
+typedef enum kp_pixel_format {
+    KP_PIXEL_NONE = 0, /* not a picture, or not said */
+    KP_PIXEL_I420 = 1, /* planar Y, U, V (software decode, y4m) */
+    KP_PIXEL_NV12 = 2, /* Y, then interleaved UV (NVDEC) */
+} kp_pixel_format;
+
 /* A port as a module declares it. A dynamic dimension (bit d of `dynamic`)
  * takes any size from 1 to desc.shape[d] per tick; the arena is planned for
  * that maximum, and the tick's actual shapes flow through the io calls. */
@@ -70,6 +82,11 @@ typedef struct kp_port_decl {
     char name[KP_NAME_MAX];
     kp_tensor_desc desc; /* dtype and shape (maxima where dynamic); contiguous, offset 0 */
     uint32_t dynamic;    /* bit d: dimension d is dynamic */
+    /* A port of pictures (u8, each picture height*3/2 rows of pitch
+     * bytes) says their layout: a flow refuses a video frame of the other
+     * layout at the input it feeds, and labels the frames an output makes
+     * with it. KP_PIXEL_NONE: not pictures, or not said. */
+    kp_pixel_format format;
 } kp_port_decl;
 
 /* Fills a 1-D contiguous port declaration (fixed size). */

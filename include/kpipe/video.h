@@ -24,16 +24,11 @@
 #define KPIPE_VIDEO_H
 
 #include "kpipe/device.h"
+#include "kpipe/module.h" /* kp_pixel_format: the layouts, shared with modules' ports */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum kp_pixel_format {
-    KP_PIXEL_NONE = 0, /* not a video frame */
-    KP_PIXEL_I420 = 1, /* planar Y, U, V (software decode, y4m) */
-    KP_PIXEL_NV12 = 2, /* Y, then interleaved UV (NVDEC) */
-} kp_pixel_format;
 
 /* What a video frame is, with the timestamps carried from demux to mux. */
 typedef struct kp_video_frame {

@@ -82,17 +82,30 @@ kp_status kp__stage_synthetic(kp_device_t dev, int64_t frames, int ndim, const i
  * holds the last one), through host memory made here. */
 kp_status kp__stage_null(kp__stage_made *out);
 kp_status kp__stage_npy(kp_device_t dev, const char *path, size_t max_bytes, kp__stage_made *out);
+/* "I420", "NV12"; "not video" for KP_PIXEL_NONE; "unknown" otherwise. */
+static inline const char *kp__pixel_str(kp_pixel_format f) {
+    return f == KP_PIXEL_I420   ? "I420"
+           : f == KP_PIXEL_NV12 ? "NV12"
+           : f == KP_PIXEL_NONE ? "not video"
+                                : "unknown";
+}
+
 /* Video (video.c). Source "y4m": the frames of a YUV4MPEG2 file (8-bit
  * 4:2:0, not mixed interlacing) as u8 [h*3/2, w], `frames` of them (0:
  * all), from the start again at the end when `loop`; its header's F, I, A,
- * C and X tags go to `tags` for the sink. Source "testsrc": `frames` moving test pictures of width x
- * height. Sink "y4m": writes the frames to `path` with `tags` (NULL or "":
- * 30 frames/s, progressive, square pixels). */
+ * C and X tags go to `tags` for the sink. Source "testsrc": `frames` moving
+ * test pictures of width x height, as `format` (KP_PIXEL_NONE: I420) with
+ * rows of `pitch` bytes (0: the width), the padding zero. Sink "y4m":
+ * writes the frames to `path` with `tags` (NULL or "": 30 frames/s,
+ * progressive, square pixels) as planar I420, packing NV12 frames and
+ * frames with a pitch past the width on the way; `format` (KP_PIXEL_NONE:
+ * each frame's own) says what video frames hold, over their label. */
 kp_status kp__stage_y4m_source(kp_device_t dev, const char *path, int64_t frames, bool loop,
                                kp__stage_made *out, char *tags, size_t tags_len);
-kp_status kp__stage_testsrc(int64_t frames, int64_t width, int64_t height, kp__stage_made *out);
+kp_status kp__stage_testsrc(int64_t frames, int64_t width, int64_t height, kp_pixel_format format,
+                            int64_t pitch, kp__stage_made *out);
 kp_status kp__stage_y4m_sink(kp_device_t dev, const char *path, size_t max_bytes, const char *tags,
-                             kp__stage_made *out);
+                             kp_pixel_format format, kp__stage_made *out);
 /* Video files (video_files.c). Source "video": the frames of each path
  * (a file, or a live URL: udp://, srt://, rtsp://, ...) through a
  * kp_video_reader_t, one stream per path (several: a source of several
@@ -100,10 +113,11 @@ kp_status kp__stage_y4m_sink(kp_device_t dev, const char *path, size_t max_bytes
  * be NULL) gets the first reader's. "realtime" paces each stream at its
  * own frame rate, from its timestamps. A live stream that ends or fails
  * reconnects with a bounded backoff and marks the frame after the gap.
- * Sink "video": writes them through a kp_video_writer_t, as `format`
- * (KP_PIXEL_NONE: the frames' own, which the source set; a pipeline that
- * turns I420 into NV12 names it); "{stream}" in the path makes a file per
- * stream. */
+ * Sink "video": writes them through a kp_video_writer_t, which encodes
+ * NV12 and I420 as they come, taking them as `format` (KP_PIXEL_NONE: the
+ * frames' own label, which the source or a pipeline's output module set;
+ * set where a stage changed the layout without saying so); "{stream}" in
+ * the path makes a file per stream. */
 typedef struct kp__video_source_opts {
     kp_video_reader_config reader;
     int64_t frames;
@@ -121,17 +135,23 @@ kp_status kp__stage_video_sink(kp_device_t dev, const char *path,
                                kp__stage_made *out);
 /* A stage running pipeline `p` (taken over, set up here) on each frame:
  * the frame feeds its one external input, its one external output is copied
- * back into the frame. `in_bytes` bounds the frames it receives. */
-kp_status kp__stage_pipeline(kp_pipeline_t p, kp__stage_made *out);
+ * back into the frame. `output` names the module port ("module.port") the
+ * spec's external output is, NULL where the spec does not say (a pipeline
+ * of one module needs none). Pictures: a video frame whose layout is not
+ * the one the modules reading the input declare (kp_port_decl.format) is
+ * refused by name; the frames leave labelled with the layout the output's
+ * module declares (kept as they came where it declares none). */
+kp_status kp__stage_pipeline(kp_pipeline_t p, const char *output, kp__stage_made *out);
 /* The same on batches of up to max_batch frames: the frames (of one shape)
  * are concatenated along dimension 0, which the pipeline's input must take
  * as dynamic; its output is split along dimension 0 back into the frames.
  * `resize` (width, height; NULL: none) makes it a batch across streams:
  * each NV12 frame, of any size, is scaled to width x height as it is
- * gathered (the pipeline takes u8 [n * height*3/2, width]), and the frames
- * leave described as that size. */
-kp_status kp__stage_pipeline_batch(kp_device_t dev, kp_pipeline_t p, size_t max_batch,
-                                   const int32_t *resize, kp__stage_made *out);
+ * gathered (the pipeline takes u8 [n * height*3/2, width]; an I420 frame
+ * is refused by name, and so is a pipeline whose input takes I420 when it
+ * is made), and the frames leave described as that size. */
+kp_status kp__stage_pipeline_batch(kp_device_t dev, kp_pipeline_t p, const char *output,
+                                   size_t max_batch, const int32_t *resize, kp__stage_made *out);
 
 /* Remote queues (remote_end.c, always built; remote.c with UCX). Source
  * "remote": listens on `listen` ("host:port"; port 0: any free one) for one

@@ -70,18 +70,38 @@ static kp_status kp__queue(json_t *q, const char *path, size_t streams, kp_flow_
     return KP_OK;
 }
 
+/* The module port ("module.port") that a spec's one external output is,
+ * into buf: from the spec object, or from its file read again; "" where
+ * the spec says no one port (a model file, several outputs). The stage
+ * labels its frames with what that port's module says it makes. */
+static void kp__spec_output(json_t *spec, const char *file, char *buf, size_t len) {
+    json_t *root = file ? json_load_file(file, 0, NULL) : json_incref(spec);
+    json_t *outs = json_object_get(root, "outputs"), *v;
+    const char *key;
+    buf[0] = '\0';
+    if (json_object_size(outs) == 1) {
+        json_object_foreach(outs, key, v) {
+            if (json_is_string(v)) snprintf(buf, len, "%s", json_string_value(v));
+        }
+    }
+    json_decref(root);
+}
+
 static kp_status kp__pipeline(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
                               kp__stage_made *m, uint32_t *deadline_us) {
     json_t *spec = json_object_get(s, "pipeline");
     kp_pipeline_t p = NULL;
     kp_status st;
+    char output[2 * KP_NAME_MAX + 2];
     KP_CHECK(kp__json_kind_keys(s, path, "pipeline", (const char *const[]){NULL}));
     if (json_is_string(spec)) {
         const char *file = json_string_value(spec);
         char full[2048];
         snprintf(full, sizeof full, "%s%s", file[0] == '/' ? "" : b->base_dir, file);
         st = kp_pipeline_create_from_file(dev, full, &p);
+        if (st == KP_OK) kp__spec_output(NULL, full, output, sizeof output);
     } else if (json_is_object(spec)) {
+        kp__spec_output(spec, NULL, output, sizeof output);
         char *text = json_dumps(spec, JSON_COMPACT);
         st = text ? kp_pipeline_create_from_json(dev, text, &p)
                   : kp__error(KP_ERR_OUT_OF_MEMORY, "no memory");
@@ -120,9 +140,11 @@ static kp_status kp__pipeline(kp__flow_build *b, kp_device_t dev, json_t *s, con
             return st;
         }
     }
+    const char *out_port = output[0] ? output : NULL;
     if (st == KP_OK)
-        st = batch ? kp__stage_pipeline_batch(dev, p, (size_t)max, has_resize ? resize : NULL, m)
-                   : kp__stage_pipeline(p, m);
+        st = batch ? kp__stage_pipeline_batch(dev, p, out_port, (size_t)max,
+                                              has_resize ? resize : NULL, m)
+                   : kp__stage_pipeline(p, out_port, m);
     *deadline_us = (uint32_t)deadline;
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s.pipeline", path);
 }

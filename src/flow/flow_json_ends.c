@@ -1,10 +1,11 @@
 /* The JSON form's sources and sinks (flow_json.c reads the rest): each
  * kind with the keys it takes.
  *
- * Sources: "synthetic" (frames, shape), "testsrc" (frames, width, height),
- * "y4m" (path, frames, loop), "video" (path, frames, decoder, format,
- * pitch, threads), "remote" (listen, frame_bytes, capacity, timeout_ms).
- * Sinks: "null", "npy" (path), "y4m" (path), "video" (path, codec,
+ * Sources: "synthetic" (frames, shape), "testsrc" (frames, width, height,
+ * format, pitch), "y4m" (path, frames, loop), "video" (path, frames,
+ * decoder, format, pitch, threads), "remote" (listen, frame_bytes,
+ * capacity, timeout_ms).
+ * Sinks: "null", "npy" (path), "y4m" (path, format), "video" (path, codec,
  * encoder, bitrate or crf, preset, bframes, gop, threads, format),
  * "remote" (connect, timeout_ms). */
 #include <stdio.h>
@@ -123,6 +124,15 @@ static kp_status kp__opt_str(json_t *s, const char *path, const char *key,
     return KP_OK;
 }
 
+/* An optional "format" key, "nv12" or "i420", into *out (left as it is
+ * when absent). */
+static kp_status kp__opt_format(json_t *s, const char *path, kp_pixel_format *out) {
+    const char *format = NULL;
+    KP_CHECK(kp__opt_str(s, path, "format", (const char *const[]){"nv12", "i420", NULL}, &format));
+    if (format) *out = format[0] == 'n' ? KP_PIXEL_NV12 : KP_PIXEL_I420;
+    return KP_OK;
+}
+
 /* "options": {"key": "value", ...}, FFmpeg's options for the container or
  * protocol, joined into buf as kp_video_reader_config.options takes them
  * (whose check then applies to both forms); *out NULL without the key. */
@@ -192,12 +202,10 @@ static kp_status kp__video_source(kp_device_t dev, json_t *s, const char *path, 
     KP_CHECK(kp__opt_int(s, path, "pitch", 0, 2 * KP_VIDEO_MAX_SIDE, &pitch));
     KP_CHECK(kp__opt_int(s, path, "threads", 0, 256, &threads));
     KP_CHECK(kp__opt_int(s, path, "timeout_ms", 0, 86400000, &timeout));
-    const char *format = NULL;
-    KP_CHECK(kp__opt_str(s, path, "format", (const char *const[]){"nv12", "i420", NULL}, &format));
     json_t *rt = json_object_get(s, "realtime");
     if (rt && !json_is_boolean(rt)) return KP__PERR("%s.realtime: expected true or false", path);
     o.realtime = json_is_true(rt);
-    cfg->format = !format ? KP_PIXEL_NONE : format[0] == 'n' ? KP_PIXEL_NV12 : KP_PIXEL_I420;
+    KP_CHECK(kp__opt_format(s, path, &cfg->format));
     cfg->pitch = pitch;
     cfg->threads = (int)threads;
     cfg->timeout_ms = (int)timeout;
@@ -217,13 +225,14 @@ static kp_status kp__video_sink(kp_device_t dev, json_t *s, const char *path, kp
                                                       "preset", "bframes", "gop", "threads",
                                                       "format", "options", NULL}));
     kp_video_writer_config cfg = KP_VIDEO_WRITER_CONFIG_INIT;
-    const char *file = json_string_value(json_object_get(s, "path")), *format = NULL;
+    const char *file = json_string_value(json_object_get(s, "path"));
     if (!file) return KP__PERR("%s.path: the video sink needs a file path", path);
     KP_CHECK(kp__opt_str(s, path, "codec", (const char *const[]){"h264", NULL}, &cfg.codec));
     KP_CHECK(kp__opt_str(s, path, "encoder",
                          (const char *const[]){"auto", "nvenc", "libx264", NULL}, &cfg.encoder));
     KP_CHECK(kp__opt_str(s, path, "preset", NULL, &cfg.preset));
-    KP_CHECK(kp__opt_str(s, path, "format", (const char *const[]){"nv12", "i420", NULL}, &format));
+    kp_pixel_format pf = KP_PIXEL_NONE;
+    KP_CHECK(kp__opt_format(s, path, &pf));
     int64_t crf = -1, bframes = -1, gop = 0, threads = 0;
     KP_CHECK(kp__opt_int(s, path, "bitrate", 1, 2000000000, &cfg.bitrate));
     KP_CHECK(kp__opt_int(s, path, "crf", 0, 51, &crf));
@@ -234,7 +243,6 @@ static kp_status kp__video_sink(kp_device_t dev, json_t *s, const char *path, kp
     cfg.bframes = (int)bframes;
     cfg.gop = (int)gop;
     cfg.threads = (int)threads;
-    kp_pixel_format pf = !format ? KP_PIXEL_NONE : format[0] == 'n' ? KP_PIXEL_NV12 : KP_PIXEL_I420;
     char opts[KP_VIDEO_OPTIONS_MAX];
     KP_CHECK(kp__av_options_json(s, path, opts, sizeof opts, &cfg.options));
     return kp__stage_video_sink(dev, file, &cfg, pf, m);
@@ -254,13 +262,18 @@ kp_status kp__json_source(kp__flow_build *b, kp_device_t dev, json_t *s, const c
                                     (const char *const[]){"frames", "shape", "streams", NULL}));
         st = kp__synthetic(dev, s, path, frames, m);
     } else if (kind && strcmp(kind, "testsrc") == 0) {
-        KP_CHECK(kp__json_kind_keys(
-            s, path, kind, (const char *const[]){"frames", "width", "height", "streams", NULL}));
+        KP_CHECK(kp__json_kind_keys(s, path, kind,
+                                    (const char *const[]){"frames", "width", "height", "streams",
+                                                          "format", "pitch", NULL}));
         snprintf(sub, sizeof sub, "%s.width", path);
         KP_CHECK(kp__json_count(json_object_get(s, "width"), sub, 2, 16384, &w));
         snprintf(sub, sizeof sub, "%s.height", path);
         KP_CHECK(kp__json_count(json_object_get(s, "height"), sub, 2, 16384, &h));
-        st = kp__stage_testsrc(frames, w, h, m);
+        int64_t pitch = 0;
+        kp_pixel_format pf = KP_PIXEL_NONE;
+        KP_CHECK(kp__opt_int(s, path, "pitch", 0, 2 * KP_VIDEO_MAX_SIDE, &pitch));
+        KP_CHECK(kp__opt_format(s, path, &pf));
+        st = kp__stage_testsrc(frames, w, h, pf, pitch, m);
     } else if (kind && strcmp(kind, "y4m") == 0) {
         KP_CHECK(kp__json_kind_keys(s, path, kind,
                                     (const char *const[]){"frames", "loop", "path", NULL}));
@@ -307,10 +320,15 @@ kp_status kp__json_sink(kp__flow_build *b, kp_device_t dev, json_t *s, const cha
         return KP__PERR("%s.sink: expected \"null\", \"npy\", \"y4m\", \"video\" or "
                         "\"remote\"",
                         path);
-    KP_CHECK(kp__json_kind_keys(s, path, kind, (const char *const[]){"path", NULL}));
+    const bool y4m = kind[0] == 'y';
+    KP_CHECK(kp__json_kind_keys(s, path, kind,
+                                y4m ? (const char *const[]){"path", "format", NULL}
+                                    : (const char *const[]){"path", NULL}));
     const char *file = json_string_value(json_object_get(s, "path"));
     if (!file) return KP__PERR("%s.path: the %s sink needs a file path", path, kind);
-    kp_status st = kind[0] == 'n' ? kp__stage_npy(dev, file, b->frame_bytes, m)
-                                  : kp__stage_y4m_sink(dev, file, b->frame_bytes, b->y4m_tags, m);
+    kp_pixel_format pf = KP_PIXEL_NONE;
+    if (y4m) KP_CHECK(kp__opt_format(s, path, &pf));
+    kp_status st = !y4m ? kp__stage_npy(dev, file, b->frame_bytes, m)
+                        : kp__stage_y4m_sink(dev, file, b->frame_bytes, b->y4m_tags, pf, m);
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }

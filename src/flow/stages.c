@@ -1,5 +1,6 @@
 /* The flows' built-in stages: a synthetic source, sinks, and a stage that
  * runs a kpipe pipeline on every frame. */
+#include <stdio.h>
 #include <string.h>
 
 #include "flow-impl.h"
@@ -128,6 +129,10 @@ typedef struct kp__pstage {
     kp_port_info in, out;
     uint32_t in_dynamic;
     bool ready;
+    /* pictures: the layout the modules reading the input declare, and the
+     * one the output's module declares (KP_PIXEL_NONE: not said) */
+    kp_pixel_format takes, makes;
+    char taker[3 * KP_NAME_MAX + 8]; /* "module.port (type)" reading the input, for errors */
     /* micro-batching: the concatenated input */
     kp_device_t dev;
     void *gather;
@@ -159,10 +164,45 @@ static kp_status kp__pstage_tick(kp__pstage *s, kp_stream_t stream) {
                                                    : kp_pipeline_execute_stream(s->p, stream);
 }
 
+/* A video frame of the other layout than the pipeline's input takes would
+ * be misread by its modules, plane for plane: refused, by name. A frame
+ * that is not video says nothing to check. */
+static kp_status kp__pstage_check(const kp__pstage *s, const kp_frame *f) {
+    const kp_pixel_format v = f->video.format;
+    if (s->takes == KP_PIXEL_NONE || v == KP_PIXEL_NONE || v == s->takes) return KP_OK;
+    return kp__error(KP_ERR_MISMATCH,
+                     "frame %llu of stream %u is %s, but pipeline \"%s\" takes %s frames (its "
+                     "input \"%s\" feeds %s): a video or testsrc source gives %s with "
+                     "\"format\": \"%s\"",
+                     (unsigned long long)f->seq, f->stream, kp__pixel_str(v),
+                     kp_pipeline_name(s->p), kp__pixel_str(s->takes), s->in.name, s->taker,
+                     kp__pixel_str(s->takes), s->takes == KP_PIXEL_I420 ? "i420" : "nv12");
+}
+
+/* What a frame shows once the pipeline's output is in it. Where the
+ * output's module declares the layout of its pictures: that layout and the
+ * output's pitch, and where the pictures changed height (or are wider than
+ * the new pitch holds), the size the shape gives, pitch wide, as the I420
+ * modules, and resize without "out_pitch", make them. Otherwise the frame
+ * keeps the description it came with. */
+static void kp__pstage_label(const kp__pstage *s, const kp_tensor_desc *d, kp_video_frame *v) {
+    if (s->makes == KP_PIXEL_NONE || d->dtype != KP_U8 || d->ndim != 2 || d->shape[0] < 3 ||
+        d->shape[0] % 3 || d->shape[1] < 2 || d->shape[1] > INT32_MAX)
+        return;
+    const int64_t h = d->shape[0] / 3 * 2, pitch = d->shape[1];
+    if (h != v->height || pitch < v->width) {
+        v->width = (int32_t)pitch;
+        v->height = (int32_t)h;
+    }
+    v->format = s->makes;
+    v->pitch = pitch;
+}
+
 /* The frame feeds the input; the output is copied back into the frame on
  * the stage's stream, after the pipeline's work. */
 static kp_status kp__pstage_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     kp__pstage *s = user;
+    KP_CHECK(kp__pstage_check(s, f));
     s->in.data = f->data;
     s->in.desc = f->desc;
     s->in.desc.offset = 0;
@@ -175,10 +215,87 @@ static kp_status kp__pstage_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
     KP_CHECK(kp_memcpy_async(c->stream, f->data, s->out.data, (size_t)bytes));
     f->desc = s->out.desc;
     f->bytes = (size_t)bytes;
+    kp__pstage_label(s, &f->desc, &f->video);
     return KP_OK;
 }
 
-kp_status kp__stage_pipeline(kp_pipeline_t p, kp__stage_made *out) {
+/* The port a spec writes "module.port", on the given side, and its
+ * module's type; NULL where the pipeline has no such port. */
+static const kp_port_decl *kp__pstage_port(kp_pipeline_t p, const char *where, bool output,
+                                           const char **type) {
+    const char *dot = strchr(where, '.');
+    kp_pipeline_report r;
+    if (!dot || kp_pipeline_report_get(p, &r) != KP_OK) return NULL;
+    const size_t id_len = (size_t)(dot - where);
+    for (size_t i = 0; i < r.n_modules; i++) {
+        kp_module_report m;
+        if (kp_pipeline_module_report(p, i, &m) != KP_OK) return NULL;
+        if (strlen(m.id) != id_len || strncmp(m.id, where, id_len) != 0) continue;
+        const kp_port_decl *d = output ? m.outputs : m.inputs;
+        for (size_t k = 0, n = output ? m.n_outputs : m.n_inputs; k < n; k++)
+            if (strcmp(d[k].name, dot + 1) == 0) {
+                *type = m.type;
+                return &d[k];
+            }
+    }
+    return NULL;
+}
+
+/* A connection from a port making pictures of one layout into a port
+ * reading the other: the shapes agree, so only the layouts tell that the
+ * second module would misread the first's output. */
+static kp_status kp__pstage_link(const kp__pstage *s, const kp_connection_report *c) {
+    const char *from_type = NULL, *to_type = NULL;
+    const kp_port_decl *from = kp__pstage_port(s->p, c->from, true, &from_type),
+                       *to = kp__pstage_port(s->p, c->to, false, &to_type);
+    if (!from || !to || from->format == KP_PIXEL_NONE || to->format == KP_PIXEL_NONE ||
+        from->format == to->format)
+        return KP_OK;
+    return kp__error(KP_ERR_MISMATCH,
+                     "pipeline \"%s\": %s (%s) makes %s pictures, but %s (%s), which it feeds, "
+                     "reads %s",
+                     kp_pipeline_name(s->p), c->from, from_type, kp__pixel_str(from->format), c->to,
+                     to_type, kp__pixel_str(to->format));
+}
+
+/* What the pipeline's pictures are: the layout the module port its input
+ * feeds declares, and the one its output's module declares; and that no
+ * module reads the other layout than the module before it makes. */
+static kp_status kp__pstage_formats(kp__pstage *s, const char *output) {
+    kp_pipeline_report r;
+    KP_CHECK(kp_pipeline_report_get(s->p, &r));
+    for (size_t i = 0; i < r.n_connections; i++) {
+        kp_connection_report c;
+        const char *type = NULL;
+        KP_CHECK(kp_pipeline_connection_report(s->p, i, &c));
+        if (!c.external) {
+            KP_CHECK(kp__pstage_link(s, &c));
+            continue;
+        }
+        /* an external input feeds one port */
+        const kp_port_decl *d =
+            strcmp(c.from, s->in.name) == 0 ? kp__pstage_port(s->p, c.to, false, &type) : NULL;
+        if (!d) continue;
+        s->takes = d->format;
+        snprintf(s->taker, sizeof s->taker, "%s (%s)", c.to, type);
+    }
+    /* a pipeline of one module has its output there, whatever the spec says */
+    char one[2 * KP_NAME_MAX + 2];
+    if (!output && r.n_modules == 1) {
+        kp_module_report m;
+        KP_CHECK(kp_pipeline_module_report(s->p, 0, &m));
+        if (m.n_outputs == 1) {
+            snprintf(one, sizeof one, "%s.%s", m.id, m.outputs[0].name);
+            output = one;
+        }
+    }
+    const char *type = NULL;
+    const kp_port_decl *d = output ? kp__pstage_port(s->p, output, true, &type) : NULL;
+    s->makes = d ? d->format : KP_PIXEL_NONE;
+    return KP_OK;
+}
+
+kp_status kp__stage_pipeline(kp_pipeline_t p, const char *output, kp__stage_made *out) {
     kp_pipeline_report r;
     kp_status st = kp_pipeline_report_get(p, &r);
     if (st == KP_OK && (r.n_inputs != 1 || r.n_outputs != 1))
@@ -195,6 +312,7 @@ kp_status kp__stage_pipeline(kp_pipeline_t p, kp__stage_made *out) {
     s->p = p;
     if (st == KP_OK) st = kp_pipeline_input_info(p, 0, &s->in);
     if (st == KP_OK) st = kp_pipeline_output_info(p, 0, &s->out);
+    if (st == KP_OK) st = kp__pstage_formats(s, output);
     if (st == KP_OK) st = kp_pipeline_setup(p);
     if (st != KP_OK) {
         kp__pstage_free(s);
@@ -224,13 +342,22 @@ static kp_status kp__pstage_gather_resized(kp__pstage *s, const kp_stage_ctx *c,
     for (size_t i = 0; i < n; i++) {
         const kp_video_frame *v = &fr[i]->video;
         const kp_tensor_desc *d = &fr[i]->desc;
-        if (v->format != KP_PIXEL_NV12 || d->dtype != KP_U8 || d->ndim != 2 ||
-            d->shape[0] != (int64_t)v->height / 2 * 3 || d->shape[1] < v->width ||
-            (size_t)kp_desc_bytes_needed(d) > fr[i]->capacity)
+        if (v->format != KP_PIXEL_NV12)
             return kp__error(KP_ERR_MISMATCH,
-                             "frame %llu of stream %u: a batch that resizes takes NV12 video "
-                             "frames (a video source with \"format\": \"nv12\")",
-                             (unsigned long long)fr[i]->seq, fr[i]->stream);
+                             "frame %llu of stream %u is %s: a batch that resizes takes NV12 "
+                             "video frames (a video or testsrc source with \"format\": "
+                             "\"nv12\")",
+                             (unsigned long long)fr[i]->seq, fr[i]->stream,
+                             kp__pixel_str(v->format));
+        if (d->dtype != KP_U8 || d->ndim != 2 || d->shape[0] != (int64_t)v->height / 2 * 3 ||
+            d->shape[1] < v->width || (size_t)kp_desc_bytes_needed(d) > fr[i]->capacity) {
+            char buf[96];
+            return kp__error(KP_ERR_MISMATCH,
+                             "frame %llu of stream %u: %s is not the %dx%d NV12 picture it is "
+                             "said to be (u8 [h*3/2, pitch])",
+                             (unsigned long long)fr[i]->seq, fr[i]->stream,
+                             kp_desc_str(d, buf, sizeof buf), (int)v->width, (int)v->height);
+        }
         s->pics[i] = (kp_nv12_picture){fr[i]->data, v->width, v->height, d->shape[1]};
     }
     KP_CHECK(kp_resizer_nv12(s->rz, c->stream, s->pics, n, s->gather, s->rw, s->rh, s->rw));
@@ -257,6 +384,7 @@ static kp_status kp__pstage_batch_fn(void *user, const kp_stage_ctx *c, kp_frame
                          (unsigned long long)fr[0]->seq);
     size_t fb = (size_t)kp_desc_bytes_needed(d0);
     for (size_t i = 0; i < n; i++) {
+        KP_CHECK(kp__pstage_check(s, fr[i]));
         if (!kp_desc_same_shape(&fr[i]->desc, d0) || !kp_desc_is_contiguous(&fr[i]->desc))
             return kp__error(KP_ERR_MISMATCH,
                              "frames %llu and %llu differ in shape: a batch takes one shape",
@@ -297,7 +425,10 @@ static kp_status kp__pstage_batch_run(kp__pstage *s, const kp_stage_ctx *c, kp_f
         KP_CHECK(kp_memcpy_async(c->stream, fr[i]->data, (const char *)s->out.data + i * ob, ob));
         fr[i]->desc = each;
         fr[i]->bytes = ob;
-        if (s->rw) { /* what the frame shows now: rw x rh, NV12 where the output is */
+        if (s->rw) {
+            /* what the frame shows now: rw x rh, and where the output's
+             * module does not say its layout, NV12 (what the pipeline was
+             * given) where the output is shaped so */
             kp_video_frame *v = &fr[i]->video;
             bool nv12 = each.dtype == KP_U8 && each.ndim == 2 && each.shape[0] == s->rh / 2 * 3 &&
                         each.shape[1] >= s->rw && each.shape[1] % 2 == 0;
@@ -306,13 +437,14 @@ static kp_status kp__pstage_batch_run(kp__pstage *s, const kp_stage_ctx *c, kp_f
             v->format = nv12 ? KP_PIXEL_NV12 : KP_PIXEL_NONE;
             v->pitch = nv12 ? each.shape[1] : 0;
         }
+        kp__pstage_label(s, &each, &fr[i]->video);
     }
     return KP_OK;
 }
 
-kp_status kp__stage_pipeline_batch(kp_device_t dev, kp_pipeline_t p, size_t max_batch,
-                                   const int32_t *resize, kp__stage_made *out) {
-    KP_CHECK(kp__stage_pipeline(p, out)); /* takes p over */
+kp_status kp__stage_pipeline_batch(kp_device_t dev, kp_pipeline_t p, const char *output,
+                                   size_t max_batch, const int32_t *resize, kp__stage_made *out) {
+    KP_CHECK(kp__stage_pipeline(p, output, out)); /* takes p over */
     kp__pstage *s = out->user;
     uint32_t dyn = 0;
     kp_status st = kp_pipeline_input_dynamic(s->p, 0, &dyn);
@@ -340,6 +472,11 @@ kp_status kp__stage_pipeline_batch(kp_device_t dev, kp_pipeline_t p, size_t max_
                            "of u8 [%lld (dynamic), %d]",
                            kp_pipeline_name(s->p), max_batch, (int)s->rw, (int)s->rh,
                            (long long)rows, (int)s->rw);
+        else if (s->takes != KP_PIXEL_NONE && s->takes != KP_PIXEL_NV12)
+            st = kp__error(KP_ERR_MISMATCH,
+                           "pipeline \"%s\": a batch that resizes hands it NV12 pictures, but "
+                           "its input \"%s\" feeds %s, which takes %s",
+                           kp_pipeline_name(s->p), s->in.name, s->taker, kp__pixel_str(s->takes));
     }
     if (st == KP_OK && s->rw) {
         st = kp_resizer_create(dev, max_batch, &s->rz);

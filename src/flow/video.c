@@ -8,8 +8,10 @@
  * frame into one of a ring of pinned buffers and copies it to the device on
  * its stream; a buffer is refilled only once its copy has finished, so the
  * host reads the next frame while the device takes the last. The sink
- * copies each frame back through pinned memory and writes it; it makes its
- * file at the first frame (a flow that fails before leaves none). */
+ * copies each frame back through pinned memory and writes it, packed into
+ * planar I420 first where the frame is NV12 or has a pitch past its width;
+ * it makes its file at the first frame (a flow that fails before leaves
+ * none). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +31,8 @@ extern const kp_device_kernel kp__testsrc_cuda; /* pattern.cu */
 #define KP__Y4M_LINE 256   /* longest header or frame line */
 #define KP__Y4M_SIDE 16384 /* widest and tallest frame */
 
-/* The frame descriptor of a w x h I420 picture. */
+/* The frame descriptor of a picture of height h with rows of w bytes
+ * (its width, or its pitch): u8 [h*3/2, w], in either layout. */
 static kp_status kp__i420_desc(int64_t w, int64_t h, kp_tensor_desc *d) {
     int64_t shape[2] = {h / 2 * 3, w};
     return kp_desc_init(d, KP_U8, 2, shape, NULL);
@@ -283,19 +286,20 @@ kp_status kp__stage_y4m_source(kp_device_t dev, const char *path, int64_t frames
 /* --- the testsrc source -------------------------------------------------------------- */
 static void kp__testsrc_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first,
                              uint64_t n) {
-    const kp__testsrc_params *p = pp;
+    const kp__testsrc_frame *f = pp;
     uint64_t lo, hi;
-    kp_host_block_span((uint64_t)(p->width * p->height / 2 * 3), grid, first, n, &lo, &hi);
-    for (uint64_t i = lo; i < hi; i++) p->out[i] = kp__testsrc_value(p, (int64_t)i);
+    kp_host_block_span((uint64_t)(f->pitch * f->pic.height / 2 * 3), grid, first, n, &lo, &hi);
+    for (uint64_t i = lo; i < hi; i++) f->pic.out[i] = kp__testsrc_byte(f, (int64_t)i);
 }
 
 static const kp_kernel kp__testsrc_kernel = {
     "flow_testsrc",
-    sizeof(kp__testsrc_params),
+    sizeof(kp__testsrc_frame),
     {{"host", &(const kp_host_kernel){kp__testsrc_host}}, KP__TESTSRC_CUDA}};
 
 typedef struct kp__testsrc {
-    int64_t frames, width, height;
+    int64_t frames, width, height, pitch;
+    kp_pixel_format format;
     kp_tensor_desc desc;
 } kp__testsrc;
 
@@ -305,16 +309,17 @@ static kp_status kp__testsrc_fn(void *user, const kp_stage_ctx *c, kp_frame *f, 
         *eos = true;
         return KP_OK;
     }
-    kp__testsrc_params p = {f->data, s->width, s->height, f->seq};
-    uint64_t bytes = (uint64_t)(s->width * s->height / 2 * 3), blocks = (bytes + 1023) / 1024;
+    kp__testsrc_frame p = {
+        {f->data, s->width, s->height, f->seq}, s->pitch, s->format == KP_PIXEL_NV12};
+    uint64_t bytes = (uint64_t)(s->pitch * s->height / 2 * 3), blocks = (bytes + 1023) / 1024;
     kp_launch l = {
         &kp__testsrc_kernel, {(uint32_t)(blocks < 8192 ? blocks : 8192), 1, 1}, {256, 1, 1}, 0, &p};
     f->desc = s->desc;
     f->bytes = (size_t)bytes;
-    f->video = (kp_video_frame){KP_PIXEL_I420,
+    f->video = (kp_video_frame){s->format,
                                 (int32_t)s->width,
                                 (int32_t)s->height,
-                                s->width,
+                                s->pitch,
                                 (int64_t)f->seq,
                                 {1, 30},
                                 {30, 1},
@@ -322,20 +327,31 @@ static kp_status kp__testsrc_fn(void *user, const kp_stage_ctx *c, kp_frame *f, 
     return kp_launch_kernel(c->stream, &l);
 }
 
-kp_status kp__stage_testsrc(int64_t frames, int64_t width, int64_t height, kp__stage_made *out) {
+kp_status kp__stage_testsrc(int64_t frames, int64_t width, int64_t height, kp_pixel_format format,
+                            int64_t pitch, kp__stage_made *out) {
     KP_CHECK(kp__check_side("testsrc", width, height));
     if (frames < 0)
         return kp__error(KP_ERR_INVALID_ARG, "frames: %lld is negative", (long long)frames);
+    if (format == KP_PIXEL_NONE) format = KP_PIXEL_I420;
+    if (format != KP_PIXEL_I420 && format != KP_PIXEL_NV12)
+        return kp__error(KP_ERR_INVALID_ARG, "testsrc: pixel format %d (I420 or NV12)",
+                         (int)format);
+    if (!pitch) pitch = width;
+    if (pitch < width || pitch % 2 || pitch > 2 * KP__Y4M_SIDE)
+        return kp__error(
+            KP_ERR_INVALID_ARG,
+            "testsrc: pitch %lld for width %lld (even, at least the width, at most %d)",
+            (long long)pitch, (long long)width, 2 * KP__Y4M_SIDE);
     kp__testsrc *s = kp__calloc(1, sizeof *s);
     if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "testsrc: no memory");
-    *s = (kp__testsrc){frames, width, height, {0}};
-    kp_status st = kp__i420_desc(width, height, &s->desc);
+    *s = (kp__testsrc){frames, width, height, pitch, format, {0}};
+    kp_status st = kp__i420_desc(pitch, height, &s->desc); /* u8 [h*3/2, pitch] either way */
     if (st != KP_OK) {
         kp__free(s);
         return st;
     }
     *out = (kp__stage_made){
-        kp__testsrc_fn, NULL, s, kp__free, (size_t)(width * height / 2 * 3), 1, NULL, 0, NULL};
+        kp__testsrc_fn, NULL, s, kp__free, (size_t)(pitch * height / 2 * 3), 1, NULL, 0, NULL};
     return KP_OK;
 }
 
@@ -345,9 +361,11 @@ typedef struct kp__y4m_sink {
     FILE *f;
     char path[1024];
     char tags[KP__Y4M_LINE];
-    int64_t width, height; /* of the first frame; 0 before it */
+    int64_t width, height;  /* of the first frame; 0 before it */
+    kp_pixel_format format; /* what the frames hold, over their own label; NONE: their own */
     kp_allocator_t pinned;
     void *host;
+    uint8_t *packed; /* a frame packed into planar I420, made with the stage */
     size_t bytes;
 } kp__y4m_sink;
 
@@ -356,24 +374,82 @@ static void kp__y4m_sink_free(void *user) {
     if (!s) return;
     if (s->host && kp_allocator_free(s->pinned, s->host) != KP_OK) kp_clear_error();
     if (s->f) fclose(s->f);
+    kp__free(s->packed);
     kp__free(s);
 }
 
-static kp_status kp__y4m_sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
-    kp__y4m_sink *s = user;
+/* What a frame holds for the sink: its size, pitch and layout. A frame
+ * described as video gives them (the sink's own format, where set, over its
+ * label), and its shape must agree; a frame that is not (a synthetic or
+ * remote source's, a stage of a program's) is taken as packed I420 by its
+ * shape, u8 [h*3/2, w], as YUV4MPEG2 itself stores it. */
+static kp_status kp__y4m_picture(const kp__y4m_sink *s, const kp_frame *f, kp_video_frame *pic) {
     const kp_tensor_desc *d = &f->desc;
-    bool i420 = d->dtype == KP_U8 && d->ndim == 2 && kp_desc_is_contiguous(d) && d->offset == 0 &&
-                d->shape[0] % 3 == 0;
-    int64_t w = i420 ? d->shape[1] : 0, h = i420 ? d->shape[0] / 3 * 2 : 0;
-    if (!i420 || kp__check_side("y4m sink", w, h) != KP_OK || (size_t)(w * h / 2 * 3) != f->bytes ||
-        f->bytes > s->bytes) {
+    kp_pixel_format fmt = f->video.format;
+    if (fmt != KP_PIXEL_NONE && s->format != KP_PIXEL_NONE) fmt = s->format;
+    if (fmt != KP_PIXEL_NONE && fmt != KP_PIXEL_I420 && fmt != KP_PIXEL_NV12)
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "frame %llu: pixel format %d: the y4m sink takes I420 and NV12 frames",
+                         (unsigned long long)f->seq, (int)fmt);
+    const bool planes = d->dtype == KP_U8 && d->ndim == 2 && kp_desc_is_contiguous(d) &&
+                        d->offset == 0 && d->shape[0] % 3 == 0;
+    const int64_t pitch = planes ? d->shape[1] : 0, h = planes ? d->shape[0] / 3 * 2 : 0;
+    const int64_t w = fmt == KP_PIXEL_NONE ? pitch : f->video.width;
+    bool ok = planes && (fmt == KP_PIXEL_NONE || f->video.height == h) && pitch >= w &&
+              pitch % 2 == 0 && (size_t)(pitch * h / 2 * 3) == f->bytes && f->bytes <= s->bytes;
+    if (ok && kp__check_side("y4m sink", w, h) != KP_OK) {
         kp_clear_error();
-        char buf[96];
+        ok = false;
+    }
+    char buf[96];
+    if (!ok && fmt == KP_PIXEL_NONE)
         return kp__error(KP_ERR_MISMATCH,
                          "frame %llu: %s (%zu bytes) is not an I420 picture (u8 [h*3/2, w], "
                          "w and h even)",
                          (unsigned long long)f->seq, kp_desc_str(d, buf, sizeof buf), f->bytes);
+    if (!ok)
+        return kp__error(KP_ERR_MISMATCH,
+                         "frame %llu: %s (%zu bytes) is not the %dx%d %s picture it is said to "
+                         "be (u8 [h*3/2, pitch], the pitch even and at least the width)",
+                         (unsigned long long)f->seq, kp_desc_str(d, buf, sizeof buf), f->bytes,
+                         (int)f->video.width, (int)f->video.height, kp__pixel_str(fmt));
+    *pic = (kp_video_frame){fmt == KP_PIXEL_NONE ? KP_PIXEL_I420 : fmt,
+                            (int32_t)w,
+                            (int32_t)h,
+                            pitch,
+                            KP_VIDEO_NO_PTS,
+                            {0, 0},
+                            {0, 0},
+                            false};
+    return KP_OK;
+}
+
+/* A w x h picture of any pitch, I420 or NV12, packed into planar I420 with
+ * no padding: what a YUV4MPEG2 frame holds. */
+static void kp__y4m_pack(const kp_video_frame *pic, const uint8_t *src, uint8_t *dst) {
+    const int64_t w = pic->width, h = pic->height, p = pic->pitch, cw = w / 2, ch = h / 2;
+    for (int64_t y = 0; y < h; y++) memcpy(dst + y * w, src + y * p, (size_t)w);
+    const uint8_t *c = src + p * h;
+    uint8_t *u = dst + w * h, *v = u + cw * ch;
+    for (int64_t y = 0; y < ch; y++) {
+        if (pic->format == KP_PIXEL_NV12) {
+            const uint8_t *row = c + y * p;
+            for (int64_t x = 0; x < cw; x++) {
+                u[y * cw + x] = row[2 * x];
+                v[y * cw + x] = row[2 * x + 1];
+            }
+        } else {
+            memcpy(u + y * cw, c + y * (p / 2), (size_t)cw);
+            memcpy(v + y * cw, c + (p / 2) * ch + y * (p / 2), (size_t)cw);
+        }
     }
+}
+
+static kp_status kp__y4m_sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    kp__y4m_sink *s = user;
+    kp_video_frame pic = {0}; /* filled by kp__y4m_picture, which gcc cannot see */
+    KP_CHECK(kp__y4m_picture(s, f, &pic));
+    const int64_t w = pic.width, h = pic.height;
     if (!s->width) { /* the file and the buffer are made at the first frame */
         KP_CHECK(kp_allocator_alloc(s->pinned, s->bytes ? s->bytes : 1, NULL, &s->host));
         if (!(s->f = fopen(s->path, "wb")))
@@ -389,24 +465,39 @@ static kp_status kp__y4m_sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f,
     }
     KP_CHECK(kp_memcpy_async(c->stream, s->host, f->data, f->bytes));
     KP_CHECK(kp_stream_sync(c->stream));
-    if (fputs("FRAME\n", s->f) < 0 || fwrite(s->host, 1, f->bytes, s->f) != f->bytes ||
-        fflush(s->f) != 0)
+    /* packed I420 is written as it is; NV12, or a pitch past the width, is
+     * packed first, on the host, which is waiting for the file anyway */
+    const void *out = s->host;
+    if (pic.format != KP_PIXEL_I420 || pic.pitch != w) {
+        kp__y4m_pack(&pic, s->host, s->packed);
+        out = s->packed;
+    }
+    const size_t n = (size_t)(w * h / 2 * 3);
+    if (fputs("FRAME\n", s->f) < 0 || fwrite(out, 1, n, s->f) != n || fflush(s->f) != 0)
         return kp__error(KP_ERR_IO, "%s: cannot write frame %llu: %s", s->path,
                          (unsigned long long)f->seq, strerror(errno));
     return KP_OK;
 }
 
 kp_status kp__stage_y4m_sink(kp_device_t dev, const char *path, size_t max_bytes, const char *tags,
-                             kp__stage_made *out) {
+                             kp_pixel_format format, kp__stage_made *out) {
     if (!path || strlen(path) >= sizeof((kp__y4m_sink *)0)->path)
         return kp__error(KP_ERR_INVALID_ARG, "y4m sink: a path of at most 1023 characters");
+    if (format != KP_PIXEL_NONE && format != KP_PIXEL_I420 && format != KP_PIXEL_NV12)
+        return kp__error(KP_ERR_INVALID_ARG, "y4m sink: pixel format %d (I420 or NV12)",
+                         (int)format);
     kp__y4m_sink *s = kp__calloc(1, sizeof *s);
     if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "y4m sink: no memory");
     s->dev = dev;
     s->bytes = max_bytes;
+    s->format = format;
     memcpy(s->path, path, strlen(path) + 1);
     snprintf(s->tags, sizeof s->tags, "%s", tags && *tags ? tags : " F30:1 Ip A1:1 C420jpeg");
     kp_status st = kp_device_allocator(dev, KP_ALLOCATOR_PINNED, &s->pinned);
+    /* a packed frame is never larger than the frame it came from */
+    if (st == KP_OK && !(s->packed = kp__malloc(max_bytes ? max_bytes : 1)))
+        st = kp__error(KP_ERR_OUT_OF_MEMORY, "y4m sink: no memory for a frame of %zu bytes",
+                       max_bytes);
     if (st != KP_OK) {
         kp__y4m_sink_free(s);
         return st;

@@ -138,17 +138,26 @@ static const kp_module_i kp__video_iface = {
     .add_node_to_graph = kp__video_add_node,
 };
 
-/* An I420 frame's port: u8 [h*3/2, w]. */
-static kp_status kp__i420_port(kp_port_decl *p, const char *name, int64_t w, int64_t h) {
+/* A port of 4:2:0 pictures, u8 [h*3/2, pitch], saying its layout: a flow
+ * refuses frames of the other one here rather than let the kernel misread
+ * them. */
+static kp_status kp__picture_port(kp_port_decl *p, const char *name, kp_pixel_format format,
+                                  int64_t pitch, int64_t h) {
     snprintf(p->name, KP_NAME_MAX, "%s", name);
     p->dynamic = 0;
-    int64_t shape[2] = {h / 2 * 3, w};
+    p->format = format;
+    int64_t shape[2] = {h / 2 * 3, pitch};
     return kp_desc_init(&p->desc, KP_U8, 2, shape, NULL);
+}
+
+/* An I420 frame's port: u8 [h*3/2, w]. */
+static kp_status kp__i420_port(kp_port_decl *p, const char *name, int64_t w, int64_t h) {
+    return kp__picture_port(p, name, KP_PIXEL_I420, w, h);
 }
 
 /* An NV12 frame's port with pitch p: u8 [h*3/2, p]. */
 static kp_status kp__nv12_port(kp_port_decl *p, const char *name, int64_t pitch, int64_t h) {
-    return kp__i420_port(p, name, pitch, h);
+    return kp__picture_port(p, name, KP_PIXEL_NV12, pitch, h);
 }
 
 /* The colour matrix: BT.601 or BT.709, limited (16..235, 16..240) or full

@@ -69,6 +69,7 @@ typedef struct kp__targ {
 } kp__targ;
 
 struct kp_tasks {
+    kp__guard guard; /* one thread at a time: claimed by every call (KP__TASKS) */
     kp_device_t dev;
     kp_allocator_t alloc;
     size_t n_streams;
@@ -103,13 +104,15 @@ struct kp_tasks {
     kp_tasks_stats stats;
 };
 
+/* Opens every public call on a set: a live handle, claimed for the call. */
 #define KP__TASKS(t)                                                                          \
     do {                                                                                      \
         if (!(t)) return kp__error(KP_ERR_INVALID_ARG, "%s: the task set is NULL", __func__); \
         if (!kp__tasks_live((t), false))                                                      \
             return kp__error(KP_ERR_INVALID_ARG,                                              \
                              "%s: the task set is not live (destroyed already?)", __func__);  \
-    } while (0)
+    } while (0);                                                                              \
+    KP_GUARD(&(t)->guard, "task set")
 
 #define KP__GROW(t, field, want)                                                                \
     kp__tasks_grow((void **)&(t)->field, (t)->n_##field, &(t)->cap_##field, sizeof *(t)->field, \
