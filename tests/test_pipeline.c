@@ -603,6 +603,20 @@ static void bad_spec(const char *json, kp_status want, const char *needle) {
 #define M_E(id, n) "{\"type\": \"engine\", \"id\": \"" id "\", \"params\": {\"size\": " #n "}}"
 #define M_R(id, n) "{\"type\": \"relu\", \"id\": \"" id "\", \"params\": {\"size\": " #n "}}"
 
+/* One module and no wiring (what `kpipe run MODEL.onnx` makes): the
+ * module's ports are the pipeline's inputs and outputs, by their names. */
+static void lone_module_ports(void **state) {
+    kp_pipeline_t p;
+    kp_port_info in, out;
+    KPT_OK(kp_pipeline_create_from_json(g_dev, HDR "\"modules\": [" M_R("r", 4) "]}", &p));
+    KPT_OK(kp_pipeline_input_info(p, 0, &in));
+    KPT_OK(kp_pipeline_output_info(p, 0, &out));
+    assert_string_equal(in.name, "input");
+    assert_string_equal(out.name, "output");
+    KPT_FAILS(kp_pipeline_input_info(p, 1, &in), KP_ERR_NOT_FOUND);
+    kp_pipeline_destroy(p);
+}
+
 static void bad_specs(void **state) {
     bad_spec("{\"kpipe_spec\": 1, \"modules\": [", KP_ERR_PARSE, "line 1, column");
     bad_spec("[1, 2]", KP_ERR_PARSE, "$: expected an object");
@@ -657,7 +671,9 @@ static void bad_specs(void **state) {
     bad_spec(HDR "\"modules\": [{\"type\": \"relu\", \"id\": \"r\"}]}", KP_ERR_INVALID_ARG,
              "parameter \"size\" is required");
     /* wiring */
-    bad_spec(HDR "\"modules\": [" M_R("r", 4) "]}", KP_ERR_INVALID_ARG, "r.input is not connected");
+    /* a lone module exposes its ports only when nothing is wired at all */
+    bad_spec(HDR "\"modules\": [" M_R("r", 4) "], \"outputs\": {\"y\": \"r.output\"}}",
+             KP_ERR_INVALID_ARG, "r.input is not connected");
     bad_spec(
         HDR "\"modules\": [" M_R("r", 4) "], \"inputs\": {\"x\": \"r.input\", \"y\": \"r.input\"}}",
         KP_ERR_INVALID_ARG, "fed twice");
@@ -811,6 +827,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(unchanged_descriptors_skip_the_upload),
         cmocka_unit_test(lifecycle_out_of_order),
         cmocka_unit_test(bad_specs),
+        cmocka_unit_test(lone_module_ports),
         cmocka_unit_test(boundary_checks),
         cmocka_unit_test(strict_parameters),
         cmocka_unit_test(examples_spec_file),
