@@ -47,6 +47,11 @@ def main(top, build, work, video=""):
             for kv in filter(None, os.environ.get("KP_DOC_PY_ENV", "").split("|")):
                 k, _, v = kv.partition("=")
                 env[k] = v
+            # `python3` in the block is the interpreter the build found with
+            # NumPy (Debian's, or a venv's), wherever the PATH puts another
+            py = os.environ.get("KP_DOC_PYTHON_BIN")
+            if py:
+                env["PATH"] = os.path.dirname(py) + os.pathsep + env.get("PATH", "")
         found += 1
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
