@@ -11,10 +11,32 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
+# Why each skipped test skipped: ctest 3.25 lists skips without their
+# reason, which is the first line the test printed (tests/*: "SKIP: ...").
+skip_reasons() { # build-dir ctest-output
+  python3 - "$1/Testing/Temporary/LastTest.log" "$2" <<'PY'
+import re, sys
+log = open(sys.argv[1], errors="replace").read()
+for name in re.findall(r"^\s*\d+ - (\S+) \(Skipped\)", open(sys.argv[2]).read(), re.M):
+    m = re.search(r"Testing: " + re.escape(name) + r"\n.*?Output:\n-+\n(.*?)<end of output>", log, re.S)
+    lines = [l for l in (m.group(1) if m else "").splitlines() if l.strip()]
+    why = next((l for l in lines if "skip" in l.lower()), lines[0] if lines else "(no output)")
+    print("  skipped %-28s %s" % (name, why.strip()[:160]))
+PY
+}
+
+timings=""
 run() { # build-dir, cmake args...
   local dir=$1; shift
+  local t0=$SECONDS
   KP_BUILD_DIR=$dir scripts/bootstrap.sh -DKP_WERROR=ON "$@"
-  ctest --test-dir "$dir" --output-on-failure -j "$jobs"
+  local t1=$SECONDS rc=0
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" 2>&1 | tee "$dir/ctest.out" || rc=$?
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  skip_reasons "$dir" "$dir/ctest.out" || true
+  timings="$timings$(printf '  %-12s build %4d s, tests %4d s' "$dir" $((t1 - t0)) $((SECONDS - t1)))\n"
+  echo "== $dir: built in $((t1 - t0)) s, tested in $((SECONDS - t1)) s"
+  return $rc
 }
 
 echo "== plain build"
@@ -41,4 +63,5 @@ echo "== address and undefined-behaviour sanitizers, libFuzzer harnesses (clang)
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
   CC=clang KP_PACKAGES="clang libclang-rt-14-dev" \
   run build-clang "-DKP_SANITIZE=address;undefined" -DKP_FUZZ=ON -DCMAKE_CUDA_HOST_COMPILER=clang++ "$@"
-echo "== all test builds passed"
+echo "== all test builds passed in $SECONDS s"
+printf "$timings"
