@@ -6,7 +6,7 @@ kpipe=$1 src=$2 work=$3
 mkdir -p "$work"
 cd "$work"
 rm -f out.npy again.npy bench.json odd.json flow.json flow_out.npy trace.json clip.y4m \
-  clip_sharp.y4m btrace.json
+  clip_sharp.y4m btrace.json progress.txt clip_progress.txt
 # ReLU(a + b) >= 0, so ReLU of it is itself: the second run must reproduce the file.
 "$kpipe" run "$src/examples/sample.json" --device cpu --ticks 2 --seed 7 --output output=out.npy
 "$kpipe" run "$src/tests/specs/relu_only.json" --device cpu --input input0=out.npy \
@@ -52,10 +52,31 @@ python3 -c 'import json,sys; json.load(open("trace.json"))' 2>/dev/null || \
 grep -q '2000 frames in' flow.txt || { cat flow.txt; exit 1; }
 grep -q '"frames": 2000' flow.json || { cat flow.json; exit 1; }
 [ "$(wc -c < flow_out.npy)" -eq $((128 + 16384 * 4)) ]
+# the report names every file the run wrote, with its size
+grep -q '^files written:$' flow.txt || { cat flow.txt; exit 1; }
+grep -q '^  flow_out.npy: 65664 bytes, 64.1 KiB (sink "sink")$' flow.txt || { cat flow.txt; exit 1; }
+grep -q '^  flow.json: [0-9]* bytes.* (--json)$' flow.txt || { cat flow.txt; exit 1; }
+grep -q '^  trace.json: [0-9]* bytes.* (--trace)$' flow.txt || { cat flow.txt; exit 1; }
+# off a terminal, progress only when asked: --progress=S gives a line every S
+# seconds on stderr and one at the end, with the total the source knows
+"$kpipe" flow "$src/examples/flow.json" --device cpu 2> progress.txt > /dev/null
+[ ! -s progress.txt ] || { cat progress.txt; echo "progress printed off a terminal unasked"; exit 1; }
+"$kpipe" flow "$src/examples/flow.json" --device cpu --progress=0.1 2> progress.txt > /dev/null
+cat progress.txt
+[ "$(grep -c '^frame=[0-9]*/2000 [0-9]*% fps=[0-9.]* elapsed=' progress.txt)" -ge 2 ] ||
+  { echo "fewer than 2 progress lines"; exit 1; }
+tail -n 1 progress.txt | grep -q '^frame=2000/2000 100% fps=[0-9.]* elapsed=[0-9:]* drops=0 ' ||
+  { echo "the last progress line is not the final count"; exit 1; }
 # the video example of docs/video.md: a clip drawn on the device, sharpened; the
 # output has the clip's header and size, and differs where it sharpened
-"$kpipe" flow "$src/examples/make_clip.json" --device cpu --quiet > clip.txt
-"$kpipe" flow "$src/examples/video.json" --device cpu --quiet > video.txt
+"$kpipe" flow "$src/examples/make_clip.json" --device cpu --progress 2> clip_progress.txt > clip.txt
+grep -q '^  clip.y4m: 20736403 bytes, 19.8 MiB (sink "write")$' clip.txt || { cat clip.txt; exit 1; }
+# testsrc draws 30 frames/s: a speed against real time
+grep -q '^frame=60/60 100% fps=[0-9.]* speed=[0-9.e+]*x ' clip_progress.txt ||
+  { cat clip_progress.txt; exit 1; }
+# a y4m source's length is its file's frame count
+"$kpipe" flow "$src/examples/video.json" --device cpu --progress 2> clip_progress.txt > video.txt
+grep -q '^frame=60/60 100% ' clip_progress.txt || { cat clip_progress.txt; exit 1; }
 grep -q '60 frames in' video.txt || { cat video.txt; exit 1; }
 [ "$(head -c 42 clip.y4m)" = "YUV4MPEG2 W640 H360 F30:1 Ip A1:1 C420jpeg" ]
 [ "$(head -c 42 clip_sharp.y4m)" = "YUV4MPEG2 W640 H360 F30:1 Ip A1:1 C420jpeg" ]

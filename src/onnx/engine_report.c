@@ -43,6 +43,22 @@ static void kp__ox_report_nodes(const kp__ox_graph *g, FILE *f) {
     }
 }
 
+/* How the nodes with an account of their own run (the convolutions'
+ * algorithms), at the maximum shapes. */
+static void kp__ox_report_choices(const kp__ox_graph *g, FILE *f) {
+    bool any = false;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const kp__ox_gnode *n = &g->nodes[i];
+        if (n->folded || !n->op->describe) continue;
+        char text[160];
+        n->op->describe(n, text, sizeof text);
+        if (!any) fprintf(f, "  algorithms (at the maximum shapes):\n");
+        any = true;
+        fprintf(f, "    %-4zu %-22.22s %s\n", i, n->src->name[0] ? n->src->name : n->src->op_type,
+                text);
+    }
+}
+
 static void kp__ox_report_plan(const kp__ox_engine *e, const kp__ox_graph *g, FILE *f) {
     size_t region, consts, ws, inner = 0, n_inner = 0;
     char a[32], b[32], c[32], d[32];
@@ -87,5 +103,6 @@ void kp__ox_engine_report(const kp__ox_engine *e, void *file) {
         fprintf(f, "  output %-24s %s\n", g->values[g->outputs[i]].name, s);
     }
     kp__ox_report_nodes(g, f);
+    kp__ox_report_choices(g, f);
     kp__ox_report_plan(e, g, f);
 }

@@ -89,6 +89,9 @@ void kp__ox_spatial_win(const kp__ox_spatial *s, int64_t channels, kp__ox_win *w
 /* Whether an extent fits the kernels' 32-bit fields. */
 static inline bool kp__ox_fits32(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 
+/* How a convolution runs, for validate (ops_conv.c). */
+void kp__ox_conv_describe(const kp__ox_gnode *n, char *buf, size_t len);
+
 /* --- operator slots (the family's table in ops_nn.c lists them) --------------------- */
 
 kp_status kp__ox_conv_infer(kp__ox_graph *g, kp__ox_gnode *n);
@@ -162,6 +165,11 @@ typedef struct kp__ox_conv_shape {
     int64_t in[3], out[3], k[3], stride[3], pad[3], dil[3];
 } kp__ox_conv_shape;
 typedef struct kp__ox_dnn_conv kp__ox_dnn_conv;
+
+#ifdef KP_HAVE_CUDNN
+/* The algorithm a cuDNN plan chose and its workspace, as text. */
+void kp__ox_dnn_conv_describe(const kp__ox_dnn_conv *p, char *buf, size_t len);
+#endif
 
 #ifdef KP_HAVE_CUDNN
 /* Makes and frees cuDNN handles; sets a handle's stream. */

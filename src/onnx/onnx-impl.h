@@ -284,6 +284,9 @@ typedef struct kp__ox_op {
      * Squeeze, Unsqueeze, Identity): the engine points it there and runs
      * nothing; `run` is then only used when folding. */
     bool view;
+    /* Optional: how the node runs for the current shapes, for validate
+     * ("cuDNN, implicit GEMM, 4 MiB workspace"), into buf. */
+    void (*describe)(const kp__ox_gnode *n, char *buf, size_t len);
 } kp__ox_op;
 
 /* The operator for op_type at `opset` in ai.onnx; NULL when kpipe has none. */

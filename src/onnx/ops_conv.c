@@ -11,6 +11,7 @@
  * batched cuBLAS GEMM over groups, or for ConvTranspose the GEMM and
  * col2im. Bias is its own kernel afterwards (or the output's initial fill). */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "nn-impl.h"
@@ -286,6 +287,22 @@ typedef struct kp__conv_state {
     kp__ox_dnn_conv *dnn;  /* cuDNN's plan, when it runs this convolution */
 #endif
 } kp__conv_state;
+
+void kp__ox_conv_describe(const kp__ox_gnode *n, char *buf, size_t len) {
+    const kp__conv_state *s = n->state;
+    if (!s) {
+        snprintf(buf, len, "not prepared");
+        return;
+    }
+#ifdef KP_HAVE_CUDNN
+    if (s->dnn) {
+        kp__ox_dnn_conv_describe(s->dnn, buf, len);
+        return;
+    }
+#endif
+    if (s->packed) snprintf(buf, len, "host GEMM, weights packed at setup");
+    else snprintf(buf, len, "im2col + GEMM, %lld positions a pass", (long long)s->chunk);
+}
 
 void kp__ox_conv_release(kp__ox_gnode *n) {
     kp__conv_state *s = n->state;

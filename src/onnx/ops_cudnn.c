@@ -220,6 +220,17 @@ struct kp__ox_dnn_conv {
     size_t ws;
 };
 
+void kp__ox_dnn_conv_describe(const kp__ox_dnn_conv *p, char *buf, size_t len) {
+    static const char *const fwd[] = {"implicit GEMM", "implicit precomputed GEMM", "GEMM",
+                                      "direct", "FFT", "FFT tiling", "Winograd",
+                                      "Winograd non-fused"};
+    int a = p->transposed ? (int)p->bwd : (int)p->fwd;
+    const char *name = !p->transposed && a >= 0 && a < (int)(sizeof fwd / sizeof fwd[0])
+                           ? fwd[a]
+                           : "backward-data";
+    snprintf(buf, len, "cuDNN %s (algorithm %d), workspace %zu KiB", name, a, p->ws >> 10);
+}
+
 void kp__ox_dnn_conv_free(kp__ox_dnn_conv *p) {
     if (!p) return;
     if (p->x) (void)kp__dnn.cudnnDestroyTensorDescriptor(p->x);

@@ -509,9 +509,11 @@ static bool kp__resize_host_input(int i) { return i >= 1; }
 
 const kp__ox_op kp__ox_ops_nn[] = {
     {.name = "Conv", .since = 1, .infer = kp__ox_conv_infer, .run = kp__ox_conv_run,
-     .prepare = kp__ox_conv_prepare, .release = kp__ox_conv_release},
+     .prepare = kp__ox_conv_prepare, .release = kp__ox_conv_release,
+     .describe = kp__ox_conv_describe},
     {.name = "ConvTranspose", .since = 1, .infer = kp__ox_convt_infer, .run = kp__ox_convt_run,
-     .prepare = kp__ox_convt_prepare, .release = kp__ox_conv_release},
+     .prepare = kp__ox_convt_prepare, .release = kp__ox_conv_release,
+     .describe = kp__ox_conv_describe},
     {.name = "Gemm", .since = 1, .infer = kp__ox_gemm_infer, .run = kp__ox_gemm_op_run,
      .prepare = kp__ox_blas_prepare},
     {.name = "MatMul", .since = 1, .infer = kp__ox_matmul_infer, .run = kp__ox_matmul_run,

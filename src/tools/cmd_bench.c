@@ -76,6 +76,39 @@ static void kpt_progress(long done, long total, const char *what) {
     }
 }
 
+static const char *kpt_s(uint64_t n) { return n == 1 ? "" : "s"; }
+
+/* The graph cache's counters as what happened. Graphs are made before the
+ * first call too (the first shape's, by build_graph), and those are no
+ * miss: a miss is a call that found no graph for its shape. Each graph
+ * made is either instantiated or an update of a kept one, so what the
+ * misses did not make was made ahead. */
+static void kpt_print_cache(const kp_graph_stats *c) {
+    uint64_t made = c->updates + c->instantiations;
+    uint64_t on_miss = c->misses - c->fallbacks;
+    printf("graph cache: %zu graph%s held, %zu bytes; %" PRIu64 " call%s: %" PRIu64
+           " hit%s, %" PRIu64 " miss%s",
+           c->graphs, kpt_s(c->graphs), c->bytes, c->calls, kpt_s(c->calls), c->hits,
+           kpt_s(c->hits), c->misses, c->misses == 1 ? "" : "es");
+    if (c->fallbacks) printf(" (%" PRIu64 " run without a graph: fallback)", c->fallbacks);
+    printf("; %" PRIu64 " graph%s made", made, kpt_s(made));
+    if (made && made >= on_miss) {
+        uint64_t ahead = made - on_miss;
+        if (!on_miss)
+            printf(" before the first call (for its shape)");
+        else if (!ahead)
+            printf(" on misses (shapes without a graph yet)");
+        else
+            printf(": %" PRIu64 " before the first call (for its shape), %" PRIu64
+                   " on misses (shapes without a graph yet)",
+                   ahead, on_miss);
+    }
+    printf(", by %" PRIu64 " capture%s, %" PRIu64 " instantiation%s and %" PRIu64
+           " update%s; %" PRIu64 " eviction%s\n",
+           c->captures, kpt_s(c->captures), c->instantiations, kpt_s(c->instantiations), c->updates,
+           kpt_s(c->updates), c->evictions, kpt_s(c->evictions));
+}
+
 static kp_status kpt_bench_mode(const char *device, const char *spec, int mode, long ticks,
                                 long warmup, const kpt_shapes *shapes, kpt_bench_result *res) {
     kpt_runner r;
@@ -291,15 +324,8 @@ int kpt_cmd_bench(int argc, char **argv) {
                kp_exec_mode_str((kp_exec_mode)modes[i]), s->min, s->p50, s->p90, s->p99, s->max,
                res[i].flight_us_per_tick, 1e6 / res[i].flight_us_per_tick, res[i].setup_ms);
     }
-    for (size_t i = 0; i < n_modes; i++) {
-        const kp_graph_stats *c = &res[i].cache;
-        if (res[i].mode != KP_EXEC_GRAPH) continue;
-        printf("graph cache: %zu graphs held, %" PRIu64 " calls: %" PRIu64 " hits, %" PRIu64
-               " misses (%" PRIu64 " captures, %" PRIu64 " updates, %" PRIu64
-               " instantiations, %" PRIu64 " fallbacks), %" PRIu64 " evictions, %zu bytes\n",
-               c->graphs, c->calls, c->hits, c->misses, c->captures, c->updates, c->instantiations,
-               c->fallbacks, c->evictions, c->bytes);
-    }
+    for (size_t i = 0; i < n_modes; i++)
+        if (res[i].mode == KP_EXEC_GRAPH) kpt_print_cache(&res[i].cache);
     if (shapes.n) {
         printf("shapes cycled per tick:");
         for (size_t k = 0; k < shapes.n; k++)

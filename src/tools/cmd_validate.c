@@ -32,7 +32,7 @@ static int kpt_validate_flow(const char *file, const char *device, const char *d
     kp_flow_t f = NULL;
     kp_status st = kp_device_open(device, &dev);
     if (st != KP_OK) return kpt_fail("validate", st);
-    st = kp_flow_create_from_file(dev, file, &f);
+    st = kpt_keep_error(kp_flow_create_from_file(dev, file, &f));
     kp_flow_snapshot h;
     size_t n_streams = 0;
     if (st == KP_OK) st = kp_flow_health(f, &h);
@@ -51,7 +51,7 @@ static int kpt_validate_flow(const char *file, const char *device, const char *d
     }
     if (st == KP_OK && dot) st = kp_flow_write_dot(f, dot);
     if (st == KP_OK && dot) printf("graph: %s\n", dot);
-    int rc = st == KP_OK ? 0 : kpt_fail("validate", st);
+    int rc = st == KP_OK ? 0 : kpt_fail_flow("validate", st, file);
     if (rc == 0) printf("OK\n");
     kp_flow_destroy(f);
     kp_device_close(dev);
@@ -87,6 +87,34 @@ static void kpt_ports(const char *what, const kp_port_decl *p, size_t n) {
     printf("%s\n", n ? "" : " none");
 }
 
+/* What graph mode does with the inputs' addresses. The binding is the
+ * spec's choice for inputs whose address may change under a module that
+ * bakes addresses into the graph; where no connection is such, nothing is
+ * copied whatever the choice, and the line says that rather than "copy". */
+static kp_status kpt_print_binding(kp_pipeline_t p, const kp_pipeline_report *r) {
+    size_t copied = 0;
+    for (size_t i = 0; i < r->n_connections; i++) {
+        kp_connection_report c;
+        KPT_CHECK(kp_pipeline_connection_report(p, i, &c));
+        copied += !c.zero_copy;
+    }
+    printf("graph cache: one graph per shape signature");
+    if (r->binding == KP_INPUTS_REBIND)
+        printf(" and input address set; inputs read in place (input binding rebind)\n");
+    else if (copied)
+        printf("; %zu module input%s copied into the pipeline's own buffer%s inside the graph, "
+               "so one graph serves any input address (input binding copy)\n",
+               copied, copied == 1 ? "" : "s", copied == 1 ? "" : "s");
+    else
+        printf("; inputs read in place, none copied (every connection above is zero-copy)\n");
+    return KP_OK;
+}
+
+/* A column as wide as its longest name, `len`, and at least `min`: tables
+ * stay aligned whatever the ids' lengths (a fused group's id joins its
+ * members'). */
+static int kpt_width(int min, size_t len) { return len > (size_t)min ? (int)len : min; }
+
 /* The dynamic dimensions of the external inputs and outputs, and what graph
  * mode does with a new shape. */
 static kp_status kpt_print_dynamic(kp_pipeline_t p, const kp_pipeline_report *r) {
@@ -110,10 +138,7 @@ static kp_status kpt_print_dynamic(kp_pipeline_t p, const kp_pipeline_report *r)
         }
     }
     printf("%s\n", shown ? "" : " none (every shape is fixed)");
-    if (kp_pipeline_mode(p) == KP_EXEC_GRAPH)
-        printf("graph cache: one graph per shape signature%s; input binding %s\n",
-               r->binding == KP_INPUTS_REBIND ? " and input address set" : "",
-               kp_input_binding_str(r->binding));
+    if (kp_pipeline_mode(p) == KP_EXEC_GRAPH) KPT_CHECK(kpt_print_binding(p, r));
     return KP_OK;
 }
 
@@ -137,10 +162,17 @@ static kp_status kpt_print_modules(kp_pipeline_t p, const kp_pipeline_report *r)
         }
     }
     printf("connections:\n");
+    int wf = 24, wt = 24;
     for (size_t i = 0; i < r->n_connections; i++) {
         kp_connection_report c;
         KPT_CHECK(kp_pipeline_connection_report(p, i, &c));
-        printf("  %-24s -> %-24s %-9s %s\n", c.from, c.to, c.zero_copy ? "zero-copy" : "copy",
+        wf = kpt_width(wf, strlen(c.from));
+        wt = kpt_width(wt, strlen(c.to));
+    }
+    for (size_t i = 0; i < r->n_connections; i++) {
+        kp_connection_report c;
+        KPT_CHECK(kp_pipeline_connection_report(p, i, &c));
+        printf("  %-*s -> %-*s %-9s %s\n", wf, c.from, wt, c.to, c.zero_copy ? "zero-copy" : "copy",
                c.reason + (c.zero_copy ? strlen("zero-copy: ") : strlen("copy: ")));
     }
     printf("external outputs:\n");
@@ -174,33 +206,47 @@ static kp_status kpt_print_fusion(kp_pipeline_t p, bool source) {
         printf("\n");
         if (source) printf("%s", f.source);
     }
+    int wf = 24, wt = 24;
     for (size_t i = 0; i < n_edges; i++) {
         KPT_CHECK(kp_pipeline_fusion_edge(p, i, &e));
-        printf("  %-24s -> %-24s %s\n", e.from, e.to, e.fused ? "fused" : e.why);
+        wf = kpt_width(wf, strlen(e.from));
+        wt = kpt_width(wt, strlen(e.to));
+    }
+    for (size_t i = 0; i < n_edges; i++) {
+        KPT_CHECK(kp_pipeline_fusion_edge(p, i, &e));
+        printf("  %-*s -> %-*s %s\n", wf, e.from, wt, e.to, e.fused ? "fused" : e.why);
     }
     return KP_OK;
 }
 
-static kp_status kpt_print_memory(kp_pipeline_t p, const kp_pipeline_report *r) {
-    printf("arena: one device allocation of %zu bytes\n", r->arena_bytes);
-    printf("  %-16s %12s %12s %12s\n", "module", "what", "offset", "bytes");
+/* The widest module id, at least `min` columns. */
+static kp_status kpt_id_width(kp_pipeline_t p, const kp_pipeline_report *r, int min, int *out) {
+    *out = min;
     for (size_t i = 0; i < r->n_modules; i++) {
         kp_module_report m;
         KPT_CHECK(kp_pipeline_module_report(p, i, &m));
-        if (m.req.device_bytes)
-            printf("  %-16s %12s %12zu %12zu\n", m.id, "tensors", m.device_offset,
-                   m.req.device_bytes);
-        if (m.copy_bytes)
-            printf("  %-16s %12s %12zu %12zu\n", m.id, "input copies", m.copy_offset, m.copy_bytes);
-        if (m.req.workspace_bytes)
-            printf("  %-16s %12s %12zu %12zu\n", m.id, "workspace", m.workspace_offset,
-                   m.req.workspace_bytes);
-        if (m.req.static_desc_bytes)
-            printf("  %-16s %12s %12zu %12zu\n", m.id, "static desc", m.static_desc_offset,
-                   m.req.static_desc_bytes);
-        if (m.req.dynamic_desc_bytes)
-            printf("  %-16s %12s %12zu %12zu\n", m.id, "dynamic desc", m.dynamic_desc_offset,
-                   m.req.dynamic_desc_bytes);
+        *out = kpt_width(*out, strlen(m.id));
+    }
+    return KP_OK;
+}
+
+static void kpt_arena_row(int w, const char *id, const char *what, size_t offset, size_t bytes) {
+    if (bytes) printf("  %-*s  %-12s %12zu %12zu\n", w, id, what, offset, bytes);
+}
+
+static kp_status kpt_print_memory(kp_pipeline_t p, const kp_pipeline_report *r) {
+    int w;
+    KPT_CHECK(kpt_id_width(p, r, 16, &w));
+    printf("arena: one device allocation of %zu bytes\n", r->arena_bytes);
+    printf("  %-*s  %-12s %12s %12s\n", w, "module", "what", "offset", "bytes");
+    for (size_t i = 0; i < r->n_modules; i++) {
+        kp_module_report m;
+        KPT_CHECK(kp_pipeline_module_report(p, i, &m));
+        kpt_arena_row(w, m.id, "tensors", m.device_offset, m.req.device_bytes);
+        kpt_arena_row(w, m.id, "input copies", m.copy_offset, m.copy_bytes);
+        kpt_arena_row(w, m.id, "workspace", m.workspace_offset, m.req.workspace_bytes);
+        kpt_arena_row(w, m.id, "static desc", m.static_desc_offset, m.req.static_desc_bytes);
+        kpt_arena_row(w, m.id, "dynamic desc", m.dynamic_desc_offset, m.req.dynamic_desc_bytes);
     }
     printf("  totals: tensors %zu, workspace %zu, static descriptors %zu (uploaded once), dynamic "
            "descriptors %zu (one upload per tick)\n",
@@ -211,6 +257,8 @@ static kp_status kpt_print_memory(kp_pipeline_t p, const kp_pipeline_report *r) 
 
 static kp_status kpt_print_graph(kp_pipeline_t p, const kp_pipeline_report *r) {
     size_t edges = 0;
+    int w;
+    KPT_CHECK(kpt_id_width(p, r, 16, &w));
     for (size_t i = 0; i < r->n_modules; i++) {
         kp_module_report m;
         KPT_CHECK(kp_pipeline_module_report(p, i, &m));
@@ -222,7 +270,7 @@ static kp_status kpt_print_graph(kp_pipeline_t p, const kp_pipeline_report *r) {
     for (size_t i = 0; i < r->n_modules; i++) {
         kp_module_report m;
         KPT_CHECK(kp_pipeline_module_report(p, i, &m));
-        printf("  %-16s waits for:", m.id);
+        printf("  %-*s waits for:", w, m.id);
         for (size_t d = 0; d < m.n_graph_deps; d++) printf(" %s", m.graph_deps[d]);
         printf("%s\n", m.n_graph_deps ? "" : " nothing (starts at once)");
     }

@@ -25,10 +25,58 @@ kp_status kpt_keep_error(kp_status st) {
     return st;
 }
 
-int kpt_fail(const char *cmd, kp_status st) {
-    const char *detail = kpt_detail[0] ? kpt_detail : kp_last_error();
-    fprintf(stderr, "kpipe %s: %s%s%s\n", cmd, kp_status_str(st), *detail ? ": " : "", detail);
+bool kpt_verbose;
+
+/* The length of a public function's name and its ": " at p ("kp_flow_wait:
+ * "), else 0. */
+static size_t kpt_fn_prefix(const char *p) {
+    if (strncmp(p, "kp_", 3) != 0) return 0;
+    size_t n = 3;
+    while ((p[n] >= 'a' && p[n] <= 'z') || (p[n] >= '0' && p[n] <= '9') || p[n] == '_') n++;
+    return n > 3 && p[n] == ':' && p[n + 1] == ' ' ? n + 2 : 0;
+}
+
+/* The library's detail is a chain of the public calls a failure passed
+ * through, each adding its name ("kp_flow_create_from_file: f.json:
+ * $.stages[0]: kp_video_reader_open: cannot open ..."): what kpipe's own
+ * developers need, but it buries what the user must fix. The names are
+ * left out where they open a part of the chain; the file, the JSON path,
+ * the stage and the cause stay in their order. */
+const char *kpt_user_detail(const char *detail, char *buf, size_t len) {
+    if (kpt_verbose || !len) return detail;
+    size_t o = 0;
+    bool part = true; /* at the start of a part of the chain */
+    for (const char *p = detail; *p && o + 1 < len;) {
+        size_t skip = part ? kpt_fn_prefix(p) : 0;
+        if (skip) {
+            p += skip;
+            continue;
+        }
+        part = p[0] == ' ' && o > 0 && buf[o - 1] == ':';
+        buf[o++] = *p++;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+void kpt_print_error(const char *cmd, kp_status st, const char *detail) {
+    char buf[2048];
+    const char *d = kpt_user_detail(detail ? detail : "", buf, sizeof buf);
+    if (kpt_verbose || !*d)
+        fprintf(stderr, "kpipe %s: %s%s%s\n", cmd, kp_status_str(st), *d ? ": " : "", d);
+    else
+        fprintf(stderr, "kpipe %s: %s\n", cmd, d);
+}
+
+const char *kpt_take_detail(char *buf, size_t len) {
+    snprintf(buf, len, "%s", kpt_detail[0] ? kpt_detail : kp_last_error());
     kpt_detail[0] = '\0';
+    return buf;
+}
+
+int kpt_fail(const char *cmd, kp_status st) {
+    char detail[sizeof kpt_detail];
+    kpt_print_error(cmd, st, kpt_take_detail(detail, sizeof detail));
     return 1;
 }
 

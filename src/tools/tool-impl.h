@@ -101,8 +101,23 @@ kp_status kpt_error(kp_status st, const char *fmt, ...) __attribute__((format(pr
  * calls made after it (a health report, a clean-up), which may clear or
  * replace the thread's error, cannot lose it; returns st. */
 kp_status kpt_keep_error(kp_status st);
-/* Prints "kpipe CMD: STATUS: detail" and returns 1. */
+/* Prints "kpipe CMD: detail" (with --verbose "kpipe CMD: STATUS: detail",
+ * the library's whole call chain) and returns 1. */
 int kpt_fail(const char *cmd, kp_status st);
+/* The detail kpt_fail would print (kept, else the library's), into buf;
+ * what was kept is forgotten. */
+const char *kpt_take_detail(char *buf, size_t len);
+/* kpt_fail for a flow file: a stage the detail names by its JSON path
+ * ("$.stages[2]") is named as the file names it too ("$.stages[2] (stage
+ * \"resize\")"). */
+int kpt_fail_flow(const char *cmd, kp_status st, const char *file);
+/* Prints a failure's detail as kpt_fail does. */
+void kpt_print_error(const char *cmd, kp_status st, const char *detail);
+/* The library's detail for the user: without --verbose, the names of the
+ * public functions it went through ("kp_flow_wait: ") left out, into buf. */
+const char *kpt_user_detail(const char *detail, char *buf, size_t len);
+/* --verbose, a global option: errors give the library's whole call chain. */
+extern bool kpt_verbose;
 bool kpt_is_help(const char *arg);
 
 #endif
