@@ -136,7 +136,7 @@ static void ordered_under_block(void **state) {
     assert_int_equal(h.frames_in_flight, 0);
     assert_true(h.max_frames_in_flight <= 4 + 2 + 3);
     assert_int_equal(h.frame_limit, 9);
-    assert_int_equal(h.stages[0].in, 3001); /* the last call said end of stream */
+    assert_int_equal(h.stages[0].in, 3000); /* the call that said end of stream holds none */
     assert_int_equal(h.stages[0].out, 3000);
     assert_int_equal(h.stages[2].out, 3000);
     assert_true(h.consistent);

@@ -303,13 +303,15 @@ static void kp__source_loop(kp__stage *s) {
         fr->loc = s->dev_i;
         fr->f.data = kp__frame_data(fr, s->dev_i);
         bool eos = false;
-        kp__bump(&s->in, 1);
         kp_status st = kp__run_frames(s, &fr, 1, &eos);
         if (st != KP_OK || eos) {
             kp__frame_put(f, fr, false);
             if (st != KP_OK) kp__flow_fail(f, s, st);
             return;
         }
+        /* counted once it holds a frame: the call that found the end of
+         * the stream made none, and a source's in then equals its out */
+        kp__bump(&s->in, 1);
         kp__pass(s, fr);
     }
 }

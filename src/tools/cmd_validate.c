@@ -1,8 +1,11 @@
 /* kpipe validate: parses and plans a spec without running it, and prints
  * what the pipeline will do. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "options.h"
 #include "tool-impl.h"
@@ -26,6 +29,107 @@ static const char kpt_validate_usage[] =
     "decoders opened, its frames allocated -- and its stages and queues are printed:\n"
     "  --dot FILE  also draw the flow's graph as Graphviz DOT (dot -Tsvg FILE)\n";
 
+/* What validate can know of a flow before it runs: sinks' output folders
+ * that do not exist or cannot be written, and a linear flow's source
+ * frames against the first pipeline's input (the source's size comes from
+ * the file's header). A flow bound to fail says so here, not after its
+ * first frame. */
+/* The folder a sink's file goes in (sink paths are relative to the
+ * working directory, as the flow opens them). */
+static void kpt_dir_of(const char *path, char *out, size_t len) {
+    const char *cut = strrchr(path, '/');
+    if (!cut) snprintf(out, len, ".");
+    else if (cut == path) snprintf(out, len, "/");
+    else snprintf(out, len, "%.*s", (int)(cut - path), path);
+}
+
+static kp_status kpt_check_sinks(json_t *stages) {
+    size_t i;
+    json_t *st;
+    json_array_foreach(stages, i, st) {
+        const char *sink = json_string_value(json_object_get(st, "sink"));
+        const char *path = json_string_value(json_object_get(st, "path"));
+        const char *name = json_string_value(json_object_get(st, "name"));
+        if (!sink || !path || strstr(path, "://")) continue;
+        char dir[4096];
+        kpt_dir_of(path, dir, sizeof dir);
+        struct stat sb;
+        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return kpt_error(KP_ERR_IO, "stage \"%s\": the output folder \"%s\" of \"%s\" does not "
+                             "exist", name ? name : "?", dir, path);
+        if (access(dir, W_OK) != 0)
+            return kpt_error(KP_ERR_IO, "stage \"%s\": the output folder \"%s\" cannot be written",
+                             name ? name : "?", dir);
+    }
+    return KP_OK;
+}
+
+/* A y4m file's size from its header ("YUV4MPEG2 W640 H360 ..."). */
+static bool kpt_y4m_size(const char *path, long *w, long *h) {
+    FILE *f = fopen(path, "rb");
+    char line[256];
+    bool ok = f && fgets(line, sizeof line, f) && strncmp(line, "YUV4MPEG2 ", 10) == 0;
+    if (f) fclose(f);
+    *w = *h = 0;
+    for (char *t = ok ? strtok(line + 10, " \n") : NULL; t; t = strtok(NULL, " \n")) {
+        if (t[0] == 'W') *w = strtol(t + 1, NULL, 10);
+        if (t[0] == 'H') *h = strtol(t + 1, NULL, 10);
+    }
+    return ok && *w > 0 && *h > 0;
+}
+
+/* The first pipeline after a y4m or testsrc source must take its frames:
+ * u8 [height*3/2, width], within the maxima of its dynamic dimensions. */
+static kp_status kpt_check_shapes(kp_device_t dev, const char *file, json_t *stages) {
+    json_t *src = json_array_get(stages, 0), *next = json_array_get(stages, 1);
+    const char *kind = json_string_value(json_object_get(src, "source"));
+    const char *pipe = json_string_value(json_object_get(next, "pipeline"));
+    const char *name = json_string_value(json_object_get(next, "name"));
+    if (!kind || !pipe || json_object_get(next, "inputs")) return KP_OK;
+    long w = 0, h = 0;
+    if (strcmp(kind, "y4m") == 0) {
+        const char *path = json_string_value(json_object_get(src, "path"));
+        if (!path || !kpt_y4m_size(path, &w, &h)) return KP_OK; /* the flow itself names that */
+    } else if (strcmp(kind, "testsrc") == 0) {
+        w = (long)json_integer_value(json_object_get(src, "width"));
+        h = (long)json_integer_value(json_object_get(src, "height"));
+    }
+    if (w <= 0 || h <= 0) return KP_OK;
+    char spec[4096];
+    const char *slash = strrchr(file, '/');
+    if (pipe[0] != '/' && slash) snprintf(spec, sizeof spec, "%.*s/%s", (int)(slash - file), file, pipe);
+    else snprintf(spec, sizeof spec, "%s", pipe);
+    kp_pipeline_t p;
+    if (kp_pipeline_create_from_file(dev, spec, &p) != KP_OK) return KP_OK; /* named by the flow */
+    kp_port_info in;
+    uint32_t dyn = 0;
+    kp_status st = kp_pipeline_input_info(p, 0, &in);
+    if (st == KP_OK) st = kp_pipeline_input_dynamic(p, 0, &dyn);
+    long rows = h * 3 / 2, cols = w;
+    bool fits = st == KP_OK && in.desc.ndim == 2 && in.desc.dtype == KP_U8 &&
+                ((dyn & 1) ? rows <= in.desc.shape[0] : rows == in.desc.shape[0]) &&
+                ((dyn & 2) ? cols <= in.desc.shape[1] : cols == in.desc.shape[1]);
+    char d[128];
+    if (st == KP_OK && !fits)
+        st = kpt_error(KP_ERR_MISMATCH, "stage \"%s\": the source gives %ldx%ld frames (u8[%ld,%ld]), "
+                       "but pipeline %s takes \"%s\" as %s%s", name ? name : "?", w, h, rows, cols,
+                       pipe, in.name, kp_desc_str(&in.desc, d, sizeof d),
+                       dyn ? " (its dynamic dimensions at their maxima)" : "");
+    kp_pipeline_destroy(p);
+    return st;
+}
+
+static kp_status kpt_flow_prerun(kp_device_t dev, const char *file) {
+    json_error_t err;
+    json_t *root = json_load_file(file, 0, &err);
+    if (!root) return KP_OK; /* the flow's own reader names the syntax error */
+    json_t *stages = json_object_get(root, "stages");
+    kp_status st = json_is_array(stages) ? kpt_check_sinks(stages) : KP_OK;
+    if (st == KP_OK && json_is_array(stages)) st = kpt_check_shapes(dev, file, stages);
+    json_decref(root);
+    return st;
+}
+
 /* A flow file: made, not started; its stages, queues and streams. */
 static int kpt_validate_flow(const char *file, const char *device, const char *dot) {
     kp_device_t dev;
@@ -33,6 +137,7 @@ static int kpt_validate_flow(const char *file, const char *device, const char *d
     kp_status st = kp_device_open(device, &dev);
     if (st != KP_OK) return kpt_fail("validate", st);
     st = kpt_keep_error(kp_flow_create_from_file(dev, file, &f));
+    if (st == KP_OK) st = kpt_flow_prerun(dev, file);
     kp_flow_snapshot h;
     size_t n_streams = 0;
     if (st == KP_OK) st = kp_flow_health(f, &h);
