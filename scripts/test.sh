@@ -47,21 +47,27 @@ run build "$@"
 # without them (the options after "$@" win over CI's -DKP_CUDA=ON).
 echo "== every option off (no CUDA, no UCX, no oneTBB)"
 run build-off "$@" -DKP_CUDA=OFF -DKP_UCX=OFF -DKP_TBB=OFF -DKP_VIDEO=OFF
+# The gcc sanitizer builds leave CUDA out (-DKP_CUDA=OFF after "$@"): on a
+# machine without a GPU its code never runs, and compiling it again under
+# each sanitizer cost minutes; the plain and clang builds compile it, and
+# the GPU machine runs it under compute-sanitizer (scripts/gpu-check.sh).
 echo "== address and undefined-behaviour sanitizers (gcc)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  run build-asan "-DKP_SANITIZE=address;undefined" "$@"
+  run build-asan "-DKP_SANITIZE=address;undefined" "$@" -DKP_CUDA=OFF
 echo "== thread sanitizer (gcc)"
 # UCX's memory hooks (libucm) patch mmap and malloc at load, which
 # ThreadSanitizer owns: every program linking UCX crashes at start unless
-# they are off.
-# It also builds the engine's cuda path without cuDNN (KP_CUDNN=OFF: its own
-# convolution kernels), so that configuration compiles wherever CUDA does.
-UCX_MEM_EVENTS=no TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" run build-tsan -DKP_SANITIZE=thread "$@" -DKP_CUDNN=OFF
+# they are off. tests/CMakeLists.txt sizes the longest tests down here
+# (their full sizes run in the plain and ASan builds).
+UCX_MEM_EVENTS=no TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
+  run build-tsan -DKP_SANITIZE=thread "$@" -DKP_CUDA=OFF
 echo "== address and undefined-behaviour sanitizers, libFuzzer harnesses (clang)"
 # clang's UBSan flags what gcc's does not (arithmetic on NULL, for one); the
-# CUDA host compiler is clang++ too, so one sanitizer runtime links.
+# CUDA host compiler is clang++ too, so one sanitizer runtime links. It
+# also builds the engine's cuda path without cuDNN (KP_CUDNN=OFF: its own
+# convolution kernels), so that configuration compiles wherever CUDA does.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
   CC=clang KP_PACKAGES="clang libclang-rt-14-dev" \
-  run build-clang "-DKP_SANITIZE=address;undefined" -DKP_FUZZ=ON -DCMAKE_CUDA_HOST_COMPILER=clang++ "$@"
+  run build-clang "-DKP_SANITIZE=address;undefined" -DKP_FUZZ=ON -DCMAKE_CUDA_HOST_COMPILER=clang++ "$@" -DKP_CUDNN=OFF
 echo "== all test builds passed in $SECONDS s"
 printf "$timings"
