@@ -105,7 +105,7 @@ gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/tes
            "tests/test_memory cuda" "tests/test_copies cuda 3 1048576" "tests/test_api_misuse cuda"
            "tests/test_graph_cache cuda" "tests/test_dynamic cuda 20" "tests/test_flow cuda 50"
            "tests/test_video cuda" "tests/test_video_files cuda" "tests/test_tasks cuda" "tests/test_cholesky cuda"
-           "tests/test_flow_graph cuda" "tests/test_resize cuda" "tests/test_streams cuda"
+           "tests/test_flow_graph cuda" "tests/test_resize cuda" "tests/test_video_streams cuda"
            "tests/test_fusion cuda SMALL" "tests/test_remote cuda frames_*"
            "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
 
@@ -223,7 +223,7 @@ stage_soak() {
   # size switches (1080p and 720p) in one stream: memory, RSS and threads
   # back at their baseline
   local rc=0
-  build-gpu/tests/test_streams cuda 10000 >"$out/soak_decoders.log" 2>&1 || rc=$?
+  build-gpu/tests/test_video_streams cuda 10000 >"$out/soak_decoders.log" 2>&1 || rc=$?
   local bad; bad=$(grep -E 'ERROR|FAILED' "$out/soak_decoders.log" | head -2 | tr '\n' ' ')
   local dec; dec=$(grep -oE 'decoder soak: .*' "$out/soak_decoders.log")
   local sw; sw=$(grep -oE 'size switches: .*' "$out/soak_decoders.log")

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""The layer check (DESIGN.md, "What the system is made of").
+"""The layer check (docs/architecture.md: the layers, lowest first).
 
 Fails, naming the file and the line, when:
   - a file includes a public header of a higher layer (the order below);
   - a file includes another layer's private header (src/LAYER/*.h other
     than core's core-impl.h, which every layer shares);
   - a lower layer names a built-in module;
+  - a test or benchmark (tests/, bench/) includes a private header of the
+    library (anything under src/) without being listed in WHITE_BOX;
   - files form a circle: by their #include lines, or by calling each
     other's functions (file A defines a function B calls, and B one that
     A calls, directly or around a longer loop).
@@ -24,6 +26,28 @@ ORDER = ["core", "backend", "memory", "module", "graph", "pipeline", "onnx", "mo
 PUBLIC = {"core.h": "core", "tensor.h": "core", "npy.h": "core", "device.h": "backend",
           "memory.h": "memory", "module.h": "module", "graph_cache.h": "graph",
           "pipeline.h": "pipeline", "onnx.h": "onnx", "modules.h": "modules", "video.h": "video", "flow.h": "flow", "tasks.h": "tasks", "kpipe.h": "tools"}
+# Tests and benchmarks use the public headers, like any program; these few
+# look inside on purpose, each for the reason given. A file listed here that
+# no longer includes a private header fails the check too, so the list stays
+# true.
+WHITE_BOX = {
+    "tests/test_onnx_conformance.c": "runs ONNX's node tests through the engine's own graph calls",
+    "tests/test_onnx_reader.c": "checks the ONNX reader's messages and wire cursor directly",
+    "tests/fuzz/fuzz_onnx.c": "feeds the ONNX reader below the module, as a parser fuzzer must",
+    "tests/test_frame_formats.c": "rebuilds the testsrc picture (flow/pattern-impl.h) byte by byte",
+    "tests/test_video.c": "rebuilds the testsrc picture (flow/pattern-impl.h) byte by byte",
+    "tests/test_fusion.c": "the modules' f16 conversions (modules/half-impl.h), to round as they do",
+    "tests/test_remote.c": "speaks the remote queue's wire wrongly on purpose (flow/remote-impl.h)",
+    "bench/bench_sample.c": "times specs through the command line's runner (tools/tool-impl.h)",
+    "bench/bench_alloc.c": "times specs through the command line's runner (tools/tool-impl.h)",
+    "bench/bench_cache.c": "times specs through the command line's runner (tools/tool-impl.h)",
+    "bench/bench_fusion.c": "times specs through the command line's runner (tools/tool-impl.h)",
+    "bench/bench_flow.c": "times specs through the command line's runner (tools/tool-impl.h)",
+}
+# Where a quoted include of tests/ and bench/ is looked for after the
+# including file's folder: CMake's include directories for them (src/ for
+# the white-box tests, src/tools/ through kp_tool).
+OUTSIDE_INCLUDE_DIRS = ["src", os.path.join("src", "tools")]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 DEFINES = re.compile(r"^(static\s+)?(?:[A-Za-z_][\w \*]*?\s\**)(kp_{1,2}\w+)\s*\([^;{]*\)\s*\{",
@@ -84,6 +108,34 @@ def circles(graph):
     return out
 
 
+def outside_files(top, src):
+    """tests/ and bench/: no private header of the library unless white-box."""
+    bad, private_users = [], set()
+    rel = lambda p: os.path.relpath(p, top)
+    outside = (files_under(os.path.join(top, "tests"), (".c", ".h", ".cu", ".cpp")) +
+               files_under(os.path.join(top, "bench"), (".c", ".h", ".cu", ".cpp")))
+    for f in outside:
+        text = open(f, encoding="utf-8", errors="replace").read()
+        for m in INCLUDE.finditer(text):
+            name = m.group(1)
+            dirs = [os.path.dirname(f)] + [os.path.join(top, d) for d in OUTSIDE_INCLUDE_DIRS]
+            found = [os.path.abspath(os.path.join(d, name)) for d in dirs
+                     if os.path.exists(os.path.join(d, name))]
+            if not found or not found[0].startswith(os.path.abspath(src) + os.sep):
+                continue  # its own folder's, a public or a system header
+            private_users.add(rel(f))
+            if rel(f) not in WHITE_BOX:
+                line = text.count("\n", 0, m.start()) + 1
+                bad.append("%s:%d: includes %s, a private header of layer %s; tests and "
+                           "benchmarks use include/kpipe/ (or are listed in WHITE_BOX, with why)"
+                           % (rel(f), line, name,
+                              os.path.relpath(found[0], os.path.abspath(src)).split(os.sep)[0]))
+    for f in sorted(set(WHITE_BOX) - private_users):
+        if os.path.exists(os.path.join(top, f)):
+            bad.append("%s: listed in WHITE_BOX but includes no private header" % f)
+    return bad
+
+
 def main(top):
     src, inc = os.path.join(top, "src"), os.path.join(top, "include", "kpipe")
     files = files_under(src, (".c", ".h", ".cu")) + files_under(inc, (".h",))
@@ -136,11 +188,14 @@ def main(top):
         if layer_of(f, src, inc) in lower and module_names.search(open(f).read()):
             bad.append("%s: a lower layer names a built-in module" % rel(f))
 
+    bad += outside_files(top, src)
+
     for b in bad:
         print("FAIL: " + b)
     if not bad:
-        print("PASS: layers in order (%s), no private header across layers, no circle"
-              % " < ".join(ORDER))
+        print("PASS: layers in order (%s), no private header across layers, no circle; "
+              "tests and benchmarks inside only where white-box (%d files)"
+              % (" < ".join(ORDER), len(WHITE_BOX)))
     return 1 if bad else 0
 
 

@@ -1,8 +1,9 @@
 #!/bin/sh
 # The layer check must fail on what it forbids: in a copy of the tree,
 # plants an include of a higher layer's header, another layer's private
-# header, and a circle of calls, one at a time, and expects a FAIL naming
-# each; the copy as it is must pass.
+# header, a circle of calls, and a test that includes a private header
+# without being white-box, one at a time, and expects a FAIL naming each;
+# the copy as it is must pass.
 #   layering_planted.sh SOURCE_DIR WORK_DIR
 set -u
 src=$1 work=$2
@@ -15,7 +16,10 @@ check() { # WHAT EXPECTED-TEXT
     exit 1
   fi
 }
-fresh() { rm -rf "$work"; mkdir -p "$work"; cp -r "$src/src" "$src/include" "$work/"; }
+fresh() {
+  rm -rf "$work"; mkdir -p "$work"
+  cp -r "$src/src" "$src/include" "$src/tests" "$src/bench" "$work/"
+}
 
 fresh
 python3 "$src/tests/layering.py" "$work" || { echo "FAIL: the copy itself does not pass"; exit 1; }
@@ -29,4 +33,7 @@ fresh
 printf '\nvoid kp__planted(void);\nvoid kp__planted(void) { (void)kp_flow_cancelled(NULL); }\n' >> "$work/src/flow/remote_end.c"
 printf '\nvoid kp__planted(void);\nvoid kp__planted_too(void);\nvoid kp__planted_too(void) { kp__planted(); }\n' >> "$work/src/flow/flow.c"
 check "a circle of calls" "a circle of files calling each other"
+fresh
+sed -i '0,/#include <cmocka.h>/s//#include <cmocka.h>\n#include "..\/src\/flow\/flow-impl.h"/' "$work/tests/test_core.c"
+check "a test including a private header" "tests/test_core.c:.*flow-impl.h, a private header of layer flow"
 echo "PASS: every planted fault was caught"

@@ -274,6 +274,52 @@ static void device_calls(void **state) {
     kp_free(g_dev, dx);
 }
 
+/* What a device says it can do matches what it does: native handles where
+ * it claims native streams, copies needed where its memory is its own. */
+static void device_caps(void **state) {
+    kp_device_caps c = KP_DEVICE_CAPS_INIT;
+    KPT_FAILS(kp_device_query_caps(NULL, &c), BAD);
+    KPT_FAILS(kp_device_query_caps(g_dev, NULL), BAD);
+    c.struct_size = 0;
+    KPT_FAILS(kp_device_query_caps(g_dev, &c), BAD);
+    c.struct_size = sizeof c + 1;
+    KPT_FAILS(kp_device_query_caps(g_dev, &c), BAD);
+    c = (kp_device_caps)KP_DEVICE_CAPS_INIT;
+    KPT_OK(kp_device_query_caps(g_dev, &c));
+    assert_int_equal(c.struct_size, sizeof c);
+    kp_stream_t s, w = NULL;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    assert_int_equal(c.native_streams, kp_stream_native(s) != NULL);
+    if (c.native_streams) {
+        KPT_OK(kp_stream_wrap(g_dev, kp_stream_native(s), &w));
+        kp_stream_destroy(w);
+    } else {
+        KPT_FAILS(kp_stream_wrap(g_dev, NULL, &w), KP_ERR_UNSUPPORTED);
+    }
+    kp_stream_destroy(s);
+    if (strcmp(kp_device_backend(g_dev), "cpu") == 0) {
+        assert_false(c.device_memory);
+        assert_false(c.pinned_staging);
+        assert_false(c.native_graphs);
+        assert_false(c.rtc);
+        assert_false(c.video_decode);
+        assert_false(c.video_encode);
+        assert_null(c.native_api);
+        assert_int_equal(c.native_ordinal, -1);
+    } else if (strcmp(kp_device_backend(g_dev), "cuda") == 0) {
+        assert_true(c.device_memory);
+        assert_true(c.pinned_staging);
+        assert_true(c.native_streams);
+        assert_true(c.native_graphs);
+        assert_true(c.rtc);
+        assert_true(c.video_decode);
+        assert_true(c.video_encode);
+        assert_string_equal(c.native_api, "cuda");
+        const char *colon = strchr(kp_device_name(g_dev), ':');
+        assert_int_equal(c.native_ordinal, atoi(colon + 1));
+    }
+}
+
 static void stream_and_event_calls(void **state) {
     kp_stream_t s;
     kp_event_t ev;
@@ -1190,6 +1236,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(tensor_calls),
         cmocka_unit_test(npy_calls),
         cmocka_unit_test(device_calls),
+        cmocka_unit_test(device_caps),
         cmocka_unit_test(stream_and_event_calls),
         cmocka_unit_test(graph_calls),
         cmocka_unit_test(allocator_calls),

@@ -8,8 +8,8 @@
  * decoders opened and closed many times (pooled on NVDEC), and a stream
  * switching size 1,000 times, leave memory, RSS and threads where they
  * were.
- *   test_streams DEVICE [CYCLES]   (cpu or cuda; exit 77 without the
- *                                   device; CYCLES: the decoder soak's) */
+ *   test_video_streams DEVICE [CYCLES]   (cpu or cuda; exit 77 without the
+ *                                         device; CYCLES: the decoder soak's) */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>

@@ -206,6 +206,42 @@ const char *kp_device_name(kp_device_t dev);
 kp_status kp_device_describe(kp_device_t dev, char *buf, size_t len);
 /* Driver and runtime versions (CUDA: e.g. 13000); 0 where not applicable. */
 kp_status kp_device_versions(kp_device_t dev, int *driver, int *runtime);
+/* What a device can do, for code that would otherwise compare backend
+ * names: each field is a property a caller acts on.
+ *   kp_device_caps c = KP_DEVICE_CAPS_INIT;
+ *   kp_device_query_caps(dev, &c);
+ *   if (c.device_memory) ...                     // stage through a copy */
+typedef struct kp_device_caps {
+    size_t struct_size; /* sizeof(kp_device_caps), set by KP_DEVICE_CAPS_INIT */
+    /* kp_malloc memory is apart from host memory: the host reaches it only
+     * through copies (false on cpu, where it is host memory). */
+    bool device_memory;
+    /* Copies from kp_malloc_host (page-locked) memory are faster and
+     * asynchronous, so staging host data through it pays off. */
+    bool pinned_staging;
+    /* kp_stream_native gives a handle and kp_stream_wrap takes one. */
+    bool native_streams;
+    /* kp_graph_add_native takes a native graph. */
+    bool native_graphs;
+    /* kp_rtc_compile compiles for the device. */
+    bool rtc;
+    /* A hardware video decoder (NVDEC) or encoder (NVENC) may write and read
+     * the device's memory; whether one opens is learnt when it is tried. */
+    bool video_decode, video_encode;
+    /* The API the device's native handles and memory belong to ("cuda":
+     * kp_stream_native gives a cudaStream_t, kp_malloc a CUDA device
+     * pointer), for libraries that take them; NULL where there is none. */
+    const char *native_api;
+    /* The device's number in that API (CUDA's device ordinal); -1 without one. */
+    int native_ordinal;
+} kp_device_caps;
+
+#define KP_DEVICE_CAPS_INIT \
+    { sizeof(kp_device_caps), false, false, false, false, false, false, false, NULL, -1 }
+
+/* Fills `caps` (struct_size set, KP_DEVICE_CAPS_INIT) with what the device
+ * can do; a struct of an older, shorter version receives its own fields. */
+kp_status kp_device_query_caps(kp_device_t dev, kp_device_caps *caps);
 /* Attaches per-device state under `key` (any unique address): close(obj)
  * runs when the device closes, the last attached first. KP_ERR_STATE when
  * the key is taken. Higher layers keep their per-device objects this way. */

@@ -1,5 +1,5 @@
 /* The device backend interface: a vtable plus a context, one per open
- * device. Backends register a kp_backend_reg (registry.c holds the built-in
+ * device. Backends register a kp_backend_reg (backend_table.c holds the built-in
  * ones, one line each); its open slot hands out the vtable. Public handles
  * wrap a backend object (`impl`) and their device; node handles are the
  * backend's own pointers. The public wrappers in device.c check handles and
@@ -19,6 +19,11 @@ struct kp_device_i {
     kp_status (*describe)(void *ctx, char *buf, size_t len);
     /* Optional: driver and runtime versions; default 0, 0. */
     kp_status (*versions)(void *ctx, int *driver, int *runtime);
+    /* Optional: what the device can do (kp_device_query_caps), over the
+     * defaults already in *caps: memory apart from the host's, no pinned
+     * staging, no video engines, no native API; native streams, native
+     * graphs and run-time compiles where their slots are filled. */
+    kp_status (*caps)(void *ctx, kp_device_caps *caps);
 
     /* Device memory, 256-byte aligned. */
     kp_status (*malloc)(void *ctx, size_t bytes, void **out);
@@ -147,7 +152,7 @@ struct kp_graph_exec {
     kp__handle h;
 };
 
-/* Registry (registry.c): "cuda:1" to its backend and ordinal; the names of
+/* Registry (backend_table.c): "cuda:1" to its backend and ordinal; the names of
  * the registered backends, space-separated. */
 kp_status kp__backend_resolve(const char *name, const kp_backend_reg **reg, int *ordinal);
 void kp__backend_list(char *buf, size_t len);
@@ -156,7 +161,7 @@ void kp__backend_list(char *buf, size_t len);
  * KP_RTC_MAX_SOURCE; clears *info. */
 kp_status kp__rtc_args(const char *source, kp_rtc_info *info);
 
-/* The built-in backends' registrations (one line each in registry.c). */
+/* The built-in backends' registrations (one line each in backend_table.c). */
 extern const kp_backend_reg kp__cpu_backend;
 #ifdef KP_HAVE_CUDA
 extern const kp_backend_reg kp__cuda_backend;

@@ -65,6 +65,29 @@ kp_status kp_device_versions(kp_device_t dev, int *driver, int *runtime) {
     return dev->iface->versions ? dev->iface->versions(dev->ctx, driver, runtime) : KP_OK;
 }
 
+kp_status kp_device_query_caps(kp_device_t dev, kp_device_caps *caps) {
+    KP_API_ENTRY();
+    KP__HANDLE(dev, "device");
+    KP__HANDLE(caps, "caps");
+    size_t have = caps->struct_size;
+    if (have < KP__SIZE_THROUGH(kp_device_caps, native_ordinal) || have > sizeof *caps)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "kp_device_query_caps: struct_size %zu; this kpipe fills %zu to %zu "
+                         "(use KP_DEVICE_CAPS_INIT)",
+                         have, KP__SIZE_THROUGH(kp_device_caps, native_ordinal), sizeof *caps);
+    /* Memory counts as apart from the host's unless the backend says
+     * otherwise: callers then copy, which is right on any device. */
+    kp_device_caps c = KP_DEVICE_CAPS_INIT;
+    c.device_memory = true;
+    c.native_streams = dev->iface->stream_wrap != NULL;
+    c.native_graphs = dev->iface->graph_add_native != NULL;
+    c.rtc = dev->iface->rtc_compile != NULL;
+    if (dev->iface->caps) KP_CHECK(dev->iface->caps(dev->ctx, &c));
+    memcpy(caps, &c, have);
+    caps->struct_size = have;
+    return KP_OK;
+}
+
 kp_status kp_device_peer_access(kp_device_t dev, kp_device_t peer, bool enable, bool *can) {
     KP_API_ENTRY();
     KP__HANDLE(dev, "device");

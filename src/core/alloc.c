@@ -13,14 +13,15 @@ static void *kp__default_alloc(void *user, kp_mem_kind kind, size_t bytes, size_
 
 static void kp__default_free(void *user, kp_mem_kind kind, void *ptr) { free(ptr); }
 
-static kp_alloc_hook kp__hook = {sizeof(kp_alloc_hook), kp__default_alloc, kp__default_free, NULL,
-                                 NULL};
+static kp_alloc_hook kp__hook = {
+    .struct_size = sizeof(kp_alloc_hook), .alloc = kp__default_alloc, .free = kp__default_free};
 
 kp_status kp_set_alloc_hook(const kp_alloc_hook *hook) {
     KP_API_ENTRY();
     if (!hook) {
-        kp__hook =
-            (kp_alloc_hook){sizeof(kp_alloc_hook), kp__default_alloc, kp__default_free, NULL, NULL};
+        kp__hook = (kp_alloc_hook){.struct_size = sizeof(kp_alloc_hook),
+                                   .alloc = kp__default_alloc,
+                                   .free = kp__default_free};
         return KP_OK;
     }
     kp_alloc_hook h = KP_ALLOC_HOOK_INIT;

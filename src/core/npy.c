@@ -214,7 +214,7 @@ static kp_status kp__npy_prelude(const char *where, const unsigned char *b, size
  * exactly the data it describes. */
 static kp_status kp__npy_header(const char *where, const char *text, size_t hlen, size_t hdr_off,
                                 uint64_t file_size, kp_tensor_desc *d) {
-    kp__npy_cur c = {where, text, text, text + hlen, hdr_off};
+    kp__npy_cur c = {.where = where, .text = text, .p = text, .end = text + hlen, .base = hdr_off};
     memset(d, 0, sizeof *d);
     if (memchr(text, '\0', hlen)) return kp__npy_fail(&c, "a NUL byte in the header");
     KP_CHECK(kp__npy_dict(&c, d));

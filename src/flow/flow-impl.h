@@ -90,7 +90,7 @@ static inline const char *kp__pixel_str(kp_pixel_format f) {
                                 : "unknown";
 }
 
-/* Video (video.c). Source "y4m": the frames of a YUV4MPEG2 file (8-bit
+/* Raw video (raw_video.c). Source "y4m": the frames of a YUV4MPEG2 file (8-bit
  * 4:2:0, not mixed interlacing) as u8 [h*3/2, w], `frames` of them (0:
  * all), from the start again at the end when `loop`; its header's F, I, A,
  * C and X tags go to `tags` for the sink. Source "testsrc": `frames` moving

@@ -292,7 +292,7 @@ static kp_status kp__split(json_t *s, const char *path, kp__stage_made *m, kp_ro
         *route = KP_ROUTE_COPY;
     else
         return KP__PERR("%s.split: expected \"stream\", \"user0\" or \"copy\"", path);
-    *m = (kp__stage_made){kp__split_fn, NULL, NULL, NULL, 0, 1, NULL, 0, NULL};
+    *m = (kp__stage_made){.fn = kp__split_fn, .max_batch = 1};
     return KP_OK;
 }
 

@@ -240,14 +240,12 @@ static kp_status kp__y4m_src_fn(void *user, const kp_stage_ctx *c, kp_frame *f, 
     s->next++;
     f->desc = s->desc;
     f->bytes = s->frame_bytes;
-    f->video = (kp_video_frame){KP_PIXEL_I420,
-                                (int32_t)s->info.width,
-                                (int32_t)s->info.height,
-                                s->info.width,
-                                KP_VIDEO_NO_PTS,
-                                {0, 0},
-                                {s->info.rate[0], s->info.rate[1]},
-                                false};
+    f->video = (kp_video_frame){.format = KP_PIXEL_I420,
+                                .width = (int32_t)s->info.width,
+                                .height = (int32_t)s->info.height,
+                                .pitch = s->info.width,
+                                .pts = KP_VIDEO_NO_PTS,
+                                .rate = {s->info.rate[0], s->info.rate[1]}};
     return KP_OK;
 }
 
@@ -278,8 +276,11 @@ kp_status kp__stage_y4m_source(kp_device_t dev, const char *path, int64_t frames
         return st;
     }
     snprintf(tags, tags_len, "%s", s->info.tags);
-    *out = (kp__stage_made){kp__y4m_src_fn, NULL, s,   kp__y4m_src_free, s->frame_bytes, 1,
-                            NULL,           0,    NULL};
+    *out = (kp__stage_made){.fn = kp__y4m_src_fn,
+                            .user = s,
+                            .free_fn = kp__y4m_src_free,
+                            .frame_bytes = s->frame_bytes,
+                            .max_batch = 1};
     return KP_OK;
 }
 
@@ -312,18 +313,19 @@ static kp_status kp__testsrc_fn(void *user, const kp_stage_ctx *c, kp_frame *f, 
     kp__testsrc_frame p = {
         {f->data, s->width, s->height, f->seq}, s->pitch, s->format == KP_PIXEL_NV12};
     uint64_t bytes = (uint64_t)(s->pitch * s->height / 2 * 3), blocks = (bytes + 1023) / 1024;
-    kp_launch l = {
-        &kp__testsrc_kernel, {(uint32_t)(blocks < 8192 ? blocks : 8192), 1, 1}, {256, 1, 1}, 0, &p};
+    kp_launch l = {.kernel = &kp__testsrc_kernel,
+                   .grid = {(uint32_t)(blocks < 8192 ? blocks : 8192), 1, 1},
+                   .block = {256, 1, 1},
+                   .params = &p};
     f->desc = s->desc;
     f->bytes = (size_t)bytes;
-    f->video = (kp_video_frame){s->format,
-                                (int32_t)s->width,
-                                (int32_t)s->height,
-                                s->pitch,
-                                (int64_t)f->seq,
-                                {1, 30},
-                                {30, 1},
-                                false};
+    f->video = (kp_video_frame){.format = s->format,
+                                .width = (int32_t)s->width,
+                                .height = (int32_t)s->height,
+                                .pitch = s->pitch,
+                                .pts = (int64_t)f->seq,
+                                .time_base = {1, 30},
+                                .rate = {30, 1}};
     return kp_launch_kernel(c->stream, &l);
 }
 
@@ -344,14 +346,18 @@ kp_status kp__stage_testsrc(int64_t frames, int64_t width, int64_t height, kp_pi
             (long long)pitch, (long long)width, 2 * KP__Y4M_SIDE);
     kp__testsrc *s = kp__calloc(1, sizeof *s);
     if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "testsrc: no memory");
-    *s = (kp__testsrc){frames, width, height, pitch, format, {0}};
+    *s = (kp__testsrc){
+        .frames = frames, .width = width, .height = height, .pitch = pitch, .format = format};
     kp_status st = kp__i420_desc(pitch, height, &s->desc); /* u8 [h*3/2, pitch] either way */
     if (st != KP_OK) {
         kp__free(s);
         return st;
     }
-    *out = (kp__stage_made){
-        kp__testsrc_fn, NULL, s, kp__free, (size_t)(pitch * height / 2 * 3), 1, NULL, 0, NULL};
+    *out = (kp__stage_made){.fn = kp__testsrc_fn,
+                            .user = s,
+                            .free_fn = kp__free,
+                            .frame_bytes = (size_t)(pitch * height / 2 * 3),
+                            .max_batch = 1};
     return KP_OK;
 }
 
@@ -413,14 +419,11 @@ static kp_status kp__y4m_picture(const kp__y4m_sink *s, const kp_frame *f, kp_vi
                          "be (u8 [h*3/2, pitch], the pitch even and at least the width)",
                          (unsigned long long)f->seq, kp_desc_str(d, buf, sizeof buf), f->bytes,
                          (int)f->video.width, (int)f->video.height, kp__pixel_str(fmt));
-    *pic = (kp_video_frame){fmt == KP_PIXEL_NONE ? KP_PIXEL_I420 : fmt,
-                            (int32_t)w,
-                            (int32_t)h,
-                            pitch,
-                            KP_VIDEO_NO_PTS,
-                            {0, 0},
-                            {0, 0},
-                            false};
+    *pic = (kp_video_frame){.format = fmt == KP_PIXEL_NONE ? KP_PIXEL_I420 : fmt,
+                            .width = (int32_t)w,
+                            .height = (int32_t)h,
+                            .pitch = pitch,
+                            .pts = KP_VIDEO_NO_PTS};
     return KP_OK;
 }
 
@@ -502,6 +505,7 @@ kp_status kp__stage_y4m_sink(kp_device_t dev, const char *path, size_t max_bytes
         kp__y4m_sink_free(s);
         return st;
     }
-    *out = (kp__stage_made){kp__y4m_sink_fn, NULL, s, kp__y4m_sink_free, 0, 1, NULL, 0, NULL};
+    *out = (kp__stage_made){
+        .fn = kp__y4m_sink_fn, .user = s, .free_fn = kp__y4m_sink_free, .max_batch = 1};
     return KP_OK;
 }

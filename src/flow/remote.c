@@ -387,9 +387,11 @@ void kp__remote_free(void *p) {
 kp_status kp__remote_make_slots(kp__remote *r, const kp_stage_ctx *c) {
     if (!(r->slots = kp__calloc(r->capacity + 1, sizeof *r->slots)))
         return kp__error(KP_ERR_OUT_OF_MEMORY, "remote: no memory for its slots");
-    /* UCX reaches the frames' own memory: host memory on cpu, device
-     * memory where it has CUDA support */
-    r->trade = r->frame_bytes && (r->direct || strcmp(kp_device_backend(r->dev), "cpu") == 0);
+    /* UCX reaches the frames' own memory: memory the host shares (cpu),
+     * device memory where it has CUDA support */
+    kp_device_caps caps = KP_DEVICE_CAPS_INIT;
+    KP_CHECK(kp_device_query_caps(r->dev, &caps));
+    r->trade = r->frame_bytes && (r->direct || !caps.device_memory);
     r->n_slots = r->capacity;
     /* both ends read the receiver's frame size from the welcome */
     r->packed = r->welcome.frame_bytes <= KP__PACK_MAX - sizeof(kp__wire);
@@ -454,12 +456,16 @@ static kp_status kp__remote_new(const kp__remote_end *e, kp__remote_post_fn post
         ucp_config_release(cfg);
         if (s != UCS_OK) st = kp__ucs(s, "starting UCX");
     }
+    kp_device_caps caps = KP_DEVICE_CAPS_INIT;
+    if (st == KP_OK) st = kp_device_query_caps(dev, &caps);
     if (st == KP_OK) {
+        /* UCX's CUDA support takes CUDA device pointers: the device's
+         * memory must be that, whatever its backend is called */
         ucp_context_attr_t a = {0};
         a.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
         r->direct = ucp_context_query(r->ctx, &a) == UCS_OK &&
-                    (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) &&
-                    strcmp(kp_device_backend(dev), "cuda") == 0;
+                    (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) && caps.device_memory &&
+                    caps.native_api && strcmp(caps.native_api, "cuda") == 0;
         ucp_worker_params_t wp = {0};
         wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
         /* the stage's thread (or one carrying a frame into it) and the
@@ -583,9 +589,12 @@ kp_status kp__remote_stage_made(const kp__remote_end *e, kp_flow_stage_fn fn, kp
     r->serve = serve;
     r->fn = fn;
     r->end_fn = end_fn;
-    *out = (kp__stage_made){
-        kp__remote_turn_fn,  NULL, r,   kp__remote_free, e->receiver ? e->frame_bytes : 0, 1,
-        kp__remote_turn_end, 0,    NULL};
+    *out = (kp__stage_made){.fn = kp__remote_turn_fn,
+                            .user = r,
+                            .free_fn = kp__remote_free,
+                            .frame_bytes = e->receiver ? e->frame_bytes : 0,
+                            .max_batch = 1,
+                            .end_fn = kp__remote_turn_end};
     return KP_OK;
 }
 

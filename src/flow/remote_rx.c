@@ -187,12 +187,11 @@ static kp_status kp__receiver_ready(kp__remote *r, const kp_stage_ctx *c, bool *
         return kp__error(KP_ERR_UNSUPPORTED,
                          "remote %s: the sender speaks the wire's version %u, this kpipe %u",
                          r->addr, h->version, KP__VERSION);
-    r->welcome = (kp__welcome){KP__MAGIC,
-                               KP__VERSION,
-                               r->capacity,
-                               r->frame_bytes,
-                               h->frame_bytes > r->frame_bytes ? KP__REFUSED_SIZE : 0,
-                               0};
+    r->welcome = (kp__welcome){.magic = KP__MAGIC,
+                               .version = KP__VERSION,
+                               .capacity = r->capacity,
+                               .frame_bytes = r->frame_bytes,
+                               .refused = h->frame_bytes > r->frame_bytes ? KP__REFUSED_SIZE : 0};
     KP_CHECK(kp__remote_send(r, &r->welcome_op, &r->welcome, sizeof r->welcome,
                              KP__TAG(KP__T_WELCOME, 0)));
     if (r->welcome.refused) {
@@ -311,8 +310,10 @@ static void kp__refuse_late_sender(kp__remote *r) {
     while (!r->welcome.magic && r->failed == UCS_OK && kp__remote_ms_now() < until) {
         if (kp__receiver_accept(r, &hello_in) != KP_OK) break;
         if (hello_in) {
-            r->welcome =
-                (kp__welcome){KP__MAGIC, KP__VERSION, 0, r->frame_bytes, KP__REFUSED_CANCELLED, 0};
+            r->welcome = (kp__welcome){.magic = KP__MAGIC,
+                                       .version = KP__VERSION,
+                                       .frame_bytes = r->frame_bytes,
+                                       .refused = KP__REFUSED_CANCELLED};
             if (kp__remote_send(r, &r->welcome_op, &r->welcome, sizeof r->welcome,
                                 KP__TAG(KP__T_WELCOME, 0)) == KP_OK)
                 kp__remote_linger(r); /* until the sender has read it */

@@ -41,8 +41,10 @@ static kp_status kp__synthetic_fn(void *user, const kp_stage_ctx *c, kp_frame *f
     }
     kp__pattern_params p = {f->data, s->n, f->seq};
     uint64_t blocks = ((uint64_t)s->n + 1023) / 1024;
-    kp_launch l = {
-        &kp__pattern_kernel, {(uint32_t)(blocks < 4096 ? blocks : 4096), 1, 1}, {256, 1, 1}, 0, &p};
+    kp_launch l = {.kernel = &kp__pattern_kernel,
+                   .grid = {(uint32_t)(blocks < 4096 ? blocks : 4096), 1, 1},
+                   .block = {256, 1, 1},
+                   .params = &p};
     f->desc = s->desc;
     f->bytes = (size_t)s->n * sizeof(float);
     return kp_launch_kernel(c->stream, &l);
@@ -65,8 +67,11 @@ kp_status kp__stage_synthetic(kp_device_t dev, int64_t frames, int ndim, const i
         return st;
     }
     s->frames = frames;
-    *out = (kp__stage_made){
-        kp__synthetic_fn, NULL, s, kp__free, (size_t)s->n * sizeof(float), 1, NULL, 0, NULL};
+    *out = (kp__stage_made){.fn = kp__synthetic_fn,
+                            .user = s,
+                            .free_fn = kp__free,
+                            .frame_bytes = (size_t)s->n * sizeof(float),
+                            .max_batch = 1};
     return KP_OK;
 }
 
@@ -76,7 +81,7 @@ static kp_status kp__null_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
 }
 
 kp_status kp__stage_null(kp__stage_made *out) {
-    *out = (kp__stage_made){kp__null_fn, NULL, NULL, NULL, 0, 1, NULL, 0, NULL};
+    *out = (kp__stage_made){.fn = kp__null_fn, .max_batch = 1};
     return KP_OK;
 }
 
@@ -119,7 +124,7 @@ kp_status kp__stage_npy(kp_device_t dev, const char *path, size_t max_bytes, kp_
         kp__npy_free(s);
         return st;
     }
-    *out = (kp__stage_made){kp__npy_fn, NULL, s, kp__npy_free, 0, 1, NULL, 0, NULL};
+    *out = (kp__stage_made){.fn = kp__npy_fn, .user = s, .free_fn = kp__npy_free, .max_batch = 1};
     return KP_OK;
 }
 
@@ -319,8 +324,11 @@ kp_status kp__stage_pipeline(kp_pipeline_t p, const char *output, kp__stage_made
         return st;
     }
     int64_t out_bytes = kp_desc_bytes_needed(&s->out.desc);
-    *out = (kp__stage_made){kp__pstage_fn, NULL, s,   kp__pstage_free, (size_t)out_bytes, 1,
-                            NULL,          0,    NULL};
+    *out = (kp__stage_made){.fn = kp__pstage_fn,
+                            .user = s,
+                            .free_fn = kp__pstage_free,
+                            .frame_bytes = (size_t)out_bytes,
+                            .max_batch = 1};
     return KP_OK;
 }
 

@@ -236,11 +236,17 @@ kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size
         }
         v->live = live;
         kp_video_reader_config cfg = o->reader;
-        const bool strict = o->strict && strcmp(kp_device_backend(dev), "cuda") == 0;
-        if (strict && cfg.decoder == KP_VIDEO_DECODE_SOFTWARE) {
+        /* where the device's memory is the host's, no frame is ever copied
+         * up, so strict_no_host_copies asks nothing of the decoder */
+        kp_device_caps caps = KP_DEVICE_CAPS_INIT;
+        if ((st = kp_device_query_caps(dev, &caps)) != KP_OK) break;
+        const bool strict = o->strict && caps.device_memory;
+        if (strict && (cfg.decoder == KP_VIDEO_DECODE_SOFTWARE || !caps.video_decode)) {
             st = kp__error(KP_ERR_UNSUPPORTED,
-                           "decoder \"software\" uploads every frame from the host: refused "
-                           "under strict_no_host_copies");
+                           "%s uploads every frame from the host: refused under "
+                           "strict_no_host_copies",
+                           caps.video_decode ? "decoder \"software\""
+                                             : "the only decoder for this device (software)");
             break;
         }
         if (strict) cfg.decoder = KP_VIDEO_DECODE_NVDEC;
@@ -269,15 +275,13 @@ kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size
         kp__video_src_free(&v->s[0]);
         return st;
     }
-    *out = (kp__stage_made){kp__video_src_fn,
-                            NULL,
-                            &v->s[0],
-                            kp__video_src_free,
-                            v->frame_bytes,
-                            1,
-                            NULL,
-                            n_paths > 1 ? n_paths : 0,
-                            n_paths > 1 ? users : NULL};
+    *out = (kp__stage_made){.fn = kp__video_src_fn,
+                            .user = &v->s[0],
+                            .free_fn = kp__video_src_free,
+                            .frame_bytes = v->frame_bytes,
+                            .max_batch = 1,
+                            .streams = n_paths > 1 ? n_paths : 0,
+                            .stream_users = n_paths > 1 ? users : NULL};
     return KP_OK;
 }
 
@@ -428,7 +432,10 @@ kp_status kp__stage_video_sink(kp_device_t dev, const char *path, const kp_video
         kp__video_sink_free(s);
         return st;
     }
-    *out = (kp__stage_made){kp__video_sink_fn,  NULL, s,   kp__video_sink_free, 0, 1,
-                            kp__video_sink_end, 0,    NULL};
+    *out = (kp__stage_made){.fn = kp__video_sink_fn,
+                            .user = s,
+                            .free_fn = kp__video_sink_free,
+                            .max_batch = 1,
+                            .end_fn = kp__video_sink_end};
     return KP_OK;
 }

@@ -59,8 +59,12 @@ void kp__gc_args(kp_graph_cache_t c, kp__gcall *g, kp_graph_args *a, bool exact)
         if (exact)
             (void)kp_desc_init(&pi->desc, src->desc.dtype, src->desc.ndim, src->desc.shape, NULL);
     }
-    *a = (kp_graph_args){g->args_in,   k->n_inputs, g->args_out,
-                         k->n_outputs, k->literals, k->n_literals};
+    *a = (kp_graph_args){.inputs = g->args_in,
+                         .n_inputs = k->n_inputs,
+                         .outputs = g->args_out,
+                         .n_outputs = k->n_outputs,
+                         .literals = k->literals,
+                         .n_literals = k->n_literals};
 }
 
 kp_status kp__gc_copy_in(kp_graph_cache_t c, const kp__gcall *g, size_t p, kp_stream_t s) {

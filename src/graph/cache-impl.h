@@ -1,5 +1,5 @@
 /* The graph cache's own: its entries, a resolved call, the cache, and the
- * functions its files share (key.c, lru.c, buffers.c, run.c; they call
+ * functions its files share (key.c, lru.c, buffers.c, graph_cache.c; they call
  * each other in one direction: run -> buffers -> lru, run -> key).
  *
  * A key is a string of 64-bit words (the call's id, flags, every port's

@@ -440,8 +440,12 @@ static kp_status kp__c_snapshot(void *ctx, kp_block_info *rows, size_t cap, size
     for (kp__cseg *s = c->segs; s; s = s->next)
         for (kp__cblock *b = s->first; b; b = b->next, k++)
             if (k < cap)
-                rows[k] =
-                    (kp_block_info){s->base, s->size, b->ptr, b->size, b->allocated, b->pending};
+                rows[k] = (kp_block_info){.segment = s->base,
+                                          .segment_size = s->size,
+                                          .ptr = b->ptr,
+                                          .size = b->size,
+                                          .allocated = b->allocated,
+                                          .pending = b->pending};
     *n = k;
     pthread_mutex_unlock(&c->mu);
     return KP_OK;

@@ -133,11 +133,10 @@ static kp_status kp__tensor_filled(kp_device_t dev, kp_dtype dt, int ndim, const
     } else if (n > 0) {
         kp__fill_params p = {t->mem->data, kp__one_bits(dt), n, (int)kp_dtype_size(dt)};
         int64_t blocks = (n + 255) / 256;
-        kp_launch l = {&kp__fill_kernel,
-                       {(uint32_t)(blocks < 65535 ? blocks : 65535), 1, 1},
-                       {256, 1, 1},
-                       0,
-                       &p};
+        kp_launch l = {.kernel = &kp__fill_kernel,
+                       .grid = {(uint32_t)(blocks < 65535 ? blocks : 65535), 1, 1},
+                       .block = {256, 1, 1},
+                       .params = &p};
         st = kp_launch_kernel(s, &l);
     }
     if (st != KP_OK) {

@@ -34,7 +34,8 @@ static kp_status kp__ecpu_enqueue(void *ctx, kp_stream_t s, const float *a, cons
     kp__add_params p = {a, b, c, n};
     /* blocks of 64 Ki elements: several workers of a cpu device share them */
     uint32_t blocks = (uint32_t)((p.n + 65535) / 65536);
-    kp_launch l = {&kp__add_kernel, {blocks, 1, 1}, {1, 1, 1}, 0, &p};
+    kp_launch l = {
+        .kernel = &kp__add_kernel, .grid = {blocks, 1, 1}, .block = {1, 1, 1}, .params = &p};
     return kp_launch_kernel(s, &l);
 }
 

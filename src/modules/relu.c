@@ -75,8 +75,10 @@ static kp_status kp__relu_setup(void *self, const kp_mem_slice *s) {
     m->params.dyn = s->dynamic_dev;
     int64_t per_block = KP__RELU_BLOCK * KP__RELU_PER_THREAD;
     int64_t blocks = (m->n + per_block - 1) / per_block;
-    m->launch = (kp_launch){
-        &kp__relu_kernel, {(uint32_t)blocks, 1, 1}, {KP__RELU_BLOCK, 1, 1}, 0, &m->params};
+    m->launch = (kp_launch){.kernel = &kp__relu_kernel,
+                            .grid = {(uint32_t)blocks, 1, 1},
+                            .block = {KP__RELU_BLOCK, 1, 1},
+                            .params = &m->params};
     return KP_OK;
 }
 

@@ -122,11 +122,22 @@ kp_status kp_resize_nv12(kp_stream_t s, const void *src, int32_t src_width, int3
                          int64_t dst_pitch) {
     KP_API_ENTRY();
     KP_ARG_CHECK(s && src && dst);
-    kp__resize_args a = {src,        dst,       src_pitch,  dst_pitch,       0, 0,    src_width,
-                         src_height, dst_width, dst_height, KP__RESIZE_NV12, 1, 0.0f, 0.0f};
+    kp__resize_args a = {.in = src,
+                         .out = dst,
+                         .spitch = src_pitch,
+                         .dpitch = dst_pitch,
+                         .sw = src_width,
+                         .sh = src_height,
+                         .dw = dst_width,
+                         .dh = dst_height,
+                         .format = KP__RESIZE_NV12,
+                         .frames = 1};
     KP_CHECK(kp__resize_check(&a, "kp_resize_nv12"));
     kp__resize_frame_bytes(&a);
-    kp_launch l = {&kp__resize_direct_kernel, {kp__resize_blocks(&a, 1), 1, 1}, {256, 1, 1}, 0, &a};
+    kp_launch l = {.kernel = &kp__resize_direct_kernel,
+                   .grid = {kp__resize_blocks(&a, 1), 1, 1},
+                   .block = {256, 1, 1},
+                   .params = &a};
     return kp_launch_kernel(s, &l);
 }
 
@@ -192,9 +203,16 @@ kp_status kp_resizer_nv12(kp_resizer_t r, kp_stream_t s, const kp_nv12_picture *
     if (n < 1 || n > r->max)
         return kp__error(KP_ERR_INVALID_ARG, "kp_resizer_nv12: %zu pictures (1 .. %zu)", n, r->max);
     for (size_t i = 0; i < n; i++) {
-        kp__resize_args a = {
-            src[i].data,   dst,       src[i].pitch, dst_pitch,       0, 0,    src[i].width,
-            src[i].height, dst_width, dst_height,   KP__RESIZE_NV12, 1, 0.0f, 0.0f};
+        kp__resize_args a = {.in = src[i].data,
+                             .out = dst,
+                             .spitch = src[i].pitch,
+                             .dpitch = dst_pitch,
+                             .sw = src[i].width,
+                             .sh = src[i].height,
+                             .dw = dst_width,
+                             .dh = dst_height,
+                             .format = KP__RESIZE_NV12,
+                             .frames = 1};
         char who[64];
         snprintf(who, sizeof who, "kp_resizer_nv12: picture %zu", i);
         if (!src[i].data) return kp__error(KP_ERR_INVALID_ARG, "%s: data is NULL", who);
@@ -210,13 +228,17 @@ kp_status kp_resizer_nv12(kp_resizer_t r, kp_stream_t s, const kp_nv12_picture *
     kp_status st = kp_memcpy_async(s, table, host, n * sizeof *src);
     kp_copy_count_watch(watch);
     KP_CHECK(st);
-    kp__resize_many m = {table, dst, dst_pitch, 0, dst_width, dst_height, (int32_t)n, 0};
+    kp__resize_many m = {.table = table,
+                         .out = dst,
+                         .dpitch = dst_pitch,
+                         .dw = dst_width,
+                         .dh = dst_height,
+                         .n = (int32_t)n};
     m.out_frame = dst_pitch * dst_height / 2 * 3;
-    kp_launch l = {&kp__resize_many_kernel,
-                   {kp__blocks_for(kp__resize_many_items(&m) * (int64_t)n), 1, 1},
-                   {256, 1, 1},
-                   0,
-                   &m};
+    kp_launch l = {.kernel = &kp__resize_many_kernel,
+                   .grid = {kp__blocks_for(kp__resize_many_items(&m) * (int64_t)n), 1, 1},
+                   .block = {256, 1, 1},
+                   .params = &m};
     KP_CHECK(kp_launch_kernel(s, &l));
     KP_CHECK(kp_event_record(r->done[k], s));
     r->next = (k + 1) % KP__RESIZER_SLOTS;
@@ -252,11 +274,10 @@ static kp_status kp__resize_setup(void *self, const kp_mem_slice *s) {
     st->out = s->device;
     m->params.st = s->static_dev;
     m->params.dyn = s->dynamic_dev;
-    m->launch = (kp_launch){&kp__resize_module_kernel,
-                            {kp__resize_blocks(&m->geo, m->geo.frames), 1, 1},
-                            {256, 1, 1},
-                            0,
-                            &m->params};
+    m->launch = (kp_launch){.kernel = &kp__resize_module_kernel,
+                            .grid = {kp__resize_blocks(&m->geo, m->geo.frames), 1, 1},
+                            .block = {256, 1, 1},
+                            .params = &m->params};
     return KP_OK;
 }
 

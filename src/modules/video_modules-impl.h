@@ -6,8 +6,8 @@
  * Frames are I420 (8-bit 4:2:0, BT.601 limited range) stored as u8
  * [height * 3 / 2, width]: the Y plane, then U and V at half size. Images
  * between modules are planar RGB, f32 [3 * height * width], in [0, 1]. */
-#ifndef KPIPE_VIDEO_IMPL_H
-#define KPIPE_VIDEO_IMPL_H
+#ifndef KPIPE_VIDEO_MODULES_IMPL_H
+#define KPIPE_VIDEO_MODULES_IMPL_H
 
 #include <stdint.h>
 

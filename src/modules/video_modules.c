@@ -22,11 +22,11 @@
 #include <string.h>
 
 #include "modules-impl.h"
-#include "video-impl.h"
+#include "video_modules-impl.h"
 
 #ifdef KP_HAVE_CUDA
 extern const kp_device_kernel kp__i420_rgb_cuda, kp__sharpen_cuda, kp__rgb_i420_cuda,
-    kp__nv12_rgb_cuda, kp__rgb_nv12_cuda; /* video.cu */
+    kp__nv12_rgb_cuda, kp__rgb_nv12_cuda; /* video_modules.cu */
 #define KP__VCUDA(k) {"cuda", &k},
 #else
 #define KP__VCUDA(k)
@@ -108,7 +108,10 @@ static kp_status kp__video_setup(void *self, const kp_mem_slice *s) {
     int64_t blocks =
         (kp__video_items(m->op, m->width, m->height, m->colour.pitch) * m->batch + 255) / 256;
     if (blocks > 8192) blocks = 8192; /* grid-stride past that */
-    m->launch = (kp_launch){kernels[m->op], {(uint32_t)blocks, 1, 1}, {256, 1, 1}, 0, &m->params};
+    m->launch = (kp_launch){.kernel = kernels[m->op],
+                            .grid = {(uint32_t)blocks, 1, 1},
+                            .block = {256, 1, 1},
+                            .params = &m->params};
     return KP_OK;
 }
 

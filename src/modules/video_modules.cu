@@ -1,8 +1,8 @@
-// The video modules' kernels: one item per thread, grid-stride (video-impl.h).
+// The video modules' kernels: one item per thread, grid-stride (video_modules-impl.h).
 #include <stdint.h>
 
 #include "kpipe/device.h"
-#include "video-impl.h"
+#include "video_modules-impl.h"
 
 template <int Op> __global__ void kp_video_kernel(kp__video_params p) {
     const kp__video_static *st = p.st;

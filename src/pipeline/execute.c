@@ -325,13 +325,13 @@ static kp_status kp__module_io(kp_pipeline_t p, kp__module *m, kp_stream_t s, vo
         }
         m->in_info[k].name = m->def.inputs[k].name;
     }
-    kp_module_io io = {s,
-                       m->in_info,
-                       m->def.n_inputs,
-                       m->out_info,
-                       m->def.n_outputs,
-                       m->req.dynamic_desc_bytes ? kp__at(slot, m->dynamic_desc_off) : NULL,
-                       NULL};
+    kp_module_io io = {.stream = s,
+                       .inputs = m->in_info,
+                       .n_inputs = m->def.n_inputs,
+                       .outputs = m->out_info,
+                       .n_outputs = m->def.n_outputs,
+                       .dynamic_desc =
+                           m->req.dynamic_desc_bytes ? kp__at(slot, m->dynamic_desc_off) : NULL};
     kp_status st = m->def.iface->io(m->def.self, &io);
     if (st != KP_OK) return kp__error_prefix(st, "module \"%s\" io", m->id);
     for (size_t k = 0; k < m->def.n_outputs; k++) {

@@ -159,11 +159,10 @@ static kp_status kp__fused_setup(void *self, const kp_mem_slice *s) {
     if (strcmp(kp_device_kernel_form(f->dev), "cuda") == 0)
         KP_CHECK(kp_rtc_compile(f->dev, f->source, "kp_fused", &f->cuda, &f->rtc));
     int64_t per_block = KP__FUSE_BLOCK * KP__FUSE_VEC;
-    f->launch = (kp_launch){&f->kernel,
-                            {(uint32_t)((f->max_n + per_block - 1) / per_block), 1, 1},
-                            {KP__FUSE_BLOCK, 1, 1},
-                            0,
-                            &f->params};
+    f->launch = (kp_launch){.kernel = &f->kernel,
+                            .grid = {(uint32_t)((f->max_n + per_block - 1) / per_block), 1, 1},
+                            .block = {KP__FUSE_BLOCK, 1, 1},
+                            .params = &f->params};
     return KP_OK;
 }
 

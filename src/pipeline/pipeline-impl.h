@@ -153,7 +153,7 @@ kp_status kp__elementwise_check(const kp_module_def *def);
  * group by one module running one generated kernel (fuse.c). */
 kp_status kp__fuse(kp_pipeline_t p, bool off);
 
-/* Computes the memory layout (run.c); called once at creation. */
+/* Computes the memory layout (execute.c); called once at creation. */
 kp_status kp__plan(kp_pipeline_t p);
 
 /* Registry lookup. */

@@ -176,17 +176,15 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
         int64_t lo, hi;
         kp_desc_byte_extent(&a->desc, &lo, &hi);
         if (lo == hi) continue; /* an empty region touches nothing */
-        kp__hazard_ctx h = {a,
-                            a->buffer,
-                            id,
-                            a->access != KP_TASK_IN,
-                            a->access != KP_TASK_OUT,
-                            kp_desc_is_contiguous(&a->desc),
-                            cand,
-                            n_cand,
-                            sizeof cand / sizeof cand[0],
-                            false,
-                            NULL};
+        kp__hazard_ctx h = {.a = a,
+                            .buffer = a->buffer,
+                            .id = id,
+                            .w = a->access != KP_TASK_IN,
+                            .r = a->access != KP_TASK_OUT,
+                            .dense = kp_desc_is_contiguous(&a->desc),
+                            .cand = cand,
+                            .n_cand = n_cand,
+                            .cap = sizeof cand / sizeof cand[0]};
         if (alone[i]) {
             cover[i] = (kp__cover_ctx){.lo = lo,
                                        .hi = hi,
@@ -211,7 +209,11 @@ kp_status kp_tasks_submit(kp_tasks_t t, const kp_task_kernel *kernel, const kp_t
     KP_CHECK(kp__tasks_allocate_first(t, args, n_args));
     /* keep the predecessors no other predecessor implies */
     kp__task *task = &t->tasks[t->n_tasks++];
-    *task = (kp__task){*kernel, t->n_args, n_args, t->n_edges, 0, -1, false};
+    *task = (kp__task){.k = *kernel,
+                       .first_arg = t->n_args,
+                       .n_args = n_args,
+                       .first_pred = t->n_edges,
+                       .stream = -1};
     t->stats.edges_found += n_cand;
     for (size_t c = 0; c < n_cand; c++) {
         bool implied = false;

@@ -109,9 +109,11 @@ kp_status kp__video_pool_limit(int max_idle) {
 
 kp_status kp__video_pool_stats(kp_video_pool_stats *out) {
     pthread_mutex_lock(&kp__pool_mu);
-    *out = (kp_video_pool_stats){kp__pool_n, kp__pool_limit, kp__pool_counts[KP__POOL_CREATED],
-                                 kp__pool_counts[KP__POOL_REUSED],
-                                 kp__pool_counts[KP__POOL_DESTROYED]};
+    *out = (kp_video_pool_stats){.idle = kp__pool_n,
+                                 .limit = kp__pool_limit,
+                                 .created = kp__pool_counts[KP__POOL_CREATED],
+                                 .reused = kp__pool_counts[KP__POOL_REUSED],
+                                 .destroyed = kp__pool_counts[KP__POOL_DESTROYED]};
     pthread_mutex_unlock(&kp__pool_mu);
     return KP_OK;
 }

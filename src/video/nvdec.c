@@ -283,8 +283,13 @@ void kp__nvdec_close(struct kp__nvdec *nv) {
             if (nv->parser) kp__cuvid->cuvidDestroyVideoParser(nv->parser);
             /* the decoder goes to the pool with the context hold, or away */
             if (nv->dec) {
-                kp__nv_idle d = {nv->dec,   nv->cudev, nv->ctx,     nv->codec,
-                                 nv->max_w, nv->max_h, nv->surfaces};
+                kp__nv_idle d = {.dec = nv->dec,
+                                 .cudev = nv->cudev,
+                                 .ctx = nv->ctx,
+                                 .codec = nv->codec,
+                                 .max_w = nv->max_w,
+                                 .max_h = nv->max_h,
+                                 .surfaces = nv->surfaces};
                 pooled = !nv->broken && kp__pool_give(&d);
                 if (!pooled) {
                     kp__cuvid->cuvidDestroyDecoder(nv->dec);
@@ -354,12 +359,21 @@ kp_status kp__nvdec_reset(struct kp__nvdec *nv) {
     return KP_OK;
 }
 
+/* The context comes from the driver through the loader, not from the
+ * device backend: the cuda backend speaks only the runtime API, which
+ * never hands out a CUcontext, and giving it one would link the driver's
+ * library into kpipe (src/CMakeLists.txt keeps it out, so that programs
+ * start on machines without a GPU). Nothing is lost: the runtime works in
+ * the device's primary context, which is what retaining it by the
+ * device's CUDA ordinal gives here, so both share one context. */
 static kp_status kp__nv_setup(struct kp__nvdec *nv) {
     kp_video_reader_t r = nv->r;
-    int ordinal = 0;
-    const char *colon = strchr(kp_device_name(r->dev), ':');
-    if (colon) ordinal = atoi(colon + 1);
-    KP__CU(kp__cu->cuDeviceGet(&nv->cudev, ordinal), "cuDeviceGet");
+    kp_device_caps caps = KP_DEVICE_CAPS_INIT;
+    KP_CHECK(kp_device_query_caps(r->dev, &caps));
+    if (caps.native_ordinal < 0)
+        return kp__error(KP_ERR_UNSUPPORTED, "NVDEC: %s has no CUDA device ordinal",
+                         kp_device_name(r->dev));
+    KP__CU(kp__cu->cuDeviceGet(&nv->cudev, caps.native_ordinal), "cuDeviceGet");
     CUresult e = kp__cu->cuDevicePrimaryCtxRetain(&nv->ctx, nv->cudev);
     if (e != CUDA_SUCCESS) {
         nv->ctx = NULL;
@@ -551,14 +565,14 @@ static kp_status kp__nv_held_next(struct kp__nvdec *nv, CUstream s, void *dst, k
     kp__cu->cuCtxPopCurrent(&dummy);
     if (ce != CUDA_SUCCESS) return kp__cu_error(ce, "copying a held picture");
     r->next++;
-    *vf = (kp_video_frame){KP_PIXEL_NV12,
-                           e->w,
-                           e->h,
-                           in->pitch,
-                           e->pts,
-                           {in->time_base[0], in->time_base[1]},
-                           {in->rate[0], in->rate[1]},
-                           r->full_range};
+    *vf = (kp_video_frame){.format = KP_PIXEL_NV12,
+                           .width = e->w,
+                           .height = e->h,
+                           .pitch = in->pitch,
+                           .pts = e->pts,
+                           .time_base = {in->time_base[0], in->time_base[1]},
+                           .rate = {in->rate[0], in->rate[1]},
+                           .full_range = r->full_range};
     return KP_OK;
 }
 
@@ -600,13 +614,13 @@ kp_status kp__nvdec_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video
     KP_CHECK(st);
     r->next++;
     const kp_video_reader_info *in = &r->info;
-    *vf = (kp_video_frame){KP_PIXEL_NV12,
-                           nv->cur_w,
-                           nv->cur_h,
-                           in->pitch,
-                           d.timestamp,
-                           {in->time_base[0], in->time_base[1]},
-                           {in->rate[0], in->rate[1]},
-                           r->full_range};
+    *vf = (kp_video_frame){.format = KP_PIXEL_NV12,
+                           .width = nv->cur_w,
+                           .height = nv->cur_h,
+                           .pitch = in->pitch,
+                           .pts = d.timestamp,
+                           .time_base = {in->time_base[0], in->time_base[1]},
+                           .rate = {in->rate[0], in->rate[1]},
+                           .full_range = r->full_range};
     return KP_OK;
 }

@@ -147,14 +147,14 @@ static kp_status kp__sw_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_v
     KP_CHECK(kp_event_record(r->ev[k], s));
     r->pending[k] = true;
     r->next++;
-    *vf = (kp_video_frame){r->info.format,
-                           (int32_t)w,
-                           (int32_t)h,
-                           p,
-                           pts == AV_NOPTS_VALUE ? KP_VIDEO_NO_PTS : pts,
-                           {r->info.time_base[0], r->info.time_base[1]},
-                           {r->info.rate[0], r->info.rate[1]},
-                           full};
+    *vf = (kp_video_frame){.format = r->info.format,
+                           .width = (int32_t)w,
+                           .height = (int32_t)h,
+                           .pitch = p,
+                           .pts = pts == AV_NOPTS_VALUE ? KP_VIDEO_NO_PTS : pts,
+                           .time_base = {r->info.time_base[0], r->info.time_base[1]},
+                           .rate = {r->info.rate[0], r->info.rate[1]},
+                           .full_range = full};
     return KP_OK;
 }
 
@@ -219,7 +219,11 @@ static kp_status kp__reader_pick(kp_video_reader_t r) {
         snprintf(r->info.fallback, sizeof r->info.fallback, "I420 asked for: NVDEC gives NV12");
         return kp__sw_open(r);
     }
-    if (strcmp(kp_device_backend(r->dev), "cuda") != 0)
+    kp_device_caps caps = KP_DEVICE_CAPS_INIT;
+    KP_CHECK(kp_device_query_caps(r->dev, &caps));
+    /* NVDEC's pictures are CUDA memory, which only a device that both has
+     * the engine and speaks CUDA can take */
+    if (!caps.video_decode || !caps.native_api || strcmp(caps.native_api, "cuda") != 0)
         why = "NVDEC decodes for cuda devices only";
     else if (id != AV_CODEC_ID_H264 && id != AV_CODEC_ID_HEVC)
         why = "kpipe decodes H.264 and HEVC on NVDEC";

@@ -1,6 +1,6 @@
 /* The video layer's internals: the rules every frame and configuration
- * obeys (video.c, shared by every entry), and what the FFmpeg-backed files
- * (reader.c, nvdec.c, writer.c; built with KP_VIDEO) give video.c. */
+ * obeys (api.c, shared by every entry), and what the FFmpeg-backed files
+ * (reader.c, nvdec.c, writer.c; built with KP_VIDEO) give api.c. */
 #ifndef KPIPE_VIDEO_IMPL_H
 #define KPIPE_VIDEO_IMPL_H
 
@@ -10,7 +10,7 @@
 
 #define KP__VIDEO_PATH_MAX 1024
 
-/* kp_video_reader_config.options well formed (video.c): for every entry. */
+/* kp_video_reader_config.options well formed (api.c): for every entry. */
 kp_status kp__video_options_check(const char *options);
 
 /* A frame description a writer or a module can take: format, even sides

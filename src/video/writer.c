@@ -67,7 +67,7 @@ kp_status kp__video_writer_make(kp_device_t dev, const char *path,
     snprintf(w->preset, sizeof w->preset, "%s", cfg->preset ? cfg->preset : "veryfast");
     w->cfg.encoder = w->encoder_pref;
     w->cfg.preset = w->preset;
-    if (cfg->options) { /* checked by video.c: it fits */
+    if (cfg->options) { /* checked by api.c: it fits */
         memcpy(w->options, cfg->options, strlen(cfg->options) + 1);
         w->cfg.options = w->options;
     }
@@ -132,10 +132,11 @@ static kp_status kp__writer_start(kp_video_writer_t w, const kp_video_frame *f) 
     AVRational tb = {w->first.time_base[0], w->first.time_base[1]};
     w->step = f->rate[0] ? av_rescale_q(1, (AVRational){f->rate[1], f->rate[0]}, tb) : 1;
     if (w->step < 1) w->step = 1;
-    bool cuda = strcmp(kp_device_backend(w->dev), "cuda") == 0;
+    kp_device_caps caps = KP_DEVICE_CAPS_INIT;
+    KP_CHECK(kp_device_query_caps(w->dev, &caps));
     const char *pref = w->encoder_pref;
     kp_status st = KP_ERR_UNSUPPORTED;
-    if (strcmp(pref, "nvenc") == 0 || (strcmp(pref, "auto") == 0 && cuda)) {
+    if (strcmp(pref, "nvenc") == 0 || (strcmp(pref, "auto") == 0 && caps.video_encode)) {
         st = kp__open_encoder(w, "h264_nvenc");
         if (st != KP_OK && strcmp(pref, "nvenc") == 0) return st;
         if (st != KP_OK) { /* once per writer, at its first frame: why x264 encodes */

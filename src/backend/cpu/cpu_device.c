@@ -107,9 +107,19 @@ static void kp__cpu_close(void *ctx) {
     kp__free(d);
 }
 
+/* kp_malloc memory is host memory here, so there is nothing to stage
+ * and no native API (the defaults say the rest). */
+static kp_status kp__cpu_caps(void *ctx, kp_device_caps *caps) {
+    (void)ctx;
+    caps->device_memory = false;
+    caps->pinned_staging = false;
+    return KP_OK;
+}
+
 static const kp_device_i kp__cpu_iface = {
     .close = kp__cpu_close,
     .describe = kp__cpu_describe,
+    .caps = kp__cpu_caps,
     .malloc = kp__cpu_malloc,
     .free = kp__cpu_free,
     .malloc_host = kp__cpu_malloc_host,

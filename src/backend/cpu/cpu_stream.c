@@ -291,7 +291,12 @@ kp_status kp__cpu_memcpy_async(void *ctx, void *sp, void *dst, const void *src, 
 kp_status kp__cpu_memcpy2d_async(void *ctx, void *sp, void *dst, size_t dpitch, const void *src,
                                  size_t spitch, size_t width, size_t height) {
     kp__cpu_work w = {.kind = KP__WORK_COPY2D,
-                      .u.copy2d = {dst, src, dpitch, spitch, width, height}};
+                      .u.copy2d = {.dst = dst,
+                                   .src = src,
+                                   .dpitch = dpitch,
+                                   .spitch = spitch,
+                                   .width = width,
+                                   .height = height}};
     return kp__cpu_submit(sp, &w);
 }
 

@@ -69,8 +69,9 @@ void kp__cpu_kcall_run(kp__cpu_pool *p, const kp__cpu_kcall *c) {
         c->k->run(c->params, c->grid, c->block, 0, blocks);
         return;
     }
-    kp__cpu_job j = {c, blocks, blocks < (uint64_t)p->n + 1 ? blocks : (uint64_t)p->n + 1,
-                     0, 0,      NULL};
+    kp__cpu_job j = {.c = c,
+                     .blocks = blocks,
+                     .n_chunks = blocks < (uint64_t)p->n + 1 ? blocks : (uint64_t)p->n + 1};
     pthread_mutex_lock(&p->mu);
     kp__cpu_job **tail = &p->jobs;
     while (*tail) tail = &(*tail)->next;

@@ -1,6 +1,7 @@
 /* The cuda device: memory, streams, events and kernel launch through the
  * CUDA runtime. Streams are non-blocking: they never synchronize implicitly
  * with the legacy default stream. */
+#include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
 
@@ -48,12 +49,29 @@ kp_status kp__cuda_func(const kp_launch *l, const void **fn) {
     return KP_OK;
 }
 
+/* Whether the driver's library can be loaded. The runtime loads it on its
+ * first call, so it is already there on a machine with a driver; only
+ * where that call failed is a real load tried, which tells a missing
+ * driver from an old one. */
+static bool kp__cuda_driver_present(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) h = dlopen("libcuda.so.1", RTLD_LAZY);
+    if (!h) return false;
+    dlclose(h);
+    return true;
+}
+
 static int kp__cuda_count(const kp_backend_reg *reg, char *why, size_t len) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        if (why && len) snprintf(why, len, "%s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
+        /* without any driver the runtime says the driver is "insufficient",
+         * which sends a user looking for an upgrade of something absent */
+        if (why && len && e == cudaErrorInsufficientDriver && !kp__cuda_driver_present())
+            snprintf(why, len, "no NVIDIA driver (libcuda.so.1 not found)");
+        else if (why && len)
+            snprintf(why, len, "%s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
         return 0;
     }
     if (n == 0 && why && len) snprintf(why, len, "the driver reports no CUDA device");
@@ -126,6 +144,19 @@ static kp_status kp__cuda_describe(void *ctx, char *buf, size_t len) {
 static kp_status kp__cuda_versions(void *ctx, int *driver, int *runtime) {
     KP_CUDA_CHECK(cudaDriverGetVersion(driver));
     KP_CUDA_CHECK(cudaRuntimeGetVersion(runtime));
+    return KP_OK;
+}
+
+static kp_status kp__cuda_caps(void *ctx, kp_device_caps *caps) {
+    kp__cuda_device *d = ctx;
+    caps->device_memory = true;
+    caps->pinned_staging = true;
+    /* NVDEC and NVENC sit on every CUDA GPU the driver's video libraries
+     * serve; the video layer opens them at run time and falls back when
+     * they are absent */
+    caps->video_decode = caps->video_encode = true;
+    caps->native_api = "cuda";
+    caps->native_ordinal = d->ordinal;
     return KP_OK;
 }
 
@@ -304,6 +335,7 @@ static const kp_device_i kp__cuda_iface = {
     .close = kp__cuda_close,
     .describe = kp__cuda_describe,
     .versions = kp__cuda_versions,
+    .caps = kp__cuda_caps,
     .malloc = kp__cuda_malloc,
     .free = kp__cuda_free,
     .malloc_host = kp__cuda_malloc_host,
