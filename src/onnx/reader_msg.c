@@ -28,38 +28,6 @@
 typedef kp__ox_pb_msg msg;
 typedef kp__ox_pb_field fld;
 
-bool kp__ox_dtype(int onnx_type, kp_dtype *out) {
-    kp_dtype dt;
-    switch (onnx_type) {
-    case KP__OX_FLOAT: dt = KP_F32; break;
-    case KP__OX_UINT8: dt = KP_U8; break;
-    case KP__OX_INT8: dt = KP_I8; break;
-    case KP__OX_INT16: dt = KP_I16; break;
-    case KP__OX_INT32: dt = KP_I32; break;
-    case KP__OX_INT64: dt = KP_I64; break;
-    case KP__OX_BOOL: dt = KP_U8; break;
-    case KP__OX_FLOAT16: dt = KP_F16; break;
-    case KP__OX_BFLOAT16: dt = KP_BF16; break;
-    case KP__OX_UINT64: dt = KP_U64; break;
-    default: return false;
-    }
-    if (out) *out = dt;
-    return true;
-}
-
-const char *kp__ox_type_name(int onnx_type) {
-    static const char *const names[] = {
-        "UNDEFINED",      "FLOAT",      "UINT8",          "INT8",       "UINT16",   "INT16",
-        "INT32",          "INT64",      "STRING",         "BOOL",       "FLOAT16",  "DOUBLE",
-        "UINT32",         "UINT64",     "COMPLEX64",      "COMPLEX128", "BFLOAT16", "FLOAT8E4M3FN",
-        "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4",      "INT4",     "FLOAT4E2M1"};
-    static _Thread_local char other[24];
-    if (onnx_type >= 0 && (size_t)onnx_type < sizeof names / sizeof names[0])
-        return names[onnx_type];
-    snprintf(other, sizeof other, "type %d", onnx_type);
-    return other;
-}
-
 /* "TensorProto 'w'", "NodeProto #3 in GraphProto 'main'". */
 static bool named(const msg *m) { return (m->name && m->name[0]) || m->name_len; }
 
