@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 # "sh cpu video": runs where the build reads and writes video files (the
 # fourth argument is "video"), so a KP_VIDEO=OFF build still passes.
@@ -59,6 +60,7 @@ def main(top, build, work, video=""):
         os.symlink(os.path.join(top, "examples"), os.path.join(work, "examples"))
         os.symlink(os.path.join(top, "python"), os.path.join(work, "python"))
         print("== %s:%d\n%s" % (name, line, code), flush=True)
+        t0 = time.monotonic()
         try:
             r = subprocess.run(["bash", "-eo", "pipefail", "-c", code], cwd=work, timeout=600, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -67,6 +69,7 @@ def main(top, build, work, video=""):
             out, rc = e.stdout or b"", "timed out after 600 s"
         out = out.decode(errors="replace")
         print(out[-3000:])
+        print("-- %s:%d took %.1f s" % (name, line, time.monotonic() - t0), flush=True)
         if rc != 0:
             failed += 1
             print("FAIL: %s:%d: exit %s" % (name, line, rc))

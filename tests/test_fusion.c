@@ -8,7 +8,8 @@
  * the generated source against a golden file and through NVRTC (which
  * runs without a GPU); bad bodies and bad declarations refused by name.
  *   test_fusion DEVICE [TEST | SMALL]   (cpu or cuda; exit 77 without the device;
- *                                       SMALL: 1 M at most, for compute-sanitizer) */
+ *                                       SMALL: 1 M at most, for compute-sanitizer
+ *                                       and ThreadSanitizer) */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
