@@ -12,7 +12,7 @@
 # KP_REMOTE_CAPACITY (4 unless set): the frames in flight on the link, the
 # remote source's capacity (bench_remote's CAPACITY). ucx_perftest runs
 # with the rendezvous threshold kpipe gives its own UCX context
-# (KP__RNDV_THRESH, src/flow/remote-impl.h), or UCX_RNDV_THRESH where set:
+# (KP__RNDV_THRESH, src/flow/remote/remote-impl.h), or UCX_RNDV_THRESH where set:
 # the same protocols on both sides. KP_REMOTE_ROUNDS (3 unless set): runs
 # of each, perftest and kpipe alternated; the row gives their medians, the
 # line under it each round's figures.
@@ -21,8 +21,8 @@ build=$1 dev=$2
 cap=${KP_REMOTE_CAPACITY:-4}
 rounds=${KP_REMOTE_ROUNDS:-3}
 rndv=${UCX_RNDV_THRESH:-$(sed -n 's/^#define KP__RNDV_THRESH "\(.*\)"/\1/p' \
-  "$(dirname "$0")/../src/flow/remote-impl.h")}
-export UCX_RNDV_THRESH=${rndv:?no KP__RNDV_THRESH in src/flow/remote-impl.h}
+  "$(dirname "$0")/../src/flow/remote/remote-impl.h")}
+export UCX_RNDV_THRESH=${rndv:?no KP__RNDV_THRESH in src/flow/remote/remote-impl.h}
 shift 2
 sizes=${*:-64 1024 8192 65536}
 port=$((20000 + RANDOM % 20000))

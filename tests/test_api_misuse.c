@@ -237,6 +237,17 @@ static void device_calls(void **state) {
         KPT_OK(kp_device_peer_access(g_dev, d1, true, &can));
         assert_false(can);
     }
+    /* one backend: devices of it whatever their ordinals; never NULL */
+    kp_device_t d2 = NULL;
+    KPT_OK(kp_device_open(kp_device_name(g_dev), &d2));
+    assert_true(kp_device_same_backend(g_dev, g_dev));
+    assert_true(kp_device_same_backend(g_dev, d2)); /* a second handle of the same device */
+    assert_true(kp_device_same_backend(d1, d1));
+    assert_int_equal(kp_device_same_backend(g_dev, d1),
+                     strcmp(kp_device_backend(g_dev), kp_device_backend(d1)) == 0);
+    assert_false(kp_device_same_backend(NULL, d1));
+    assert_false(kp_device_same_backend(g_dev, NULL));
+    kp_device_close(d2);
     KPT_FAILS(kp_device_bind_thread(NULL), BAD);
     KPT_OK(kp_device_bind_thread(g_dev));
     kp_device_close(d1);
@@ -692,7 +703,7 @@ static void module_calls(void **state) {
     assert_null(kp_module_type_name(1u << 30));
     int64_t v;
     const char *str;
-    kp_module_env env = {g_dev, KP_EXEC_GRAPH, "m", NULL, 0, NULL, NULL};
+    kp_module_env env = {.dev = g_dev, .mode = KP_EXEC_GRAPH, .id = "m"};
     KPT_FAILS(kp_param_int(NULL, "size", true, 1, &v), BAD);
     KPT_FAILS(kp_param_int(&env, NULL, true, 1, &v), BAD);
     KPT_FAILS(kp_param_int(&env, "size", true, 1, NULL), BAD);
@@ -704,7 +715,8 @@ static void module_calls(void **state) {
     static const kp_param nums[] = {{"a", "0.5"},  {"b", "-2"},    {"c", "1e-3"}, {"d", ".25"},
                                     {"e", "nan"},  {"f", "inf"},   {"g", " 1"},   {"h", "+1"},
                                     {"i", "1.5x"}, {"j", "1e999"}, {"k", ""},     {"l", "-"}};
-    kp_module_env nenv = {g_dev, KP_EXEC_GRAPH, "m", nums, 12, NULL, NULL};
+    kp_module_env nenv = {
+        .dev = g_dev, .mode = KP_EXEC_GRAPH, .id = "m", .params = nums, .n_params = 12};
     static const double good[] = {0.5, -2, 1e-3, 0.25};
     for (int i = 0; i < 12; i++) {
         kp_status st = kp_param_double(&nenv, nums[i].key, false, 0, &x);
@@ -723,7 +735,8 @@ static void module_calls(void **state) {
     static const kp_param dims[] = {{"a", "8"},      {"b", "max:8"}, {"c", "max:"}, {"d", "max:-1"},
                                     {"e", "max: 8"}, {"f", "8.0"},   {"g", "11"},   {"h", "min:8"},
                                     {"i", "max:8x"}, {"j", "0"}};
-    kp_module_env denv = {g_dev, KP_EXEC_GRAPH, "m", dims, 10, NULL, NULL};
+    kp_module_env denv = {
+        .dev = g_dev, .mode = KP_EXEC_GRAPH, .id = "m", .params = dims, .n_params = 10};
     for (int i = 0; i < 10; i++) {
         kp_status st = kp_param_dim(&denv, dims[i].key, 1, 10, &v, &dyn);
         if (i < 2) {
@@ -814,7 +827,12 @@ static void video_calls(void **state) {
     kp_video_reader_t r = NULL;
     kp_video_writer_t w = NULL;
     kp_video_reader_info info;
-    kp_video_frame vf = {KP_PIXEL_I420, 64, 48, 64, 0, {1, 30}, {30, 1}, false};
+    kp_video_frame vf = {.format = KP_PIXEL_I420,
+                         .width = 64,
+                         .height = 48,
+                         .pitch = 64,
+                         .time_base = {1, 30},
+                         .rate = {30, 1}};
     kp_stream_t s = NULL;
     bool eos;
     char buf[16];
@@ -1000,6 +1018,27 @@ static void flow_calls(void **state) {
     KPT_FAILS(kp_flow_remote_sink(g_dev, "127.0.0.1:9", 64, -5, &rst), BAD);
     KPT_FAILS(kp_flow_remote_sink(g_dev, "127.0.0.1:9", 64, 0, NULL), BAD);
     KPT_FAILS(kp_flow_remote_sink(g_dev, "nonsense", 64, 0, &rst), KP_ERR_PARSE);
+    /* the built-in sources and sinks (tests/test_flow.c has each one's checks) */
+    const int64_t shape[1] = {4};
+    const char *paths[1] = {"x.mp4"};
+    kp_flow_source_info si;
+    KPT_FAILS(kp_flow_synthetic_source(NULL, 1, 1, shape, &rst, &si), BAD);
+    KPT_FAILS(kp_flow_synthetic_source(g_dev, 1, 1, shape, NULL, &si), BAD);
+    KPT_FAILS(kp_flow_testsrc_source(NULL, 1, 64, 36, KP_PIXEL_NONE, 0, &rst, &si), BAD);
+    KPT_FAILS(kp_flow_testsrc_source(g_dev, 1, 64, 36, KP_PIXEL_NONE, 0, NULL, &si), BAD);
+    KPT_FAILS(kp_flow_y4m_source(g_dev, NULL, 0, false, &rst, &si), BAD);
+    KPT_FAILS(kp_flow_y4m_source(g_dev, "x.y4m", 0, false, NULL, &si), BAD);
+    KPT_FAILS(kp_flow_video_source(g_dev, NULL, 1, NULL, &rst, &si), BAD);
+    KPT_FAILS(kp_flow_video_source(g_dev, paths, 1, NULL, NULL, &si), BAD);
+    KPT_FAILS(kp_flow_null_sink(NULL), BAD);
+    KPT_FAILS(kp_flow_npy_sink(g_dev, NULL, 64, &rst), BAD);
+    KPT_FAILS(kp_flow_npy_sink(g_dev, "o.npy", 64, NULL), BAD);
+    KPT_FAILS(kp_flow_y4m_sink(g_dev, NULL, 64, NULL, KP_PIXEL_NONE, &rst), BAD);
+    KPT_FAILS(kp_flow_y4m_sink(g_dev, "o.y4m", 64, NULL, KP_PIXEL_NONE, NULL), BAD);
+    KPT_FAILS(kp_flow_video_sink(g_dev, NULL, NULL, KP_PIXEL_NONE, &rst), BAD);
+    KPT_FAILS(kp_flow_video_sink(g_dev, "o.mp4", NULL, KP_PIXEL_NONE, NULL), BAD);
+    KPT_OK(kp_flow_synthetic_source(g_dev, 1, 1, shape, &rst, NULL)); /* info is optional */
+    rst.free_fn(rst.user);
     /* well-formed ends: made where UCX is built, KP_ERR_UNSUPPORTED where not,
      * after the same checks */
 #ifdef KP_HAVE_UCX
@@ -1081,7 +1120,7 @@ static void pipeline_calls(void **state) {
     char buf[8];
     KPT_OK(kp_stream_create(g_dev, &s));
     kp_pipeline_spec spec = KP_PIPELINE_SPEC_INIT;
-    kp_module_spec ms = {"relu", "r", NULL, 0, false};
+    kp_module_spec ms = {.type = "relu", .id = "r"};
     KPT_FAILS(kp_pipeline_create(NULL, &spec, &p), BAD);
     KPT_FAILS(kp_pipeline_create(g_dev, NULL, &p), BAD);
     KPT_FAILS(kp_pipeline_create(g_dev, &spec, NULL), BAD);

@@ -858,6 +858,239 @@ static void misuse(void **state) {
     kp_flow_destroy(f);
 }
 
+/* --- the built-in sources and sinks from C ------------------------------------------ */
+/* The whole of a file, to compare outputs byte for byte. */
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *p = malloc(*n ? *n : 1);
+    assert_non_null(p);
+    assert_int_equal(fread(p, 1, *n, f), *n);
+    fclose(f);
+    return p;
+}
+
+/* The two files hold the same bytes; both are removed. */
+static void same_files(const char *a, const char *b) {
+    size_t na, nb;
+    unsigned char *pa = slurp(a, &na), *pb = slurp(b, &nb);
+    assert_int_equal(na, nb);
+    assert_true(na > 0);
+    assert_int_equal(memcmp(pa, pb, na), 0);
+    free(pa);
+    free(pb);
+    remove(a);
+    remove(b);
+}
+
+static void run_json(const char *json) {
+    kp_flow_t f;
+    KPT_OK(kp_flow_create_from_json(g_dev, json, &f));
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    kp_flow_destroy(f);
+}
+
+/* A flow of the stages st[0] -> st[1], frames of frame_bytes. */
+static void run_c(kp_flow_stage *st, size_t frame_bytes, uint64_t want_done) {
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    cfg.dev = g_dev;
+    cfg.stages = st;
+    cfg.n_stages = 2;
+    cfg.frame_bytes = frame_bytes;
+    kp_flow_t f;
+    KPT_OK(kp_flow_create(&cfg, &f));
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(h.frames_done, want_done);
+    kp_flow_destroy(f);
+}
+
+/* Every synthetic frame as its definition says: element i of frame s is
+ * ((31 s + 7 i) mod 2001) - 1000, f32 [3, 5]. */
+static kp_status synthetic_check(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    uint64_t *seen = user;
+    float host[15];
+    if (f->bytes != sizeof host || f->desc.ndim != 2 || f->desc.shape[0] != 3 ||
+        f->desc.shape[1] != 5 || f->desc.dtype != KP_F32)
+        return kp_set_error(KP_ERR_MISMATCH, "frame %llu: not f32 [3, 5]",
+                            (unsigned long long)f->seq);
+    kp_status st = kp_memcpy_async(c->stream, host, f->data, sizeof host);
+    if (st == KP_OK) st = kp_stream_sync(c->stream);
+    if (st != KP_OK) return st;
+    for (uint64_t i = 0; i < 15; i++)
+        if (host[i] != (float)((int64_t)((31u * f->seq + 7u * i) % 2001u) - 1000))
+            return kp_set_error(KP_ERR_MISMATCH, "frame %llu, element %llu: %g",
+                                (unsigned long long)f->seq, (unsigned long long)i, host[i]);
+    (*seen)++;
+    return KP_OK;
+}
+
+/* Each source and sink made by its C constructor makes the frames and the
+ * files its JSON form makes, byte for byte. */
+static void c_stages_match_json(void **state) {
+    (void)state;
+    kp_flow_stage st[2];
+    kp_flow_source_info info;
+    /* synthetic: every frame checked, and the npy sink's file the same */
+    const int64_t shape[2] = {3, 5};
+    KPT_OK(kp_flow_synthetic_source(g_dev, 7, 2, shape, &st[0], &info));
+    assert_string_equal(st[0].name, "synthetic source");
+    assert_true(st[0].source);
+    assert_ptr_equal(st[0].dev, g_dev);
+    assert_int_equal(info.frame_bytes, 15 * sizeof(float));
+    assert_string_equal(info.y4m_tags, "");
+    uint64_t seen = 0;
+    st[1] =
+        (kp_flow_stage){.name = "check", .fn = synthetic_check, .user = &seen, .queue_capacity = 2};
+    run_c(st, info.frame_bytes, 7);
+    assert_int_equal(seen, 7);
+    run_json("{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"s\", \"source\": \"synthetic\", "
+             "\"frames\": 7, \"shape\": [3, 5]}, {\"name\": \"o\", \"sink\": \"npy\", "
+             "\"path\": \"test_flow_json.npy\"}]}");
+    KPT_OK(kp_flow_synthetic_source(g_dev, 7, 2, shape, &st[0], &info));
+    KPT_OK(kp_flow_npy_sink(g_dev, "test_flow_c.npy", info.frame_bytes, &st[1]));
+    assert_string_equal(st[1].name, "npy sink");
+    assert_false(st[1].source);
+    assert_int_equal(st[1].queue_capacity, 4);
+    run_c(st, info.frame_bytes, 7);
+    same_files("test_flow_json.npy", "test_flow_c.npy");
+    /* testsrc, NV12 with a pitch past the width, into y4m: every frame */
+    run_json("{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"t\", \"source\": \"testsrc\", "
+             "\"frames\": 6, \"width\": 64, \"height\": 36, \"format\": \"nv12\", \"pitch\": "
+             "80}, {\"name\": \"o\", \"sink\": \"y4m\", \"path\": \"test_flow_json.y4m\"}]}");
+    KPT_OK(kp_flow_testsrc_source(g_dev, 6, 64, 36, KP_PIXEL_NV12, 80, &st[0], &info));
+    assert_int_equal(info.frame_bytes, 80 * 36 * 3 / 2);
+    KPT_OK(
+        kp_flow_y4m_sink(g_dev, "test_flow_c.y4m", info.frame_bytes, NULL, KP_PIXEL_NONE, &st[1]));
+    run_c(st, info.frame_bytes, 6);
+    size_t n;
+    unsigned char *clip = slurp("test_flow_c.y4m", &n);
+    same_files("test_flow_json.y4m", "test_flow_c.y4m");
+    /* y4m in, looped, its header's tags through to the sink */
+    FILE *cf = fopen("test_flow_clip.y4m", "wb");
+    assert_non_null(cf);
+    const char *header = "YUV4MPEG2 W64 H36 F30:1 Ip A1:1 C420jpeg\n"; /* the default tags */
+    assert_true(n > strlen(header) && memcmp(clip, header, strlen(header)) == 0);
+    fputs("YUV4MPEG2 W64 H36 F25:1 Ip A1:1 C420jpeg XTEST=1\n", cf);
+    fwrite(clip + strlen(header), 1, n - strlen(header), cf);
+    fclose(cf);
+    free(clip);
+    run_json("{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"y\", \"source\": \"y4m\", \"path\": "
+             "\"test_flow_clip.y4m\", \"frames\": 14, \"loop\": true}, {\"name\": \"o\", "
+             "\"sink\": \"y4m\", \"path\": \"test_flow_json.y4m\"}]}");
+    KPT_OK(kp_flow_y4m_source(g_dev, "test_flow_clip.y4m", 14, true, &st[0], &info));
+    assert_string_equal(info.y4m_tags, " F25:1 Ip A1:1 C420jpeg XTEST=1");
+    assert_int_equal(info.frame_bytes, 64 * 36 * 3 / 2);
+    KPT_OK(kp_flow_y4m_sink(g_dev, "test_flow_c.y4m", info.frame_bytes, info.y4m_tags,
+                            KP_PIXEL_NONE, &st[1]));
+    run_c(st, info.frame_bytes, 14);
+    same_files("test_flow_json.y4m", "test_flow_c.y4m");
+    /* and into the null sink, which takes no device */
+    KPT_OK(kp_flow_y4m_source(g_dev, "test_flow_clip.y4m", 0, false, &st[0], NULL));
+    KPT_OK(kp_flow_null_sink(&st[1]));
+    assert_null(st[1].dev);
+    run_c(st, 64 * 36 * 3 / 2, 6);
+    remove("test_flow_clip.y4m");
+}
+
+/* One bad call of a constructor: KP_ERR_INVALID_ARG (or `want`), a detail
+ * naming `said`, and nothing written to the stage or the info. */
+#define REFUSED(call, want, said)                                                      \
+    do {                                                                               \
+        memset(st, 0xa5, sizeof st);                                                   \
+        memset(&info, 0x5a, sizeof info);                                              \
+        memcpy(st_was, st, sizeof st);                                                 \
+        memcpy(&info_was, &info, sizeof info);                                         \
+        KPT_FAILS(call, want);                                                         \
+        if (!strstr(kp_last_error(), said))                                            \
+            fprintf(stderr, "%s: \"%s\", not \"%s\"\n", #call, kp_last_error(), said); \
+        assert_non_null(strstr(kp_last_error(), said));                                \
+        assert_int_equal(memcmp(st, st_was, sizeof st), 0);                            \
+        assert_int_equal(memcmp(&info, &info_was, sizeof info), 0);                    \
+    } while (0)
+
+/* Every constructor refuses bad arguments with the JSON form's checks
+ * (where both can be asked the same), writes nothing and holds nothing. */
+static void c_stages_refuse_bad_arguments(void **state) {
+    (void)state;
+    kp_flow_stage st[1], st_was[1];
+    kp_flow_source_info info, info_was;
+    const int64_t shape[2] = {3, 5}, zero[1] = {0};
+    const kp_status BAD = KP_ERR_INVALID_ARG;
+    REFUSED(kp_flow_synthetic_source(NULL, 1, 2, shape, st, &info), BAD, "a device");
+    REFUSED(kp_flow_synthetic_source(g_dev, 1, 2, NULL, st, &info), BAD, "a shape");
+    REFUSED(kp_flow_synthetic_source(g_dev, 1, 0, shape, st, &info), BAD, "1 to 8 sizes");
+    REFUSED(kp_flow_synthetic_source(g_dev, 1, 9, shape, st, &info), BAD, "1 to 8 sizes");
+    REFUSED(kp_flow_synthetic_source(g_dev, 1, 1, zero, st, &info), BAD, "elements");
+    REFUSED(kp_flow_synthetic_source(g_dev, -1, 2, shape, st, &info), BAD, "frames: -1");
+    REFUSED(kp_flow_synthetic_source(g_dev, 1, 2, shape, NULL, &info), BAD, "out");
+    REFUSED(kp_flow_testsrc_source(NULL, 1, 64, 36, KP_PIXEL_NONE, 0, st, &info), BAD, "device");
+    REFUSED(kp_flow_testsrc_source(g_dev, 1, 63, 36, KP_PIXEL_NONE, 0, st, &info),
+            KP_ERR_UNSUPPORTED, "testsrc: a frame of 63x36");
+    REFUSED(kp_flow_testsrc_source(g_dev, 1, 64, 36, (kp_pixel_format)7, 0, st, &info), BAD,
+            "pixel format 7");
+    REFUSED(kp_flow_testsrc_source(g_dev, 1, 64, 36, KP_PIXEL_NV12, 62, st, &info), BAD,
+            "pitch 62");
+    REFUSED(kp_flow_testsrc_source(g_dev, -2, 64, 36, KP_PIXEL_NONE, 0, st, &info), BAD,
+            "frames: -2");
+    REFUSED(kp_flow_y4m_source(NULL, "x.y4m", 0, false, st, &info), BAD, "device");
+    REFUSED(kp_flow_y4m_source(g_dev, NULL, 0, false, st, &info), BAD, "a path");
+    REFUSED(kp_flow_y4m_source(g_dev, "x.y4m", -1, false, st, &info), BAD, "frames: -1");
+    REFUSED(kp_flow_y4m_source(g_dev, "no/such/clip.y4m", 0, false, st, &info), KP_ERR_IO,
+            "no/such/clip.y4m: cannot open");
+    FILE *nf = fopen("test_flow_not.y4m", "wb"); /* opened and read, then refused */
+    assert_non_null(nf);
+    fputs("YUV4MPEG2 W64 H36 C444\nFRAME\n", nf);
+    fclose(nf);
+    REFUSED(kp_flow_y4m_source(g_dev, "test_flow_not.y4m", 0, false, st, &info), KP_ERR_UNSUPPORTED,
+            "colour space \"C444\"");
+    remove("test_flow_not.y4m");
+    REFUSED(kp_flow_null_sink(NULL), BAD, "out");
+    char long_path[1100];
+    memset(long_path, 'a', sizeof long_path - 1);
+    long_path[sizeof long_path - 1] = '\0';
+    REFUSED(kp_flow_npy_sink(NULL, "o.npy", 64, st), BAD, "device");
+    REFUSED(kp_flow_npy_sink(g_dev, NULL, 64, st), BAD, "a path");
+    REFUSED(kp_flow_npy_sink(g_dev, long_path, 64, st), BAD, "at most 1023 characters");
+    REFUSED(kp_flow_y4m_sink(NULL, "o.y4m", 64, NULL, KP_PIXEL_NONE, st), BAD, "device");
+    REFUSED(kp_flow_y4m_sink(g_dev, NULL, 64, NULL, KP_PIXEL_NONE, st), BAD, "a path");
+    REFUSED(kp_flow_y4m_sink(g_dev, "o.y4m", 64, NULL, (kp_pixel_format)9, st), BAD,
+            "pixel format 9");
+    const char *paths[1] = {"x.mp4"};
+    kp_flow_video_source_config vc = KP_FLOW_VIDEO_SOURCE_CONFIG_INIT;
+    REFUSED(kp_flow_video_source(NULL, paths, 1, NULL, st, &info), BAD, "a device");
+    REFUSED(kp_flow_video_source(g_dev, NULL, 1, NULL, st, &info), BAD, "paths");
+    REFUSED(kp_flow_video_source(g_dev, paths, 0, NULL, st, &info), BAD, "0 streams");
+    REFUSED(kp_flow_video_source(g_dev, paths, KP_FLOW_MAX_STREAMS + 1, NULL, st, &info), BAD,
+            "257 streams");
+    vc.frames = -3;
+    REFUSED(kp_flow_video_source(g_dev, paths, 1, &vc, st, &info), BAD, "frames: -3");
+    vc = (kp_flow_video_source_config)KP_FLOW_VIDEO_SOURCE_CONFIG_INIT;
+    vc.struct_size = 3;
+    REFUSED(kp_flow_video_source(g_dev, paths, 1, &vc, st, &info), BAD,
+            "KP_FLOW_VIDEO_SOURCE_CONFIG_INIT");
+    REFUSED(kp_flow_video_sink(NULL, "o.mp4", NULL, KP_PIXEL_NONE, st), BAD, "device");
+    REFUSED(kp_flow_video_sink(g_dev, NULL, NULL, KP_PIXEL_NONE, st), BAD, "a path");
+    REFUSED(kp_flow_video_sink(g_dev, "o.mp4", NULL, (kp_pixel_format)9, st), BAD,
+            "pixel format 9");
+    /* one check for both forms: the JSON form says what the constructor says */
+    kp_flow_t f = NULL;
+    KPT_FAILS(kp_flow_create_from_json(g_dev,
+                                       "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"t\", "
+                                       "\"source\": \"testsrc\", \"width\": 63, \"height\": 36}, "
+                                       "{\"name\": \"o\", \"sink\": \"null\"}]}",
+                                       &f),
+              KP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kp_last_error(), "$.stages[0]: testsrc: a frame of 63x36"));
+    assert_null(f);
+}
+
 int main(int argc, char **argv) {
     const char *name = argc > 1 ? argv[1] : "cpu";
     if (argc > 2) g_cancel_runs = atoi(argv[2]);
@@ -881,6 +1114,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(one_validation_for_both_forms),
         cmocka_unit_test(budget_fills_batches),
         cmocka_unit_test(spinning_on_a_small_host),
+        cmocka_unit_test(c_stages_match_json),
+        cmocka_unit_test(c_stages_refuse_bad_arguments),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     kp_device_close(g_dev);

@@ -4,7 +4,7 @@
  * frames its input's modules would misread and labels its output with what
  * its output's module makes, and a batch that resizes takes NV12 only. The
  * testsrc source draws one picture in either layout at any pitch, so every
- * byte written can be checked against the picture (src/flow/pattern-impl.h)
+ * byte written can be checked against the picture (src/flow/stages/pattern-impl.h)
  * on any device, with no video library.
  *
  *   test_frame_formats DEVICE [video]   (cpu or cuda; exit 77 without the
@@ -20,7 +20,7 @@
 #include <cmocka.h>
 
 #include "support/kp_test.h"
-#include "flow/pattern-impl.h" /* the testsrc picture, to check every byte */
+#include "flow/stages/pattern-impl.h" /* the testsrc picture, to check every byte */
 
 static kp_device_t g_dev;
 static const char *g_devname = "cpu";

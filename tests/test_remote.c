@@ -29,8 +29,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "flow/flow-impl.h"
-#include "flow/remote-impl.h" /* the wire, which a stranger peer speaks wrongly */
+#include "flow/remote/remote-impl.h" /* the wire, which a stranger peer speaks wrongly */
 #include "support/kp_test.h"
 #include "support/test_kernels.h"
 

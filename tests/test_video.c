@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "support/kp_test.h"
-#include "flow/pattern-impl.h" /* the testsrc picture, to check every byte */
+#include "flow/stages/pattern-impl.h" /* the testsrc picture, to check every byte */
 
 static kp_device_t g_dev, g_cpu;
 static bool g_big;

@@ -59,7 +59,13 @@ static void make_clip(const char *path, int w, int h, int n, const int64_t *pts,
     for (int i = 0; i < n; i++) {
         draw(host, w, h, i);
         KPT_OK(kp_memcpy_htod(g_dev, dev, host, bytes));
-        kp_video_frame f = {KP_PIXEL_I420, w, h, w, pts ? pts[i] : i, {1, 30}, {30, 1}, false};
+        kp_video_frame f = {.format = KP_PIXEL_I420,
+                            .width = w,
+                            .height = h,
+                            .pitch = w,
+                            .pts = pts ? pts[i] : i,
+                            .time_base = {1, 30},
+                            .rate = {30, 1}};
         KPT_OK(kp_video_writer_write(wr, s, dev, bytes, &f));
     }
     KPT_OK(kp_video_writer_close(wr));
@@ -272,7 +278,12 @@ static void bad_input(void **state) {
     KPT_OK(kp_malloc(g_dev, 128 * 96 * 3 / 2, &dev));
     KPT_OK(kp_memset_async(s, dev, 90, 128 * 96 * 3 / 2));
     KPT_OK(kp_video_writer_open(g_dev, "/nonexistent-dir/out.mp4", NULL, &w));
-    kp_video_frame vf = {KP_PIXEL_I420, 128, 96, 128, 0, {1, 30}, {30, 1}, false};
+    kp_video_frame vf = {.format = KP_PIXEL_I420,
+                         .width = 128,
+                         .height = 96,
+                         .pitch = 128,
+                         .time_base = {1, 30},
+                         .rate = {30, 1}};
     KPT_FAILS(kp_video_writer_write(w, s, dev, 128 * 96 * 3 / 2, &vf), KP_ERR_IO);
     assert_true(strstr(kp_last_error(), "/nonexistent-dir/out.mp4") != NULL);
     KPT_OK(kp_video_writer_close(w));
@@ -403,6 +414,96 @@ static void flow_round_trip(void **state) {
     free(b.data);
 }
 
+/* Runs a flow of st[0] -> st[1] made from C, frames of frame_bytes. */
+static void run_c_stages(kp_flow_stage *st, size_t frame_bytes, uint64_t want_done) {
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    cfg.dev = g_dev;
+    cfg.stages = st;
+    cfg.n_stages = 2;
+    cfg.frame_bytes = frame_bytes;
+    kp_flow_t f;
+    kp_flow_snapshot h;
+    KPT_OK(kp_flow_create(&cfg, &f));
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    KPT_OK(kp_flow_health(f, &h));
+    assert_int_equal(h.frames_done, want_done);
+    kp_flow_destroy(f);
+}
+
+static void run_json_flow(const char *json) {
+    kp_flow_t f;
+    KPT_OK(kp_flow_create_from_json(g_dev, json, &f));
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    kp_flow_destroy(f);
+}
+
+/* The video source and sink made by their C constructors give the frames
+ * their JSON forms give: the source's every byte (through y4m files), the
+ * sink's every decoded byte (libx264 is deterministic). */
+static void flow_stages_from_c(void **state) {
+    char in[512], jy[512], cy[512], jv[512], cv[512], json[2048];
+    make_clip(tmp_path(in, sizeof in, "c_in.mkv"), 160, 96, 20, NULL, 18, 2, "libx264");
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"read\", \"source\": \"video\", "
+             "\"path\": \"%s\", \"frames\": 15}, {\"name\": \"write\", \"sink\": \"y4m\", "
+             "\"path\": \"%s\"}]}",
+             in, tmp_path(jy, sizeof jy, "c_json.y4m"));
+    run_json_flow(json);
+    kp_flow_stage st[2];
+    kp_flow_source_info info;
+    kp_flow_video_source_config vc = KP_FLOW_VIDEO_SOURCE_CONFIG_INIT;
+    vc.frames = 15;
+    const char *paths[2] = {in, in};
+    KPT_OK(kp_flow_video_source(g_dev, paths, 1, &vc, &st[0], &info));
+    assert_string_equal(st[0].name, "video source");
+    assert_int_equal(st[0].streams, 0);
+    assert_true(info.frame_bytes >= 160 * 96 * 3 / 2);
+    KPT_OK(kp_flow_y4m_sink(g_dev, tmp_path(cy, sizeof cy, "c_c.y4m"), info.frame_bytes, NULL,
+                            KP_PIXEL_NONE, &st[1]));
+    run_c_stages(st, info.frame_bytes, 15);
+    size_t na, nb;
+    uint8_t *a = read_bytes(jy, &na), *b = read_bytes(cy, &nb);
+    assert_int_equal(na, nb);
+    assert_int_equal(memcmp(a, b, na), 0);
+    free(a);
+    free(b);
+    /* two paths: a source of two streams */
+    KPT_OK(kp_flow_video_source(g_dev, paths, 2, NULL, &st[0], &info));
+    assert_int_equal(st[0].streams, 2);
+    assert_non_null(st[0].stream_users);
+    KPT_OK(kp_flow_null_sink(&st[1]));
+    run_c_stages(st, info.frame_bytes, 40);
+    /* the sink: a testsrc encoded by both forms decodes to the same frames */
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"t\", \"source\": \"testsrc\", "
+             "\"frames\": 12, \"width\": 128, \"height\": 72, \"format\": \"nv12\"}, {\"name\": "
+             "\"write\", \"sink\": \"video\", \"path\": \"%s\", \"encoder\": \"libx264\", "
+             "\"crf\": 20, \"gop\": 6}]}",
+             tmp_path(jv, sizeof jv, "c_json.mp4"));
+    run_json_flow(json);
+    KPT_OK(kp_flow_testsrc_source(g_dev, 12, 128, 72, KP_PIXEL_NV12, 0, &st[0], &info));
+    kp_video_writer_config wc = KP_VIDEO_WRITER_CONFIG_INIT;
+    wc.encoder = "libx264";
+    wc.crf = 20;
+    wc.gop = 6;
+    KPT_OK(
+        kp_flow_video_sink(g_dev, tmp_path(cv, sizeof cv, "c_c.mp4"), &wc, KP_PIXEL_NONE, &st[1]));
+    assert_string_equal(st[1].name, "video sink");
+    assert_non_null(st[1].end_fn);
+    run_c_stages(st, info.frame_bytes, 12);
+    frames fa, fb;
+    KPT_OK(read_all(jv, KP_VIDEO_DECODE_SOFTWARE, KP_PIXEL_I420, &fa));
+    KPT_OK(read_all(cv, KP_VIDEO_DECODE_SOFTWARE, KP_PIXEL_I420, &fb));
+    assert_int_equal(fa.n, 12);
+    assert_int_equal(fb.n, 12);
+    assert_int_equal(fa.bytes, fb.bytes);
+    assert_int_equal(memcmp(fa.data, fb.data, fa.bytes * 12), 0);
+    free(fa.data);
+    free(fb.data);
+}
+
 static void not_built(void **state) {
     kp_video_reader_t r = NULL;
     kp_video_writer_t w = NULL;
@@ -435,6 +536,7 @@ int main(int argc, char **argv) {
             cmocka_unit_test(nvdec_bit_exact),
             cmocka_unit_test(strict_profile),
             cmocka_unit_test(flow_round_trip),
+            cmocka_unit_test(flow_stages_from_c),
         };
         rc = cmocka_run_group_tests(tests, NULL, NULL);
     }

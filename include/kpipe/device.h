@@ -197,6 +197,11 @@ kp_status kp_device_peer_access(kp_device_t dev, kp_device_t peer, bool enable, 
 kp_status kp_device_bind_thread(kp_device_t dev);
 /* The device's backend name ("cuda"); "(null)" for NULL. */
 const char *kp_device_backend(kp_device_t dev);
+/* Whether two devices belong to one backend (its devices, whatever their
+ * ordinals): only such devices share a flow, copy to each other's memory
+ * and may reach each other in place (kp_device_peer_access). False when
+ * either is NULL. Callers ask this rather than compare backend names. */
+bool kp_device_same_backend(kp_device_t a, kp_device_t b);
 /* The form of kernel implementation the device runs ("host", "cuda");
  * "(null)" for NULL. */
 const char *kp_device_kernel_form(kp_device_t dev);

@@ -450,6 +450,119 @@ kp_status kp_flow_remote_sink(kp_device_t dev, const char *connect, size_t frame
  * for another stage. From any thread, at any time after creation. */
 kp_status kp_flow_remote(kp_flow_t f, size_t stage, kp_flow_remote_stats *out);
 
+/* --- the built-in sources and sinks, for flows made from C -------------------------
+ * Each of the JSON form's sources and sinks (docs/flows.md) as a stage,
+ * made by the code that makes the JSON form's, so the two take the same
+ * arguments with the same checks and errors:
+ *
+ *   kp_flow_stage st[2];
+ *   kp_flow_source_info info;
+ *   int64_t shape[1] = {16384};
+ *   kp_flow_synthetic_source(dev, 1000, 1, shape, &st[0], &info);
+ *   kp_flow_npy_sink(dev, "out.npy", info.frame_bytes, &st[1]);
+ *   cfg.stages = st;  cfg.n_stages = 2;  cfg.frame_bytes = info.frame_bytes;
+ *
+ * A made stage has fn, user, free_fn, dev and, where the kind has them,
+ * end_fn, streams and stream_users; name is the kind and the role
+ * ("synthetic source", "npy sink", ...; names are unique in a flow, so two
+ * stages of one kind need another name); a source is marked `source`, a
+ * sink has queue_capacity 4; the rest is zero. The stage owns what it
+ * made (its state, open files and readers, host memory) until
+ * free_fn(user) frees it: the flow calls it when it is destroyed, or when
+ * kp_flow_create fails; a stage that never reaches kp_flow_create is freed
+ * by calling out->free_fn(out->user) (the null sink has none). A made
+ * stage belongs to one flow, whose threads run it; the constructors may
+ * be called from any thread, each call making a stage of its own. `dev`
+ * is the device the stage runs on (its kp_flow_stage.dev) and makes its
+ * memory on; it is required. KP_ERR_INVALID_ARG names an argument that is
+ * wrong; files and readers that fail to open give their own errors
+ * (KP_ERR_IO, KP_ERR_PARSE, KP_ERR_UNSUPPORTED). A refused call writes
+ * nothing to *out or *info and holds nothing. */
+
+/* What a built-in source says of its frames. */
+typedef struct kp_flow_source_info {
+    /* the bytes its largest frame holds: kp_flow_config.frame_bytes is at
+     * least this, and a sink that keeps a frame takes it */
+    size_t frame_bytes;
+    /* a y4m source's header tags (" F25:1 Ip A1:1 C420jpeg"), for a y4m
+     * sink to write the same stream header; "" for other sources */
+    char y4m_tags[256];
+} kp_flow_source_info;
+
+/* Source "synthetic": `frames` frames (0: until cancelled) of f32 of
+ * `shape` (ndim 1 .. KP_MAX_DIMS sizes, 1 .. 2^26 elements in all);
+ * element i of the frame of sequence number s is ((31 s + 7 i) mod 2001)
+ * - 1000, written on the device. */
+kp_status kp_flow_synthetic_source(kp_device_t dev, int64_t frames, int ndim, const int64_t *shape,
+                                   kp_flow_stage *out, kp_flow_source_info *info);
+/* Source "testsrc": `frames` moving test pictures (0: until cancelled) of
+ * width x height (even, 2 .. 16384; KP_ERR_UNSUPPORTED otherwise), as
+ * `format` (KP_PIXEL_NONE: I420; or NV12), rows of `pitch` bytes (0: the
+ * width; even, at least the width), the padding zero; u8 [h*3/2, pitch]
+ * video frames at 30 frames/s. */
+kp_status kp_flow_testsrc_source(kp_device_t dev, int64_t frames, int64_t width, int64_t height,
+                                 kp_pixel_format format, int64_t pitch, kp_flow_stage *out,
+                                 kp_flow_source_info *info);
+/* Source "y4m": the frames of the YUV4MPEG2 file `path` (8-bit 4:2:0, not
+ * mixed interlacing) as u8 [h*3/2, w] I420 video frames, `frames` of them
+ * (0: all), from the start again at its end when `loop`. The file is
+ * opened and its header read here (KP_ERR_IO, KP_ERR_PARSE and
+ * KP_ERR_UNSUPPORTED name what is wrong with it); info->y4m_tags gets the
+ * header's F, I, A, C and X tags. */
+kp_status kp_flow_y4m_source(kp_device_t dev, const char *path, int64_t frames, bool loop,
+                             kp_flow_stage *out, kp_flow_source_info *info);
+
+/* A "video" source's settings. */
+typedef struct kp_flow_video_source_config {
+    size_t struct_size;            /* sizeof(kp_flow_video_source_config) */
+    kp_video_reader_config reader; /* each stream's reader (interrupt: the flow's cancel) */
+    int64_t frames;                /* of each stream; 0: all */
+    bool realtime; /* each stream paced at its own frame rate, from its timestamps */
+    /* As the flow's strict_no_host_copies: where the device's memory is
+     * apart from the host's, every stream decodes on NVDEC, and one NVDEC
+     * cannot take is refused by name instead of decoded in software,
+     * which uploads every frame. */
+    bool strict_no_host_copies;
+} kp_flow_video_source_config;
+
+#define KP_FLOW_VIDEO_SOURCE_CONFIG_INIT \
+    { sizeof(kp_flow_video_source_config), KP_VIDEO_READER_CONFIG_INIT, 0, false, false }
+
+/* Source "video": the frames of each of n_paths (1 .. KP_FLOW_MAX_STREAMS)
+ * paths, files or live URLs (udp://, srt://, rtsp://, ...; not mixed with
+ * files), through a kp_video_reader_t each, opened here: one stream per
+ * path, a source of several streams (out->streams, stream_users) for
+ * several. A live stream that ends or fails reconnects with a bounded
+ * backoff and marks the frame after the gap (kp_frame.discontinuity).
+ * cfg NULL: KP_FLOW_VIDEO_SOURCE_CONFIG_INIT. KP_ERR_UNSUPPORTED where
+ * kpipe was built without video files. */
+kp_status kp_flow_video_source(kp_device_t dev, const char *const *paths, size_t n_paths,
+                               const kp_flow_video_source_config *cfg, kp_flow_stage *out,
+                               kp_flow_source_info *info);
+/* Sink "null": takes every frame and does nothing with it; no device. */
+kp_status kp_flow_null_sink(kp_flow_stage *out);
+/* Sink "npy": writes each frame to `path` (the file holds the last one),
+ * through frame_bytes (the flow's frame_bytes) of pinned host memory made
+ * here; a frame its descriptor does not describe fails the flow. */
+kp_status kp_flow_npy_sink(kp_device_t dev, const char *path, size_t frame_bytes,
+                           kp_flow_stage *out);
+/* Sink "y4m": writes every frame to `path`, made at the first frame, as
+ * planar I420 whatever the frames' layout and pitch, with the stream
+ * header's `tags` (a y4m source's info.y4m_tags; NULL or "": 30 frames/s,
+ * progressive, square pixels); `format` (KP_PIXEL_NONE: each frame's own;
+ * I420 or NV12) says what video frames hold, over their label; frame_bytes
+ * as the npy sink's. */
+kp_status kp_flow_y4m_sink(kp_device_t dev, const char *path, size_t frame_bytes, const char *tags,
+                           kp_pixel_format format, kp_flow_stage *out);
+/* Sink "video": encodes the frames into `path` through a
+ * kp_video_writer_t (cfg NULL: KP_VIDEO_WRITER_CONFIG_INIT), opened here,
+ * taking them as `format` (KP_PIXEL_NONE: each frame's own label); "{stream}"
+ * in the path makes a file per stream (stream 0's opened here). The end of
+ * the stream finishes the file, and an error there fails the flow.
+ * KP_ERR_UNSUPPORTED where kpipe was built without video files. */
+kp_status kp_flow_video_sink(kp_device_t dev, const char *path, const kp_video_writer_config *cfg,
+                             kp_pixel_format format, kp_flow_stage *out);
+
 /* Writes the trace as a Chrome trace file (chrome://tracing, Perfetto):
  * one row per stage, one slice per frame, host time. After kp_flow_wait;
  * KP_ERR_STATE when the flow keeps no trace. */

@@ -45,6 +45,8 @@ void kp_device_close(kp_device_t dev) {
 }
 
 const char *kp_device_backend(kp_device_t dev) { return dev ? dev->reg->name : "(null)"; }
+/* Backends register once each, by a unique name: one registration, one backend. */
+bool kp_device_same_backend(kp_device_t a, kp_device_t b) { return a && b && a->reg == b->reg; }
 const char *kp_device_kernel_form(kp_device_t dev) {
     return dev ? dev->reg->kernel_form : "(null)";
 }

@@ -16,12 +16,11 @@
  * A module's size parameter may be dynamic: "size": {"max": 16384}.
  *
  * Syntax errors name line and column; every other error names the JSON path. */
-#include <errno.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "pipeline-impl.h"
+#include "../core/json-impl.h"
 
 /* Storage for one conversion: the spec arrays and the text of params. */
 typedef struct kp__json_spec {
@@ -46,35 +45,6 @@ static void kp__json_spec_free(kp__json_spec *s) {
     kp__free(s->outs);
     for (size_t i = 0; i < s->n_owned; i++) kp__free(s->owned[i]);
     kp__free(s->owned);
-}
-
-#define KP__PERR(...) kp__error(KP_ERR_PARSE, __VA_ARGS__)
-
-static kp_status kp__json_string(json_t *v, const char *path, const char **out) {
-    if (!json_is_string(v)) return KP__PERR("%s: expected a string", path);
-    *out = json_string_value(v);
-    return KP_OK;
-}
-
-/* An optional boolean (absent: *out unchanged). */
-static kp_status kp__json_bool(json_t *v, const char *path, bool *out) {
-    if (!v) return KP_OK;
-    if (!json_is_boolean(v)) return KP__PERR("%s: expected true or false", path);
-    *out = json_is_true(v);
-    return KP_OK;
-}
-
-static const char *kp__json_type(json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
 }
 
 /* A JSON number with a point or exponent stays recognisably non-integer
@@ -153,17 +123,6 @@ static kp_status kp__json_params(json_t *obj, const char *path, kp_param *p, cha
     return KP_OK;
 }
 
-static kp_status kp__json_only_keys(json_t *obj, const char *path, const char *const *allowed) {
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        bool ok = false;
-        for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, key) == 0;
-        if (!ok) return KP__PERR("%s.%s: unknown key", path, key);
-    }
-    return KP_OK;
-}
-
 static kp_status kp__json_modules(json_t *arr, kp__json_spec *s) {
     static const char *const keys[] = {"type", "id", "params", "fuse", NULL};
     size_t n = json_array_size(arr), n_params = 0, idx;
@@ -190,8 +149,7 @@ static kp_status kp__json_modules(json_t *arr, kp__json_spec *s) {
         snprintf(sub, sizeof sub, "%s.id", path);
         KP_CHECK(kp__json_string(json_object_get(m, "id"), sub, &s->modules[idx].id));
         bool fuse = true;
-        snprintf(sub, sizeof sub, "%s.fuse", path);
-        KP_CHECK(kp__json_bool(json_object_get(m, "fuse"), sub, &fuse));
+        KP_CHECK(kp__json_opt_bool(m, path, "fuse", &fuse));
         s->modules[idx].no_fuse = !fuse;
         json_t *params = json_object_get(m, "params");
         if (!params) continue;
@@ -277,15 +235,6 @@ static kp_status kp__json_externals(json_t *obj, const char *path, kp_external_s
     return KP_OK;
 }
 
-/* A non-negative integer no larger than `max`. */
-static kp_status kp__json_count(json_t *v, const char *path, size_t max, size_t *out) {
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        (uint64_t)json_integer_value(v) > (uint64_t)max)
-        return KP__PERR("%s: expected an integer from 0 to %zu", path, max);
-    *out = (size_t)json_integer_value(v);
-    return KP_OK;
-}
-
 /* "graph_cache": {"miss": "capture", "max_graphs": 16, "max_bytes": N, "max_variants": 4} */
 static kp_status kp__json_graph_cache(json_t *gc, kp_graph_cache_config *cfg) {
     static const char *const keys[] = {"miss", "max_graphs", "max_bytes", "max_variants", NULL};
@@ -347,7 +296,7 @@ static kp_status kp__json_header(json_t *root, kp__json_spec *s) {
             return KP__PERR("$.input_binding: \"%s\" is not \"copy\" or \"rebind\"", b);
     }
     bool fuse = true;
-    KP_CHECK(kp__json_bool(json_object_get(root, "fuse"), "$.fuse", &fuse));
+    KP_CHECK(kp__json_opt_bool(root, "$", "fuse", &fuse));
     s->spec.no_fuse = !fuse;
     json_t *gc = json_object_get(root, "graph_cache");
     if (gc) KP_CHECK(kp__json_graph_cache(gc, &s->spec.graph_cache));
@@ -367,18 +316,17 @@ static kp_status kp__json_convert(json_t *root, kp__json_spec *s) {
     return KP_OK;
 }
 
-static kp_status kp__from_json(kp_device_t dev, const char *text, const kp_pipeline_options *opts,
-                               const char *base_dir, kp_pipeline_t *out) {
-    if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
-    *out = NULL;
-    if (!dev || !text) return kp__error(KP_ERR_INVALID_ARG, "device and text are required");
+/* The spec in `size` bytes of `text` (from a file, or a string: its
+ * length), its files relative to base_dir. */
+static kp_status kp__from_json(kp_device_t dev, const char *text, size_t size,
+                               const kp_pipeline_options *opts, const char *base_dir,
+                               kp_pipeline_t *out) {
     kp_pipeline_options o = KP_PIPELINE_OPTIONS_INIT;
     if (opts)
         KP_CHECK(kp__config_read(&o, sizeof o, opts, KP__SIZE_THROUGH(kp_pipeline_options, mode),
                                  "options", "KP_PIPELINE_OPTIONS_INIT"));
-    json_error_t jerr;
-    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) return KP__PERR("line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+    json_t *root = NULL;
+    KP_CHECK(kp__json_parse(text, size, &root));
     kp__json_spec s;
     memset(&s, 0, sizeof s);
     s.spec = (kp_pipeline_spec)KP_PIPELINE_SPEC_INIT;
@@ -400,17 +348,12 @@ static kp_status kp__from_json(kp_device_t dev, const char *text, const kp_pipel
     return st;
 }
 
-/* A NUL byte would end the text early and hide what follows it. */
-static kp_status kp__check_no_nul(const char *text, size_t size) {
-    const char *z = memchr(text, '\0', size);
-    if (!z) return KP_OK;
-    int line = 1, col = 1;
-    for (const char *c = text; c < z; c++, col++)
-        if (*c == '\n') {
-            line++;
-            col = 0;
-        }
-    return KP__PERR("line %d, column %d: a NUL byte (the text must not contain one)", line, col);
+static kp_status kp__from_text(kp_device_t dev, const char *text, const kp_pipeline_options *opts,
+                               kp_pipeline_t *out) {
+    if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (!dev || !text) return kp__error(KP_ERR_INVALID_ARG, "device and text are required");
+    return kp__from_json(dev, text, strlen(text), opts, NULL, out);
 }
 
 /* The folder of a file's path ("." for a bare name), as a new string. */
@@ -429,24 +372,12 @@ static kp_status kp__from_file(kp_device_t dev, const char *path, const kp_pipel
                                kp_pipeline_t *out) {
     if (!out || !path) return kp__error(KP_ERR_INVALID_ARG, "path and out are required");
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return kp__error(KP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *text = NULL;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size >= 0 && size < (64L << 20) && fseek(f, 0, SEEK_SET) == 0)
-        text = kp__malloc((size_t)size + 1);
-    if (!text || fread(text, 1, (size_t)size, f) != (size_t)size) {
-        fclose(f);
-        kp__free(text);
-        return kp__error(KP_ERR_IO, "%s: cannot read (or larger than 64 MiB)", path);
-    }
-    fclose(f);
-    text[size] = '\0';
-    kp_status st = kp__check_no_nul(text, (size_t)size);
-    char *dir = NULL;
-    if (st == KP_OK) st = kp__dir_of(path, &dir);
-    if (st == KP_OK) st = kp__from_json(dev, text, opts, dir, out);
+    if (!dev) return kp__error(KP_ERR_INVALID_ARG, "a device is required");
+    char *text = NULL, *dir = NULL;
+    size_t size = 0;
+    KP_CHECK(kp__json_read_file(path, &text, &size));
+    kp_status st = kp__dir_of(path, &dir);
+    if (st == KP_OK) st = kp__from_json(dev, text, size, opts, dir, out);
     kp__free(dir);
     kp__free(text);
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
@@ -454,13 +385,13 @@ static kp_status kp__from_file(kp_device_t dev, const char *path, const kp_pipel
 
 kp_status kp_pipeline_create_from_json(kp_device_t dev, const char *text, kp_pipeline_t *out) {
     KP_API_ENTRY();
-    return kp__from_json(dev, text, NULL, NULL, out);
+    return kp__from_text(dev, text, NULL, out);
 }
 
 kp_status kp_pipeline_create_from_json_opts(kp_device_t dev, const char *text,
                                             const kp_pipeline_options *opts, kp_pipeline_t *out) {
     KP_API_ENTRY();
-    return kp__from_json(dev, text, opts, NULL, out);
+    return kp__from_text(dev, text, opts, out);
 }
 
 kp_status kp_pipeline_create_from_file(kp_device_t dev, const char *path, kp_pipeline_t *out) {

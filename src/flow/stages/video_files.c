@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "flow-impl.h"
+#include "stages-impl.h"
 
 /* One stream of a video source: its reader, its pacing and its counts. */
 typedef struct kp__video_stream {
@@ -191,13 +191,10 @@ static bool kp__is_live(const char *path) {
     return false;
 }
 
-kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size_t n_paths,
-                                 const kp__video_source_opts *o, kp__stage_made *out,
-                                 kp_video_reader_info *info) {
-    if (o->frames < 0)
-        return kp__error(KP_ERR_INVALID_ARG, "frames: %lld is negative", (long long)o->frames);
-    if (n_paths < 1 || n_paths > KP_FLOW_MAX_STREAMS)
-        return kp__error(KP_ERR_INVALID_ARG, "%zu streams (1 .. %d)", n_paths, KP_FLOW_MAX_STREAMS);
+/* The source and its streams' memory, each stream pointing at it; the
+ * settings `o` kept (their FFmpeg options in the source's own buffer). */
+static kp_status kp__video_src_alloc(kp_device_t dev, size_t n_paths,
+                                     const kp_flow_video_source_config *o, kp__video_src **out) {
     kp__video_src *v = kp__calloc(1, sizeof *v);
     kp__video_stream *streams = v ? kp__calloc(n_paths, sizeof *streams) : NULL;
     void **users = streams ? kp__calloc(n_paths, sizeof *users) : NULL;
@@ -212,76 +209,102 @@ kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size
     v->realtime = o->realtime;
     v->s = streams;
     v->users = users;
+    for (size_t i = 0; i < n_paths; i++) {
+        streams[i].owner = v;
+        users[i] = &streams[i];
+    }
+    *out = v;
+    return KP_OK;
+}
+
+/* The reader settings of one stream: under strict_no_host_copies, on a
+ * device whose memory is apart from the host's, NVDEC or a refusal by
+ * name (software decode uploads every frame); the interrupt is the
+ * stream's, and a live stream notices a dead camera. */
+static kp_status kp__video_stream_config(kp_device_t dev, const kp_flow_video_source_config *o,
+                                         bool live, kp_video_reader_config *cfg, bool *strict) {
+    *cfg = o->reader;
+    kp_device_caps caps = KP_DEVICE_CAPS_INIT;
+    KP_CHECK(kp_device_query_caps(dev, &caps));
+    *strict = o->strict_no_host_copies && caps.device_memory;
+    if (*strict && (cfg->decoder == KP_VIDEO_DECODE_SOFTWARE || !caps.video_decode))
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "%s uploads every frame from the host: refused under "
+                         "strict_no_host_copies",
+                         caps.video_decode ? "decoder \"software\""
+                                           : "the only decoder for this device (software)");
+    if (*strict) cfg->decoder = KP_VIDEO_DECODE_NVDEC;
+    cfg->interrupt = kp__video_src_interrupt;
+    if (live && !cfg->timeout_ms) cfg->timeout_ms = 2000;
+    return KP_OK;
+}
+
+/* Stream i of source v: its path checked and kept, its reader opened. */
+static kp_status kp__video_stream_open(kp__video_src *v, size_t i, const char *path,
+                                       const kp_flow_video_source_config *o) {
+    kp__video_stream *s = &v->s[i];
+    if (pthread_mutex_init(&s->mu, NULL) != 0)
+        return kp__error(KP_ERR_INTERNAL, "video source: cannot initialise a lock");
+    v->n = i + 1;
+    if (!path || strlen(path) >= sizeof s->path)
+        return kp__error(KP_ERR_INVALID_ARG, "paths[%zu]: a path of 1 to %zu characters", i,
+                         sizeof s->path - 1);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    bool live = kp__is_live(s->path), strict = false;
+    if (i && live != v->live)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "paths[%zu]: live URLs and files do not mix in one source", i);
+    v->live = live;
+    kp_video_reader_config cfg;
+    KP_CHECK(kp__video_stream_config(v->dev, o, live, &cfg, &strict));
+    cfg.interrupt_user = s;
+    KP_CHECK(kp__keep_options(v->options, cfg.options, &cfg.options));
+    v->cfg = cfg;
+    kp_status st = kp_video_reader_open(v->dev, s->path, &cfg, &s->r);
+    if (st == KP_OK) st = kp_video_reader_get_info(s->r, &s->info);
+    if (st != KP_OK)
+        return kp__error_prefix(st, "paths[%zu]%s", i,
+                                strict ? ": strict_no_host_copies takes NVDEC only" : "");
+    if (s->info.frame_bytes > v->frame_bytes) v->frame_bytes = s->info.frame_bytes;
+    return KP_OK;
+}
+
+kp_status kp__stage_video_source(kp_device_t dev, const char *const *paths, size_t n_paths,
+                                 const kp_flow_video_source_config *cfg, kp__stage_made *out,
+                                 kp_video_reader_info *info) {
+    kp_flow_video_source_config o = KP_FLOW_VIDEO_SOURCE_CONFIG_INIT;
+    if (cfg)
+        KP_CHECK(kp__config_read(
+            &o, sizeof o, cfg, KP__SIZE_THROUGH(kp_flow_video_source_config, strict_no_host_copies),
+            "video source: cfg", "KP_FLOW_VIDEO_SOURCE_CONFIG_INIT"));
+    if (!dev || !paths)
+        return kp__error(KP_ERR_INVALID_ARG, "video source: a device and paths are required");
+    if (o.frames < 0)
+        return kp__error(KP_ERR_INVALID_ARG, "frames: %lld is negative", (long long)o.frames);
+    if (n_paths < 1 || n_paths > KP_FLOW_MAX_STREAMS)
+        return kp__error(KP_ERR_INVALID_ARG, "%zu streams (1 .. %d)", n_paths, KP_FLOW_MAX_STREAMS);
+    kp__video_src *v = NULL;
+    KP_CHECK(kp__video_src_alloc(dev, n_paths, &o, &v));
     kp_status st = KP_OK;
-    for (size_t i = 0; i < n_paths && st == KP_OK; i++) {
-        kp__video_stream *s = &v->s[i];
-        s->owner = v;
-        users[i] = s;
-        if (pthread_mutex_init(&s->mu, NULL) != 0) {
-            st = kp__error(KP_ERR_INTERNAL, "video source: cannot initialise a lock");
-            break;
-        }
-        v->n = i + 1;
-        if (!paths[i] || strlen(paths[i]) >= sizeof s->path) {
-            st = kp__error(KP_ERR_INVALID_ARG, "paths[%zu]: a path of 1 to %zu characters", i,
-                           sizeof s->path - 1);
-            break;
-        }
-        snprintf(s->path, sizeof s->path, "%s", paths[i]);
-        bool live = kp__is_live(s->path);
-        if (i && live != v->live) {
-            st = kp__error(KP_ERR_INVALID_ARG,
-                           "paths[%zu]: live URLs and files do not mix in one source", i);
-            break;
-        }
-        v->live = live;
-        kp_video_reader_config cfg = o->reader;
-        /* where the device's memory is the host's, no frame is ever copied
-         * up, so strict_no_host_copies asks nothing of the decoder */
-        kp_device_caps caps = KP_DEVICE_CAPS_INIT;
-        if ((st = kp_device_query_caps(dev, &caps)) != KP_OK) break;
-        const bool strict = o->strict && caps.device_memory;
-        if (strict && (cfg.decoder == KP_VIDEO_DECODE_SOFTWARE || !caps.video_decode)) {
-            st = kp__error(KP_ERR_UNSUPPORTED,
-                           "%s uploads every frame from the host: refused under "
-                           "strict_no_host_copies",
-                           caps.video_decode ? "decoder \"software\""
-                                             : "the only decoder for this device (software)");
-            break;
-        }
-        if (strict) cfg.decoder = KP_VIDEO_DECODE_NVDEC;
-        cfg.interrupt = kp__video_src_interrupt;
-        cfg.interrupt_user = s;
-        if (live && !cfg.timeout_ms) cfg.timeout_ms = 2000; /* a dead camera is noticed */
-        if ((st = kp__keep_options(v->options, cfg.options, &cfg.options)) != KP_OK) break;
-        v->cfg = cfg;
-        st = kp_video_reader_open(dev, s->path, &cfg, &s->r);
-        if (st == KP_OK) st = kp_video_reader_get_info(s->r, &s->info);
-        if (st != KP_OK)
-            st = kp__error_prefix(st, "paths[%zu]%s", i,
-                                  strict ? ": strict_no_host_copies takes NVDEC only" : "");
-        if (s->info.frame_bytes > v->frame_bytes) v->frame_bytes = s->info.frame_bytes;
-    }
-    if (st != KP_OK) {
-        kp__video_src_free(&v->s[0]);
-        return st;
-    }
+    for (size_t i = 0; i < n_paths && st == KP_OK; i++)
+        st = kp__video_stream_open(v, i, paths[i], &o);
     /* each stream's interrupt reads its own stream: the config kept is the last one's */
     v->cfg.interrupt_user = NULL;
-    if (info) *info = v->s[0].info;
-    static const kp__stage_kind kind = {kp__video_src_fn, false, NULL, kp__video_src_detail};
-    st = kp__stage_kind_add(&kind);
+    static const kp__stage_kind kind = {.fn = kp__video_src_fn,
+                                        .stream_detail = kp__video_src_detail};
+    if (st == KP_OK) st = kp__stage_kind_add(&kind);
     if (st != KP_OK) {
         kp__video_src_free(&v->s[0]);
         return st;
     }
+    if (info) *info = v->s[0].info;
     *out = (kp__stage_made){.fn = kp__video_src_fn,
                             .user = &v->s[0],
                             .free_fn = kp__video_src_free,
                             .frame_bytes = v->frame_bytes,
                             .max_batch = 1,
                             .streams = n_paths > 1 ? n_paths : 0,
-                            .stream_users = n_paths > 1 ? users : NULL};
+                            .stream_users = n_paths > 1 ? v->users : NULL};
     return KP_OK;
 }
 
@@ -390,6 +413,12 @@ static kp_status kp__video_sink_end(void *user, const kp_stage_ctx *c, kp_status
 
 kp_status kp__stage_video_sink(kp_device_t dev, const char *path, const kp_video_writer_config *cfg,
                                kp_pixel_format format, kp__stage_made *out) {
+    const kp_video_writer_config defaults = KP_VIDEO_WRITER_CONFIG_INIT;
+    if (!cfg) cfg = &defaults;
+    if (!dev) return kp__error(KP_ERR_INVALID_ARG, "video sink: a device is required");
+    if (format != KP_PIXEL_NONE && format != KP_PIXEL_I420 && format != KP_PIXEL_NV12)
+        return kp__error(KP_ERR_INVALID_ARG, "video sink: pixel format %d (I420 or NV12)",
+                         (int)format);
     if (!path || !*path || strlen(path) >= sizeof((kp__video_sink *)0)->path)
         return kp__error(KP_ERR_INVALID_ARG, "video sink: a path of 1 to 1023 characters");
     kp__video_sink *s = kp__calloc(1, sizeof *s);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flow-impl.h"
+#include "remote_end-impl.h"
 
 /* "host:port" into a socket address; port 0 is for a receiver only. */
 static kp_status kp__addr_parse(const char *text, bool receiver, struct sockaddr_storage *sa,

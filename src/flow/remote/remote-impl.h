@@ -1,5 +1,11 @@
-/* Remote queues: a flow's sink sends its frames over UCX to another
- * process's (or host's) flow, whose source receives them.
+/* Remote queues (src/flow/remote/, the flow layer above the runtime and
+ * the built-in stages: runtime < stages < remote < json): a flow's sink
+ * sends its frames over UCX to another process's (or host's) flow, whose
+ * source receives them. remote_end.c checks an end and is always built
+ * (remote_end-impl.h); the link itself is remote.c (UCX's context, the
+ * endpoint, control messages), remote_threads.c (the progress thread and
+ * what the stages hand it), remote_tx.c (the sender) and remote_rx.c (the
+ * receiver), built with UCX, which share this header.
  *
  *   sender:   {"name": "tx", "sink": "remote", "connect": "10.0.0.2:13337"}
  *   receiver: {"name": "rx", "source": "remote", "listen": "0.0.0.0:13337",
@@ -64,7 +70,7 @@
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
-#include "runtime-impl.h" /* kp__wake */
+#include "remote_end-impl.h"
 
 #define KP__MAGIC 0x6b707271u /* "kprq" */
 #define KP__VERSION 2u

@@ -1,13 +1,17 @@
-/* What the JSON reader of flows (flow_json.c) shares with its sources and
- * sinks (flow_json_ends.c). */
+/* The JSON form of flows (src/flow/json/, the highest of the flow layers:
+ * runtime < stages < remote < json): the reader of a flow's document
+ * (flow_json.c) and its sources and sinks, chosen by kind from a table
+ * (flow_json_ends.c); what the two share is here. It makes stages through
+ * the private headers the layers below offer the ones above
+ * (stages-impl.h, remote_end-impl.h, tests/layering.py's UPWARD list) and
+ * reads JSON with the helpers every reader shares (core/json-impl.h). */
 #ifndef KPIPE_FLOW_JSON_IMPL_H
 #define KPIPE_FLOW_JSON_IMPL_H
 
-#include <jansson.h>
+#include "../../core/json-impl.h"
+#include "../remote/remote_end-impl.h"
+#include "../stages/stages-impl.h"
 
-#include "flow-impl.h"
-
-#define KP__PERR(...) kp__error(KP_ERR_PARSE, __VA_ARGS__)
 #define KP__DEFAULT_CAPACITY 4
 
 typedef struct kp__flow_build {
@@ -30,14 +34,13 @@ typedef struct kp__flow_build {
     char y4m_tags[256]; /* a y4m source's header tags, for a y4m sink */
 } kp__flow_build;
 
-/* An integer from lo to hi at `path`, else KP_ERR_PARSE naming it. */
-kp_status kp__json_count(json_t *v, const char *path, int64_t lo, int64_t hi, int64_t *out);
-/* Refuses the keys only some kinds of stage take ("frames", "path", ...)
- * unless `allowed` (NULL-ended) names them. */
+/* Refuses the keys only some kinds of stage take (those of the sources
+ * and sinks in flow_json_ends.c's tables: "frames", "path", ...) unless
+ * `allowed` (NULL-ended) names them; `kind` names the stage's kind. */
 kp_status kp__json_kind_keys(json_t *s, const char *path, const char *kind,
                              const char *const *allowed);
-/* The first stage (a source) and the last (a sink), made into *m;
- * errors named by `path`. */
+/* A source stage and a sink stage, of the kind their "source" or "sink"
+ * names, made into *m; errors named by `path`. */
 kp_status kp__json_source(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,
                           kp__stage_made *m);
 kp_status kp__json_sink(kp__flow_build *b, kp_device_t dev, json_t *s, const char *path,

@@ -1,9 +1,12 @@
-/* The flow runtime's own: the frame, queue, stage and flow structures and
- * the functions its files share. Only src/flow/{flow,spin,queue,frames,
- * devices,stage,health}.c include it; the built-in stages and the JSON
- * reader see flows through flow-impl.h. The files call each other in one
- * direction, from the public calls down: flow -> stage -> devices ->
- * queue -> frames -> spin (health is called from stage and flow).
+/* The flow runtime (src/flow/runtime/, the lowest of the flow layers:
+ * runtime < stages < remote < json) and its own: the frame, queue, stage
+ * and flow structures and the functions its files share. Only the
+ * runtime's files include it; the flow layers above see flows through
+ * flow-impl.h. The files call each other in one direction, from the
+ * public calls down: flow, stage, route and devices, queue, frames, spin,
+ * each calling only files after it (health.c is called from stage and
+ * flow; kinds.c, the kinds of stage, from flow, health and the layers
+ * above).
  *
  * Frames live in a free list made at creation. A source takes one (waiting
  * while none is free or the byte budget would be passed), its stage function
@@ -86,14 +89,6 @@ typedef struct kp__fframe {
     uint16_t copy_of; /* a copy made by logical stage copy_of - 1 (KP_ROUTE_COPY); 0: none */
     _Atomic uint32_t next_free;           /* the free stack's next: index + 1; 0: none */
 } kp__fframe;
-
-/* Sleeping until woken (spin.c): a sequence to futex-wait on and a count
- * of the threads that sleep, so that a wake with no sleeper is a fence
- * and a load, not a system call. */
-typedef struct kp__wake {
-    _Atomic uint32_t seq;
-    _Atomic uint32_t waiters;
-} kp__wake;
 
 typedef struct kp__queue {
     char pad_[64]; /* queues apart: each on cache lines of its own */
@@ -310,6 +305,10 @@ struct kp_flow {
     size_t n_owned;
 };
 
+/* The copies in flight a stage with n_down stages downstream may have
+ * (KP_ROUTE_COPY, KP__COPY_DEPTH); 0 for other stages. */
+size_t kp__flow_copy_quota(const kp_flow_stage *s, size_t n_down);
+
 static inline double kp__now_us(void) { return (double)kp__mono_ns() * 1e-3; }
 
 static inline uint64_t kp__now_ns(void) { return kp__mono_ns(); }
@@ -333,36 +332,16 @@ static inline void kp__atomic_max(_Atomic size_t *m, size_t v) {
     }
 }
 
-/* --- spinning (spin.c) --------------------------------------------------- */
-/* One turn of a spin: tells the core that this thread only waits. */
-static inline void kp__pause(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
+/* --- spinning (spin.c; sleeping until woken is in flow-impl.h) ---------- */
 /* Spins while *v == blocked (a queue empty or full), up to the flow's spin
  * time, so that a hand-over arriving within it costs no sleep and wake-up
  * of a thread (a futex round trip of several microseconds). The caller
  * then takes the lock and checks for itself. */
 void kp__flow_spin_while(struct kp_flow *f, _Atomic size_t *v, size_t blocked);
-/* The same over a 32-bit value (a kp__wake's sequence). */
-void kp__flow_spin_while32(struct kp_flow *f, _Atomic uint32_t *v, uint32_t blocked);
 /* Takes a lock; a spinning flow tries it a while first, as the thread that
  * just changed what we spun on still holds it: sleeping on it would cost
  * both threads a futex call. */
 void kp__flow_lock(struct kp_flow *f, pthread_mutex_t *mu);
-/* Sleeping: a waiter calls kp__wake_prepare, checks its condition again,
- * then either kp__wake_cancel or kp__wake_wait with the key (up to an
- * absolute CLOCK_MONOTONIC deadline, NULL: none; it may return early, so
- * the caller loops). A waker changes the condition, then kp__wake_all. */
-uint32_t kp__wake_prepare(kp__wake *w);
-void kp__wake_cancel(kp__wake *w);
-void kp__wake_wait(kp__wake *w, uint32_t key, const struct timespec *deadline);
-void kp__wake_all(kp__wake *w);
-/* Whether CLOCK_MONOTONIC has reached `deadline` (NULL: never). */
-bool kp__wake_past(const struct timespec *deadline);
 
 /* --- queues (queue.c) -------------------------------------------------- */
 /* A queue of `cap` frames by `policy`; kp__queue_fini frees it. `spsc`:

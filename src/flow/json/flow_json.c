@@ -17,24 +17,11 @@
  * A queue defaults to capacity 4 (or one per source stream that reaches
  * it, where more do), policy block. Syntax errors name line and
  * column; every other error names the JSON path. */
-#include <errno.h>
-#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "flow_json-impl.h"
-
-static kp_status kp__only_keys(json_t *obj, const char *path, const char *const *allowed) {
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        bool ok = false;
-        for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, key) == 0;
-        if (!ok) return KP__PERR("%s.%s: unknown key", path, key);
-    }
-    return KP_OK;
-}
 
 /* A queue's capacity and policy. Without a capacity it holds
  * KP__DEFAULT_CAPACITY frames, or one of each stream that reaches it where
@@ -49,12 +36,12 @@ static kp_status kp__queue(json_t *q, const char *path, size_t streams, kp_flow_
     if (!q) return KP_OK;
     char sub[96];
     if (!json_is_object(q)) return KP__PERR("%s: expected an object", path);
-    KP_CHECK(kp__only_keys(q, path, keys));
+    KP_CHECK(kp__json_only_keys(q, path, keys));
     json_t *v = json_object_get(q, "capacity");
     if (v) {
         int64_t cap = 0;
         snprintf(sub, sizeof sub, "%s.capacity", path);
-        KP_CHECK(kp__json_count(v, sub, 1, 1024, &cap));
+        KP_CHECK(kp__json_int(v, sub, 1, 1024, &cap));
         st->queue_capacity = (size_t)cap;
     }
     if ((v = json_object_get(q, "policy"))) {
@@ -75,7 +62,15 @@ static kp_status kp__queue(json_t *q, const char *path, size_t streams, kp_flow_
  * the spec says no one port (a model file, several outputs). The stage
  * labels its frames with what that port's module says it makes. */
 static void kp__spec_output(json_t *spec, const char *file, char *buf, size_t len) {
-    json_t *root = file ? json_load_file(file, 0, NULL) : json_incref(spec);
+    json_t *root = file ? NULL : json_incref(spec);
+    char *text = NULL;
+    size_t size = 0;
+    /* the spec was read once already; a file that fails now says nothing */
+    if (file && kp__json_read_file(file, &text, &size) == KP_OK &&
+        kp__json_parse(text, size, &root) != KP_OK)
+        root = NULL;
+    kp__free(text);
+    if (file && !root) kp_clear_error();
     json_t *outs = json_object_get(root, "outputs"), *v;
     const char *key;
     buf[0] = '\0';
@@ -118,12 +113,12 @@ static kp_status kp__pipeline(kp__flow_build *b, kp_device_t dev, json_t *s, con
         char sub[96];
         snprintf(sub, sizeof sub, "%s.batch", path);
         if (!json_is_object(batch)) st = KP__PERR("%s: expected an object", sub);
-        if (st == KP_OK) st = kp__only_keys(batch, sub, keys);
+        if (st == KP_OK) st = kp__json_only_keys(batch, sub, keys);
         snprintf(sub, sizeof sub, "%s.batch.max", path);
-        if (st == KP_OK) st = kp__json_count(json_object_get(batch, "max"), sub, 2, 1024, &max);
+        if (st == KP_OK) st = kp__json_int(json_object_get(batch, "max"), sub, 2, 1024, &max);
         snprintf(sub, sizeof sub, "%s.batch.deadline_us", path);
         json_t *dl = json_object_get(batch, "deadline_us");
-        if (st == KP_OK && dl) st = kp__json_count(dl, sub, 0, 10000000, &deadline);
+        if (st == KP_OK && dl) st = kp__json_int(dl, sub, 0, 10000000, &deadline);
         json_t *rs = json_object_get(batch, "resize");
         snprintf(sub, sizeof sub, "%s.batch.resize", path);
         if (st == KP_OK && rs && (!json_is_array(rs) || json_array_size(rs) != 2))
@@ -131,7 +126,7 @@ static kp_status kp__pipeline(kp__flow_build *b, kp_device_t dev, json_t *s, con
         for (size_t k = 0; st == KP_OK && rs && k < 2; k++) {
             int64_t side = 0;
             snprintf(sub, sizeof sub, "%s.batch.resize[%zu]", path, k);
-            st = kp__json_count(json_array_get(rs, k), sub, 2, KP_VIDEO_MAX_SIDE, &side);
+            st = kp__json_int(json_array_get(rs, k), sub, 2, KP_VIDEO_MAX_SIDE, &side);
             resize[k] = (int32_t)side;
         }
         has_resize = rs != NULL;
@@ -169,7 +164,7 @@ static kp_status kp__named_device(kp__flow_build *b, const char *name, const cha
         return KP__PERR("%s: a flow runs on at most %d devices", path, KP_FLOW_MAX_DEVICES);
     kp_status st = kp_device_open(full, out);
     if (st != KP_OK) return kp__error_prefix(st, "%s", path);
-    if (strcmp(kp_device_backend(*out), kp_device_backend(b->dev)) != 0) {
+    if (!kp_device_same_backend(*out, b->dev)) {
         kp_device_close(*out);
         *out = NULL;
         return KP__PERR("%s: \"%s\" is not of the flow's backend (%s)", path, name,
@@ -331,7 +326,7 @@ static kp_status kp__stage_made_all(kp__flow_build *b, json_t *s, const char *pa
         int64_t k = 1;
         char sub[96];
         snprintf(sub, sizeof sub, "%s.streams", path);
-        KP_CHECK(kp__json_count(ns, sub, 1, KP_FLOW_MAX_STREAMS, &k));
+        KP_CHECK(kp__json_int(ns, sub, 1, KP_FLOW_MAX_STREAMS, &k));
         st->streams = (size_t)k;
     }
     if (n_rep > 1) {
@@ -378,7 +373,7 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
         char path[64];
         snprintf(path, sizeof path, "$.stages[%zu]", i);
         if (!json_is_object(s)) return KP__PERR("%s: expected an object", path);
-        KP_CHECK(kp__only_keys(s, path, keys));
+        KP_CHECK(kp__json_only_keys(s, path, keys));
         const char *name = json_string_value(json_object_get(s, "name"));
         if (!name || !*name || strlen(name) >= 64)
             return KP__PERR("%s.name: a name of 1 to 63 characters", path);
@@ -451,31 +446,28 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
     if (!ver) return KP__PERR("$.kpipe_flow: missing (this kpipe reads version 1)");
     if (!json_is_integer(ver) || json_integer_value(ver) != 1)
         return KP__PERR("$.kpipe_flow: this kpipe reads version 1");
-    KP_CHECK(kp__only_keys(root, "$", keys));
+    KP_CHECK(kp__json_only_keys(root, "$", keys));
     json_t *v = json_object_get(root, "name");
     if (v && !json_is_string(v)) return KP__PERR("$.name: expected a string");
     if ((v = json_object_get(root, "budget_bytes"))) {
         int64_t budget = 0;
-        KP_CHECK(kp__json_count(v, "$.budget_bytes", 0, (int64_t)KP__MAX_ALLOC_BYTES, &budget));
+        KP_CHECK(kp__json_int(v, "$.budget_bytes", 0, (int64_t)KP__MAX_ALLOC_BYTES, &budget));
         b->budget = (size_t)budget;
     }
     if ((v = json_object_get(root, "trace_events")) && !b->trace) {
         int64_t n = 0;
-        KP_CHECK(kp__json_count(v, "$.trace_events", 0, (int64_t)1 << 24, &n));
+        KP_CHECK(kp__json_int(v, "$.trace_events", 0, (int64_t)1 << 24, &n));
         b->trace = (size_t)n;
     }
     bool strict = false;
-    if ((v = json_object_get(root, "strict_no_host_copies"))) {
-        if (!json_is_boolean(v)) return KP__PERR("$.strict_no_host_copies: expected true or false");
-        strict = json_is_true(v);
-    }
+    KP_CHECK(kp__json_opt_bool(root, "$", "strict_no_host_copies", &strict));
     b->strict = strict;
     /* ints here; their ranges are the C form's, checked by the same code below */
     int64_t spin = 0, carry = 0;
     if ((v = json_object_get(root, "spin_us")))
-        KP_CHECK(kp__json_count(v, "$.spin_us", INT_MIN, INT_MAX, &spin));
+        KP_CHECK(kp__json_int(v, "$.spin_us", INT_MIN, INT_MAX, &spin));
     if ((v = json_object_get(root, "carry_us")))
-        KP_CHECK(kp__json_count(v, "$.carry_us", INT_MIN, INT_MAX, &carry));
+        KP_CHECK(kp__json_int(v, "$.carry_us", INT_MIN, INT_MAX, &carry));
     KP_CHECK(kp__stages(b, json_object_get(root, "stages")));
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.strict_no_host_copies = strict;
@@ -512,14 +504,11 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
     return st;
 }
 
-static kp_status kp__flow_from_text(kp_device_t dev, const char *text, const char *base_dir,
-                                    size_t trace, kp_flow_t *out) {
-    if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
-    *out = NULL;
-    if (!dev || !text) return kp__error(KP_ERR_INVALID_ARG, "device and text are required");
-    json_error_t jerr;
-    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) return KP__PERR("line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+/* The flow in `size` bytes of `text`, its files relative to base_dir. */
+static kp_status kp__flow_from_text(kp_device_t dev, const char *text, size_t size,
+                                    const char *base_dir, size_t trace, kp_flow_t *out) {
+    json_t *root = NULL;
+    KP_CHECK(kp__json_parse(text, size, &root));
     kp__flow_build *b = kp__calloc(1, sizeof *b);
     kp_status st;
     if (!b) {
@@ -541,34 +530,25 @@ static kp_status kp__flow_from_text(kp_device_t dev, const char *text, const cha
 
 kp_status kp_flow_create_from_json(kp_device_t dev, const char *json_text, kp_flow_t *out) {
     KP_API_ENTRY();
-    return kp__flow_from_text(dev, json_text, "", 0, out);
+    if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (!dev || !json_text) return kp__error(KP_ERR_INVALID_ARG, "device and text are required");
+    return kp__flow_from_text(dev, json_text, strlen(json_text), "", 0, out);
 }
 
 static kp_status kp__flow_from_file(kp_device_t dev, const char *path, size_t trace,
                                     kp_flow_t *out) {
     if (!out || !path) return kp__error(KP_ERR_INVALID_ARG, "path and out are required");
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return kp__error(KP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!dev) return kp__error(KP_ERR_INVALID_ARG, "a device is required");
     char *text = NULL;
-    long size = -1;
-    if (fseek(fp, 0, SEEK_END) == 0) size = ftell(fp);
-    if (size >= 0 && size < (16L << 20) && fseek(fp, 0, SEEK_SET) == 0)
-        text = kp__malloc((size_t)size + 1);
-    if (!text || fread(text, 1, (size_t)size, fp) != (size_t)size) {
-        fclose(fp);
-        kp__free(text);
-        return kp__error(KP_ERR_IO, "%s: cannot read (or larger than 16 MiB)", path);
-    }
-    fclose(fp);
-    text[size] = '\0';
-    kp_status st = KP_OK;
-    if (memchr(text, '\0', (size_t)size)) st = KP__PERR("a NUL byte in the file");
+    size_t size = 0;
+    KP_CHECK(kp__json_read_file(path, &text, &size));
     char dir[1024] = "";
     const char *slash = strrchr(path, '/');
     if (slash && (size_t)(slash - path) + 2 < sizeof dir)
         snprintf(dir, sizeof dir, "%.*s/", (int)(slash - path), path);
-    if (st == KP_OK) st = kp__flow_from_text(dev, text, dir, trace, out);
+    kp_status st = kp__flow_from_text(dev, text, size, dir, trace, out);
     kp__free(text);
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }

@@ -1,6 +1,7 @@
 /* The kinds of stage by which the flow sees its built-in sources and
  * sinks (flow-impl.h), and the names of routes. Calls nothing of the
- * flow's: the runtime's files and the stages' files all call it. */
+ * flow's: the runtime's files and the flow layers above (the stages, the
+ * remote ends) call it. */
 #include <pthread.h>
 #include <stdatomic.h>
 

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "flow-impl.h"
+#include "stages-impl.h"
 #include "pattern-impl.h"
 
 #ifdef KP_HAVE_CUDA
@@ -52,7 +52,10 @@ static kp_status kp__synthetic_fn(void *user, const kp_stage_ctx *c, kp_frame *f
 
 kp_status kp__stage_synthetic(kp_device_t dev, int64_t frames, int ndim, const int64_t *shape,
                               kp__stage_made *out) {
-    (void)dev;
+    if (!dev || !shape || ndim < 1 || ndim > KP_MAX_DIMS)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "synthetic source: a device and a shape of 1 to %d sizes are required",
+                         KP_MAX_DIMS);
     kp__synthetic *s = kp__calloc(1, sizeof *s);
     if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "synthetic source: no memory");
     kp_status st = kp_desc_init(&s->desc, KP_F32, ndim, shape, NULL);
@@ -112,6 +115,7 @@ static kp_status kp__npy_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool
 }
 
 kp_status kp__stage_npy(kp_device_t dev, const char *path, size_t max_bytes, kp__stage_made *out) {
+    if (!dev) return kp__error(KP_ERR_INVALID_ARG, "npy sink: a device is required");
     if (!path || strlen(path) >= sizeof((kp__npy_sink *)0)->path)
         return kp__error(KP_ERR_INVALID_ARG, "npy sink: a path of at most 1023 characters");
     kp__npy_sink *s = kp__calloc(1, sizeof *s);

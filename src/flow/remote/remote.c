@@ -420,13 +420,92 @@ kp_status kp__remote_make_slots(kp__remote *r, const kp_stage_ctx *c) {
     return KP_OK;
 }
 
+/* UCX's context for the end: its configuration read, with a keepalive
+ * and a rendezvous size of kpipe's unless the user set them. */
+static kp_status kp__remote_context(kp__remote *r) {
+    ucp_config_t *cfg = NULL;
+    ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
+    if (s != UCS_OK) return kp__ucs(s, "reading UCX's configuration");
+    /* a peer that vanished without a word (a killed process on shared
+     * memory) is found within seconds, unless the user set otherwise */
+    if (!getenv("UCX_KEEPALIVE_INTERVAL")) (void)ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "1s");
+    if (!getenv("UCX_RNDV_THRESH")) (void)ucp_config_modify(cfg, "RNDV_THRESH", KP__RNDV_THRESH);
+    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                      .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP};
+    s = ucp_init(&p, cfg, &r->ctx);
+    ucp_config_release(cfg);
+    return s == UCS_OK ? KP_OK : kp__ucs(s, "starting UCX");
+}
+
+/* The end's worker, for the stage's thread (or one carrying a frame into
+ * it) and the progress thread, and whether frames go from and to device
+ * memory directly. */
+static kp_status kp__remote_worker(kp__remote *r) {
+    kp_device_caps caps = KP_DEVICE_CAPS_INIT;
+    KP_CHECK(kp_device_query_caps(r->dev, &caps));
+    /* UCX's CUDA support takes CUDA device pointers: the device's memory
+     * must be that, whatever its backend is called */
+    ucp_context_attr_t a = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    r->direct = ucp_context_query(r->ctx, &a) == UCS_OK &&
+                (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) && caps.device_memory &&
+                caps.native_api && strcmp(caps.native_api, "cuda") == 0;
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_MULTI};
+    ucs_status_t s = ucp_worker_create(r->ctx, &wp, &r->worker);
+    if (s != UCS_OK) return kp__ucs(s, "making a UCX worker");
+    if (ucp_worker_get_efd(r->worker, &r->efd) != UCS_OK) r->efd = -1;
+    return KP_OK;
+}
+
+/* The receiver's listener, from now on, for the one sender; r->addr
+ * then has the port the system chose where it was given 0. */
+static kp_status kp__remote_listen(kp__remote *r) {
+    ucp_listener_params_t lp = {
+        .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+        .sockaddr = {.addr = (const struct sockaddr *)&r->sa, .addrlen = r->sa_len},
+        .conn_handler = {.cb = kp__conn_cb, .arg = r}};
+    ucs_status_t s = ucp_listener_create(r->worker, &lp, &r->listener);
+    if (s != UCS_OK)
+        return kp__error(KP_ERR_IO, "remote: cannot listen on %s: %s", r->addr,
+                         ucs_status_string(s));
+    ucp_listener_attr_t la = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+    if (ucp_listener_query(r->listener, &la) == UCS_OK) {
+        const struct sockaddr *sa = (const struct sockaddr *)&la.sockaddr;
+        char host[INET6_ADDRSTRLEN] = "?";
+        int port = 0;
+        if (sa->sa_family == AF_INET) {
+            const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+            inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+            port = ntohs(in->sin_port);
+        } else {
+            const struct sockaddr_in6 *in = (const struct sockaddr_in6 *)sa;
+            inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof host);
+            port = ntohs(in->sin6_port);
+        }
+        snprintf(r->addr, sizeof r->addr, "%s:%d", host, port);
+    }
+    atomic_store(&r->credits, r->capacity);
+    return KP_OK;
+}
+
+/* A progress thread where UCX was built with threads; a UCX built without
+ * gets none: its stage's thread alone moves the link, and a frame leaves
+ * before the next. */
+static kp_status kp__remote_progress_if_threads(kp__remote *r) {
+    ucp_worker_attr_t wa = {.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE};
+    if (ucp_worker_query(r->worker, &wa) != UCS_OK || wa.thread_mode != UCS_THREAD_MODE_MULTI)
+        return KP_OK;
+    return kp__remote_progress_start(r);
+}
+
+/* An end as remote_end.c checked it: UCX's context and worker, the
+ * receiver's listener, the progress thread. */
 static kp_status kp__remote_new(const kp__remote_end *e, kp__remote_post_fn post_slot,
                                 bool (*away)(kp__remote *r), kp__remote **out) {
     kp__remote *r = kp__calloc(1, sizeof *r);
     if (!r) return kp__error(KP_ERR_OUT_OF_MEMORY, "remote: no memory");
-    bool receiver = r->receiver = e->receiver;
-    kp_device_t dev = r->dev = e->dev;
-    const char *addr = e->addr;
+    r->receiver = e->receiver;
+    r->dev = e->dev;
     r->frame_bytes = e->frame_bytes;
     r->capacity = e->capacity;
     r->timeout_ms = e->timeout_ms;
@@ -436,87 +515,14 @@ static kp_status kp__remote_new(const kp__remote_end *e, kp__remote_post_fn post
     r->away = away;                 /* before the progress thread starts */
     r->sa = e->sa;
     r->sa_len = e->sa_len;
-    snprintf(r->addr, sizeof r->addr, "%s", addr);
-    kp_status st = KP_OK;
-    ucp_config_t *cfg = NULL;
-    ucs_status_t s = UCS_OK;
-    if (st == KP_OK && (s = ucp_config_read(NULL, NULL, &cfg)) != UCS_OK)
-        st = kp__ucs(s, "reading UCX's configuration");
-    if (st == KP_OK) {
-        /* a peer that vanished without a word (a killed process on shared
-         * memory) is found within seconds, unless the user set otherwise */
-        if (!getenv("UCX_KEEPALIVE_INTERVAL"))
-            (void)ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "1s");
-        if (!getenv("UCX_RNDV_THRESH"))
-            (void)ucp_config_modify(cfg, "RNDV_THRESH", KP__RNDV_THRESH);
-        ucp_params_t p = {0};
-        p.field_mask = UCP_PARAM_FIELD_FEATURES;
-        p.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-        s = ucp_init(&p, cfg, &r->ctx);
-        ucp_config_release(cfg);
-        if (s != UCS_OK) st = kp__ucs(s, "starting UCX");
-    }
-    kp_device_caps caps = KP_DEVICE_CAPS_INIT;
-    if (st == KP_OK) st = kp_device_query_caps(dev, &caps);
-    if (st == KP_OK) {
-        /* UCX's CUDA support takes CUDA device pointers: the device's
-         * memory must be that, whatever its backend is called */
-        ucp_context_attr_t a = {0};
-        a.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-        r->direct = ucp_context_query(r->ctx, &a) == UCS_OK &&
-                    (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) && caps.device_memory &&
-                    caps.native_api && strcmp(caps.native_api, "cuda") == 0;
-        ucp_worker_params_t wp = {0};
-        wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-        /* the stage's thread (or one carrying a frame into it) and the
-         * progress thread */
-        wp.thread_mode = UCS_THREAD_MODE_MULTI;
-        if ((s = ucp_worker_create(r->ctx, &wp, &r->worker)) != UCS_OK)
-            st = kp__ucs(s, "making a UCX worker");
-    }
-    if (st == KP_OK && ucp_worker_get_efd(r->worker, &r->efd) != UCS_OK) r->efd = -1;
-    if (st == KP_OK && receiver) {
-        ucp_listener_params_t lp = {0};
-        lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-        lp.sockaddr.addr = (const struct sockaddr *)&r->sa;
-        lp.sockaddr.addrlen = r->sa_len;
-        lp.conn_handler.cb = kp__conn_cb;
-        lp.conn_handler.arg = r;
-        if ((s = ucp_listener_create(r->worker, &lp, &r->listener)) != UCS_OK) {
-            st =
-                kp__error(KP_ERR_IO, "remote: cannot listen on %s: %s", addr, ucs_status_string(s));
-        } else {
-            ucp_listener_attr_t la = {0};
-            la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-            char host[INET6_ADDRSTRLEN] = "?";
-            if (ucp_listener_query(r->listener, &la) == UCS_OK) {
-                const struct sockaddr *sa = (const struct sockaddr *)&la.sockaddr;
-                int port = 0;
-                if (sa->sa_family == AF_INET) {
-                    const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-                    inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-                    port = ntohs(in->sin_port);
-                } else {
-                    const struct sockaddr_in6 *in = (const struct sockaddr_in6 *)sa;
-                    inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof host);
-                    port = ntohs(in->sin6_port);
-                }
-                snprintf(r->addr, sizeof r->addr, "%s:%d", host, port);
-            }
-        }
-    }
-    if (st == KP_OK && receiver) atomic_store(&r->credits, r->capacity);
-    ucp_worker_attr_t wa = {0};
-    wa.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE;
-    /* a UCX built without threads gets no progress thread: its stage's
-     * thread alone moves the link, and a frame leaves before the next */
-    if (st == KP_OK && ucp_worker_query(r->worker, &wa) == UCS_OK &&
-        wa.thread_mode == UCS_THREAD_MODE_MULTI) {
-        st = kp__remote_progress_start(r);
-    }
+    snprintf(r->addr, sizeof r->addr, "%s", e->addr);
     r->ctrl_op.done = r->hello_op.done = r->welcome_op.done = false;
     for (size_t k = 0; k < sizeof r->ctl_send / sizeof r->ctl_send[0]; k++)
         r->ctl_send[k].done = true;
+    kp_status st = kp__remote_context(r);
+    if (st == KP_OK) st = kp__remote_worker(r);
+    if (st == KP_OK && r->receiver) st = kp__remote_listen(r);
+    if (st == KP_OK) st = kp__remote_progress_if_threads(r);
     if (st != KP_OK) {
         kp__remote_free(r);
         return st;
@@ -582,9 +588,10 @@ kp_status kp__remote_stage_made(const kp__remote_end *e, kp_flow_stage_fn fn, kp
                                 kp_status (*serve)(kp__remote *r), kp__remote_post_fn post_slot,
                                 bool (*away)(kp__remote *r), kp__stage_made *out) {
     /* how the flow sees an end: one link, figures to report */
-    const kp__stage_kind kind = {kp__remote_turn_fn, true, kp__remote_stats, NULL};
+    const kp__stage_kind kind = {
+        .fn = kp__remote_turn_fn, .one_link = true, .remote_stats = kp__remote_stats};
     KP_CHECK(kp__stage_kind_add(&kind));
-    kp__remote *r;
+    kp__remote *r = NULL; /* set by kp__remote_new; gcc 12 cannot see it */
     KP_CHECK(kp__remote_new(e, post_slot, away, &r));
     r->serve = serve;
     r->fn = fn;

@@ -75,56 +75,44 @@ static void kp__latency(const struct kp_flow *f, const kp__lstage *ls, bool gpu,
     kp__percentiles(v, k, p50, p99);
 }
 
-kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
-    KP_API_ENTRY();
-    KP_ARG_CHECK(f && out);
-    memset(out, 0, sizeof *out);
-    out->n_stages = f->n;
-    out->consistent = true;
-    for (size_t i = 0; i < f->n; i++) {
-        const kp__lstage *ls = &f->ls[i];
-        kp_flow_stage_stats *o = &out->stages[i];
-        o->name = f->st[ls->first].name;
-        o->device = kp_device_name(f->st[ls->first].ctx.dev);
-        o->replicas = ls->n_rep;
-        o->source = ls->source;
-        /* counters move while we read: a stage's out is read after its in,
-         * so in >= out holds for what we return */
-        for (size_t r = 0; r < ls->n_rep; r++) o->in += atomic_load(&f->st[ls->first + r].in);
-        for (size_t r = 0; r < ls->n_rep; r++) {
-            o->out += atomic_load(&f->st[ls->first + r].out);
-            o->batches += atomic_load(&f->st[ls->first + r].batches);
-        }
-        kp__latency(f, ls, false, &o->host_p50_us, &o->host_p99_us);
-        kp__latency(f, ls, true, &o->gpu_p50_us, &o->gpu_p99_us);
-        o->copies = (kp_copy_counts){0, 0, 0, 0};
-        for (size_t r = 0; r < o->replicas; r++) {
-            const kp__stage *rs = &f->st[ls->first + r];
-            o->copies.htod += atomic_load_explicit(&rs->cp_htod, memory_order_relaxed);
-            o->copies.dtoh += atomic_load_explicit(&rs->cp_dtoh, memory_order_relaxed);
-            o->copies.htod_bytes += atomic_load_explicit(&rs->cp_htod_bytes, memory_order_relaxed);
-            o->copies.dtoh_bytes += atomic_load_explicit(&rs->cp_dtoh_bytes, memory_order_relaxed);
-        }
-        if (o->in < o->out) out->consistent = false;
-        if (!ls->source) {
-            kp__queue *q = &f->q[i];
-            kp_flow_queue_stats *qs = &out->queues[i];
-            kp__queue_counts(q, &qs->depth, &qs->pushed);
-            qs->max_depth = atomic_load(&q->max_depth);
-            qs->capacity = q->cap;
-            qs->drops = atomic_load(&q->drops);
-            qs->policy = q->policy;
-        }
+/* Logical stage i's figures, and its queue's. Counters move while we
+ * read: a stage's out is read after its in, so in >= out holds for what
+ * we return. */
+static void kp__stage_health(kp_flow_t f, size_t i, kp_flow_snapshot *out) {
+    const kp__lstage *ls = &f->ls[i];
+    kp_flow_stage_stats *o = &out->stages[i];
+    o->name = f->st[ls->first].name;
+    o->device = kp_device_name(f->st[ls->first].ctx.dev);
+    o->replicas = ls->n_rep;
+    o->source = ls->source;
+    for (size_t r = 0; r < ls->n_rep; r++) o->in += atomic_load(&f->st[ls->first + r].in);
+    for (size_t r = 0; r < ls->n_rep; r++) {
+        o->out += atomic_load(&f->st[ls->first + r].out);
+        o->batches += atomic_load(&f->st[ls->first + r].batches);
     }
-    out->frames_in_flight = atomic_load(&f->in_flight);
-    out->max_frames_in_flight = atomic_load(&f->max_in_flight);
-    out->frame_limit = f->n_frames;
-    out->bytes_in_flight = out->frames_in_flight * f->frame_bytes;
-    out->peak_bytes_in_flight = out->max_frames_in_flight * f->frame_bytes;
-    out->budget_bytes = f->budget;
-    out->frames_done = atomic_load(&f->done);
-    out->frames_dropped = atomic_load(&f->dropped);
-    if (out->max_frames_in_flight > f->n_frames) out->consistent = false;
+    kp__latency(f, ls, false, &o->host_p50_us, &o->host_p99_us);
+    kp__latency(f, ls, true, &o->gpu_p50_us, &o->gpu_p99_us);
+    o->copies = (kp_copy_counts){0, 0, 0, 0};
+    for (size_t r = 0; r < o->replicas; r++) {
+        const kp__stage *rs = &f->st[ls->first + r];
+        o->copies.htod += atomic_load_explicit(&rs->cp_htod, memory_order_relaxed);
+        o->copies.dtoh += atomic_load_explicit(&rs->cp_dtoh, memory_order_relaxed);
+        o->copies.htod_bytes += atomic_load_explicit(&rs->cp_htod_bytes, memory_order_relaxed);
+        o->copies.dtoh_bytes += atomic_load_explicit(&rs->cp_dtoh_bytes, memory_order_relaxed);
+    }
+    if (o->in < o->out) out->consistent = false;
+    if (ls->source) return;
+    kp__queue *q = &f->q[i];
+    kp_flow_queue_stats *qs = &out->queues[i];
+    kp__queue_counts(q, &qs->depth, &qs->pushed);
+    qs->max_depth = atomic_load(&q->max_depth);
+    qs->capacity = q->cap;
+    qs->drops = atomic_load(&q->drops);
+    qs->policy = q->policy;
+}
+
+/* Each device's stage runs and frame buffers, and the pools' hits. */
+static void kp__devices_health(kp_flow_t f, kp_flow_snapshot *out) {
     out->n_devices = f->n_devs;
     for (size_t d = 0; d < f->n_devs; d++) {
         kp_flow_device_stats *ds = &out->devices[d];
@@ -143,6 +131,10 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
                              ? (double)out->pool_hits / (double)(out->pool_hits + out->pool_misses)
                              : 0.0;
     out->device_peak_bytes = f->n_frames * f->frame_bytes * f->n_devs;
+}
+
+/* The links between devices that carried frames. */
+static void kp__links_health(kp_flow_t f, kp_flow_snapshot *out) {
     for (size_t a = 0; a < f->n_devs; a++)
         for (size_t b = 0; b < f->n_devs; b++) {
             const kp__link *l = &f->link[a][b];
@@ -158,6 +150,26 @@ kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
             o->bytes_per_s = t1 > t0 ? (double)o->bytes * 1e9 / (double)(t1 - t0) : 0.0;
         }
     out->staged_frames = atomic_load(&f->staged);
+}
+
+kp_status kp_flow_health(kp_flow_t f, kp_flow_snapshot *out) {
+    KP_API_ENTRY();
+    KP_ARG_CHECK(f && out);
+    memset(out, 0, sizeof *out);
+    out->n_stages = f->n;
+    out->consistent = true;
+    for (size_t i = 0; i < f->n; i++) kp__stage_health(f, i, out);
+    out->frames_in_flight = atomic_load(&f->in_flight);
+    out->max_frames_in_flight = atomic_load(&f->max_in_flight);
+    out->frame_limit = f->n_frames;
+    out->bytes_in_flight = out->frames_in_flight * f->frame_bytes;
+    out->peak_bytes_in_flight = out->max_frames_in_flight * f->frame_bytes;
+    out->budget_bytes = f->budget;
+    out->frames_done = atomic_load(&f->done);
+    out->frames_dropped = atomic_load(&f->dropped);
+    if (out->max_frames_in_flight > f->n_frames) out->consistent = false;
+    kp__devices_health(f, out);
+    kp__links_health(f, out);
     out->running = atomic_load(&f->started) && atomic_load(&f->running) > 0;
     /* a whole lap of frames finished since a frame last got a buffer */
     out->steady = out->frames_done >= atomic_load(&f->done_at_alloc) + f->n_frames;

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flow-impl.h"
+#include "stages-impl.h"
 #include "pattern-impl.h"
 
 #ifdef KP_HAVE_CUDA
@@ -251,6 +251,7 @@ static kp_status kp__y4m_src_fn(void *user, const kp_stage_ctx *c, kp_frame *f, 
 
 kp_status kp__stage_y4m_source(kp_device_t dev, const char *path, int64_t frames, bool loop,
                                kp__stage_made *out, char *tags, size_t tags_len) {
+    if (!dev) return kp__error(KP_ERR_INVALID_ARG, "y4m source: a device is required");
     if (!path || strlen(path) >= sizeof((kp__y4m_src *)0)->path)
         return kp__error(KP_ERR_INVALID_ARG, "y4m source: a path of at most 1023 characters");
     if (frames < 0)
@@ -329,8 +330,9 @@ static kp_status kp__testsrc_fn(void *user, const kp_stage_ctx *c, kp_frame *f, 
     return kp_launch_kernel(c->stream, &l);
 }
 
-kp_status kp__stage_testsrc(int64_t frames, int64_t width, int64_t height, kp_pixel_format format,
-                            int64_t pitch, kp__stage_made *out) {
+kp_status kp__stage_testsrc(kp_device_t dev, int64_t frames, int64_t width, int64_t height,
+                            kp_pixel_format format, int64_t pitch, kp__stage_made *out) {
+    if (!dev) return kp__error(KP_ERR_INVALID_ARG, "testsrc: a device is required");
     KP_CHECK(kp__check_side("testsrc", width, height));
     if (frames < 0)
         return kp__error(KP_ERR_INVALID_ARG, "frames: %lld is negative", (long long)frames);
@@ -484,6 +486,7 @@ static kp_status kp__y4m_sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f,
 
 kp_status kp__stage_y4m_sink(kp_device_t dev, const char *path, size_t max_bytes, const char *tags,
                              kp_pixel_format format, kp__stage_made *out) {
+    if (!dev) return kp__error(KP_ERR_INVALID_ARG, "y4m sink: a device is required");
     if (!path || strlen(path) >= sizeof((kp__y4m_sink *)0)->path)
         return kp__error(KP_ERR_INVALID_ARG, "y4m sink: a path of at most 1023 characters");
     if (format != KP_PIXEL_NONE && format != KP_PIXEL_I420 && format != KP_PIXEL_NV12)

@@ -198,7 +198,7 @@ static kp_status kp__check_stage_devices(const kp_flow_config *c, size_t i) {
         if (!devs[r])
             return kp__error(KP_ERR_INVALID_ARG, "stages[%zu] (%s).replicas[%zu] is NULL", i,
                              s->name, r);
-        if (strcmp(kp_device_backend(devs[r]), kp_device_backend(c->dev)) != 0)
+        if (!kp_device_same_backend(devs[r], c->dev))
             return kp__error(KP_ERR_INVALID_ARG,
                              "stages[%zu] (%s): device %s is not of the flow's backend (%s)", i,
                              s->name, kp_device_name(devs[r]), kp_device_backend(c->dev));
