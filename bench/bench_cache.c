@@ -40,7 +40,7 @@ static kp_status tiny_enqueue(void *user, kp_stream_t s, const kp_graph_args *a)
     const tiny_work *w = user;
     bench_tiny_params p = {a->inputs[0].data, a->outputs[0].data,
                            a->n_literals ? (float)a->literals[0] : 1.0f};
-    kp_launch l = {&g_tiny, {1, 1, 1}, {1, 1, 1}, 0, &p};
+    kp_launch l = {.kernel = &g_tiny, .grid = {1, 1, 1}, .block = {1, 1, 1}, .params = &p};
     for (int k = 0; k < w->kernels; k++) KK(kp_launch_kernel(s, &l));
     return KP_OK;
 }
@@ -53,7 +53,7 @@ static kp_status tiny_build(void *user, kp_graph_t g, const kp_graph_args *a, vo
     kp_graph_node_t *nodes = state;
     bench_tiny_params p = {a->inputs[0].data, a->outputs[0].data,
                            a->n_literals ? (float)a->literals[0] : 1.0f};
-    kp_launch l = {&g_tiny, {1, 1, 1}, {1, 1, 1}, 0, &p};
+    kp_launch l = {.kernel = &g_tiny, .grid = {1, 1, 1}, .block = {1, 1, 1}, .params = &p};
     kp_status st = KP_OK;
     for (int k = 0; k < w->kernels && st == KP_OK; k++)
         st = kp_graph_add_kernel(g, k ? &nodes[k - 1] : NULL, k ? 1 : 0, &l, &nodes[k]);
@@ -66,7 +66,7 @@ static kp_status tiny_retarget(void *user, kp_graph_exec_t ge, const kp_graph_ar
     const kp_graph_node_t *nodes = state;
     bench_tiny_params p = {a->inputs[0].data, a->outputs[0].data,
                            a->n_literals ? (float)a->literals[0] : 1.0f};
-    kp_launch l = {&g_tiny, {1, 1, 1}, {1, 1, 1}, 0, &p};
+    kp_launch l = {.kernel = &g_tiny, .grid = {1, 1, 1}, .block = {1, 1, 1}, .params = &p};
     kp_status st = KP_OK;
     for (int k = 0; k < w->kernels && st == KP_OK; k++) st = kp_graph_exec_set_kernel(ge, nodes[k], &l);
     return st;
@@ -197,7 +197,10 @@ static void cache_alone(kp_device_t dev, int kernels) {
         double t0 = now_us();
         bench_tiny_params p = {x, y, (float)i};
         void *args[1] = {&p};
-        struct cudaKernelNodeParams kp = {(void *)bench_tiny_fn(), {1, 1, 1}, {1, 1, 1}, 0, args, NULL};
+        struct cudaKernelNodeParams kp = {.func = (void *)bench_tiny_fn(),
+                                          .gridDim = {1, 1, 1},
+                                          .blockDim = {1, 1, 1},
+                                          .kernelParams = args};
         for (size_t k = 0; k < n_hn; k++) CK(cudaGraphExecKernelNodeSetParams(he, hn[k], &kp));
         CK(cudaGraphLaunch(he, hs));
         CK(cudaStreamSynchronize(hs));

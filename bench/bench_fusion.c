@@ -69,7 +69,7 @@ static double floor_us(bool chain, const bufs *d, int ticks, cudaStream_t s) {
     cudaGraphExec_t ge;
     int blocks = (int)((d->n + 1023) / 1024);
     bench_fused_params fp = {d->x, d->b, d->ref, d->n};
-    bench_chain8_params cp = {d->x, d->b, d->c, d->ref, d->n};
+    bench_chain8_params cp = {.x = d->x, .b = d->b, .c = d->c, .out = d->ref, .n = d->n};
     void *args[1] = {chain ? (void *)&cp : (void *)&fp};
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     dim3 grid = {(unsigned)blocks, 1, 1}, block = {256, 1, 1};

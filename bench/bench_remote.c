@@ -172,14 +172,10 @@ int main(int argc, char **argv) {
     size_t bytes = kib << 10;
     kp_device_t dev;
     KK(kp_device_open(device, &dev));
-    run r = {fps_target > 0 ? (uint64_t)(1e9 / fps_target) : 0,
-             0,
-             frames,
-             0,
-             bytes,
-             0,
-             0,
-             calloc(frames, sizeof(uint64_t))};
+    run r = {.period_ns = fps_target > 0 ? (uint64_t)(1e9 / fps_target) : 0,
+             .frames = frames,
+             .bytes = bytes,
+             .lat_ns = calloc(frames, sizeof(uint64_t))};
     if (rx) {
         int rc = receiver(dev, &r, atoi(argv[5]), (size_t)capacity);
         kp_device_close(dev);

@@ -88,8 +88,10 @@ static void hand_setup(hand *H, int64_t n, const float *a, const float *b) {
     CK(cudaGraphAddMemcpyNode1D(&copies[1], g, NULL, 0, H->ib, H->b, bytes, cudaMemcpyDefault));
     CK(cudaGraphAddChildGraphNode(&cn, g, copies, 2, child));
     void *args[1] = {&H->rp};
-    struct cudaKernelNodeParams kp = {
-        (void *)hand_relu_fn(), {H->grid, 1, 1}, {256, 1, 1}, 0, args, NULL};
+    struct cudaKernelNodeParams kp = {.func = (void *)hand_relu_fn(),
+                                      .gridDim = {H->grid, 1, 1},
+                                      .blockDim = {256, 1, 1},
+                                      .kernelParams = args};
     CK(cudaGraphAddKernelNode(&kn, g, &cn, 1, &kp));
     CK(cudaGraphInstantiate(&H->ge, g, 0));
     CK(cudaGraphUpload(H->ge, H->s));

@@ -119,12 +119,14 @@ static void patterns(kp_device_t dev, int w, int steps, int repeat) {
                             int d[3];
                             int nd = input_deps(id, st, i, w, d);
                             kp_task_arg a[4];
-                            a[0] = (kp_task_arg){KP_TASK_INOUT, buf, datum((int64_t)st * w + i),
-                                                 NULL, 0};
+                            a[0] = (kp_task_arg){.access = KP_TASK_INOUT,
+                                                 .buffer = buf,
+                                                 .desc = datum((int64_t)st * w + i)};
                             for (int j = 0; j < nd; j++)
                                 a[1 + j] = (kp_task_arg){
-                                    KP_TASK_IN, buf,
-                                    datum((int64_t)((st - 1 + steps) % steps) * w + d[j]), NULL, 0};
+                                    .access = KP_TASK_IN,
+                                    .buffer = buf,
+                                    .desc = datum((int64_t)((st - 1 + steps) % steps) * w + d[j])};
                             KK(kp_tasks_submit(t, &k_empty, a, (size_t)(1 + nd), NULL));
                             tasks++;
                             deps += (size_t)nd;
@@ -211,7 +213,7 @@ static void scaling(kp_device_t dev, int64_t max_live) {
              set++) { /* the first sizes the set's arrays, the second is timed */
             for (int64_t j = 0; j < live; j++) { /* readers of every region: all stay live */
                 d.offset = j * 16;
-                kp_task_arg a = {KP_TASK_IN, buf, d, NULL, 0};
+                kp_task_arg a = {.access = KP_TASK_IN, .buffer = buf, .desc = d};
                 KK(kp_tasks_submit(t, &k_empty, &a, 1, NULL));
             }
             KK(kp_tasks_stats_get(t, &before));
@@ -220,7 +222,7 @@ static void scaling(kp_device_t dev, int64_t max_live) {
             for (int k = 0; k < m; k++) { /* updates of random regions: each replaces its entry */
                 seed = seed * 6364136223846793005ull + 1442695040888963407ull;
                 d.offset = (int64_t)((seed >> 33) % (uint64_t)live) * 16;
-                kp_task_arg a = {KP_TASK_INOUT, buf, d, NULL, 0};
+                kp_task_arg a = {.access = KP_TASK_INOUT, .buffer = buf, .desc = d};
                 KK(kp_tasks_submit(t, &k_empty, &a, 1, NULL));
             }
             us = (now_us() - t0) / m;
@@ -245,7 +247,7 @@ static const kp_kernel k_nothing = {
 static kp_status nothing_launch(void *user, const kp_task_view *v, size_t n, kp_launch *l,
                                 void *params) {
     memset(params, 0, 8);
-    *l = (kp_launch){&k_nothing, {1, 1, 1}, {1, 1, 1}, 0, params};
+    *l = (kp_launch){.kernel = &k_nothing, .grid = {1, 1, 1}, .block = {1, 1, 1}, .params = params};
     return KP_OK;
 }
 static const kp_task_kernel k_nothing_task = {"nothing", NULL, NULL, nothing_launch};
@@ -271,7 +273,8 @@ static void overhead(kp_device_t dev, int ntasks) {
                 KK(kp_tasks_buffer_wrap(t, mem[b], 64, &ids[b]));
             }
             kp_task_arg a[4];
-            for (int b = 0; b < nb; b++) a[b] = (kp_task_arg){KP_TASK_INOUT, ids[b], d, NULL, 0};
+            for (int b = 0; b < nb; b++)
+                a[b] = (kp_task_arg){.access = KP_TASK_INOUT, .buffer = ids[b], .desc = d};
             double t0 = now_us();
             for (int i = 0; i < ntasks; i++)
                 KK(kp_tasks_submit(t, &k_nothing_task, a, (size_t)nb, NULL));

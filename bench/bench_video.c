@@ -75,7 +75,13 @@ static void make_clip_gop(const char *path, int w, int h, int n, int64_t bitrate
                               ((x * 7 + y * 13 + i * 31) % 23));
         for (size_t k = (size_t)w * h; k < bytes; k++) host[k] = (uint8_t)(128 + (k + i) % 17);
         CHECK(kp_memcpy_htod(g_dev, dev, host, bytes));
-        kp_video_frame f = {KP_PIXEL_I420, w, h, w, i, {1, 30}, {30, 1}, false};
+        kp_video_frame f = {.format = KP_PIXEL_I420,
+                            .width = w,
+                            .height = h,
+                            .pitch = w,
+                            .pts = i,
+                            .time_base = {1, 30},
+                            .rate = {30, 1}};
         CHECK(kp_video_writer_write(wr, s, dev, bytes, &f));
     }
     CHECK(kp_video_writer_close(wr));
@@ -483,7 +489,7 @@ static double hand_loops(const char *path, int k, bool deferred) {
     pthread_barrier_t bar; /* the main thread too: it takes the start time */
     pthread_barrier_init(&bar, NULL, (unsigned)k + 1);
     for (int i = 0; i < k; i++) {
-        t[i] = (hand_thread){path, 0, 0, deferred, &bar, 0};
+        t[i] = (hand_thread){.path = path, .deferred = deferred, .bar = &bar};
         pthread_create(&t[i].th, NULL, hand_thread_main, &t[i]);
     }
     pthread_barrier_wait(&bar); /* every decoder exists */

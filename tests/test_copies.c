@@ -161,7 +161,11 @@ static void run_size(int64_t n) {
     for (int src = 0; src < 3; src++)
         for (int graph = 0; graph < 2; graph++)
             for (int fresh = 0; fresh < 2; fresh++) {
-                copy_case c = {n, (src_kind)src, graph, fresh, ticks_for(n)};
+                copy_case c = {.n = n,
+                               .src = (src_kind)src,
+                               .graph = graph,
+                               .new_buffers = fresh,
+                               .ticks = ticks_for(n)};
                 printf("  %lld elements, %s source, %s mode, %s buffers, %d ticks\n", (long long)n,
                        src_names[src], graph ? "graph" : "stream", fresh ? "new" : "same", c.ticks);
                 run_case(&c);
@@ -175,7 +179,8 @@ static void sixteen_million(void **state) { run_size((int64_t)1 << 24); }
 static void odd_sizes(void **state) {
     static const int64_t sizes[] = {1, 3, 1000003};
     for (size_t i = 0; i < 3; i++) {
-        copy_case c = {sizes[i], SRC_PAGEABLE, true, true, 3};
+        copy_case c = {
+            .n = sizes[i], .src = SRC_PAGEABLE, .graph = true, .new_buffers = true, .ticks = 3};
         run_case(&c);
         c.src = SRC_DEVICE;
         c.graph = false;

@@ -1,4 +1,4 @@
-/* The ONNX file reader (src/onnx/reader.c, reader_msg.c): every model and
+/* The ONNX file reader (src/onnx/reader/: reader.c, reader_msg.c): every model and
  * tensor of ONNX's own test data reads; known values come out right; each
  * kind of bad file is refused with its status and a detail naming what is
  * wrong; external data stays inside the model's folder; cut and damaged

@@ -65,12 +65,12 @@ static kp_status nothing(void *user, kp_stream_t s, const kp_task_view *v, size_
 static const kp_task_kernel k_nothing = {"nothing", nothing, NULL, NULL};
 
 static kp_task_arg tensor(kp_task_access acc, uint32_t buf, const kp_tensor_desc *d) {
-    kp_task_arg a = {acc, buf, *d, NULL, 0};
+    kp_task_arg a = {.access = acc, .buffer = buf, .desc = *d};
     return a;
 }
 
 static kp_task_arg scalar3(const float *abc) {
-    kp_task_arg a = {KP_TASK_SCALAR, 0, {0}, abc, 3 * sizeof(float)};
+    kp_task_arg a = {.access = KP_TASK_SCALAR, .scalar = abc, .scalar_bytes = 3 * sizeof(float)};
     return a;
 }
 

@@ -42,8 +42,7 @@ typedef struct gate {
     void (*hook)(void); /* run by the blocked call's thread before it waits */
 } gate;
 
-static gate g_gate = {
-    PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false, false, NULL};
+static gate g_gate = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static void gate_arm(void (*hook)(void)) {
     pthread_mutex_lock(&g_gate.mu);
@@ -415,7 +414,7 @@ typedef struct tasks_runner {
 } tasks_runner;
 
 static kp_status tasks_round(tasks_runner *r) {
-    kp_task_arg arg = {KP_TASK_OUT, r->buf, {0}, NULL, 0};
+    kp_task_arg arg = {.access = KP_TASK_OUT, .buffer = r->buf};
     int64_t n = N;
     CHECK(kp_desc_init(&arg.desc, KP_F32, 1, &n, NULL));
     const kp_task_kernel k = {"fill", fill_task, &r->job, NULL};
@@ -443,7 +442,7 @@ static void tasks_second_thread_refused(void **state) {
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, tasks_thread, &a), 0);
     gate_wait_inside(); /* a is inside kp_tasks_run, in its task */
-    kp_task_arg arg = {KP_TASK_OUT, b.buf, {0}, NULL, 0};
+    kp_task_arg arg = {.access = KP_TASK_OUT, .buffer = b.buf};
     int64_t n = N;
     KPT_OK(kp_desc_init(&arg.desc, KP_F32, 1, &n, NULL));
     const kp_task_kernel k = {"fill", fill_task, &b.job, NULL};

@@ -91,7 +91,12 @@ static void *write_clip(void *arg) {
     if (st == KP_OK) st = kp_video_writer_open(g_dev, a->path, &cfg, &wr);
     for (double until = now_s() + 10.0; a->retry && st == KP_OK;) { /* the first frame */
         draw(host, a->w, a->h, 0, a->k);
-        kp_video_frame f = {KP_PIXEL_I420, a->w, a->h, a->w, 0, {1, 30}, {30, 1}, false};
+        kp_video_frame f = {.format = KP_PIXEL_I420,
+                            .width = a->w,
+                            .height = a->h,
+                            .pitch = a->w,
+                            .time_base = {1, 30},
+                            .rate = {30, 1}};
         st = kp_memcpy_htod(g_dev, dev, host, bytes);
         if (st == KP_OK && kp_video_writer_write(wr, s, dev, bytes, &f) == KP_OK) break;
         if (kp_video_writer_close(wr) != KP_OK) kp_clear_error();
@@ -109,7 +114,13 @@ static void *write_clip(void *arg) {
          st == KP_OK && i < a->n && !__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE); i++) {
         draw(host, a->w, a->h, i, a->k);
         st = kp_memcpy_htod(g_dev, dev, host, bytes);
-        kp_video_frame f = {KP_PIXEL_I420, a->w, a->h, a->w, i, {1, 30}, {30, 1}, false};
+        kp_video_frame f = {.format = KP_PIXEL_I420,
+                            .width = a->w,
+                            .height = a->h,
+                            .pitch = a->w,
+                            .pts = i,
+                            .time_base = {1, 30},
+                            .rate = {30, 1}};
         if (st == KP_OK) st = kp_video_writer_write(wr, s, dev, bytes, &f);
         while (a->fps > 0 && now_s() - t0 < (i + 1) / a->fps) {
             struct timespec d = {0, 2000000};
@@ -128,7 +139,7 @@ static void *write_clip(void *arg) {
 }
 
 static void make_clip(const char *path, int w, int h, int n, int k) {
-    writer_args a = {path, w, h, n, k, 12, 0, false, KP_OK, false, 0, NULL, false};
+    writer_args a = {.path = path, .w = w, .h = h, .n = n, .k = k, .gop = 12};
     write_clip(&a);
     KPT_OK(a.st);
 }
@@ -271,19 +282,14 @@ static void parallel_equals_sequential(void **state) {
     const kp_video_decoder decs[] = {KP_VIDEO_DECODE_SOFTWARE, KP_VIDEO_DECODE_AUTO};
     for (size_t c = 0; c < sizeof clips / sizeof clips[0]; c++) {
         char in[512];
-        writer_args a = {tmp_path(in, sizeof in, clips[c].name),
-                         clips[c].w,
-                         clips[c].h,
-                         clips[c].n,
-                         (int)c,
-                         clips[c].gop,
-                         0,
-                         false,
-                         KP_OK,
-                         clips[c].open,
-                         clips[c].bframes,
-                         NULL,
-                         false};
+        writer_args a = {.path = tmp_path(in, sizeof in, clips[c].name),
+                         .w = clips[c].w,
+                         .h = clips[c].h,
+                         .n = clips[c].n,
+                         .k = (int)c,
+                         .gop = clips[c].gop,
+                         .open_gop = clips[c].open,
+                         .bframes = clips[c].bframes};
         write_clip(&a);
         KPT_OK(a.st);
         for (int d = 0; d < (g_cuda ? 2 : 1); d++) {
@@ -558,8 +564,8 @@ static void size_switches(void **state) {
     frames want[2];
     for (int k = 0; k < 2; k++) {
         snprintf(seg[k], sizeof seg[k], "%s/switch_%d.ts", g_dir, k);
-        writer_args a = {seg[k], size[k][0], size[k][1], per, k,    per,  0,
-                         false,  KP_OK,      false,      0,   NULL, false};
+        writer_args a = {
+            .path = seg[k], .w = size[k][0], .h = size[k][1], .n = per, .k = k, .gop = per};
         write_clip(&a);
         KPT_OK(a.st);
         read_all(seg[k], &want[k]);
@@ -673,7 +679,7 @@ static void live_udp_reconnects(void **state) {
     const int port = 20000 + (int)(getpid() % 20000);
     char url[128], json[1024];
     snprintf(url, sizeof url, "udp://127.0.0.1:%d", port);
-    writer_args first = {url, 64, 48, 100000, 0, 10, 30.0, false, KP_OK, false, 0, NULL, false};
+    writer_args first = {.path = url, .w = 64, .h = 48, .n = 100000, .gop = 10, .fps = 30.0};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, write_clip, &first), 0);
     snprintf(json, sizeof json,
@@ -696,7 +702,8 @@ static void live_udp_reconnects(void **state) {
     struct timespec gap = {1, 0};
     nanosleep(&gap, NULL);
     uint64_t before = ss.frames;
-    writer_args second = {url, 64, 48, 100000, 1, 10, 30.0, false, KP_OK, false, 0, NULL, false};
+    writer_args second = {
+        .path = url, .w = 64, .h = 48, .n = 100000, .k = 1, .gop = 10, .fps = 30.0};
     assert_int_equal(pthread_create(&th, NULL, write_clip, &second), 0); /* and comes back */
     t0 = now_s();
     do {
@@ -757,8 +764,9 @@ static void live_kill_one_of_eight(void **state) {
     char paths[N * 160] = "", json[4096];
     for (int k = 0; k < N; k++) {
         snprintf(url[k], sizeof url[k], "udp://127.0.0.1:%d", port + k);
-        live_cam_start(k, (writer_args){url[k], 64, 48, 1000000, k, 10, 30.0, false, KP_OK, false,
-                                        0, NULL, false});
+        live_cam_start(
+            k, (writer_args){
+                   .path = url[k], .w = 64, .h = 48, .n = 1000000, .k = k, .gop = 10, .fps = 30.0});
         char one[160];
         snprintf(one, sizeof one, "%s\"%s?timeout=2000000\"", k ? ", " : "", url[k]);
         strcat(paths, one);
@@ -817,8 +825,13 @@ static void live_kill_one_of_eight(void **state) {
         }
         if (!revived && t - killed > 2.0) {
             dead_before = ss[DEAD].frames;
-            live_cam_start(DEAD, (writer_args){url[DEAD], 64, 48, 1000000, DEAD, 10, 30.0, false,
-                                               KP_OK, false, 0, NULL, false});
+            live_cam_start(DEAD, (writer_args){.path = url[DEAD],
+                                               .w = 64,
+                                               .h = 48,
+                                               .n = 1000000,
+                                               .k = DEAD,
+                                               .gop = 10,
+                                               .fps = 30.0});
             revived = true;
             back = t;
         }
@@ -858,19 +871,14 @@ static void live_kill_one_of_eight(void **state) {
  * this FFmpeg lacks the protocol. */
 static void twenty_live_frames(const char *send, const char *send_options, const char *listen,
                                const char *keys, const char *protocol) {
-    writer_args cam = {send,
-                       64,
-                       48,
-                       100000,
-                       0,
-                       10,
-                       30.0,
-                       false,
-                       KP_OK,
-                       false,
-                       0,
-                       send_options,
-                       send_options != NULL};
+    writer_args cam = {.path = send,
+                       .w = 64,
+                       .h = 48,
+                       .n = 100000,
+                       .gop = 10,
+                       .fps = 30.0,
+                       .options = send_options,
+                       .retry = send_options != NULL};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, write_clip, &cam), 0);
     char json[1024];
@@ -947,19 +955,12 @@ static void bad_options(void **state) {
             assert_non_null(strstr(kp_last_error(), bad[i][2]));
             /* the writer: refused at open, or (well formed) at the first frame,
              * where FFmpeg makes the container */
-            writer_args a = {tmp_path(json, sizeof json, "o.mp4"),
-                             64,
-                             48,
-                             1,
-                             0,
-                             12,
-                             0,
-                             false,
-                             KP_OK,
-                             false,
-                             0,
-                             bad[i][0],
-                             false};
+            writer_args a = {.path = tmp_path(json, sizeof json, "o.mp4"),
+                             .w = 64,
+                             .h = 48,
+                             .n = 1,
+                             .gop = 12,
+                             .options = bad[i][0]};
             write_clip(&a);
             assert_int_equal(a.st, KP_ERR_INVALID_ARG);
         }

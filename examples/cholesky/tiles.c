@@ -147,7 +147,7 @@ HOST_KERNEL(gemm);
 static kp_status host_launch(kp_stream_t s, const kp_kernel *k, const tile_params *p,
                              int64_t split) {
     uint32_t grid = split < 16 ? (uint32_t)split : 16;
-    kp_launch l = {k, {grid ? grid : 1, 1, 1}, {1, 1, 1}, 0, p};
+    kp_launch l = {.kernel = k, .grid = {grid ? grid : 1, 1, 1}, .block = {1, 1, 1}, .params = p};
     return kp_launch_kernel(s, &l);
 }
 
@@ -179,7 +179,7 @@ static kp_status potrf_task(void *user, kp_stream_t s, const kp_task_view *v, si
         return chol_cuda_potrf(lib->solver, kp_stream_native(s), a.p, a.rows, a.ld, v[1].data,
                                lib->work_bytes, info);
 #endif
-    tile_params p = {a.p, NULL, NULL, a.rows, a.rows, 0, a.ld, 0, 0, info};
+    tile_params p = {.c = a.p, .m = a.rows, .n = a.rows, .ldc = a.ld, .info = info};
     return host_launch(s, &potrf_kernel, &p, 1);
 }
 
@@ -195,7 +195,7 @@ static kp_status trsm_task(void *user, kp_stream_t s, const kp_task_view *v, siz
     if (lib->cuda)
         return chol_cuda_trsm(lib->blas, kp_stream_native(s), l.p, l.ld, b.p, b.rows, b.cols, b.ld);
 #endif
-    tile_params p = {b.p, l.p, NULL, b.rows, b.cols, 0, b.ld, l.ld, 0, NULL};
+    tile_params p = {.c = b.p, .a = l.p, .m = b.rows, .n = b.cols, .ldc = b.ld, .lda = l.ld};
     return host_launch(s, &trsm_kernel, &p, b.rows);
 }
 
@@ -211,7 +211,8 @@ static kp_status syrk_task(void *user, kp_stream_t s, const kp_task_view *v, siz
     if (lib->cuda)
         return chol_cuda_syrk(lib->blas, kp_stream_native(s), a.p, a.ld, c.p, c.rows, a.cols, c.ld);
 #endif
-    tile_params p = {c.p, a.p, NULL, c.rows, c.rows, a.cols, c.ld, a.ld, 0, NULL};
+    tile_params p = {
+        .c = c.p, .a = a.p, .m = c.rows, .n = c.rows, .k = a.cols, .ldc = c.ld, .lda = a.ld};
     return host_launch(s, &syrk_kernel, &p, c.rows);
 }
 
@@ -229,12 +230,20 @@ static kp_status gemm_task(void *user, kp_stream_t s, const kp_task_view *v, siz
         return chol_cuda_gemm(lib->blas, kp_stream_native(s), a.p, a.ld, b.p, b.ld, c.p, c.rows,
                               c.cols, a.cols, c.ld);
 #endif
-    tile_params p = {c.p, a.p, b.p, c.rows, c.cols, a.cols, c.ld, a.ld, b.ld, NULL};
+    tile_params p = {.c = c.p,
+                     .a = a.p,
+                     .b = b.p,
+                     .m = c.rows,
+                     .n = c.cols,
+                     .k = a.cols,
+                     .ldc = c.ld,
+                     .lda = a.ld,
+                     .ldb = b.ld};
     return host_launch(s, &gemm_kernel, &p, c.cols);
 }
 
 static kp_task_arg arg(kp_task_access acc, uint32_t buf, kp_tensor_desc d) {
-    kp_task_arg a = {acc, buf, d, NULL, 0};
+    kp_task_arg a = {.access = acc, .buffer = buf, .desc = d};
     return a;
 }
 

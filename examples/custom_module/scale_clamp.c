@@ -73,7 +73,10 @@ static kp_status sc_setup(void *self, const kp_mem_slice *s) {
     *(scale_clamp_static *)s->static_host = m->st; /* uploaded at warmup */
     m->params = (scale_clamp_params){s->static_dev, s->dynamic_dev};
     uint32_t blocks = (uint32_t)((m->st.n + 1023) / 1024);
-    m->launch = (kp_launch){&scale_clamp_kernel, {blocks, 1, 1}, {256, 1, 1}, 0, &m->params};
+    m->launch = (kp_launch){.kernel = &scale_clamp_kernel,
+                            .grid = {blocks, 1, 1},
+                            .block = {256, 1, 1},
+                            .params = &m->params};
     return KP_OK;
 }
 
@@ -113,7 +116,7 @@ static kp_status sc_create(const kp_module_env *env, kp_module_def *def) {
                             (long long)n, lo, hi);
     scale_clamp *m = calloc(1, sizeof *m);
     if (!m) return kp_set_error(KP_ERR_OUT_OF_MEMORY, "no memory");
-    m->st = (scale_clamp_static){NULL, n, (float)scale, (float)lo, (float)hi};
+    m->st = (scale_clamp_static){.n = n, .scale = (float)scale, .lo = (float)lo, .hi = (float)hi};
     st = kp_port_decl_1d(&def->inputs[0], "input", KP_F32, n);
     if (st == KP_OK) st = kp_port_decl_1d(&def->outputs[0], "output", KP_F32, n);
     if (st != KP_OK) {

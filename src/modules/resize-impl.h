@@ -149,11 +149,21 @@ KP__RHD int64_t kp__resize_many_items(const kp__resize_many *m) {
 /* Item i of picture f: the same arithmetic as one kp_resize_nv12 call. */
 KP__RHD void kp__resize_many_item(const kp__resize_many *m, int64_t f, int64_t i) {
     const kp_nv12_picture *p = &m->table[f];
-    /* positional, unlike the C files: this header is also compiled as
-     * C++17 by nvcc, where designated initialisers are not standard */
-    kp__resize_args a = {p->data, (char *)m->out + f * m->out_frame,
-                         p->pitch, m->dpitch, 0, 0, p->width, p->height, m->dw, m->dh,
-                         KP__RESIZE_NV12, 1, 0.0f, 0.0f};
+    /* field by field: this header is also compiled as C++17 by nvcc, where
+     * designated initialisers are not standard */
+    kp__resize_args a;
+    a.in = p->data;
+    a.out = (char *)m->out + f * m->out_frame;
+    a.spitch = p->pitch;
+    a.dpitch = m->dpitch;
+    a.in_frame = a.out_frame = 0;
+    a.sw = p->width;
+    a.sh = p->height;
+    a.dw = m->dw;
+    a.dh = m->dh;
+    a.format = KP__RESIZE_NV12;
+    a.frames = 1;
+    a.sx = a.sy = 0.0f;
     kp__resize_item(&a, 0, i);
 }
 

@@ -198,82 +198,113 @@ static kp_status kp__video_coefs(const kp_module_env *env, kp__video_static *c) 
     return KP_OK;
 }
 
-static kp_status kp__video_create(const kp_module_env *env, kp_module_def *def, kp__video_op op) {
-    int64_t w = 0, h = 0, pitch = 0, batch = 1;
-    double amount = 0.5;
-    kp__video_static colour;
-    memset(&colour, 0, sizeof colour);
-    const bool nv12 = op == KP__VIDEO_NV12_RGB || op == KP__VIDEO_RGB_NV12;
-    KP_CHECK(kp_param_int(env, "width", false, 0, &w));
-    KP_CHECK(kp_param_int(env, "height", false, 0, &h));
-    KP_CHECK(kp_param_int(env, "batch", true, 1, &batch));
-    if (batch < 1 || batch > 1024)
+/* What a video module's parameters say. */
+typedef struct kp__video_args {
+    int64_t w, h, pitch, batch;
+    double amount;
+    kp__video_static colour; /* NV12 ops: pitch, f16 and matrix */
+} kp__video_args;
+
+/* nv12_rgb's and rgb_nv12's own: "pitch", "dtype" and the colour matrix. */
+static kp_status kp__video_nv12_args(const kp_module_env *env, kp__video_args *a) {
+    const char *dtype = NULL;
+    KP_CHECK(kp_param_int(env, "pitch", true, 0, &a->pitch));
+    KP_CHECK(kp_param_str(env, "dtype", "f32", &dtype));
+    if (strcmp(dtype, "f32") && strcmp(dtype, "f16"))
+        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": dtype \"%s\" (f32 or f16)", env->id,
+                         dtype);
+    a->colour.f16 = strcmp(dtype, "f16") == 0;
+    KP_CHECK(kp__video_coefs(env, &a->colour));
+    if (!a->pitch) a->pitch = a->w;
+    if (a->pitch < a->w || a->pitch % 2 || a->pitch > 2 * KP__VIDEO_MAX_SIDE)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "module \"%s\": pitch %lld for width %lld (even, >= the width, "
+                         "at most %d)",
+                         env->id, (long long)a->pitch, (long long)a->w, 2 * KP__VIDEO_MAX_SIDE);
+    a->colour.pitch = a->pitch;
+    return KP_OK;
+}
+
+static kp_status kp__video_args_read(const kp_module_env *env, kp__video_op op, kp__video_args *a) {
+    memset(a, 0, sizeof *a);
+    a->batch = 1;
+    a->amount = 0.5;
+    KP_CHECK(kp_param_int(env, "width", false, 0, &a->w));
+    KP_CHECK(kp_param_int(env, "height", false, 0, &a->h));
+    KP_CHECK(kp_param_int(env, "batch", true, 1, &a->batch));
+    if (a->batch < 1 || a->batch > 1024)
         return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": batch %lld (1 .. 1024)", env->id,
-                         (long long)batch);
-    if (nv12) {
-        const char *dtype = NULL;
-        KP_CHECK(kp_param_int(env, "pitch", true, 0, &pitch));
-        KP_CHECK(kp_param_str(env, "dtype", "f32", &dtype));
-        if (strcmp(dtype, "f32") && strcmp(dtype, "f16"))
-            return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": dtype \"%s\" (f32 or f16)",
-                             env->id, dtype);
-        colour.f16 = strcmp(dtype, "f16") == 0;
-        KP_CHECK(kp__video_coefs(env, &colour));
-        if (!pitch) pitch = w;
-        if (pitch < w || pitch % 2 || pitch > 2 * KP__VIDEO_MAX_SIDE)
-            return kp__error(KP_ERR_INVALID_ARG,
-                             "module \"%s\": pitch %lld for width %lld (even, >= the width, "
-                             "at most %d)",
-                             env->id, (long long)pitch, (long long)w, 2 * KP__VIDEO_MAX_SIDE);
-        colour.pitch = pitch;
-    }
+                         (long long)a->batch);
+    if (op == KP__VIDEO_NV12_RGB || op == KP__VIDEO_RGB_NV12) KP_CHECK(kp__video_nv12_args(env, a));
     if (op == KP__VIDEO_SHARPEN) {
-        KP_CHECK(kp_param_double(env, "amount", true, 0.5, &amount));
-        if (amount < -16.0 || amount > 16.0)
+        KP_CHECK(kp_param_double(env, "amount", true, 0.5, &a->amount));
+        if (a->amount < -16.0 || a->amount > 16.0)
             return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": amount %g (-16 .. 16)", env->id,
-                             amount);
+                             a->amount);
     }
+    const int64_t w = a->w, h = a->h;
     if (w < 2 || h < 2 || w > KP__VIDEO_MAX_SIDE || h > KP__VIDEO_MAX_SIDE || w % 2 || h % 2)
         return kp__error(KP_ERR_INVALID_ARG,
                          "module \"%s\": a frame of %lldx%lld (width and height even, 2 .. %d)",
                          env->id, (long long)w, (long long)h, KP__VIDEO_MAX_SIDE);
-    kp__video *m = kp__calloc(1, sizeof *m);
-    if (!m) return kp__error(KP_ERR_OUT_OF_MEMORY, "%s: no memory", env->id);
-    m->op = op;
-    m->width = w;
-    m->height = h;
-    m->amount = (float)amount;
-    m->colour = colour;
-    m->batch = batch;
-    const int64_t rgb = 3 * w * h; /* at most 3 * 2^28, under KP__MAX_ELEMENTS */
-    if (rgb * batch > KP__MAX_ELEMENTS) {
-        kp__free(m);
-        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": a batch of %lld pictures of %lldx%lld "
-                         "is too large", env->id, (long long)batch, (long long)w, (long long)h);
-    }
-    const kp_dtype rgb_t = colour.f16 ? KP_F16 : KP_F32;
-    kp_status st = op == KP__VIDEO_I420_RGB   ? kp__i420_port(&def->inputs[0], "input", w, h)
-                   : op == KP__VIDEO_NV12_RGB ? kp__nv12_port(&def->inputs[0], "input", pitch, h)
-                                              : kp_port_decl_1d(&def->inputs[0], "input", rgb_t, rgb);
+    return KP_OK;
+}
+
+/* The ports of one picture: I420 or NV12 frames, or planar RGB. */
+static kp_status kp__video_ports(kp_module_def *def, kp__video_op op, const kp__video_args *a) {
+    const int64_t w = a->w, h = a->h, pitch = a->pitch, rgb = 3 * w * h;
+    const kp_dtype rgb_t = a->colour.f16 ? KP_F16 : KP_F32;
+    kp_status st = op == KP__VIDEO_I420_RGB ? kp__i420_port(&def->inputs[0], "input", w, h)
+                   : op == KP__VIDEO_NV12_RGB
+                       ? kp__nv12_port(&def->inputs[0], "input", pitch, h)
+                       : kp_port_decl_1d(&def->inputs[0], "input", rgb_t, rgb);
     if (st == KP_OK)
         st = op == KP__VIDEO_RGB_I420   ? kp__i420_port(&def->outputs[0], "output", w, h)
              : op == KP__VIDEO_RGB_NV12 ? kp__nv12_port(&def->outputs[0], "output", pitch, h)
                                         : kp_port_decl_1d(&def->outputs[0], "output", rgb_t, rgb);
-    if (st != KP_OK) {
-        kp__free(m);
-        return st;
-    }
-    /* a batch: dimension 0 holds up to `batch` pictures, as many as each tick's input */
-    m->in_rows = def->inputs[0].desc.shape[0];
-    m->out_rows = def->outputs[0].desc.shape[0];
-    m->in_frame = kp_desc_bytes_needed(&def->inputs[0].desc);
+    return st;
+}
+
+/* A batch: dimension 0 of each port holds up to `batch` pictures, as many
+ * as each tick's input. */
+static kp_status kp__video_batch(kp_module_def *def, int64_t batch) {
     kp_port_decl *ports[2] = {&def->inputs[0], &def->outputs[0]};
+    kp_status st = KP_OK;
     for (int k = 0; k < 2 && st == KP_OK; k++) {
         int64_t shape[KP_MAX_DIMS];
         for (int d = 0; d < ports[k]->desc.ndim; d++) shape[d] = ports[k]->desc.shape[d];
         shape[0] *= batch;
         st = kp_desc_init(&ports[k]->desc, ports[k]->desc.dtype, ports[k]->desc.ndim, shape, NULL);
         ports[k]->dynamic = batch > 1 ? 1u : 0u;
+    }
+    return st;
+}
+
+static kp_status kp__video_create(const kp_module_env *env, kp_module_def *def, kp__video_op op) {
+    kp__video_args a;
+    KP_CHECK(kp__video_args_read(env, op, &a));
+    kp__video *m = kp__calloc(1, sizeof *m);
+    if (!m) return kp__error(KP_ERR_OUT_OF_MEMORY, "%s: no memory", env->id);
+    m->op = op;
+    m->width = a.w;
+    m->height = a.h;
+    m->amount = (float)a.amount;
+    m->colour = a.colour;
+    m->batch = a.batch;
+    const int64_t rgb = 3 * a.w * a.h; /* at most 3 * 2^28, under KP__MAX_ELEMENTS */
+    if (rgb * a.batch > KP__MAX_ELEMENTS) {
+        kp__free(m);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "module \"%s\": a batch of %lld pictures of %lldx%lld "
+                         "is too large",
+                         env->id, (long long)a.batch, (long long)a.w, (long long)a.h);
+    }
+    kp_status st = kp__video_ports(def, op, &a);
+    if (st == KP_OK) {
+        m->in_rows = def->inputs[0].desc.shape[0];
+        m->out_rows = def->outputs[0].desc.shape[0];
+        m->in_frame = kp_desc_bytes_needed(&def->inputs[0].desc);
+        st = kp__video_batch(def, a.batch);
     }
     if (st != KP_OK) {
         kp__free(m);

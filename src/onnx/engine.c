@@ -201,6 +201,7 @@ static kp_status kp__ox_engine_setup(kp__ox_engine *e, const kp__ox_bound *bound
     if (!e->host) KP_CHECK(kp__ox_cuda_create(e->dev, &e->cuda));
 #endif
     KP_CHECK(kp__ox_infer(g));
+    KP_CHECK(kp__ox_fuse(g));
     KP_CHECK(kp__ox_plan(g, &e->const_bytes, &e->region_bytes));
     KP_CHECK(kp__ox_prepare_nodes(e, &e->workspace_bytes));
     e->prepared = true;

@@ -1,7 +1,10 @@
 /* The `onnx` module: an ONNX model file run by kpipe's engine (src/onnx/).
  *
  *   {"type": "onnx", "id": "net", "params": {"model": "sr.onnx",
- *    "max": {"height": 1080, "width": 1920}, "precision": "fp32"}}
+ *    "max": {"height": 1080, "width": 1920}, "precision": "fp32", "fuse": "on"}}
+ *
+ * "fuse": "off" runs every node as the file has it, where "on" (the
+ * default) runs a convolution's residual Add and Relu inside it (fuse.c).
  *
  * Ports are the model's graph inputs and outputs, named by one rule (see
  * kp__onnx_port_name): "input.1" is the port "input_1". The model's tensors
@@ -179,12 +182,16 @@ static kp_status kp__onnx_bounds(char *text, kp__ox_bound *b, size_t cap, size_t
 }
 
 static kp_status kp__onnx_load(const kp_module_env *env, kp__onnx *m) {
-    const char *model, *max_text, *precision;
+    const char *model, *max_text, *precision, *fuse;
     KP_CHECK(kp_param_str(env, "model", NULL, &model));
     if (!model || !model[0])
         return kp__error(KP_ERR_INVALID_ARG, "\"model\": the path of an .onnx file is required");
     KP_CHECK(kp_param_str(env, "max", "", &max_text));
     KP_CHECK(kp_param_str(env, "precision", "fp32", &precision));
+    KP_CHECK(kp_param_str(env, "fuse", "on", &fuse));
+    bool fuse_on = !strcmp(fuse, "on") || !strcmp(fuse, "true");
+    if (!fuse_on && strcmp(fuse, "off") != 0 && strcmp(fuse, "false") != 0)
+        return kp__error(KP_ERR_INVALID_ARG, "\"fuse\": \"%s\": on or off", fuse);
     if (strcmp(precision, "fp32") != 0)
         return kp__error(strcmp(precision, "fp16") == 0 ? KP_ERR_UNSUPPORTED : KP_ERR_INVALID_ARG,
                          "\"precision\": \"%s\": this build runs models in \"fp32\"", precision);
@@ -199,6 +206,7 @@ static kp_status kp__onnx_load(const kp_module_env *env, kp__onnx *m) {
     kp__ox_graph *g;
     KP_CHECK(kp__ox_read_file(path, &md));
     KP_CHECK(kp__ox_graph_build(md, &g));
+    g->no_fusion = !fuse_on;
     return kp__ox_engine_create(env->dev, g, b, nb, &m->e);
 }
 

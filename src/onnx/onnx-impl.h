@@ -1,19 +1,41 @@
 /* The ONNX engine's private interface: the model as read from the file
- * (reader.c), the graph the engine runs (graph.c, infer.c, plan.c,
+ * (reader/), the graph the engine runs (graph.c, infer.c, plan.c,
  * engine.c), and the operator interface every operator family implements
- * (ops_*.c on the host, ops_*.cu on CUDA).
+ * (ops/: ops_*.c on the host, ops_*.cu on CUDA).
+ *
+ * The files of src/onnx/, one layer in three folders:
+ *   ./                       the engine: this header, graph.c, infer.c, fuse.c, plan.c,
+ *                            engine.c, engine_report.c, ops.c (the operator
+ *                            registry and launch), module.c (the `onnx` module)
+ *   reader/                  the file: reader_msg.c (the protobuf wire cursor, tensor
+ *                            messages), reader.c (the model's messages, files,
+ *                            external data), model.c (element types, opsets,
+ *                            freeing); reader-impl.h between them
+ *   ops/                     the operators: kernels-impl.h (what every kernel's
+ *                            host and cuda forms share), then a folder per family,
+ *                            each with its table, its kernels' text (*-kernels.h)
+ *                            and its cuda forms (.cu): elementwise/ (with
+ *                            binary), movement/ (with slice and shape), nn/ (with
+ *                            conv, gemm, and the cuBLAS and cuDNN handles),
+ *                            reduce/
+ * Every .c file includes this header, directly or through its folder's
+ * (a .cu file only its family's kernel header, which C++ reads too); an
+ * operator family's files include their own family's headers besides, and
+ * call no other family's functions.
  *
  * The layer sits above the pipeline (it sees public headers up to
  * pipeline.h plus core's helpers) and below modules: the `onnx` module
- * (src/modules/onnx.c) is its one user inside the library.
+ * (module.c) is its one user inside the library.
  *
  * How a model runs:
- *   read (reader.c)          bytes -> kp__ox_model: messages, initializers, opsets
+ *   read (reader/)           bytes -> kp__ox_model: messages, initializers, opsets
  *   build (graph.c)          kp__ox_model -> kp__ox_graph: values by index, nodes in
  *                            topological order, every node's operator found (all
  *                            missing ones listed), constants marked
  *   infer (infer.c)          input shapes -> every value's dtype and shape; nodes whose
  *                            inputs are all constant run on the host now (folding)
+ *   fuse (fuse.c)            once: a convolution's normalization, residual Add and
+ *                            Relu join its node
  *   plan (plan.c)            at the maximum shapes: an offset for every value the
  *                            device needs, intermediates sharing bytes by liveness
  *   prepare (engine.c)       per new shape: infer again, operators' prepare slots
@@ -30,10 +52,10 @@
 #include "kpipe/device.h"
 #include "kpipe/tensor.h"
 #include "../core/core-impl.h"
-#include "kernels-impl.h"
+#include "ops/kernels-impl.h"
 
 /* ---------------------------------------------------------------------------------
- * The model as the file has it (reader.c). Strings are NUL-terminated
+ * The model as the file has it (reader/). Strings are NUL-terminated
  * copies (a string holding a NUL is refused by the reader). Every array is
  * owned by the model; kp__ox_model_free releases all of it.
  * --------------------------------------------------------------------------------- */
@@ -225,6 +247,10 @@ typedef struct kp__ox_gnode {
     size_t n_in, n_out;
     int *in, *out;            /* value indices; -1 for an omitted optional */
     bool folded;              /* every input constant: ran at prepare, on the host */
+    /* A convolution with what followed it fused in (fuse.c): a
+     * normalization folded into its weights (fused_bn), input 3 added to
+     * its output (fused_add), and relu applied last. */
+    bool fused_bn, fused_add, relu;
     void *state;              /* the operator's prepared state (op->prepare), or NULL */
 } kp__ox_gnode;
 
@@ -237,6 +263,7 @@ typedef struct kp__ox_graph {
     size_t n_inputs, n_outputs;
     int *inputs;              /* graph inputs that are not initializers */
     int *outputs;
+    bool no_fusion;           /* run every node as the file has it (fuse.c) */
 } kp__ox_graph;
 
 /* ---------------------------------------------------------------------------------
@@ -384,6 +411,10 @@ kp_status kp__ox_model_fix_input(kp__ox_model *m, const char *name, kp__ox_tenso
 /* Every value's dtype and shape for the graph inputs' current shapes;
  * nodes whose inputs are known at setup run now, on the host (infer.c). */
 kp_status kp__ox_infer(kp__ox_graph *g);
+/* Fuses into each convolution the BatchNormalization (into its weights),
+ * residual Add and Relu that follow it, after the first inference and
+ * before the plan (fuse.c); nothing when no_fusion. */
+kp_status kp__ox_fuse(kp__ox_graph *g);
 /* The value whose bytes v's are (through views). */
 int kp__ox_root(const kp__ox_graph *g, int v);
 /* Offsets for every value the device holds, at the current (maximum)

@@ -4,7 +4,7 @@
 
 #include "kpipe/onnx.h"
 #include "onnx-impl.h"
-#include "nn-impl.h"
+#include "ops/nn/nn-impl.h"
 
 static const kp__ox_op *const kp__ox_tables[] = {
     kp__ox_ops_elementwise, kp__ox_ops_movement, kp__ox_ops_shape,

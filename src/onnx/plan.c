@@ -107,6 +107,7 @@ kp_status kp__ox_plan(kp__ox_graph *g, size_t *const_bytes, size_t *total_bytes)
         kp__ox_value *val = &g->values[v];
         if (val->is_const || val->kind != KP__OX_V_INNER || kp__ox_root(g, (int)v) != (int)v)
             continue;
+        if (val->producer < 0) continue; /* swallowed by a fused node (fuse.c) */
         if (!val->device_use && val->last_use < 0) val->last_use = val->producer;
         slots[n_slots++] = (kp__ox_slot){.v = (int)v, .bytes = val->max_bytes ? val->max_bytes : 1,
                                          .first = val->producer, .last = val->last_use};

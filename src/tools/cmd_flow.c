@@ -586,7 +586,7 @@ int kpt_cmd_flow(int argc, char **argv) {
     st = kpt_keep_error(kp_flow_create_from_file_traced(dev, a.file, a.trace ? 65536 : 0, &f));
     if (st == KP_OK && a.dot) st = kpt_keep_error(kp_flow_write_dot(f, a.dot));
     bool live = !a.quiet && !a.period_s && isatty(STDERR_FILENO), lines = a.period_s > 0;
-    kpt_progress p = {{0, 0}, a.period_s * 1e6, 0, 0, 0};
+    kpt_progress p = {.period_us = a.period_s * 1e6};
     if (st == KP_OK && (live || lines)) p.len = kpt_flow_length_of(a.file);
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);

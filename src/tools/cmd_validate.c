@@ -23,7 +23,8 @@ static const char kpt_validate_usage[] =
     "  --device D  plan for cpu (default), cuda or cuda:N; allocates nothing\n"
     "  --mode M    graph or stream (default: the spec's \"execution\")\n"
     "  --max N=V,...  a model's symbolic dimensions' maxima, by name (MODEL.onnx)\n"
-    "  --fuse F    on or off: override the spec's \"fuse\"\n"
+    "  --fuse F    on or off: override the spec's \"fuse\" (a MODEL.onnx: the engine's\n"
+    "              fused convolution epilogues)\n"
     "  --source    print each fused group's generated CUDA C++\n\n"
     "A flow file (\"kpipe_flow\": 1) is made without being started -- its files and\n"
     "decoders opened, its frames allocated -- and its stages and queues are printed:\n"
@@ -408,6 +409,7 @@ int kpt_cmd_validate(int argc, char **argv) {
                 return 2;
             }
             fuse = strcmp(v, "on") == 0;
+            kpt_model_fuse = v; /* a MODEL.onnx: the engine's fusion too */
         } else if ((r = kpt_opt_value(argc, argv, &i, "--dot", &v)) != 0) {
             if (r < 0) return 2;
             dot = v;

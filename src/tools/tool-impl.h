@@ -51,6 +51,8 @@ typedef struct kpt_runner {
 /* Bounds for a model's symbolic dimensions, "name=N,name=N" (--max), or
  * NULL; read by kpt_pipeline_open. */
 extern const char *kpt_model_max;
+/* --fuse on|off for a MODEL.onnx: the engine's "fuse" (NULL: its default) */
+extern const char *kpt_model_fuse;
 /* Creates a pipeline from a spec file, or from an ONNX model file (a name
  * ending in .onnx): a pipeline of one `onnx` module whose ports are the
  * pipeline's inputs and outputs, under the module's port names. */

@@ -1,4 +1,5 @@
-/* The NVDEC driver's entry points, and the pool of idle decoders.
+/* The NVDEC driver's entry points, the engine's limits, and the pool of
+ * idle decoders.
  *
  * Making a decoder costs tens of milliseconds (the driver makes them one
  * at a time); reconfiguring one costs a few. A closing reader gives its
@@ -134,4 +135,23 @@ void kp__nv_bucket(const CUVIDDECODECAPS *c, unsigned w, unsigned h, unsigned *b
         }
         break;
     }
+}
+
+static const char *kp__nv_codec_name(cudaVideoCodec c) {
+    return c == cudaVideoCodec_H264 ? "H.264" : c == cudaVideoCodec_HEVC ? "HEVC" : "?";
+}
+
+kp_status kp__nv_fits(const CUVIDDECODECAPS *c, cudaVideoCodec codec, unsigned w, unsigned h) {
+    unsigned mbs = ((w + 15) / 16) * ((h + 15) / 16);
+    if (!c->bIsSupported)
+        return kp__error(KP_ERR_UNSUPPORTED, "NVDEC on this GPU does not decode 8-bit 4:2:0 %s",
+                         kp__nv_codec_name(codec));
+    if (w > c->nMaxWidth || h > c->nMaxHeight || mbs > c->nMaxMBCount || w < c->nMinWidth ||
+        h < c->nMinHeight)
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "%ux%u is outside NVDEC's limits for %s on this GPU (%ux%u .. %ux%u, "
+                         "%u macroblocks)",
+                         w, h, kp__nv_codec_name(codec), c->nMinWidth, c->nMinHeight, c->nMaxWidth,
+                         c->nMaxHeight, c->nMaxMBCount);
+    return KP_OK;
 }

@@ -1,6 +1,19 @@
 /* What the FFmpeg-backed files of the video layer share (built with
- * KP_VIDEO): the reader's state, demux, and FFmpeg's messages turned into
- * error details. */
+ * KP_VIDEO): the reader's state, demux, the decoder interface, and
+ * FFmpeg's messages turned into error details.
+ *
+ * A reader (reader.c) owns the demux (demux.c) and one decoder, chosen
+ * from a table by what the caller asked for and what the device can do:
+ * NVDEC (nvdec.c) or libavcodec in software (software.c). A decoder pulls
+ * the packets it needs from the reader's demux and holds one decoded
+ * picture at a time, which the reader either has it output or lets go:
+ *
+ *   open -> { next (a picture held, its pts) -> output | drop } ... -> close
+ *           reset at a seek
+ *
+ * Ranges (range.c) and a parallel reader's sessions (parallel.c) sit on
+ * top of readers: the reader asks a range whether to keep each picture a
+ * decoder gives, so a picture outside it is never copied. */
 #ifndef KPIPE_VIDEO_FFMPEG_IMPL_H
 #define KPIPE_VIDEO_FFMPEG_IMPL_H
 
@@ -10,10 +23,41 @@
 
 #include "video-impl.h"
 
-#define KP__SW_RING 3 /* pinned upload buffers of the software path */
-
-struct kp__nvdec; /* nvdec.c */
 struct kp_video_reader;
+
+/* A decoder (the way libavcodec's codec tables work): a const table of
+ * slots, one per implementation; the reader keeps its context. Every slot
+ * but `refuses` and `drop` is required. */
+typedef struct kp__video_decoder_i {
+    const char *name;      /* "nvdec", "libavcodec" */
+    kp_video_decoder kind; /* what a configuration names it by */
+    /* Optional: why it cannot decode r's stream (r->st, r->info) for r's
+     * configuration on a device with `caps`, for the reader's fallback
+     * note; NULL when it may. Only the reader's description is set yet. */
+    const char *(*refuses)(struct kp_video_reader *r, const kp_device_caps *caps);
+    /* Opens on r's stream: *ctx its state; sets r->info.decoder and
+     * r->info.format. On error nothing is left made. */
+    kp_status (*open)(struct kp_video_reader *r, void **ctx);
+    /* Decodes up to the next picture, pulling packets from the reader's
+     * demux (kp__demux_next), and holds it: *pts its timestamp (AV_NOPTS_VALUE
+     * when it has none); *eos instead once the stream has no more. `s` is
+     * the stream its output will go on. */
+    kp_status (*next)(void *ctx, kp_stream_t s, int64_t *pts, bool *eos);
+    /* The held picture into dst on s, at r's pitch: *frame describes it;
+     * the picture is let go either way. */
+    kp_status (*output)(void *ctx, kp_stream_t s, void *dst, kp_video_frame *frame);
+    /* Optional: lets the held picture go without output. */
+    void (*drop)(void *ctx);
+    /* Forgets what it holds of the stream (a seek); the decoder itself
+     * stays. */
+    kp_status (*reset)(void *ctx);
+    /* Frees the context and all it holds (after output's copies are
+     * done: it waits for them). */
+    void (*close)(void *ctx);
+} kp__video_decoder_i;
+extern const kp__video_decoder_i kp__nvdec_decoder;    /* nvdec.c */
+extern const kp__video_decoder_i kp__software_decoder; /* software.c */
+
 /* demux.c: FFmpeg's interrupt callback (opaque: the reader), which stops a
  * wait for input on the reader's interrupt or deadline; starting the
  * deadline of a wait (cfg.timeout_ms); and naming a failed wait:
@@ -45,17 +89,10 @@ struct kp_video_reader {
      * thread) returns it from a later call as AVERROR_EXIT */
     int stopped;
     uint64_t packets;
-    /* software decode */
-    AVCodecContext *dec;
-    AVFrame *frame;
-    bool flushed;
-    kp_allocator_t pinned;
-    void *stage[KP__SW_RING];
-    kp_event_t ev[KP__SW_RING];
-    bool pending[KP__SW_RING];
-    uint64_t next;
-    /* NVDEC, when it decodes */
-    struct kp__nvdec *nv;
+    uint64_t next; /* the index of the next frame handed on */
+    /* the decoder and its context; NULL for a parallel reader's own */
+    const kp__video_decoder_i *decoder;
+    void *decoder_ctx;
     /* One session of a parallel reader (parallel.c) decodes a range: the
      * frames in display order from its key frame (index stamp start_ts;
      * its pts start_pts) up to the next key frame of the index (end_ts,
@@ -68,8 +105,8 @@ struct kp_video_reader {
         bool have_start, have_end;
         int64_t start_pts, end_pts;
     } range;
-    /* a parallel reader: the sessions, each a reader with a range (r->nv
-     * and r->dec unused) */
+    /* a parallel reader: the sessions, each a reader with a range (the
+     * parallel reader itself has no decoder) */
     struct kp__par *par;
     bool failed; /* a named error stopped it: every later call repeats that */
     kp_status fail_status;
@@ -92,12 +129,17 @@ void kp__av_log_capture(void);
  * end of the file. */
 kp_status kp__demux_next(kp_video_reader_t r);
 
-/* Ranges (parallel.c). What a decoded frame with `pts` is to r's range:
+/* Ranges (range.c; parallel.c uses them). What a decoded frame with `pts` is to r's range:
  * KP__RANGE_KEEP (and always when no range is on), KP__RANGE_DROP (before
  * its start), or KP__RANGE_END (the range is complete: r->range.ended). A
  * frame without a timestamp in a range is KP_ERR_UNSUPPORTED, named. */
 enum { KP__RANGE_KEEP, KP__RANGE_DROP, KP__RANGE_END };
 kp_status kp__range_frame(kp_video_reader_t r, int64_t pts, int *what);
+/* Whether a decoder's errors are expected now and to be passed over: the
+ * pictures decoded before a range's own key frame (an open GOP's, reached
+ * from the key frame before) refer to a group never decoded here, and are
+ * dropped anyway. */
+bool kp__range_lenient(kp_video_reader_t r);
 /* A key packet of r's stream just demuxed into r->pkt: counts it against
  * the range; *stop: the demux ends before it. */
 void kp__range_key(kp_video_reader_t r, bool *stop);
@@ -130,15 +172,5 @@ static inline int64_t kp__pkt_stamp(const AVPacket *p) {
  * in r->pkt for the next demux, and empties the decoder for the range
  * [start_ts, end_ts) of index stamps. */
 kp_status kp__reader_seek(kp_video_reader_t r, int64_t ts, int64_t start_ts, int64_t end_ts);
-
-/* NVDEC (nvdec.c): opens a session for r's stream, or says why not
- * (KP_ERR_UNSUPPORTED with the reason in the detail). */
-kp_status kp__nvdec_open(kp_video_reader_t r);
-kp_status kp__nvdec_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video_frame *frame,
-                         bool *eos);
-void kp__nvdec_close(struct kp__nvdec *nv);
-/* Forgets what the parser and the output queue hold (a seek); the decoder
- * stays. */
-kp_status kp__nvdec_reset(struct kp__nvdec *nv);
 
 #endif

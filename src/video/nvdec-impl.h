@@ -1,5 +1,6 @@
-/* What nvdec.c (a session: parser, decoder, output) and decoders.c (the
- * driver's entry points and the pool of idle decoders) share. */
+/* What nvdec.c (a session: parser, decoder, output; the reader's NVDEC
+ * decoder) and decoders.c (the driver's entry points, the engine's limits
+ * and the pool of idle decoders) share. */
 #ifndef KPIPE_VIDEO_NVDEC_IMPL_H
 #define KPIPE_VIDEO_NVDEC_IMPL_H
 
@@ -42,5 +43,8 @@ void kp__nv_destroy(CUvideodecoder dec, CUcontext ctx, CUdevice cudev);
  * limits: what a decoder is made for, so that clips of nearby sizes, and a
  * stream's later sizes, fit it. */
 void kp__nv_bucket(const CUVIDDECODECAPS *c, unsigned w, unsigned h, unsigned *bw, unsigned *bh);
+/* The engine's limits (c, for `codec`) for a coded size w x h:
+ * KP_ERR_UNSUPPORTED names them. */
+kp_status kp__nv_fits(const CUVIDDECODECAPS *c, cudaVideoCodec codec, unsigned w, unsigned h);
 
 #endif

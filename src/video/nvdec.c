@@ -1,6 +1,7 @@
 /* NVDEC: one session's parser, decoder and output, through the driver's
  * entry points that decoders.c loads at run time (and where the pool of
- * idle decoders lives).
+ * idle decoders lives); the reader's decoder kp__nvdec_decoder
+ * (ffmpeg-impl.h says how a reader uses one).
  *
  * Packets come from the reader's demuxer through the mp4-to-Annex-B
  * bitstream filter, one at a time, into the parser; its callbacks run on
@@ -53,6 +54,10 @@ struct kp__nvdec {
         int64_t pts;
     } held[KP__NV_QUEUE];
     unsigned held_h, held_n;
+    /* the picture next gave and output takes: a queued one (out), or a
+     * held one (out_held, not NULL) */
+    CUVIDPARSERDISPINFO out;
+    struct kp__nv_held *out_held;
     bool broken;         /* a device error: the decoder is not pooled */
     kp_status cb_status; /* a callback's error, its detail in cb_detail */
     char cb_detail[400];
@@ -68,27 +73,6 @@ static int kp__nv_fail(struct kp__nvdec *nv, kp_status st) {
     nv->cb_status = st;
     snprintf(nv->cb_detail, sizeof nv->cb_detail, "%s", kp_last_error());
     return 0; /* stops the parser */
-}
-
-static const char *kp__nv_codec_name(cudaVideoCodec c) {
-    return c == cudaVideoCodec_H264 ? "H.264" : c == cudaVideoCodec_HEVC ? "HEVC" : "?";
-}
-
-/* The decoder's limits for a coded size; KP_ERR_UNSUPPORTED names them. */
-static kp_status kp__nv_fits(struct kp__nvdec *nv, unsigned w, unsigned h) {
-    const CUVIDDECODECAPS *c = &nv->caps;
-    unsigned mbs = ((w + 15) / 16) * ((h + 15) / 16);
-    if (!c->bIsSupported)
-        return kp__error(KP_ERR_UNSUPPORTED, "NVDEC on this GPU does not decode 8-bit 4:2:0 %s",
-                         kp__nv_codec_name(nv->codec));
-    if (w > c->nMaxWidth || h > c->nMaxHeight || mbs > c->nMaxMBCount || w < c->nMinWidth ||
-        h < c->nMinHeight)
-        return kp__error(KP_ERR_UNSUPPORTED,
-                         "%ux%u is outside NVDEC's limits for %s on this GPU (%ux%u .. %ux%u, "
-                         "%u macroblocks)",
-                         w, h, kp__nv_codec_name(nv->codec), c->nMinWidth, c->nMinHeight,
-                         c->nMaxWidth, c->nMaxHeight, c->nMaxMBCount);
-    return KP_OK;
 }
 
 /* What a reconfigure for fmt's sequence takes: its coded size, its display
@@ -136,7 +120,8 @@ static kp_status kp__nv_make(struct kp__nvdec *nv, const CUVIDEOFORMAT *fmt, uns
              mh = (unsigned)(in->max_height + 15) & ~15u;
     if (mw < fmt->coded_width) mw = fmt->coded_width;
     if (mh < fmt->coded_height) mh = fmt->coded_height;
-    if (kp__nv_fits(nv, mw, mh) != KP_OK) { /* the maximum is beyond the engine: this size */
+    /* the maximum is beyond the engine: this size */
+    if (kp__nv_fits(&nv->caps, nv->codec, mw, mh) != KP_OK) {
         kp_clear_error();
         mw = fmt->coded_width;
         mh = fmt->coded_height;
@@ -237,7 +222,7 @@ static int CUDAAPI kp__nv_sequence(void *user, CUVIDEOFORMAT *fmt) {
      * the reader's maximum bounds them */
     kp_status st = kp__video_size_check(nv->r->path, nv->r->next, w, h, (int)in->max_width,
                                         (int)in->max_height);
-    if (st == KP_OK) st = kp__nv_fits(nv, fmt->coded_width, fmt->coded_height);
+    if (st == KP_OK) st = kp__nv_fits(&nv->caps, nv->codec, fmt->coded_width, fmt->coded_height);
     if (st != KP_OK) return kp__nv_fail(nv, st);
     unsigned n = fmt->min_num_decode_surfaces + KP__NV_EXTRA;
     if (n > KP__NV_QUEUE) n = KP__NV_QUEUE;
@@ -274,7 +259,8 @@ static int CUDAAPI kp__nv_display(void *user, CUVIDPARSERDISPINFO *d) {
     return 1;
 }
 
-void kp__nvdec_close(struct kp__nvdec *nv) {
+static void kp__nvdec_close(void *ctx) {
+    struct kp__nvdec *nv = ctx;
     if (!nv) return;
     if (nv->ctx) {
         CUcontext dummy;
@@ -349,7 +335,10 @@ static kp_status kp__nv_parser_seeded(struct kp__nvdec *nv) {
     return KP_OK;
 }
 
-kp_status kp__nvdec_reset(struct kp__nvdec *nv) {
+/* Forgets what the parser and the output queue hold (a seek); the decoder
+ * stays. */
+static kp_status kp__nvdec_reset(void *ctx) {
+    struct kp__nvdec *nv = ctx;
     KP_CHECK(kp__nv_parser_seeded(nv));
     if (nv->cb_status != KP_OK) return kp__error(nv->cb_status, "%s", nv->cb_detail);
     av_bsf_flush(nv->bsf);
@@ -388,7 +377,7 @@ static kp_status kp__nv_setup(struct kp__nvdec *nv) {
                                        : (CUresult)801 /* CUDA_ERROR_NOT_SUPPORTED */;
     kp__cu->cuCtxPopCurrent(&dummy);
     if (e != CUDA_SUCCESS) return kp__cu_error(e, "cuvidGetDecoderCaps");
-    KP_CHECK(kp__nv_fits(nv, (unsigned)r->info.width, (unsigned)r->info.height));
+    KP_CHECK(kp__nv_fits(&nv->caps, nv->codec, (unsigned)r->info.width, (unsigned)r->info.height));
 
     const AVBitStreamFilter *f = av_bsf_get_by_name(
         nv->codec == cudaVideoCodec_H264 ? "h264_mp4toannexb" : "hevc_mp4toannexb");
@@ -407,7 +396,9 @@ static kp_status kp__nv_setup(struct kp__nvdec *nv) {
 
 static kp_status kp__nv_feed(struct kp__nvdec *nv);
 
-kp_status kp__nvdec_open(kp_video_reader_t r) {
+/* Opens a session for r's stream, or says why not (KP_ERR_UNSUPPORTED
+ * with the reason in the detail). */
+static kp_status kp__nvdec_open(kp_video_reader_t r, void **ctx) {
     KP_CHECK(kp__nv_driver());
     struct kp__nvdec *nv = kp__calloc(1, sizeof *nv);
     if (!nv) return kp__error(KP_ERR_OUT_OF_MEMORY, "NVDEC: no memory");
@@ -419,7 +410,7 @@ kp_status kp__nvdec_open(kp_video_reader_t r) {
         kp__nvdec_close(nv);
         return st;
     }
-    r->nv = nv;
+    *ctx = nv;
     snprintf(r->info.decoder, sizeof r->info.decoder, "nvdec");
     r->info.format = KP_PIXEL_NV12;
     /* The decoder is made now, not at the first frame: creating one costs
@@ -542,18 +533,39 @@ static kp_status kp__nv_output(struct kp__nvdec *nv, const CUVIDPARSERDISPINFO *
     return KP_OK;
 }
 
-/* Hands on the oldest held picture (kp__nv_resize) when its range keeps
- * it: *done once dst has it or the range has ended. */
-static kp_status kp__nv_held_next(struct kp__nvdec *nv, CUstream s, void *dst, kp_video_frame *vf,
-                                  bool *done) {
+/* Takes the next picture to hand on: the pictures held over a size change
+ * (kp__nv_resize) first, then the output queue, fed one packet at a time
+ * while it is empty. A picture outside a range is never mapped: the
+ * reader drops it before output. */
+static kp_status kp__nvdec_next(void *ctx, kp_stream_t s, int64_t *pts, bool *eos) {
+    struct kp__nvdec *nv = ctx;
+    nv->stream = (CUstream)kp_stream_native(s); /* for a size change while feeding */
+    while (!nv->qn && !nv->held_n) {
+        if (nv->eos_sent) {
+            *eos = true;
+            return KP_OK;
+        }
+        KP_CHECK(kp__nv_feed(nv));
+    }
+    if (nv->held_n) {
+        nv->out_held = &nv->held[nv->held_h];
+        nv->held_h = (nv->held_h + 1) % KP__NV_QUEUE;
+        nv->held_n--;
+        *pts = nv->out_held->pts;
+        return KP_OK;
+    }
+    nv->out_held = NULL;
+    nv->out = nv->q[nv->qh];
+    nv->qh = (nv->qh + 1) % KP__NV_QUEUE;
+    nv->qn--;
+    *pts = nv->out.timestamp;
+    return KP_OK;
+}
+
+/* Hands on a held picture: its device frame into dst. */
+static kp_status kp__nv_held_out(struct kp__nvdec *nv, const struct kp__nv_held *e, CUstream s,
+                                 void *dst, kp_video_frame *vf) {
     kp_video_reader_t r = nv->r;
-    struct kp__nv_held *e = &nv->held[nv->held_h];
-    nv->held_h = (nv->held_h + 1) % KP__NV_QUEUE;
-    nv->held_n--;
-    int what = KP__RANGE_KEEP;
-    if (r->range.on) KP_CHECK(kp__range_frame(r, e->pts, &what));
-    *done = what != KP__RANGE_DROP;
-    if (what != KP__RANGE_KEEP) return KP_OK;
     const kp_video_reader_info *in = &r->info;
     CUcontext dummy;
     KP__CU(kp__cu->cuCtxPushCurrent(nv->ctx), "cuCtxPushCurrent");
@@ -564,7 +576,6 @@ static kp_status kp__nv_held_next(struct kp__nvdec *nv, CUstream s, void *dst, k
     if (ce == CUDA_SUCCESS) ce = kp__cu->cuStreamSynchronize(s);
     kp__cu->cuCtxPopCurrent(&dummy);
     if (ce != CUDA_SUCCESS) return kp__cu_error(ce, "copying a held picture");
-    r->next++;
     *vf = (kp_video_frame){.format = KP_PIXEL_NV12,
                            .width = e->w,
                            .height = e->h,
@@ -576,43 +587,18 @@ static kp_status kp__nv_held_next(struct kp__nvdec *nv, CUstream s, void *dst, k
     return KP_OK;
 }
 
-kp_status kp__nvdec_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video_frame *vf,
-                         bool *eos) {
-    struct kp__nvdec *nv = r->nv;
-    CUVIDPARSERDISPINFO d;
-    nv->stream = (CUstream)kp_stream_native(s); /* for a size change while feeding */
-    for (;;) {
-        while (!nv->qn && !nv->held_n && !r->range.ended) {
-            if (nv->eos_sent) {
-                *eos = true;
-                return KP_OK;
-            }
-            KP_CHECK(kp__nv_feed(nv));
-        }
-        if (r->range.ended) {
-            *eos = true;
-            return KP_OK;
-        }
-        if (nv->held_n) {
-            bool done = false;
-            KP_CHECK(kp__nv_held_next(nv, nv->stream, dst, vf, &done));
-            if (!done) continue;
-            *eos = r->range.ended;
-            return KP_OK;
-        }
-        d = nv->q[nv->qh];
-        nv->qh = (nv->qh + 1) % KP__NV_QUEUE;
-        nv->qn--;
-        int what = KP__RANGE_KEEP; /* a picture outside a range is never mapped */
-        if (r->range.on) KP_CHECK(kp__range_frame(r, d.timestamp, &what));
-        if (what == KP__RANGE_KEEP) break;
-    }
+static kp_status kp__nvdec_output(void *ctx, kp_stream_t s, void *dst, kp_video_frame *vf) {
+    struct kp__nvdec *nv = ctx;
+    kp_video_reader_t r = nv->r;
+    const struct kp__nv_held *held = nv->out_held;
+    nv->out_held = NULL;
+    if (held) return kp__nv_held_out(nv, held, (CUstream)kp_stream_native(s), dst, vf);
+    const CUVIDPARSERDISPINFO d = nv->out;
     CUcontext dummy;
     KP__CU(kp__cu->cuCtxPushCurrent(nv->ctx), "cuCtxPushCurrent");
     kp_status st = kp__nv_output(nv, &d, (CUstream)kp_stream_native(s), dst);
     kp__cu->cuCtxPopCurrent(&dummy);
     KP_CHECK(st);
-    r->next++;
     const kp_video_reader_info *in = &r->info;
     *vf = (kp_video_frame){.format = KP_PIXEL_NV12,
                            .width = nv->cur_w,
@@ -624,3 +610,34 @@ kp_status kp__nvdec_next(kp_video_reader_t r, kp_stream_t s, void *dst, kp_video
                            .full_range = r->full_range};
     return KP_OK;
 }
+
+static void kp__nvdec_drop(void *ctx) {
+    struct kp__nvdec *nv = ctx;
+    nv->out_held = NULL; /* a held frame stays for the next size change */
+}
+
+/* NVDEC takes H.264 and HEVC, for devices whose memory is CUDA's, in
+ * NV12. */
+static const char *kp__nvdec_refuses(kp_video_reader_t r, const kp_device_caps *caps) {
+    const enum AVCodecID id = r->st->codecpar->codec_id;
+    if (r->cfg.format == KP_PIXEL_I420) return "I420 asked for: NVDEC gives NV12";
+    /* NVDEC's pictures are CUDA memory, which only a device that both has
+     * the engine and speaks CUDA can take */
+    if (!caps->video_decode || !caps->native_api || strcmp(caps->native_api, "cuda") != 0)
+        return "NVDEC decodes for cuda devices only";
+    if (id != AV_CODEC_ID_H264 && id != AV_CODEC_ID_HEVC)
+        return "kpipe decodes H.264 and HEVC on NVDEC";
+    return NULL;
+}
+
+const kp__video_decoder_i kp__nvdec_decoder = {
+    .name = "nvdec",
+    .kind = KP_VIDEO_DECODE_NVDEC,
+    .refuses = kp__nvdec_refuses,
+    .open = kp__nvdec_open,
+    .next = kp__nvdec_next,
+    .output = kp__nvdec_output,
+    .drop = kp__nvdec_drop,
+    .reset = kp__nvdec_reset,
+    .close = kp__nvdec_close,
+};

@@ -3,8 +3,9 @@
  * key packets start and end it, and which packets before its start need
  * no decoding. With them, what that takes of the stream's NAL units as the
  * container keeps them (MP4's avcC / hvcC, or Annex B): each packet's NAL
- * types, and the parameter sets. Below demux and the decoders, which
- * consult it. */
+ * types, and the parameter sets. Below demux and the reader, which
+ * consult it; a decoder asks only for the parameter sets and whether its
+ * errors are expected (kp__range_lenient). */
 #include <string.h>
 
 #include "ffmpeg-impl.h"
@@ -24,6 +25,8 @@ kp_status kp__range_frame(kp_video_reader_t r, int64_t pts, int *what) {
     }
     return KP_OK;
 }
+
+bool kp__range_lenient(kp_video_reader_t r) { return r->range.on && !r->range.have_start; }
 
 /* The first byte of each NAL unit of a packet (at most `max`): length-
  * prefixed (MP4's avcC / hvcC, the length size in the extradata) or Annex

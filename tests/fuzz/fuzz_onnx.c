@@ -1,4 +1,4 @@
-/* libFuzzer harness for the ONNX reader (src/onnx/reader*.c): every input is
+/* libFuzzer harness for the ONNX reader (src/onnx/reader/): every input is
  * read as a model and as a single tensor, from memory (external data is
  * refused there, so nothing outside the input is touched). A refusal must
  * come with a detail and leave the result untouched; an accepted model must

@@ -101,6 +101,30 @@ def resnet18(classes=1000):
     return b.model([tensor("input", [1, 3, 224, 224])], [tensor("logits", [1, classes])], "resnet18")
 
 
+def conv_patterns():
+    """Every chain the engine fuses into a convolution (src/onnx/fuse.c), and
+    chains it must leave alone: Conv without bias -> BatchNormalization ->
+    Relu; Conv -> Add (a residual, no Relu); Conv -> Relu; Conv ->
+    BatchNormalization -> Add -> Relu; a Conv whose output is also a graph
+    output; an Add that broadcasts; two Convs sharing one weight."""
+    b = Builder(5)
+    a = b.op("Relu", [b.bn(b.conv("input", 3, 16, 3, bias=False), 16)])
+    r = b.op("Add", [b.conv(a, 16, 16, 3), a])
+    c = b.op("Relu", [b.conv(r, 16, 16, 1, pad=0)])
+    d = b.op("Relu", [b.op("Add", [c, b.bn(b.conv(c, 16, 16, 3), 16)])])
+    t = b.conv(d, 16, 16, 3)
+    b.nodes.append(helper.make_node("Relu", [t], ["tap"], name="tap_relu"))
+    t = b.nodes[-2].output[0]
+    bias = b.const((b.rng.standard_normal((16, 1, 1)) * 0.1).astype(np.float32), "bcast")
+    e = b.op("Relu", [b.op("Add", [b.conv("tap", 16, 16, 3), bias])])
+    w = b.weight(16, 16, 3, 3)
+    f = b.op("Conv", [e, w], kernel_shape=[3, 3], pads=[1] * 4)
+    f = b.op("Relu", [b.op("Conv", [f, w], kernel_shape=[3, 3], pads=[1] * 4)])
+    b.nodes.append(helper.make_node("Identity", [f], ["out"], name="out_id"))
+    return b.model([tensor("input", [2, 3, 20, 28])],
+                   [tensor("out", [2, 16, 20, 28]), tensor(t, [2, 16, 20, 28])], "conv_patterns")
+
+
 def srvgg_x2(convs=16, feat=64, shuffle="DepthToSpace"):
     """SRVGGNetCompact: body of 3x3 convs with PReLU, then pixel shuffle, plus
     the nearest-upsampled input. H and W are symbolic."""
@@ -261,6 +285,7 @@ MODELS = {
     "srvgg_x2_shuffle": (lambda: srvgg_x2(convs=4, shuffle="reshape"), {"frame": [1, 3, 40, 56]},
                          {"height": 40, "width": 56}),
     "mobilenet_block": (mobilenet_block, {"input": [1, 3, 112, 112]}, {}),
+    "conv_patterns": (conv_patterns, {"input": [2, 3, 20, 28]}, {}),
     "yolo_head": (yolo_head, {"images": [1, 3, 64, 64]}, {}),
     "transformer_block": (transformer_block, {"tokens": [1, 37, 64]}, {"seq": 64}),
     "sharpen_rgb": (sharpen_rgb, {"rgb": [3 * 360 * 640]}, {}),

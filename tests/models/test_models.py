@@ -27,7 +27,8 @@ DEVICE = os.environ.get("KP_MODEL_DEVICE", "cpu")
 # 4 convolutions); the plain build runs every model in both modes.
 QUICK = os.environ.get("KP_MODELS_QUICK") == "1"
 NAMES = sorted(n for n in make_models.MODELS if not (QUICK and n in ("resnet18", "srvgg_x2")))
-MODES = ["graph"] if QUICK else ["graph", "stream"]
+# mode, and the engine's fusion (--fuse off: every node as the file has it)
+VARIANTS = [("graph", "on")] if QUICK else [("graph", "on"), ("stream", "on"), ("graph", "off")]
 ORT_DIR = os.environ.get("KP_ORT_DIR", os.path.join(HERE, "..", "..", "build-deps", "ort"))
 
 
@@ -89,8 +90,8 @@ def models(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("mode", MODES)
-def test_model_matches_onnxruntime(models, tmp_path, name, mode):
+@pytest.mark.parametrize("mode,fuse", VARIANTS)
+def test_model_matches_onnxruntime(models, tmp_path, name, mode, fuse):
     _, shapes, bounds = make_models.MODELS[name]
     model = str(models / (name + ".onnx"))
     rng = np.random.default_rng(7)
@@ -103,7 +104,7 @@ def test_model_matches_onnxruntime(models, tmp_path, name, mode):
     outs = [o.name for o in onnx.load(model).graph.output]
     got = {o: str(tmp_path / ("kp_" + o + ".npy")) for o in outs}
     want = {o: str(tmp_path / ("ort_" + o + ".npy")) for o in outs}
-    run_kpipe(model, ins, got, ["--mode", mode] + max_args(bounds))
+    run_kpipe(model, ins, got, ["--mode", mode, "--fuse", fuse] + max_args(bounds))
     run_ort(model, ins, want)
     for o in outs:
         close(np.load(got[o]), np.load(want[o]), "%s.%s" % (name, o))

@@ -63,7 +63,10 @@ const kp_kernel kpt_cpu_only = {
     "test_cpu_only", sizeof(kpt_affine_params), {{"host", &(const kp_host_kernel){affine_host}}}};
 
 kp_launch kpt_launch_1d(const kp_kernel *k, const void *params, int n) {
-    kp_launch l = {k, {(uint32_t)((n + 255) / 256), 1, 1}, {256, 1, 1}, 0, params};
+    kp_launch l = {.kernel = k,
+                   .grid = {(uint32_t)((n + 255) / 256), 1, 1},
+                   .block = {256, 1, 1},
+                   .params = params};
     if (l.grid.x == 0) l.grid.x = 1;
     return l;
 }

@@ -8,7 +8,7 @@
  * prepare and works the same when folding. */
 #include <string.h>
 
-#include "onnx-impl.h"
+#include "../../onnx-impl.h"
 #include "reduce-kernels.h"
 
 #ifdef KP_HAVE_CUDA

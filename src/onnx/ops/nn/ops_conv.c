@@ -9,7 +9,13 @@
  * data for ConvTranspose), with fp32 FMA math so results match the host.
  * Otherwise im2col into the workspace in chunks of output positions and a
  * batched cuBLAS GEMM over groups, or for ConvTranspose the GEMM and
- * col2im. Bias is its own kernel afterwards (or the output's initial fill). */
+ * col2im. Bias is its own kernel afterwards (or the output's initial fill).
+ *
+ * A Conv node may carry a fused epilogue (onnx/fuse.c): a residual input
+ * (input 3) added to its output, then ReLU. With cuDNN, a bias and a ReLU
+ * it is one cudnnConvolutionBiasActivationForward; otherwise the bias
+ * pass applies the residual and the ReLU too, so every form runs one pass
+ * after the product at most. */
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -131,6 +137,8 @@ typedef struct kp__conv {
     int64_t in_size, out_size;  /* spatial positions of X and of Y */
     kp__ox_spatial sp;          /* Conv: X -> Y; ConvTranspose: the forward conv Y -> X */
     kp__ox_value *x, *w, *b, *y;
+    kp__ox_value *z;            /* a fused residual, or NULL */
+    bool relu;                  /* a fused ReLU */
 } kp__conv;
 
 static kp_status kp__conv_values(kp__ox_graph *g, kp__ox_gnode *n, kp__conv *c) {
@@ -138,6 +146,8 @@ static kp_status kp__conv_values(kp__ox_graph *g, kp__ox_gnode *n, kp__conv *c) 
     c->w = kp__ox_in(g, n, 1);
     c->b = kp__ox_in(g, n, 2);
     c->y = kp__ox_out(g, n, 0);
+    c->z = n->fused_add ? kp__ox_in(g, n, 3) : NULL;
+    c->relu = n->relu;
     if (!c->x || !c->w) return kp__ox_node_error(n, KP_ERR_PARSE, "needs inputs X and W");
     const kp__ox_value *v[3] = {c->x, c->w, c->b};
     for (int i = 0; i < 3; i++)
@@ -195,6 +205,14 @@ kp_status kp__ox_conv_infer(kp__ox_graph *g, kp__ox_gnode *n) {
     KP_CHECK(kp__conv_read(g, n, &c));
     int64_t shape[5] = {c.batch, c.cout};
     for (int i = 0; i < c.sp.nsp; i++) shape[2 + i] = c.sp.out[i];
+    /* fuse.c fused the Add where it did not broadcast; a later input shape
+     * that makes it broadcast cannot run fused */
+    bool same = !c.z || (c.z->dtype == KP_F32 && c.z->ndim == c.x->ndim);
+    for (int d = 0; same && c.z && d < c.x->ndim; d++) same = c.z->shape[d] == shape[d];
+    if (!same)
+        return kp__ox_node_error(n, KP_ERR_UNSUPPORTED,
+                                 "the residual Add fused into this convolution would broadcast "
+                                 "at these input shapes (set \"fuse\": \"off\" to run it unfused)");
     return kp__ox_set_out(g, n, 0, KP_F32, c.x->ndim, shape);
 }
 
@@ -290,18 +308,21 @@ typedef struct kp__conv_state {
 
 void kp__ox_conv_describe(const kp__ox_gnode *n, char *buf, size_t len) {
     const kp__conv_state *s = n->state;
+    char how[200];
     if (!s) {
         snprintf(buf, len, "not prepared");
         return;
     }
 #ifdef KP_HAVE_CUDNN
-    if (s->dnn) {
-        kp__ox_dnn_conv_describe(s->dnn, buf, len);
-        return;
-    }
+    if (s->dnn) kp__ox_dnn_conv_describe(s->dnn, how, sizeof how);
+    else
 #endif
-    if (s->packed) snprintf(buf, len, "host GEMM, weights packed at setup");
-    else snprintf(buf, len, "im2col + GEMM, %lld positions a pass", (long long)s->chunk);
+    if (s->packed) snprintf(how, sizeof how, "host GEMM, weights packed at setup");
+    else snprintf(how, sizeof how, "im2col + GEMM, %lld positions a pass", (long long)s->chunk);
+    const char *bn = n->fused_bn ? "BatchNormalization (in the weights)" : "";
+    const char *add = n->fused_add ? "residual Add" : "", *relu = n->relu ? "Relu" : "";
+    snprintf(buf, len, "%s%s%s%s%s%s%s", how, *bn || *add || *relu ? "; fused: " : "", bn,
+             *bn && (*add || *relu) ? " + " : "", add, *add && *relu ? " + " : "", relu);
 }
 
 void kp__ox_conv_release(kp__ox_gnode *n) {
@@ -389,7 +410,8 @@ static kp_status kp__conv_prepare(const kp__ox_exec *x, kp__ox_gnode *n, const k
     }
 #ifdef KP_HAVE_CUDNN
     if (kp__ox_cuda_dnn(x->cuda)) {
-        kp__ox_conv_shape sh = {.nsp = c->sp.nsp, .transposed = c->transposed, .batch = c->batch,
+        kp__ox_conv_shape sh = {.nsp = c->sp.nsp, .transposed = c->transposed,
+                                .fused = c->relu && c->b != NULL, .batch = c->batch,
                                 .cin = c->cin, .cout = c->cout, .group = c->group};
         bool symmetric = true;
         for (int i = 0; i < c->sp.nsp; i++) {
@@ -431,13 +453,21 @@ kp_status kp__ox_convt_prepare(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gno
 
 /* --- run ------------------------------------------------------------------------------------ */
 
-/* y = bias (set) or y += bias per channel over the whole output. */
-static kp_status kp__conv_bias(const kp__ox_exec *x, const kp__conv *c, bool set) {
-    if (!set && !c->b) return KP_OK;
-    kp__ox_bias_params p = {.bias = c->b ? c->b->data : NULL, .y = c->y->data,
-                            .n = c->y->numel, .channels = c->cout,
-                            .inner = c->out_size, .set = set};
+/* y = bias (set) or y += bias per channel over the whole output, then the
+ * fused epilogue: y += z, y = relu(y). `with_bias` false: the product
+ * added the bias already (the host GEMM). */
+static kp_status kp__conv_bias_with(const kp__ox_exec *x, const kp__conv *c, bool set,
+                                    bool with_bias) {
+    const void *b = with_bias && c->b ? c->b->data : NULL;
+    if (!set && !b && !c->z && !c->relu) return KP_OK;
+    kp__ox_bias_params p = {.bias = b, .add = c->z ? c->z->data : NULL, .y = c->y->data,
+                            .n = c->y->numel, .channels = c->cout, .inner = c->out_size,
+                            .set = set, .relu = c->relu};
     return kp__ox_launch(x, &kp__ox_k_bias, (uint64_t)p.n, &p);
+}
+
+static kp_status kp__conv_bias(const kp__ox_exec *x, const kp__conv *c, bool set) {
+    return kp__conv_bias_with(x, c, set, true);
 }
 
 #ifdef KP_HAVE_CUDA
@@ -485,11 +515,16 @@ kp_status kp__ox_conv_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode *n
             q.b_kind = KP__OX_GEMM_PACKED;
             q.b_bs[1] = s->packed_group;
         }
-        return kp__ox_gemm_host(x, &q);
+        KP_CHECK(kp__ox_gemm_host(x, &q));
+        return kp__conv_bias_with(x, &c, false, false);
     }
 #ifdef KP_HAVE_CUDA
     if (!s) return kp__ox_node_error(n, KP_ERR_INVALID_ARG, "run before prepare");
 #ifdef KP_HAVE_CUDNN
+    if (s->dnn && c.relu && c.b)
+        return kp__ox_dnn_conv_run_fused(x, kp__ox_cuda_dnn(x->cuda), s->dnn, c.x->data,
+                                         c.w->data, c.b->data, c.z ? c.z->data : NULL,
+                                         c.y->data);
     if (s->dnn) {
         KP_CHECK(kp__ox_dnn_conv_run(x, kp__ox_cuda_dnn(x->cuda), s->dnn, c.x->data, c.w->data, c.y->data));
         return kp__conv_bias(x, &c, false);

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "onnx-impl.h"
+#include "../onnx-impl.h"
 
 bool kp__ox_dtype(int onnx_type, kp_dtype *out) {
     kp_dtype dt;

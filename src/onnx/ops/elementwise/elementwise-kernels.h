@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels-impl.h"
+#include "../kernels-impl.h"
 
 /* Everything here is inlined where it is used: the op and dtype arguments
  * are constants there, and their switches fold away. */

@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels-impl.h"
+#include "../kernels-impl.h"
 
 /* A contiguous tensor as rows. The first n_keep entries of shape/stride are
  * the kept dimensions, in the input's order, so a row's index is its output

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "movement-kernels.h"
-#include "onnx-impl.h"
+#include "../../onnx-impl.h"
 
 #ifdef KP_HAVE_CUDA
 extern const kp_device_kernel kp__ox_mv_copy_cuda; /* ops_movement.cu */

@@ -17,7 +17,7 @@
 #ifndef KPIPE_ONNX_READER_IMPL_H
 #define KPIPE_ONNX_READER_IMPL_H
 
-#include "onnx-impl.h"
+#include "../onnx-impl.h"
 
 /* What a known field must look like on the wire. */
 enum {

@@ -10,7 +10,7 @@
 #ifndef KPIPE_ONNX_NN_KERNELS_H
 #define KPIPE_ONNX_NN_KERNELS_H
 
-#include "kernels-impl.h"
+#include "../kernels-impl.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -254,17 +254,22 @@ static inline KP__HD void kp__ox_bn_at(const kp__ox_bn_params *p, int64_t i) {
 }
 
 /* y = x + bias[c] (or y = bias[c] when `set`), c = (i / inner) % channels;
- * a NULL bias adds nothing (sets zero). */
+ * a NULL bias adds nothing (sets zero). A convolution's fused epilogue
+ * (onnx/fuse.c) rides on the same pass: `add` (a residual of y's shape) is
+ * added next, and `relu` applies last, NaN passing as Relu's does. */
 typedef struct kp__ox_bias_params {
     const float *bias;
+    const float *add;
     float *y;
     int64_t n, channels, inner;
-    int32_t set;
+    int32_t set, relu;
 } kp__ox_bias_params;
 
 static inline KP__HD void kp__ox_bias_at(const kp__ox_bias_params *p, int64_t i) {
     float b = p->bias ? p->bias[(i / p->inner) % p->channels] : 0.0f;
-    p->y[i] = p->set ? b : p->y[i] + b;
+    float v = p->set ? b : p->y[i] + b;
+    if (p->add) v += p->add[i];
+    p->y[i] = p->relu && v < 0.0f ? 0.0f : v;
 }
 
 /* y[i, j] = beta * c[i * c_rs + j * c_cs] over rows x cols: Gemm's C,

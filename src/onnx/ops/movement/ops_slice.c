@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "movement-kernels.h"
-#include "onnx-impl.h"
+#include "../../onnx-impl.h"
 
 /* --- Slice ----------------------------------------------------------------------- */
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "elementwise-kernels.h"
-#include "onnx-impl.h"
+#include "../../onnx-impl.h"
 
 #ifdef KP_HAVE_CUDA
 extern const kp_device_kernel kp__ox_unary_cuda; /* ops_elementwise.cu */

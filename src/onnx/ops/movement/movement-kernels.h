@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#include "kernels-impl.h"
+#include "../kernels-impl.h"
 
 typedef struct kp__ox_mv_copy_params {
     const void *in;

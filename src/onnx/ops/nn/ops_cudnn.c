@@ -64,6 +64,16 @@
        const cudnnFilterDescriptor_t, const void *, const cudnnConvolutionDescriptor_t,       \
        cudnnConvolutionFwdAlgo_t, void *, size_t, const void *, const cudnnTensorDescriptor_t, \
        void *))                                                                               \
+    X(cudnnStatus_t, cudnnCreateActivationDescriptor, (cudnnActivationDescriptor_t *))        \
+    X(cudnnStatus_t, cudnnSetActivationDescriptor,                                            \
+      (cudnnActivationDescriptor_t, cudnnActivationMode_t, cudnnNanPropagation_t, double))    \
+    X(cudnnStatus_t, cudnnDestroyActivationDescriptor, (cudnnActivationDescriptor_t))         \
+    X(cudnnStatus_t, cudnnConvolutionBiasActivationForward,                                   \
+      (cudnnHandle_t, const void *, const cudnnTensorDescriptor_t, const void *,              \
+       const cudnnFilterDescriptor_t, const void *, const cudnnConvolutionDescriptor_t,       \
+       cudnnConvolutionFwdAlgo_t, void *, size_t, const void *, const cudnnTensorDescriptor_t, \
+       const void *, const cudnnTensorDescriptor_t, const void *,                             \
+       const cudnnActivationDescriptor_t, const cudnnTensorDescriptor_t, void *))             \
     X(cudnnStatus_t, cudnnGetConvolutionBackwardDataAlgorithm_v7,                             \
       (cudnnHandle_t, const cudnnFilterDescriptor_t, const cudnnTensorDescriptor_t,           \
        const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t, const int, int *,   \
@@ -213,6 +223,8 @@ kp_status kp__ox_dnn_set_stream(void *h, void *stream) {
 struct kp__ox_dnn_conv {
     bool transposed;
     cudnnTensorDescriptor_t x, y; /* transposed: x is dy (its input), y is dx (its output) */
+    cudnnTensorDescriptor_t bias; /* fused plans: [1, C, 1, 1(, 1)] */
+    cudnnActivationDescriptor_t relu;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
     cudnnConvolutionFwdAlgo_t fwd;
@@ -228,13 +240,16 @@ void kp__ox_dnn_conv_describe(const kp__ox_dnn_conv *p, char *buf, size_t len) {
     const char *name = !p->transposed && a >= 0 && a < (int)(sizeof fwd / sizeof fwd[0])
                            ? fwd[a]
                            : "backward-data";
-    snprintf(buf, len, "cuDNN %s (algorithm %d), workspace %zu KiB", name, a, p->ws >> 10);
+    snprintf(buf, len, "cuDNN %s (algorithm %d)%s, workspace %zu KiB", name, a,
+             p->relu ? ", epilogue in the same call" : "", p->ws >> 10);
 }
 
 void kp__ox_dnn_conv_free(kp__ox_dnn_conv *p) {
     if (!p) return;
     if (p->x) (void)kp__dnn.cudnnDestroyTensorDescriptor(p->x);
     if (p->y) (void)kp__dnn.cudnnDestroyTensorDescriptor(p->y);
+    if (p->bias) (void)kp__dnn.cudnnDestroyTensorDescriptor(p->bias);
+    if (p->relu) (void)kp__dnn.cudnnDestroyActivationDescriptor(p->relu);
     if (p->w) (void)kp__dnn.cudnnDestroyFilterDescriptor(p->w);
     if (p->conv) (void)kp__dnn.cudnnDestroyConvolutionDescriptor(p->conv);
     kp__free(p);
@@ -293,6 +308,14 @@ static kp_status kp__dnn_describe(kp__ox_dnn_conv *p, const kp__ox_conv_shape *s
         return KP_ERR_UNSUPPORTED;
     for (int i = 0; i < nd; i++)
         if (got[i] != yd[i]) return KP_ERR_UNSUPPORTED;
+    if (s->fused && !s->transposed) {
+        int bd[5] = {1, yd[1], 1, 1, 1};
+        KP__DNN_CHECK(cudnnCreateTensorDescriptor(&p->bias));
+        KP__DNN_CHECK(cudnnCreateActivationDescriptor(&p->relu));
+        KP__DNN_CHECK(cudnnSetActivationDescriptor(p->relu, CUDNN_ACTIVATION_RELU,
+                                                   CUDNN_PROPAGATE_NAN, 0.0));
+        if (kp__dnn_tensor(p->bias, nd, bd) != CUDNN_STATUS_SUCCESS) return KP_ERR_UNSUPPORTED;
+    }
     return KP_OK;
 }
 
@@ -365,6 +388,23 @@ kp_status kp__ox_dnn_conv_run(const kp__ox_exec *x, void *dnn, const kp__ox_dnn_
     else
         KP__DNN_CHECK(cudnnConvolutionBackwardData(h, &one, p->w, w, p->x, in, p->conv, p->bwd,
                                                    x->workspace, p->ws, &zero, p->y, y));
+    return KP_OK;
+}
+
+/* cuDNN reads z only where alpha2 is not zero; without a residual it is
+ * given y, which has the right descriptor. */
+kp_status kp__ox_dnn_conv_run_fused(const kp__ox_exec *x, void *dnn, const kp__ox_dnn_conv *p,
+                                    const float *in, const float *w, const float *bias,
+                                    const float *z, float *y) {
+    const float one = 1.0f, zero = 0.0f;
+    if (!p->relu || p->transposed)
+        return kp__error(KP_ERR_INTERNAL, "cuDNN convolution: not planned for the fused call");
+    if (p->ws > x->workspace_bytes)
+        return kp__error(KP_ERR_INVALID_ARG, "cuDNN convolution: workspace of %zu bytes, %zu needed",
+                         x->workspace_bytes, p->ws);
+    KP__DNN_CHECK(cudnnConvolutionBiasActivationForward(
+        dnn, &one, p->x, in, p->w, w, p->conv, p->fwd, x->workspace, p->ws, z ? &one : &zero, p->y,
+        z ? (const void *)z : (const void *)y, p->bias, bias, p->relu, p->y, y));
     return KP_OK;
 }
 

@@ -13,7 +13,7 @@
 #define KPIPE_ONNX_NN_IMPL_H
 
 #include "nn-kernels.h"
-#include "onnx-impl.h"
+#include "../../onnx-impl.h"
 
 /* --- the host GEMM (ops_gemm.c) --------------------------------------------------- */
 
@@ -161,6 +161,8 @@ void *kp__ox_cuda_dnn(const kp__ox_cuda *c);
 typedef struct kp__ox_conv_shape {
     int nsp;
     bool transposed;
+    bool fused;     /* forward with bias: planned for the fused call too
+                       (cudnnConvolutionBiasActivationForward, ReLU) */
     int64_t batch, cin, cout, group;
     int64_t in[3], out[3], k[3], stride[3], pad[3], dil[3];
 } kp__ox_conv_shape;
@@ -184,6 +186,11 @@ kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s, kp__ox_dnn
 /* Enqueues it on cuDNN handle `dnn` (kp__ox_cuda_dnn): y = conv(x, w), no bias. */
 kp_status kp__ox_dnn_conv_run(const kp__ox_exec *x, void *dnn, const kp__ox_dnn_conv *p,
                               const float *in, const float *w, float *y);
+/* The fused form (a plan made with `fused`): y = relu(conv(x, w) + z +
+ * bias), z NULL for none. */
+kp_status kp__ox_dnn_conv_run_fused(const kp__ox_exec *x, void *dnn, const kp__ox_dnn_conv *p,
+                                    const float *in, const float *w, const float *bias,
+                                    const float *z, float *y);
 void kp__ox_dnn_conv_free(kp__ox_dnn_conv *p);
 #endif
 #endif

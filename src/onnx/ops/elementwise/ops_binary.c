@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "binary-kernels.h"
-#include "onnx-impl.h"
+#include "../../onnx-impl.h"
 
 _Static_assert(sizeof(kp__ox_binary_params) <= KP_MAX_KERNEL_PARAMS, "binary params too large");
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "movement-kernels.h"
-#include "onnx-impl.h"
+#include "../../onnx-impl.h"
 
 static bool sh_host_input_1(int i) { return i == 1; }
 static bool sh_host_input_0(int i) { return i == 0; }

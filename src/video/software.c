@@ -1,0 +1,245 @@
+/* The software decoder: libavcodec, behind the reader's decoder interface
+ * (ffmpeg-impl.h).
+ *
+ * It decodes on FFmpeg's threads (frame and slice), copies each picture
+ * into one of a ring of pinned buffers at the reader's pitch, and uploads
+ * it on the caller's stream: one host copy and one upload per frame. A
+ * buffer is refilled only once its upload has finished, so the host
+ * decodes the next frame while the device takes the last. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <libavutil/pixdesc.h>
+
+#include "ffmpeg-impl.h"
+
+#define KP__SW_RING 3 /* pinned upload buffers */
+
+typedef struct kp__swdec {
+    kp_video_reader_t r;
+    AVCodecContext *dec;
+    AVFrame *frame; /* the picture held between next and output */
+    kp_allocator_t pinned;
+    void *stage[KP__SW_RING];
+    kp_event_t ev[KP__SW_RING];
+    bool pending[KP__SW_RING];
+} kp__swdec;
+
+static void kp__sw_close(void *ctx) {
+    kp__swdec *d = ctx;
+    for (int i = 0; i < KP__SW_RING; i++) {
+        if (d->pending[i] && kp_event_sync(d->ev[i]) != KP_OK) kp_clear_error();
+        kp_event_destroy(d->ev[i]);
+        if (d->stage[i] && kp_allocator_free(d->pinned, d->stage[i]) != KP_OK) kp_clear_error();
+    }
+    av_frame_free(&d->frame);
+    avcodec_free_context(&d->dec);
+    kp__free(d);
+}
+
+/* The codec context for r's stream, opened: threads as configured, and a
+ * damaged bitstream an error rather than a concealed picture. */
+static kp_status kp__sw_codec(kp__swdec *d, const AVCodec *codec) {
+    kp_video_reader_t r = d->r;
+    int e = avcodec_parameters_to_context(d->dec, r->st->codecpar);
+    if (e < 0) return kp__av_error(e, KP_ERR_PARSE, "%s: the stream's parameters", r->path);
+    d->dec->thread_count = r->cfg.threads;
+    /* A session of a parallel reader decodes on slice threads only: frame
+     * threads report an error frames later, and a range must know whether
+     * it came from a picture before its start (expected, ignored) or after
+     * (the file's). The sessions give the parallelism. */
+    d->dec->thread_type =
+        r->cfg.parallel == KP__PAR_SESSION ? FF_THREAD_SLICE : FF_THREAD_FRAME | FF_THREAD_SLICE;
+    d->dec->pkt_timebase = r->st->time_base;
+    d->dec->err_recognition |= AV_EF_EXPLODE;
+    if ((e = avcodec_open2(d->dec, codec, NULL)) < 0)
+        return kp__av_error(e, KP_ERR_UNSUPPORTED, "%s: cannot open the %s decoder", r->path,
+                            codec->name);
+    return KP_OK;
+}
+
+static kp_status kp__sw_setup(kp__swdec *d) {
+    kp_video_reader_t r = d->r;
+    const AVCodecParameters *par = r->st->codecpar;
+    const AVCodec *codec = avcodec_find_decoder(par->codec_id);
+    if (!codec)
+        return kp__error(KP_ERR_UNSUPPORTED, "%s: codec %s: this FFmpeg has no decoder for it",
+                         r->path, avcodec_get_name(par->codec_id));
+    if (!(d->dec = avcodec_alloc_context3(codec)) || !(d->frame = av_frame_alloc()))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "%s: no memory for a decoder", r->path);
+    KP_CHECK(kp__sw_codec(d, codec));
+    KP_CHECK(kp_device_allocator(r->dev, KP_ALLOCATOR_PINNED, &d->pinned));
+    for (int i = 0; i < KP__SW_RING; i++) KP_CHECK(kp_event_create(r->dev, &d->ev[i]));
+    snprintf(r->info.decoder, sizeof r->info.decoder, "libavcodec (%s)", codec->name);
+    r->info.format = r->cfg.format == KP_PIXEL_NV12 ? KP_PIXEL_NV12 : KP_PIXEL_I420;
+    return KP_OK;
+}
+
+static kp_status kp__sw_open(kp_video_reader_t r, void **ctx) {
+    kp__swdec *d = kp__calloc(1, sizeof *d);
+    if (!d) return kp__error(KP_ERR_OUT_OF_MEMORY, "%s: no memory for a decoder", r->path);
+    d->r = r;
+    kp_status st = kp__sw_setup(d);
+    if (st != KP_OK) {
+        kp__sw_close(d);
+        return st;
+    }
+    *ctx = d;
+    return KP_OK;
+}
+
+/* The reader's next packet into the decoder, or the end of the stream
+ * (which drains the delayed frames). */
+static kp_status kp__sw_send(kp__swdec *d, bool lenient) {
+    kp_video_reader_t r = d->r;
+    kp_status st = kp__demux_next(r);
+    int e;
+    if (st == KP_ERR_NOT_FOUND) {
+        e = avcodec_send_packet(d->dec, NULL);
+        if (e < 0 && e != AVERROR_EOF)
+            return kp__av_error(e, KP_ERR_PARSE, "%s: draining the decoder", r->path);
+        return KP_OK;
+    }
+    KP_CHECK(st);
+    e = avcodec_send_packet(d->dec, r->pkt);
+    av_packet_unref(r->pkt);
+    if (e < 0 && e != AVERROR(EAGAIN) && !lenient)
+        return kp__av_error(e, KP_ERR_PARSE, "%s: a corrupt bitstream at packet %llu", r->path,
+                            (unsigned long long)r->packets - 1);
+    return KP_OK;
+}
+
+static kp_status kp__sw_next(void *ctx, kp_stream_t s, int64_t *pts, bool *eos) {
+    kp__swdec *d = ctx;
+    kp_video_reader_t r = d->r;
+    (void)s; /* the upload's stream is output's */
+    for (;;) {
+        int e = avcodec_receive_frame(d->dec, d->frame);
+        if (e == 0) {
+            *pts = d->frame->best_effort_timestamp;
+            return KP_OK;
+        }
+        if (e == AVERROR_EOF) {
+            *eos = true;
+            return KP_OK;
+        }
+        const bool lenient = kp__range_lenient(r);
+        if (e != AVERROR(EAGAIN) && !lenient)
+            return kp__av_error(e, KP_ERR_PARSE, "%s: a corrupt bitstream: decoding frame %llu",
+                                r->path, (unsigned long long)r->next);
+        KP_CHECK(kp__sw_send(d, lenient));
+    }
+}
+
+static void kp__sw_drop(void *ctx) {
+    kp__swdec *d = ctx;
+    av_frame_unref(d->frame);
+}
+
+/* Whether the held picture is one kpipe reads: 8-bit 4:2:0 within the
+ * reader's maximum size. */
+static kp_status kp__sw_check(const kp__swdec *d) {
+    const kp_video_reader_t r = d->r;
+    const AVFrame *fr = d->frame;
+    if (fr->format != AV_PIX_FMT_YUV420P && fr->format != AV_PIX_FMT_YUVJ420P)
+        return kp__error(
+            KP_ERR_UNSUPPORTED, "%s: pixel format %s: kpipe reads 8-bit 4:2:0 (yuv420p, yuvj420p)",
+            r->path, av_get_pix_fmt_name(fr->format) ? av_get_pix_fmt_name(fr->format) : "?");
+    return kp__video_size_check(r->path, r->next, fr->width, fr->height, r->info.max_width,
+                                r->info.max_height);
+}
+
+/* Ring buffer k, ready to fill: made on first use (zeroed, so that the
+ * pitch's padding is defined), or its upload of KP__SW_RING frames ago
+ * finished. */
+static kp_status kp__sw_stage(kp__swdec *d, size_t k) {
+    if (!d->stage[k]) {
+        KP_CHECK(kp_allocator_alloc(d->pinned, d->r->info.frame_bytes, NULL, &d->stage[k]));
+        memset(d->stage[k], 0, d->r->info.frame_bytes);
+    }
+    if (d->pending[k]) {
+        d->pending[k] = false;
+        KP_CHECK(kp_event_sync(d->ev[k]));
+    }
+    return KP_OK;
+}
+
+/* Copies rows of `width` bytes from a plane with `src_pitch` into one with
+ * `dst_pitch`. */
+static void kp__copy_plane(uint8_t *dst, int64_t dst_pitch, const uint8_t *src, int src_pitch,
+                           int64_t width, int64_t rows) {
+    for (int64_t y = 0; y < rows; y++)
+        memcpy(dst + y * dst_pitch, src + y * (int64_t)src_pitch, (size_t)width);
+}
+
+/* The picture into b at pitch p, as I420 or NV12 (U and V interleaved as
+ * they are copied). */
+static void kp__sw_copy(const AVFrame *fr, kp_pixel_format format, uint8_t *b, int64_t p) {
+    const int64_t w = fr->width, h = fr->height;
+    kp__copy_plane(b, p, fr->data[0], fr->linesize[0], w, h);
+    if (format == KP_PIXEL_NV12) {
+        for (int64_t y = 0; y < h / 2; y++) {
+            uint8_t *row = b + p * h + y * p;
+            const uint8_t *u = fr->data[1] + y * fr->linesize[1],
+                          *v = fr->data[2] + y * fr->linesize[2];
+            for (int64_t x = 0; x < w / 2; x++) {
+                row[2 * x] = u[x];
+                row[2 * x + 1] = v[x];
+            }
+        }
+    } else {
+        kp__copy_plane(b + p * h, p / 2, fr->data[1], fr->linesize[1], w / 2, h / 2);
+        kp__copy_plane(b + p * h + p / 2 * (h / 2), p / 2, fr->data[2], fr->linesize[2], w / 2,
+                       h / 2);
+    }
+}
+
+static kp_status kp__sw_output(void *ctx, kp_stream_t s, void *dst, kp_video_frame *vf) {
+    kp__swdec *d = ctx;
+    kp_video_reader_t r = d->r;
+    AVFrame *fr = d->frame;
+    const size_t k = (size_t)(r->next % KP__SW_RING);
+    kp_status st = kp__sw_check(d);
+    if (st == KP_OK) st = kp__sw_stage(d, k);
+    if (st != KP_OK) {
+        av_frame_unref(fr);
+        return st;
+    }
+    const int64_t w = fr->width, h = fr->height, p = r->info.pitch;
+    uint8_t *b = d->stage[k];
+    kp__sw_copy(fr, r->info.format, b, p);
+    int64_t pts = fr->best_effort_timestamp;
+    bool full = fr->format == AV_PIX_FMT_YUVJ420P || fr->color_range == AVCOL_RANGE_JPEG;
+    av_frame_unref(fr);
+    KP_CHECK(kp_memcpy_async(s, dst, b, (size_t)(p * h / 2 * 3)));
+    KP_CHECK(kp_event_record(d->ev[k], s));
+    d->pending[k] = true;
+    *vf = (kp_video_frame){.format = r->info.format,
+                           .width = (int32_t)w,
+                           .height = (int32_t)h,
+                           .pitch = p,
+                           .pts = pts == AV_NOPTS_VALUE ? KP_VIDEO_NO_PTS : pts,
+                           .time_base = {r->info.time_base[0], r->info.time_base[1]},
+                           .rate = {r->info.rate[0], r->info.rate[1]},
+                           .full_range = full};
+    return KP_OK;
+}
+
+static kp_status kp__sw_reset(void *ctx) {
+    kp__swdec *d = ctx;
+    avcodec_flush_buffers(d->dec);
+    return KP_OK;
+}
+
+const kp__video_decoder_i kp__software_decoder = {
+    .name = "libavcodec",
+    .kind = KP_VIDEO_DECODE_SOFTWARE,
+    .refuses = NULL, /* decodes whatever this FFmpeg has a decoder for, anywhere */
+    .open = kp__sw_open,
+    .next = kp__sw_next,
+    .output = kp__sw_output,
+    .drop = kp__sw_drop,
+    .reset = kp__sw_reset,
+    .close = kp__sw_close,
+};
