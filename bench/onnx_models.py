@@ -177,7 +177,31 @@ def one(name, spec, folder, reps, compile_modes):
             key = "compile" if mode == "default" else mode
             row[key + "_first_s"] = time.perf_counter() - t0
             row[key + "_p50_ms"], row[key + "_p99_ms"] = timed(lambda: f(xc), reps)
+    tf32(row, netc, path, in_name, xc, ref, maxes, reps, compile_modes)
     return row
+
+
+def tf32(row, netc, path, in_name, xc, ref, maxes, reps, compile_modes):
+    """kpipe's "precision": "tf32" against PyTorch with TF32 on (its cuDNN
+    default), error against the fp32 reference."""
+    p = kpipe.Pipeline(path, device="cuda", max=maxes, precision="tf32")
+    got = torch.from_dlpack(p({in_name: xc})["output"]).clone()
+    row["tf32_err_cuda"] = rel(got, ref)
+    row["tf32_finite"] = bool(torch.isfinite(got).all())
+    row["tf32_kpipe_p50_ms"], row["tf32_kpipe_p99_ms"] = timed(lambda: p({in_name: xc}), reps)
+    p.close()
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        with torch.no_grad():
+            row["tf32_eager_p50_ms"], _ = timed(lambda: netc(xc), reps)
+            for mode in compile_modes:
+                torch._dynamo.reset()
+                f = torch.compile(netc, mode=mode)
+                f(xc)
+                key = "tf32_compile" if mode == "default" else "tf32_" + mode
+                row[key + "_p50_ms"], _ = timed(lambda: f(xc), reps)
+    finally:
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def main():
@@ -212,9 +236,17 @@ def main():
             r["kpipe_setup_ms"], r["kpipe_p50_ms"], r["eager_p50_ms"],
             "%.2fms" % r["compile_p50_ms"] if "compile_p50_ms" in r else "-",
             r["kpipe_arena_mib"], r["eager_peak_mib"]))
+    print("\nTF32 (kpipe precision tf32; torch with TF32 on)")
+    print("%-20s %9s %8s %9s %9s" % ("model", "err fp32", "kp p50", "eager p50", "compile"))
+    for r in rows:
+        if "tf32_kpipe_p50_ms" in r:
+            print("%-20s %9.2e %6.2fms %7.2fms %7s" % (
+                r["model"], r["tf32_err_cuda"], r["tf32_kpipe_p50_ms"], r["tf32_eager_p50_ms"],
+                "%.2fms" % r["tf32_compile_p50_ms"] if "tf32_compile_p50_ms" in r else "-"))
     bad = [r for r in rows if "error" in r or r["err_cuda"] > 1e-4 or not r["finite"]
            or r.get("err_cpu", 0) > 1e-4 or r.get("err_cli_cuda", 0) > 1e-4
-           or r.get("err_cli_cpu", 0) > 1e-4]
+           or r.get("err_cli_cpu", 0) > 1e-4
+           or r.get("tf32_err_cuda", 0) > 1e-2 or not r.get("tf32_finite", True)]
     return 1 if bad else 0
 
 

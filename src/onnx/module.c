@@ -3,6 +3,9 @@
  *   {"type": "onnx", "id": "net", "params": {"model": "sr.onnx",
  *    "max": {"height": 1080, "width": 1920}, "precision": "fp32", "fuse": "on"}}
  *
+ * "precision": "tf32" lets cuda's convolutions and GEMMs round their
+ * inputs to TF32 on tensor cores (fp32 storage, about 1e-3 relative
+ * error); "fp32" (the default) keeps them in fp32 FMA math, as the host.
  * "fuse": "off" runs every node as the file has it, where "on" (the
  * default) runs a convolution's residual Add and Relu inside it (fuse.c).
  *
@@ -192,9 +195,11 @@ static kp_status kp__onnx_load(const kp_module_env *env, kp__onnx *m) {
     bool fuse_on = !strcmp(fuse, "on") || !strcmp(fuse, "true");
     if (!fuse_on && strcmp(fuse, "off") != 0 && strcmp(fuse, "false") != 0)
         return kp__error(KP_ERR_INVALID_ARG, "\"fuse\": \"%s\": on or off", fuse);
-    if (strcmp(precision, "fp32") != 0)
+    bool tf32 = strcmp(precision, "tf32") == 0;
+    if (strcmp(precision, "fp32") != 0 && !tf32)
         return kp__error(strcmp(precision, "fp16") == 0 ? KP_ERR_UNSUPPORTED : KP_ERR_INVALID_ARG,
-                         "\"precision\": \"%s\": this build runs models in \"fp32\"", precision);
+                         "\"precision\": \"%s\": this build runs models in \"fp32\" or "
+                         "\"tf32\"", precision);
     char path[4096], bounds_text[1024];
     if (model[0] != '/' && env->base_dir) snprintf(path, sizeof path, "%s/%s", env->base_dir, model);
     else snprintf(path, sizeof path, "%s", model);
@@ -207,6 +212,7 @@ static kp_status kp__onnx_load(const kp_module_env *env, kp__onnx *m) {
     KP_CHECK(kp__ox_read_file(path, &md));
     KP_CHECK(kp__ox_graph_build(md, &g));
     g->no_fusion = !fuse_on;
+    g->tf32 = tf32;
     return kp__ox_engine_create(env->dev, g, b, nb, &m->e);
 }
 

@@ -18,6 +18,8 @@ static const char kpt_bench_usage[] =
     "  --device D   cpu, cuda or cuda:N (default: cuda when present, else cpu)\n"
     "  --mode M     graph or stream (default: both)\n"
     "  --max N=V,...  a model's symbolic dimensions' maxima, by name (MODEL.onnx)\n"
+    "  --fuse F       on or off: a model's fused convolution epilogues (MODEL.onnx)\n"
+    "  --precision P  fp32 or tf32: a model's cuda convolutions and GEMMs (MODEL.onnx)\n"
     "  --ticks N    measured ticks (default 10000)\n"
     "  --warmup N   ticks run before measuring (default 500)\n"
     "  --shapes L   cycle the pipeline's dynamic dimensions through the sizes of the\n"
@@ -217,9 +219,8 @@ static int kpt_bench_parse(int argc, char **argv, const char **spec, const char 
             fputs(kpt_bench_usage, stdout);
             return -1;
         }
-        if ((r = kpt_opt_value(argc, argv, &i, "--max", &v)) != 0) {
+        if ((r = kpt_model_option(argc, argv, &i, "bench")) != 0) {
             if (r < 0) return 2;
-            kpt_model_max = v;
         } else if ((r = kpt_opt_value(argc, argv, &i, "--device", &v)) != 0) {
             if (r < 0) return 2;
             *device = v;

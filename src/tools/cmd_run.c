@@ -27,6 +27,7 @@ static const char kpt_run_usage[] =
     "  --max N=V,...    a model's symbolic dimensions' maxima, by name (MODEL.onnx)\n"
     "  --fuse F         on or off: a model's fused convolution epilogues (MODEL.onnx;\n"
     "                   off runs every node as the file has it)\n"
+    "  --precision P    fp32 or tf32: a model's cuda convolutions and GEMMs (MODEL.onnx)\n"
     "  --check          run the same spec and inputs on the cpu backend and compare every\n"
     "                   output: floats within |a-b| <= 1e-6 + 1e-5 |cpu|, integers exactly;\n"
     "                   exit status 1 past that\n";
@@ -87,16 +88,8 @@ static int kpt_run_parse(int argc, char **argv, kpt_run_args *a) {
             a->check = true;
             continue;
         }
-        if ((r = kpt_opt_value(argc, argv, &i, "--max", &v)) != 0) {
+        if ((r = kpt_model_option(argc, argv, &i, "run")) != 0) {
             if (r < 0) return 2;
-            kpt_model_max = v;
-        } else if ((r = kpt_opt_value(argc, argv, &i, "--fuse", &v)) != 0) {
-            if (r < 0) return 2;
-            if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
-                fprintf(stderr, "kpipe run: --fuse takes on or off, not \"%s\"\n", v);
-                return 2;
-            }
-            kpt_model_fuse = v;
         } else if ((r = kpt_opt_value(argc, argv, &i, "--device", &v)) != 0) {
             if (r < 0) return 2;
             a->device = v;

@@ -11,7 +11,7 @@
 #include "tool-impl.h"
 
 static const char kpt_validate_usage[] =
-    "usage: kpipe validate SPEC.json|MODEL.onnx [--max N=V,...] [--device D] [--mode M] [--fuse on|off] [--source]\n"
+    "usage: kpipe validate SPEC.json|MODEL.onnx [--max N=V,...] [--precision P] [--device D] [--mode M] [--fuse on|off] [--source]\n"
     "       kpipe validate FLOW.json [--device D] [--dot FILE]\n\n"
     "Parses and plans the spec without running it: modules in execution order, their\n"
     "ports (a dynamic dimension as <=MAX), each connection with its zero-copy\n"
@@ -23,6 +23,7 @@ static const char kpt_validate_usage[] =
     "  --device D  plan for cpu (default), cuda or cuda:N; allocates nothing\n"
     "  --mode M    graph or stream (default: the spec's \"execution\")\n"
     "  --max N=V,...  a model's symbolic dimensions' maxima, by name (MODEL.onnx)\n"
+    "  --precision P  fp32 or tf32: a model's cuda convolutions and GEMMs (MODEL.onnx)\n"
     "  --fuse F    on or off: override the spec's \"fuse\" (a MODEL.onnx: the engine's\n"
     "              fused convolution epilogues)\n"
     "  --source    print each fused group's generated CUDA C++\n\n"
@@ -392,9 +393,9 @@ int kpt_cmd_validate(int argc, char **argv) {
             fputs(kpt_validate_usage, stdout);
             return 0;
         }
-        if ((r = kpt_opt_value(argc, argv, &i, "--max", &v)) != 0) {
+        if (strncmp(argv[i], "--fuse", 6) != 0 &&
+            (r = kpt_model_option(argc, argv, &i, "validate")) != 0) {
             if (r < 0) return 2;
-            kpt_model_max = v;
         } else if ((r = kpt_opt_value(argc, argv, &i, "--device", &v)) != 0) {
             if (r < 0) return 2;
             device = v;

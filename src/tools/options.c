@@ -80,6 +80,34 @@ int kpt_fail(const char *cmd, kp_status st) {
     return 1;
 }
 
+/* --max, --fuse and --precision: the model options run, bench and validate
+ * share (kpt_model_max and kin, read by kpt_pipeline_open). */
+int kpt_model_option(int argc, char **argv, int *i, const char *cmd) {
+    const char *v;
+    int r;
+    if ((r = kpt_opt_value(argc, argv, i, "--max", &v)) != 0) {
+        if (r > 0) kpt_model_max = v;
+        return r;
+    }
+    if ((r = kpt_opt_value(argc, argv, i, "--fuse", &v)) != 0) {
+        if (r > 0 && strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+            fprintf(stderr, "kpipe %s: --fuse takes on or off, not \"%s\"\n", cmd, v);
+            return -1;
+        }
+        if (r > 0) kpt_model_fuse = v;
+        return r;
+    }
+    if ((r = kpt_opt_value(argc, argv, i, "--precision", &v)) != 0) {
+        if (r > 0 && strcmp(v, "fp32") != 0 && strcmp(v, "tf32") != 0) {
+            fprintf(stderr, "kpipe %s: --precision takes fp32 or tf32, not \"%s\"\n", cmd, v);
+            return -1;
+        }
+        if (r > 0) kpt_model_precision = v;
+        return r;
+    }
+    return 0;
+}
+
 int kpt_opt_value(int argc, char **argv, int *i, const char *name, const char **value) {
     const char *a = argv[*i];
     size_t n = strlen(name);

@@ -53,6 +53,11 @@ typedef struct kpt_runner {
 extern const char *kpt_model_max;
 /* --fuse on|off for a MODEL.onnx: the engine's "fuse" (NULL: its default) */
 extern const char *kpt_model_fuse;
+/* --precision fp32|tf32 for a MODEL.onnx (NULL: the module's default) */
+extern const char *kpt_model_precision;
+/* Takes --max, --fuse or --precision at argv[*i] (kpt_opt_value's returns:
+ * 0 not one of them, 1 taken, -1 a usage error already printed). */
+int kpt_model_option(int argc, char **argv, int *i, const char *cmd);
 /* Creates a pipeline from a spec file, or from an ONNX model file (a name
  * ending in .onnx): a pipeline of one `onnx` module whose ports are the
  * pipeline's inputs and outputs, under the module's port names. */

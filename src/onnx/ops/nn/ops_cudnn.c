@@ -17,7 +17,9 @@
  *
  * Convolutions use the legacy descriptor API with FMA math: cuDNN's default
  * math lets fp32 convolutions run as TF32 on Ampere and later, which would
- * not match the host within the engine's tolerance. */
+ * not match the host within the engine's tolerance. "precision": "tf32"
+ * asks for exactly that: tensor-op algorithms are then allowed, and each
+ * runs in the math type the heuristics gave it. */
 #define _GNU_SOURCE /* dladdr: the path of the library the loader found */
 #include <cudnn.h>
 #include <dlfcn.h>
@@ -229,6 +231,7 @@ struct kp__ox_dnn_conv {
     cudnnConvolutionDescriptor_t conv;
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd;
+    cudnnMathType_t math;
     size_t ws;
 };
 
@@ -240,7 +243,8 @@ void kp__ox_dnn_conv_describe(const kp__ox_dnn_conv *p, char *buf, size_t len) {
     const char *name = !p->transposed && a >= 0 && a < (int)(sizeof fwd / sizeof fwd[0])
                            ? fwd[a]
                            : "backward-data";
-    snprintf(buf, len, "cuDNN %s (algorithm %d)%s, workspace %zu KiB", name, a,
+    snprintf(buf, len, "cuDNN %s (algorithm %d)%s%s, workspace %zu KiB", name, a,
+             p->math == CUDNN_TENSOR_OP_MATH ? ", TF32 tensor cores" : "",
              p->relu ? ", epilogue in the same call" : "", p->ws >> 10);
 }
 
@@ -298,7 +302,8 @@ static kp_status kp__dnn_describe(kp__ox_dnn_conv *p, const kp__ox_conv_shape *s
     KP__DNN_CHECK(cudnnSetConvolutionNdDescriptor(p->conv, nd - 2, pad, stride, dil,
                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     KP__DNN_CHECK(cudnnSetConvolutionGroupCount(p->conv, (int)s->group));
-    KP__DNN_CHECK(cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH));
+    KP__DNN_CHECK(cudnnSetConvolutionMathType(p->conv, s->tf32 ? CUDNN_TENSOR_OP_MATH
+                                                               : CUDNN_FMA_MATH));
     cudnnTensorDescriptor_t fwd_in = s->transposed ? p->y : p->x;
     cudnnTensorDescriptor_t fwd_out = s->transposed ? p->x : p->y;
     if (kp__dnn_tensor(fwd_in, nd, xd) != CUDNN_STATUS_SUCCESS ||
@@ -319,9 +324,15 @@ static kp_status kp__dnn_describe(kp__ox_dnn_conv *p, const kp__ox_conv_shape *s
     return KP_OK;
 }
 
-/* The first algorithm the heuristics rank that runs in FMA math within the
- * workspace cap. */
-static kp_status kp__dnn_pick(void *dnn, kp__ox_dnn_conv *p) {
+/* Whether an algorithm's math type is allowed: FMA (or the default, which
+ * is FMA under an FMA descriptor) in fp32; any with tf32. */
+static bool kp__dnn_math_ok(cudnnMathType_t m, bool tf32) {
+    return tf32 || m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
+}
+
+/* The first algorithm the heuristics rank whose math is allowed, within
+ * the workspace cap; the descriptor then takes that algorithm's math. */
+static kp_status kp__dnn_pick(void *dnn, kp__ox_dnn_conv *p, bool tf32) {
     cudnnHandle_t h = dnn;
     int n = 0;
     if (!p->transposed) {
@@ -332,9 +343,11 @@ static kp_status kp__dnn_pick(void *dnn, kp__ox_dnn_conv *p) {
             return KP_ERR_UNSUPPORTED;
         for (int i = 0; i < n; i++)
             if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= KP__OX_COLS_MAX &&
-                (r[i].mathType == CUDNN_FMA_MATH || r[i].mathType == CUDNN_DEFAULT_MATH)) {
+                kp__dnn_math_ok(r[i].mathType, tf32)) {
                 p->fwd = r[i].algo;
                 p->ws = r[i].memory;
+                p->math = tf32 ? r[i].mathType : CUDNN_FMA_MATH;
+                KP__DNN_CHECK(cudnnSetConvolutionMathType(p->conv, p->math));
                 return KP_OK;
             }
         return KP_ERR_UNSUPPORTED;
@@ -346,9 +359,11 @@ static kp_status kp__dnn_pick(void *dnn, kp__ox_dnn_conv *p) {
         return KP_ERR_UNSUPPORTED;
     for (int i = 0; i < n; i++)
         if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= KP__OX_COLS_MAX &&
-            (r[i].mathType == CUDNN_FMA_MATH || r[i].mathType == CUDNN_DEFAULT_MATH)) {
+            kp__dnn_math_ok(r[i].mathType, tf32)) {
             p->bwd = r[i].algo;
             p->ws = r[i].memory;
+            p->math = tf32 ? r[i].mathType : CUDNN_FMA_MATH;
+            KP__DNN_CHECK(cudnnSetConvolutionMathType(p->conv, p->math));
             return KP_OK;
         }
     return KP_ERR_UNSUPPORTED;
@@ -363,7 +378,7 @@ kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s, kp__ox_dnn
     if (!p) return kp__error(KP_ERR_OUT_OF_MEMORY, "cuDNN convolution: no memory");
     p->transposed = s->transposed;
     kp_status st = kp__dnn_describe(p, s);
-    if (st == KP_OK) st = kp__dnn_pick(dnn, p);
+    if (st == KP_OK) st = kp__dnn_pick(dnn, p, s->tf32);
     if (st != KP_OK) {
         kp__ox_dnn_conv_free(p);
         /* A shape cuDNN declines goes the cuBLAS way; so does a descriptor
