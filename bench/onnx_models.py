@@ -26,6 +26,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 import kpipe  # noqa: E402
+from kpipe.pipeline import model_spec  # noqa: E402
 
 
 class SRVGGx2(nn.Module):
@@ -190,6 +191,18 @@ def tf32(row, netc, path, in_name, xc, ref, maxes, reps, compile_modes):
     row["tf32_finite"] = bool(torch.isfinite(got).all())
     row["tf32_kpipe_p50_ms"], row["tf32_kpipe_p99_ms"] = timed(lambda: p({in_name: xc}), reps)
     p.close()
+    # "tune": cuDNN's algorithms measured at setup, in fp32 and in tf32
+    for prec, key in (("fp32", "tuned"), ("tf32", "tf32_tuned")):
+        spec = model_spec(path, maxes, prec)
+        spec["modules"][0]["params"]["tune"] = "on"
+        t0 = time.perf_counter()
+        p = kpipe.Pipeline(spec, device="cuda")
+        got = torch.from_dlpack(p({in_name: xc})["output"]).clone()
+        torch.cuda.synchronize()
+        row[key + "_setup_ms"] = (time.perf_counter() - t0) * 1e3
+        row[key + "_err_cuda"] = rel(got, ref)
+        row[key + "_kpipe_p50_ms"], _ = timed(lambda: p({in_name: xc}), reps)
+        p.close()
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
     try:
         with torch.no_grad():
@@ -237,16 +250,24 @@ def main():
             "%.2fms" % r["compile_p50_ms"] if "compile_p50_ms" in r else "-",
             r["kpipe_arena_mib"], r["eager_peak_mib"]))
     print("\nTF32 (kpipe precision tf32; torch with TF32 on)")
-    print("%-20s %9s %8s %9s %9s" % ("model", "err fp32", "kp p50", "eager p50", "compile"))
+    print("%-20s %9s %8s %9s %9s %9s %9s" % ("model", "err fp32", "kp p50", "tuned", "setup",
+                                             "eager p50", "compile"))
     for r in rows:
         if "tf32_kpipe_p50_ms" in r:
-            print("%-20s %9.2e %6.2fms %7.2fms %7s" % (
-                r["model"], r["tf32_err_cuda"], r["tf32_kpipe_p50_ms"], r["tf32_eager_p50_ms"],
+            print("%-20s %9.2e %6.2fms %7.2fms %7.0fms %7.2fms %7s" % (
+                r["model"], r["tf32_err_cuda"], r["tf32_kpipe_p50_ms"],
+                r["tf32_tuned_kpipe_p50_ms"], r["tf32_tuned_setup_ms"], r["tf32_eager_p50_ms"],
                 "%.2fms" % r["tf32_compile_p50_ms"] if "tf32_compile_p50_ms" in r else "-"))
+    print("\nfp32 tuned (\"tune\": \"on\")")
+    for r in rows:
+        if "tuned_kpipe_p50_ms" in r:
+            print("%-20s %6.2fms (heuristics %.2fms), setup %.0fms" % (
+                r["model"], r["tuned_kpipe_p50_ms"], r["kpipe_p50_ms"], r["tuned_setup_ms"]))
     bad = [r for r in rows if "error" in r or r["err_cuda"] > 1e-4 or not r["finite"]
            or r.get("err_cpu", 0) > 1e-4 or r.get("err_cli_cuda", 0) > 1e-4
            or r.get("err_cli_cpu", 0) > 1e-4
-           or r.get("tf32_err_cuda", 0) > 1e-2 or not r.get("tf32_finite", True)]
+           or r.get("tf32_err_cuda", 0) > 1e-2 or not r.get("tf32_finite", True)
+           or r.get("tuned_err_cuda", 0) > 1e-4 or r.get("tf32_tuned_err_cuda", 0) > 1e-2]
     return 1 if bad else 0
 
 

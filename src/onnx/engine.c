@@ -198,7 +198,7 @@ static kp_status kp__ox_engine_setup(kp__ox_engine *e, const kp__ox_bound *bound
     for (size_t i = 0; i < g->n_inputs; i++)
         memcpy(e->cur_shape[i], e->max_shape[i], sizeof e->cur_shape[i]);
 #ifdef KP_HAVE_CUDA
-    if (!e->host) KP_CHECK(kp__ox_cuda_create(e->dev, g->tf32, &e->cuda));
+    if (!e->host) KP_CHECK(kp__ox_cuda_create(e->dev, g->tf32, g->tune, &e->cuda));
 #endif
     KP_CHECK(kp__ox_infer(g));
     KP_CHECK(kp__ox_fuse(g));

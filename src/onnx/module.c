@@ -6,6 +6,9 @@
  * "precision": "tf32" lets cuda's convolutions and GEMMs round their
  * inputs to TF32 on tensor cores (fp32 storage, about 1e-3 relative
  * error); "fp32" (the default) keeps them in fp32 FMA math, as the host.
+ * "tune": "on" measures cuDNN's algorithms for each convolution shape when
+ * it is prepared (cudnnFind*: milliseconds each, at setup and at a new
+ * shape) instead of taking its heuristics' first choice.
  * "fuse": "off" runs every node as the file has it, where "on" (the
  * default) runs a convolution's residual Add and Relu inside it (fuse.c).
  *
@@ -185,13 +188,17 @@ static kp_status kp__onnx_bounds(char *text, kp__ox_bound *b, size_t cap, size_t
 }
 
 static kp_status kp__onnx_load(const kp_module_env *env, kp__onnx *m) {
-    const char *model, *max_text, *precision, *fuse;
+    const char *model, *max_text, *precision, *fuse, *tune;
     KP_CHECK(kp_param_str(env, "model", NULL, &model));
     if (!model || !model[0])
         return kp__error(KP_ERR_INVALID_ARG, "\"model\": the path of an .onnx file is required");
     KP_CHECK(kp_param_str(env, "max", "", &max_text));
     KP_CHECK(kp_param_str(env, "precision", "fp32", &precision));
     KP_CHECK(kp_param_str(env, "fuse", "on", &fuse));
+    KP_CHECK(kp_param_str(env, "tune", "off", &tune));
+    bool tune_on = !strcmp(tune, "on") || !strcmp(tune, "true");
+    if (!tune_on && strcmp(tune, "off") != 0 && strcmp(tune, "false") != 0)
+        return kp__error(KP_ERR_INVALID_ARG, "\"tune\": \"%s\": on or off", tune);
     bool fuse_on = !strcmp(fuse, "on") || !strcmp(fuse, "true");
     if (!fuse_on && strcmp(fuse, "off") != 0 && strcmp(fuse, "false") != 0)
         return kp__error(KP_ERR_INVALID_ARG, "\"fuse\": \"%s\": on or off", fuse);
@@ -213,6 +220,7 @@ static kp_status kp__onnx_load(const kp_module_env *env, kp__onnx *m) {
     KP_CHECK(kp__ox_graph_build(md, &g));
     g->no_fusion = !fuse_on;
     g->tf32 = tf32;
+    g->tune = tune_on;
     return kp__ox_engine_create(env->dev, g, b, nb, &m->e);
 }
 

@@ -266,6 +266,7 @@ typedef struct kp__ox_graph {
     bool no_fusion;           /* run every node as the file has it (fuse.c) */
     bool tf32;                /* "precision": "tf32": cuda's convolutions and GEMMs may
                                  round their inputs to TF32 on tensor cores */
+    bool tune;                /* "tune": cuDNN's algorithms measured at prepare */
 } kp__ox_graph;
 
 /* ---------------------------------------------------------------------------------
@@ -334,7 +335,7 @@ extern const kp__ox_op kp__ox_ops_reduce[];      /* ReduceMean, Softmax, LayerNo
  * engine. bind sets the stream and workspace on them, touching the
  * libraries only when either changed since the last bind. */
 #ifdef KP_HAVE_CUDA
-kp_status kp__ox_cuda_create(kp_device_t dev, bool tf32, kp__ox_cuda **out);
+kp_status kp__ox_cuda_create(kp_device_t dev, bool tf32, bool tune, kp__ox_cuda **out);
 void kp__ox_cuda_destroy(kp__ox_cuda *c);
 kp_status kp__ox_cuda_bind(kp__ox_cuda *c, kp_stream_t s, void *workspace, size_t bytes);
 #endif

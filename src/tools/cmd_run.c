@@ -28,6 +28,7 @@ static const char kpt_run_usage[] =
     "  --fuse F         on or off: a model's fused convolution epilogues (MODEL.onnx;\n"
     "                   off runs every node as the file has it)\n"
     "  --precision P    fp32 or tf32: a model's cuda convolutions and GEMMs (MODEL.onnx)\n"
+    "  --tune T         on or off: measure cuDNN's convolution algorithms at setup (MODEL.onnx)\n"
     "  --check          run the same spec and inputs on the cpu backend and compare every\n"
     "                   output: floats within |a-b| <= 1e-6 + 1e-5 |cpu|, integers exactly;\n"
     "                   exit status 1 past that\n";

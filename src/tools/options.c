@@ -80,7 +80,7 @@ int kpt_fail(const char *cmd, kp_status st) {
     return 1;
 }
 
-/* --max, --fuse and --precision: the model options run, bench and validate
+/* --max, --fuse, --tune and --precision: the model options run, bench and validate
  * share (kpt_model_max and kin, read by kpt_pipeline_open). */
 int kpt_model_option(int argc, char **argv, int *i, const char *cmd) {
     const char *v;
@@ -95,6 +95,14 @@ int kpt_model_option(int argc, char **argv, int *i, const char *cmd) {
             return -1;
         }
         if (r > 0) kpt_model_fuse = v;
+        return r;
+    }
+    if ((r = kpt_opt_value(argc, argv, i, "--tune", &v)) != 0) {
+        if (r > 0 && strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+            fprintf(stderr, "kpipe %s: --tune takes on or off, not \"%s\"\n", cmd, v);
+            return -1;
+        }
+        if (r > 0) kpt_model_tune = v;
         return r;
     }
     if ((r = kpt_opt_value(argc, argv, i, "--precision", &v)) != 0) {

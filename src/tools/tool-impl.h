@@ -55,7 +55,9 @@ extern const char *kpt_model_max;
 extern const char *kpt_model_fuse;
 /* --precision fp32|tf32 for a MODEL.onnx (NULL: the module's default) */
 extern const char *kpt_model_precision;
-/* Takes --max, --fuse or --precision at argv[*i] (kpt_opt_value's returns:
+/* --tune on|off for a MODEL.onnx: measured convolution algorithms */
+extern const char *kpt_model_tune;
+/* Takes --max, --fuse, --tune or --precision at argv[*i] (kpt_opt_value's returns:
  * 0 not one of them, 1 taken, -1 a usage error already printed). */
 int kpt_model_option(int argc, char **argv, int *i, const char *cmd);
 /* Creates a pipeline from a spec file, or from an ONNX model file (a name

@@ -155,8 +155,9 @@ kp_status kp__ox_blas_gemm(const kp__ox_exec *x, const kp__ox_blas *b);
 /* The cuDNN handle of an engine's handles (cudnnHandle_t), NULL when cuDNN
  * is not in use. */
 void *kp__ox_cuda_dnn(const kp__ox_cuda *c);
-/* Whether the engine runs in "precision": "tf32". */
+/* Whether the engine runs in "precision": "tf32", and with "tune". */
 bool kp__ox_cuda_tf32(const kp__ox_cuda *c);
+bool kp__ox_cuda_tune(const kp__ox_cuda *c);
 
 /* A convolution as cuDNN runs it (forward, or a transposed convolution as
  * backward data). */
@@ -166,6 +167,7 @@ typedef struct kp__ox_conv_shape {
     bool fused;     /* forward with bias: planned for the fused call too
                        (cudnnConvolutionBiasActivationForward, ReLU) */
     bool tf32;      /* tensor-op (TF32) algorithms allowed */
+    bool tune;      /* measure the algorithms (cudnnFind*) instead of asking */
     int64_t batch, cin, cout, group;
     int64_t in[3], out[3], k[3], stride[3], pad[3], dil[3];
 } kp__ox_conv_shape;

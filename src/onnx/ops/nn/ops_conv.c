@@ -412,7 +412,8 @@ static kp_status kp__conv_prepare(const kp__ox_exec *x, kp__ox_gnode *n, const k
     if (kp__ox_cuda_dnn(x->cuda)) {
         kp__ox_conv_shape sh = {.nsp = c->sp.nsp, .transposed = c->transposed,
                                 .fused = c->relu && c->b != NULL,
-                                .tf32 = kp__ox_cuda_tf32(x->cuda), .batch = c->batch,
+                                .tf32 = kp__ox_cuda_tf32(x->cuda),
+                                .tune = kp__ox_cuda_tune(x->cuda), .batch = c->batch,
                                 .cin = c->cin, .cout = c->cout, .group = c->group};
         bool symmetric = true;
         for (int i = 0; i < c->sp.nsp; i++) {

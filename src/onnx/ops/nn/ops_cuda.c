@@ -16,6 +16,7 @@ struct kp__ox_cuda {
     cublasHandle_t blas;
     void *dnn;           /* cudnnHandle_t; NULL when cuDNN is not in use */
     bool tf32;           /* "precision": "tf32" */
+    bool tune;           /* "tune": measured algorithm choice */
     bool bound;
     cudaStream_t stream; /* as last set on the handles */
     void *ws;            /* cuBLAS's workspace as last set */
@@ -34,13 +35,14 @@ static kp_status kp__blas_fail(cublasStatus_t s, const char *call) {
         if (kp__s != CUBLAS_STATUS_SUCCESS) return kp__blas_fail(kp__s, #call); \
     } while (0)
 
-kp_status kp__ox_cuda_create(kp_device_t dev, bool tf32, kp__ox_cuda **out) {
+kp_status kp__ox_cuda_create(kp_device_t dev, bool tf32, bool tune, kp__ox_cuda **out) {
     *out = NULL;
     KP_CHECK(kp_device_bind_thread(dev));
     kp__ox_cuda *c = kp__calloc(1, sizeof *c);
     if (!c) return kp__error(KP_ERR_OUT_OF_MEMORY, "onnx: no memory for cuda handles");
     c->dev = dev;
     c->tf32 = tf32;
+    c->tune = tune;
     cublasStatus_t s = cublasCreate(&c->blas);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasSetMathMode(c->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
@@ -99,6 +101,8 @@ kp_status kp__ox_cuda_bind(kp__ox_cuda *c, kp_stream_t s, void *workspace, size_
 void *kp__ox_cuda_dnn(const kp__ox_cuda *c) { return c ? c->dnn : NULL; }
 
 bool kp__ox_cuda_tf32(const kp__ox_cuda *c) { return c && c->tf32; }
+
+bool kp__ox_cuda_tune(const kp__ox_cuda *c) { return c && c->tune; }
 
 static bool kp__int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 

@@ -38,6 +38,7 @@
     X(cudnnStatus_t, cudnnCreate, (cudnnHandle_t *))                                          \
     X(cudnnStatus_t, cudnnDestroy, (cudnnHandle_t))                                           \
     X(cudnnStatus_t, cudnnSetStream, (cudnnHandle_t, cudaStream_t))                           \
+    X(cudnnStatus_t, cudnnGetStream, (cudnnHandle_t, cudaStream_t *))                         \
     X(cudnnStatus_t, cudnnCreateTensorDescriptor, (cudnnTensorDescriptor_t *))                \
     X(cudnnStatus_t, cudnnSetTensorNdDescriptor,                                              \
       (cudnnTensorDescriptor_t, cudnnDataType_t, int, const int[], const int[]))              \
@@ -61,6 +62,14 @@
       (cudnnHandle_t, const cudnnTensorDescriptor_t, const cudnnFilterDescriptor_t,           \
        const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t, const int, int *,   \
        cudnnConvolutionFwdAlgoPerf_t *))                                                      \
+    X(cudnnStatus_t, cudnnFindConvolutionForwardAlgorithm,                                    \
+      (cudnnHandle_t, const cudnnTensorDescriptor_t, const cudnnFilterDescriptor_t,           \
+       const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t, const int, int *,   \
+       cudnnConvolutionFwdAlgoPerf_t *))                                                      \
+    X(cudnnStatus_t, cudnnFindConvolutionBackwardDataAlgorithm,                               \
+      (cudnnHandle_t, const cudnnFilterDescriptor_t, const cudnnTensorDescriptor_t,           \
+       const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t, const int, int *,   \
+       cudnnConvolutionBwdDataAlgoPerf_t *))                                                  \
     X(cudnnStatus_t, cudnnConvolutionForward,                                                 \
       (cudnnHandle_t, const void *, const cudnnTensorDescriptor_t, const void *,              \
        const cudnnFilterDescriptor_t, const void *, const cudnnConvolutionDescriptor_t,       \
@@ -232,6 +241,7 @@ struct kp__ox_dnn_conv {
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t bwd;
     cudnnMathType_t math;
+    bool tuned;                   /* chosen by measuring ("tune") */
     size_t ws;
 };
 
@@ -243,7 +253,8 @@ void kp__ox_dnn_conv_describe(const kp__ox_dnn_conv *p, char *buf, size_t len) {
     const char *name = !p->transposed && a >= 0 && a < (int)(sizeof fwd / sizeof fwd[0])
                            ? fwd[a]
                            : "backward-data";
-    snprintf(buf, len, "cuDNN %s (algorithm %d)%s%s, workspace %zu KiB", name, a,
+    snprintf(buf, len, "cuDNN %s (algorithm %d%s)%s%s, workspace %zu KiB", name, a,
+             p->tuned ? ", measured" : "",
              p->math == CUDNN_TENSOR_OP_MATH ? ", TF32 tensor cores" : "",
              p->relu ? ", epilogue in the same call" : "", p->ws >> 10);
 }
@@ -330,17 +341,47 @@ static bool kp__dnn_math_ok(cudnnMathType_t m, bool tf32) {
     return tf32 || m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
 }
 
-/* The first algorithm the heuristics rank whose math is allowed, within
- * the workspace cap; the descriptor then takes that algorithm's math. */
-static kp_status kp__dnn_pick(void *dnn, kp__ox_dnn_conv *p, bool tf32) {
+/* Measured ranking ("tune"): cuDNN runs every algorithm once, on memory
+ * of its own, on the legacy default stream -- prepare runs outside any
+ * capture, and the tick's stream is given back after. */
+static cudnnStatus_t kp__dnn_find_fwd(cudnnHandle_t h, kp__ox_dnn_conv *p, int *n,
+                                      cudnnConvolutionFwdAlgoPerf_t *r) {
+    cudaStream_t was = NULL;
+    cudnnStatus_t s = kp__dnn.cudnnGetStream(h, &was);
+    if (s == CUDNN_STATUS_SUCCESS) s = kp__dnn.cudnnSetStream(h, NULL);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = kp__dnn.cudnnFindConvolutionForwardAlgorithm(h, p->x, p->w, p->conv, p->y,
+                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, r);
+    cudnnStatus_t back = kp__dnn.cudnnSetStream(h, was);
+    return s != CUDNN_STATUS_SUCCESS ? s : back;
+}
+
+static cudnnStatus_t kp__dnn_find_bwd(cudnnHandle_t h, kp__ox_dnn_conv *p, int *n,
+                                      cudnnConvolutionBwdDataAlgoPerf_t *r) {
+    cudaStream_t was = NULL;
+    cudnnStatus_t s = kp__dnn.cudnnGetStream(h, &was);
+    if (s == CUDNN_STATUS_SUCCESS) s = kp__dnn.cudnnSetStream(h, NULL);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = kp__dnn.cudnnFindConvolutionBackwardDataAlgorithm(
+            h, p->w, p->x, p->conv, p->y, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, r);
+    cudnnStatus_t back = kp__dnn.cudnnSetStream(h, was);
+    return s != CUDNN_STATUS_SUCCESS ? s : back;
+}
+
+/* The first algorithm the heuristics rank (or, with tune, the fastest
+ * measured) whose math is allowed, within the workspace cap; the
+ * descriptor then takes that algorithm's math. */
+static kp_status kp__dnn_pick(void *dnn, kp__ox_dnn_conv *p, bool tf32, bool tune) {
     cudnnHandle_t h = dnn;
     int n = 0;
+    p->tuned = tune;
     if (!p->transposed) {
         cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        if (kp__dnn.cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->conv, p->y,
-                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
-                                                           r) != CUDNN_STATUS_SUCCESS)
-            return KP_ERR_UNSUPPORTED;
+        cudnnStatus_t s = tune ? kp__dnn_find_fwd(h, p, &n, r)
+                               : kp__dnn.cudnnGetConvolutionForwardAlgorithm_v7(
+                                     h, p->x, p->w, p->conv, p->y,
+                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r);
+        if (s != CUDNN_STATUS_SUCCESS) return KP_ERR_UNSUPPORTED;
         for (int i = 0; i < n; i++)
             if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= KP__OX_COLS_MAX &&
                 kp__dnn_math_ok(r[i].mathType, tf32)) {
@@ -353,10 +394,11 @@ static kp_status kp__dnn_pick(void *dnn, kp__ox_dnn_conv *p, bool tf32) {
         return KP_ERR_UNSUPPORTED;
     }
     cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    if (kp__dnn.cudnnGetConvolutionBackwardDataAlgorithm_v7(
-            h, p->w, p->x, p->conv, p->y, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r) !=
-        CUDNN_STATUS_SUCCESS)
-        return KP_ERR_UNSUPPORTED;
+    cudnnStatus_t s = tune ? kp__dnn_find_bwd(h, p, &n, r)
+                           : kp__dnn.cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                                 h, p->w, p->x, p->conv, p->y,
+                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r);
+    if (s != CUDNN_STATUS_SUCCESS) return KP_ERR_UNSUPPORTED;
     for (int i = 0; i < n; i++)
         if (r[i].status == CUDNN_STATUS_SUCCESS && r[i].memory <= KP__OX_COLS_MAX &&
             kp__dnn_math_ok(r[i].mathType, tf32)) {
@@ -378,7 +420,7 @@ kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s, kp__ox_dnn
     if (!p) return kp__error(KP_ERR_OUT_OF_MEMORY, "cuDNN convolution: no memory");
     p->transposed = s->transposed;
     kp_status st = kp__dnn_describe(p, s);
-    if (st == KP_OK) st = kp__dnn_pick(dnn, p, s->tf32);
+    if (st == KP_OK) st = kp__dnn_pick(dnn, p, s->tf32, s->tune);
     if (st != KP_OK) {
         kp__ox_dnn_conv_free(p);
         /* A shape cuDNN declines goes the cuBLAS way; so does a descriptor
