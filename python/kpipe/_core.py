@@ -13,6 +13,21 @@ from ._lib import DTYPES, Error, HOST_FN, check, lib
 # re-entrant: a collection inside a block below may finalize another Handle
 # on this thread
 _handles_lock = threading.RLock()
+_in_host = threading.local()  # .on: this thread runs a host function now
+_deferred = []                # handles released inside host functions
+
+
+def flush_deferred():
+    """Frees what host functions released (never from inside one)."""
+    if not _deferred or getattr(_in_host, "on", False):
+        return  # the common case costs one read, no lock
+    with _handles_lock:
+        if not _deferred:
+            return
+        todo = _deferred[:]
+        del _deferred[:]
+    for h in todo:
+        h._free_now()
 
 
 class Handle:
@@ -37,7 +52,15 @@ class Handle:
             if self._dead:
                 return
             self._dead = True
+            if getattr(_in_host, "on", False):
+                # a host function runs on the stream's own worker, and the
+                # collector may drop a handle there: a library free may wait
+                # for that stream, that is for this very call. Freed later,
+                # by the next release or call on another thread.
+                _deferred.append(self)
+                return
         self._free_now()
+        flush_deferred()
 
     def _free_now(self):
         with _handles_lock:  # one thread frees it; the library call runs outside
@@ -197,12 +220,15 @@ def _host_trampoline(user):
     fn, once, sink = entry
     if once:
         _host_calls.pop(user, None)
+    _in_host.on = True
     try:
         fn()
     except BaseException as e:  # noqa: B902 - kept for the next sync
         with _host_lock:
             if sink._error is None:
                 sink._error = e
+    finally:
+        _in_host.on = False
 
 
 def take_error(sink):
@@ -333,6 +359,7 @@ class Bound:
     def _enter(self, bind=True):
         """Returns with self._lock held, for a call from the holder (bind)
         or from any thread."""
+        flush_deferred()
         me = threading.get_ident()
         if bind and self._holder_id != me:
             self._claim(me)

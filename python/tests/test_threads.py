@@ -68,15 +68,23 @@ def run_threads(fn, n=THREADS):
 
 def tally(p, call):
     """Per thread: CALLS calls of call(t, k); each either its own right
-    output, or a refusal."""
+    output, or a refusal. No thread ends before every thread has made its
+    calls: a holder that has ended lets go by design, and a thread still
+    calling would then take the object over (a loaded machine finishes the
+    holder's calls first)."""
+    end = threading.Barrier(THREADS)
+
     def body(t):
         ok, refused = 0, []
-        for k in range(CALLS):
-            try:
-                call(t, k)
-                ok += 1
-            except kpipe.Error as e:
-                refused.append(e)
+        try:
+            for k in range(CALLS):
+                try:
+                    call(t, k)
+                    ok += 1
+                except kpipe.Error as e:
+                    refused.append(e)
+        finally:
+            end.wait(timeout=300)
         return ok, refused
     return run_threads(body)
 
