@@ -80,8 +80,22 @@ int kpt_fail(const char *cmd, kp_status st) {
     return 1;
 }
 
-/* --max, --fuse, --tune and --precision: the model options run, bench and validate
- * share (kpt_model_max and kin, read by kpt_pipeline_open). */
+/* One of a model option's two words, into *dest. */
+static int kpt_model_choice(int argc, char **argv, int *i, const char *cmd, const char *name,
+                            const char *a, const char *b, const char **dest) {
+    const char *v;
+    int r = kpt_opt_value(argc, argv, i, name, &v);
+    if (r <= 0) return r;
+    if (strcmp(v, a) != 0 && strcmp(v, b) != 0) {
+        fprintf(stderr, "kpipe %s: %s takes %s or %s, not \"%s\"\n", cmd, name, a, b, v);
+        return -1;
+    }
+    *dest = v;
+    return 1;
+}
+
+/* --max, --fuse, --tune and --precision: the model options run, bench and
+ * validate share (kpt_model_max and kin, read by kpt_pipeline_open). */
 int kpt_model_option(int argc, char **argv, int *i, const char *cmd) {
     const char *v;
     int r;
@@ -89,31 +103,12 @@ int kpt_model_option(int argc, char **argv, int *i, const char *cmd) {
         if (r > 0) kpt_model_max = v;
         return r;
     }
-    if ((r = kpt_opt_value(argc, argv, i, "--fuse", &v)) != 0) {
-        if (r > 0 && strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
-            fprintf(stderr, "kpipe %s: --fuse takes on or off, not \"%s\"\n", cmd, v);
-            return -1;
-        }
-        if (r > 0) kpt_model_fuse = v;
+    if ((r = kpt_model_choice(argc, argv, i, cmd, "--fuse", "on", "off", &kpt_model_fuse)) != 0)
         return r;
-    }
-    if ((r = kpt_opt_value(argc, argv, i, "--tune", &v)) != 0) {
-        if (r > 0 && strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
-            fprintf(stderr, "kpipe %s: --tune takes on or off, not \"%s\"\n", cmd, v);
-            return -1;
-        }
-        if (r > 0) kpt_model_tune = v;
+    if ((r = kpt_model_choice(argc, argv, i, cmd, "--tune", "on", "off", &kpt_model_tune)) != 0)
         return r;
-    }
-    if ((r = kpt_opt_value(argc, argv, i, "--precision", &v)) != 0) {
-        if (r > 0 && strcmp(v, "fp32") != 0 && strcmp(v, "tf32") != 0) {
-            fprintf(stderr, "kpipe %s: --precision takes fp32 or tf32, not \"%s\"\n", cmd, v);
-            return -1;
-        }
-        if (r > 0) kpt_model_precision = v;
-        return r;
-    }
-    return 0;
+    return kpt_model_choice(argc, argv, i, cmd, "--precision", "fp32", "tf32",
+                            &kpt_model_precision);
 }
 
 int kpt_opt_value(int argc, char **argv, int *i, const char *name, const char **value) {

@@ -343,25 +343,15 @@ static bool kp__dnn_math_ok(cudnnMathType_t m, bool tf32) {
 
 /* Measured ranking ("tune"): cuDNN runs every algorithm once, on memory
  * of its own, on the legacy default stream -- prepare runs outside any
- * capture, and the tick's stream is given back after. */
-static cudnnStatus_t kp__dnn_find_fwd(cudnnHandle_t h, kp__ox_dnn_conv *p, int *n,
-                                      cudnnConvolutionFwdAlgoPerf_t *r) {
+ * capture -- and the tick's stream is given back after. */
+static cudnnStatus_t kp__dnn_find(cudnnHandle_t h, kp__ox_dnn_conv *p, int *n, void *r) {
     cudaStream_t was = NULL;
     cudnnStatus_t s = kp__dnn.cudnnGetStream(h, &was);
     if (s == CUDNN_STATUS_SUCCESS) s = kp__dnn.cudnnSetStream(h, NULL);
-    if (s == CUDNN_STATUS_SUCCESS)
+    if (s == CUDNN_STATUS_SUCCESS && !p->transposed)
         s = kp__dnn.cudnnFindConvolutionForwardAlgorithm(h, p->x, p->w, p->conv, p->y,
                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, n, r);
-    cudnnStatus_t back = kp__dnn.cudnnSetStream(h, was);
-    return s != CUDNN_STATUS_SUCCESS ? s : back;
-}
-
-static cudnnStatus_t kp__dnn_find_bwd(cudnnHandle_t h, kp__ox_dnn_conv *p, int *n,
-                                      cudnnConvolutionBwdDataAlgoPerf_t *r) {
-    cudaStream_t was = NULL;
-    cudnnStatus_t s = kp__dnn.cudnnGetStream(h, &was);
-    if (s == CUDNN_STATUS_SUCCESS) s = kp__dnn.cudnnSetStream(h, NULL);
-    if (s == CUDNN_STATUS_SUCCESS)
+    else if (s == CUDNN_STATUS_SUCCESS)
         s = kp__dnn.cudnnFindConvolutionBackwardDataAlgorithm(
             h, p->w, p->x, p->conv, p->y, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, n, r);
     cudnnStatus_t back = kp__dnn.cudnnSetStream(h, was);
@@ -377,7 +367,7 @@ static kp_status kp__dnn_pick(void *dnn, kp__ox_dnn_conv *p, bool tf32, bool tun
     p->tuned = tune;
     if (!p->transposed) {
         cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        cudnnStatus_t s = tune ? kp__dnn_find_fwd(h, p, &n, r)
+        cudnnStatus_t s = tune ? kp__dnn_find(h, p, &n, r)
                                : kp__dnn.cudnnGetConvolutionForwardAlgorithm_v7(
                                      h, p->x, p->w, p->conv, p->y,
                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r);
@@ -394,7 +384,7 @@ static kp_status kp__dnn_pick(void *dnn, kp__ox_dnn_conv *p, bool tf32, bool tun
         return KP_ERR_UNSUPPORTED;
     }
     cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    cudnnStatus_t s = tune ? kp__dnn_find_bwd(h, p, &n, r)
+    cudnnStatus_t s = tune ? kp__dnn_find(h, p, &n, r)
                            : kp__dnn.cudnnGetConvolutionBackwardDataAlgorithm_v7(
                                  h, p->w, p->x, p->conv, p->y,
                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r);
