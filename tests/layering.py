@@ -4,8 +4,8 @@
 Fails, naming the file and the line, when:
   - a file includes a public header of a higher layer (the order below);
   - a file includes another layer's private header (src/LAYER/*.h other
-    than core's core-impl.h and json-impl.h, which every layer shares, and
-    the few a flow layer offers the flow layers above it, UPWARD);
+    than core's core-impl.h, json-impl.h and half-impl.h, which every layer
+    shares, and the few a flow layer offers the flow layers above it, UPWARD);
   - a lower layer names a built-in module;
   - a test or benchmark (tests/, bench/) includes a private header of the
     library (anything under src/) without being listed in WHITE_BOX;
@@ -31,7 +31,8 @@ PUBLIC = {"core.h": "core", "tensor.h": "core", "npy.h": "core", "device.h": "ba
           "memory.h": "memory", "module.h": "module", "graph_cache.h": "graph",
           "pipeline.h": "pipeline", "onnx.h": "onnx", "modules.h": "modules", "video.h": "video", "flow.h": "flow/runtime", "tasks.h": "tasks", "kpipe.h": "tools"}
 # Private headers every layer may include: core's.
-SHARED = [os.path.join("src", "core", "core-impl.h"), os.path.join("src", "core", "json-impl.h")]
+SHARED = [os.path.join("src", "core", "core-impl.h"), os.path.join("src", "core", "json-impl.h"),
+          os.path.join("src", "core", "half-impl.h")]
 # The private headers a flow layer offers the flow layers above it, and
 # which of those may include each: the runtime's interface for the stages,
 # the remote ends and the JSON form (the runtime's own structures stay in
@@ -51,11 +52,13 @@ UPWARD = {
 WHITE_BOX = {
     "tests/test_onnx_conformance.c": "runs ONNX's node tests through the engine's own graph calls",
     "tests/test_onnx_reader.c": "checks the ONNX reader's messages and wire cursor directly",
+    "tests/test_onnx_half.c": "checks the fp16 convolutions' staging and epilogue kernels "
+                              "(onnx/ops/nn/nn-impl.h) element by element",
     "tests/fuzz/fuzz_onnx.c": "feeds the ONNX reader below the module, as a parser fuzzer must",
     "tests/test_frame_formats.c": "rebuilds the testsrc picture (flow/stages/pattern-impl.h) byte "
                                   "by byte",
     "tests/test_video.c": "rebuilds the testsrc picture (flow/stages/pattern-impl.h) byte by byte",
-    "tests/test_fusion.c": "the modules' f16 conversions (modules/half-impl.h), to round as they do",
+    "tests/test_fusion.c": "the f16 conversions (core/half-impl.h), to round as the modules do",
     "tests/test_remote.c": "speaks the remote queue's wire wrongly on purpose "
                            "(flow/remote/remote-impl.h)",
     "bench/bench_sample.c": "times specs through the command line's runner (tools/tool-impl.h)",

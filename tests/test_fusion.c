@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
-#include "modules/half-impl.h"
+#include "core/half-impl.h"
 #include "support/kp_test.h"
 
 static kp_device_t g_dev, g_cpu;

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "half-impl.h"
+#include "../core/half-impl.h"
 #include "modules-impl.h"
 
 /* The parameter block both forms read. */

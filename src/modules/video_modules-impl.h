@@ -44,7 +44,7 @@ typedef struct kp__video_params {
     const kp__video_dynamic *dyn;
 } kp__video_params;
 
-#include "half-impl.h"
+#include "../core/half-impl.h"
 #if defined(__CUDA_ARCH__)
 #define KP__VMUL(a, b) __fmul_rn((a), (b))
 #define KP__VADD(a, b) __fadd_rn((a), (b))

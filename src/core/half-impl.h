@@ -1,11 +1,13 @@
-/* IEEE half <-> float for module code that runs on both backends (the
- * video conversions' f16 planes, the elementwise built-ins' f16 ports). */
+/* IEEE half <-> float for code that runs on both backends (the video
+ * conversions' f16 planes, the elementwise built-ins' f16 ports, the ONNX
+ * engine's fp16 weights and channels-last conversions). */
 #ifndef KPIPE_HALF_IMPL_H
 #define KPIPE_HALF_IMPL_H
 
 #include <stdint.h>
 
 #ifdef __CUDACC__
+#include <cuda_fp16.h>
 #define KP__VHD __host__ __device__ static inline
 #else
 #define KP__VHD static inline
@@ -49,6 +51,24 @@ KP__VHD float kp__f16_to_f32(uint16_t h) {
     }
     v.u = sign | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112u) << 23) | (m << 13));
     return v.f;
+}
+
+/* The same conversions where a NaN's payload does not matter (the ONNX
+ * engine's fp16 tensors): on the device, the hardware's instructions. */
+KP__VHD uint16_t kp__f16_of(float f) {
+#ifdef __CUDA_ARCH__
+    return __half_as_ushort(__float2half_rn(f));
+#else
+    return kp__f32_to_f16(f);
+#endif
+}
+
+KP__VHD float kp__f32_of(uint16_t h) {
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half(h));
+#else
+    return kp__f16_to_f32(h);
+#endif
 }
 
 #endif
