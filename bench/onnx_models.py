@@ -4,6 +4,7 @@ PyTorch's own outputs and timed against PyTorch in the same run (GPU
 machine; fp32, TF32 off on both sides).
 
     KPIPE_LIBRARY=build-gpu/src/libkpipe.so python3 bench/onnx_models.py [--quick] [--json F]
+    ... bench/onnx_models.py --fp16 --compile default,reduce-overhead [--json F]
 
 For each model: the relative L2 error of kpipe (cuda) against torch (cuda),
 of kpipe (cpu) against torch (cpu) where the model is small enough, the
@@ -11,6 +12,13 @@ setup time (file to first result) against torch.compile's first call, the
 p50/p99 latency of one synchronised call for torch eager, torch.compile
 (default) and kpipe (graph mode), and peak device memory: torch's
 max_memory_allocated against kpipe's pipeline arena.
+
+--fp16 runs the fp16 comparison instead: kpipe's "precision": "fp16"
+against PyTorch in fp16 on channels-last tensors, each one's error against
+the fp32 reference (BatchNorm statistics calibrated on random batches, so
+activations stay in fp16's range as a trained network's do), and the
+floor (FLOPs at the dense fp16 rate, bytes at the copy bandwidth measured
+in the same run).
 """
 import argparse
 import json
@@ -84,9 +92,29 @@ def models(quick):
     return m
 
 
-def export(name, make, shape, dyn, folder):
+def calibrate(net, shape):
+    """BatchNorm statistics from a few random batches, as training leaves a
+    network: with a fresh network's (mean 0, variance 1) the activations of
+    a deep model grow past fp16's range (65504), and no fp16 result means
+    anything."""
+    bns = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # a plain average over the batches
+    net.train()
+    with torch.no_grad():
+        for _ in range(4):
+            net(torch.rand(max(shape[0], 4), *shape[1:]) * 2 - 1)
+    net.eval()
+
+
+def export(name, make, shape, dyn, folder, calibrated=False):
     torch.manual_seed(0)
     net = make().eval()
+    if calibrated:
+        calibrate(net, shape)
     x = torch.randn(*shape)
     path = os.path.join(folder, name + ".onnx")
     in_name = "frame" if dyn else "input"
@@ -217,16 +245,153 @@ def tf32(row, netc, path, in_name, xc, ref, maxes, reps, compile_modes):
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
 
 
+DENSE_FP16 = 989e12  # H100 and H200 SXM: dense fp16 tensor-core FLOP/s (no sparsity)
+
+
+def copy_bandwidth():
+    """Device-to-device copy bandwidth in bytes/s (read + write), measured."""
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    ms, _ = timed(lambda: b.copy_(a), 20)
+    return 2 * a.numel() / (ms * 1e-3)
+
+
+def flops(net, x):
+    from torch.utils.flop_counter import FlopCounterMode
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        net(x)
+    return fc.get_total_flops()
+
+
+def fp16(name, spec, folder, reps, compile_modes, bw):
+    """kpipe's "precision": "fp16" (f32 ports) against PyTorch in fp16 with
+    channels-last tensors (eager, torch.compile's modes), the error of each
+    against the fp32 reference, and the floor: FLOPs at the dense fp16
+    rate, bytes in and out at the measured copy bandwidth."""
+    import copy
+    make, shape, dyn = spec
+    net, path, in_name = export(name, make, shape, dyn, folder, calibrated=True)
+    row = {"model": name, "shape": list(shape)}
+    torch.manual_seed(1)
+    x = (torch.rand(*shape) * 2 - 1).cuda()
+    net = net.cuda()
+    maxes = {"height": shape[2], "width": shape[3]} if dyn else None
+    with torch.no_grad():
+        ref = net(x)
+    row["gflop"] = flops(net, x) / 1e9
+    io_bytes = 2 * (x.numel() + ref.numel())  # fp16 in and out
+    row["floor_ms"] = max(row["gflop"] * 1e9 / DENSE_FP16, io_bytes / bw) * 1e3
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    p = kpipe.Pipeline(path, device="cuda", max=maxes, precision="fp16")
+    got = torch.from_dlpack(p({in_name: x})["output"]).clone()
+    torch.cuda.synchronize()
+    row["kpipe_setup_ms"] = (time.perf_counter() - t0) * 1e3
+    row["kpipe_err"] = rel(got, ref)
+    row["kpipe_finite"] = bool(torch.isfinite(got).all())
+    if name.startswith("srvgg"):
+        # the output is the upsampled input plus what the network adds; the
+        # error of that part alone, which the upsampled input would dilute
+        up = nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+        row["kpipe_err_body"] = rel(got - up, ref - up)
+    rep = p.report()
+    row["kpipe_mib"] = (rep.get("tensor_bytes", 0) + rep.get("workspace_bytes", 0)) / 2**20
+    row["kpipe_p50_ms"], row["kpipe_p99_ms"] = timed(lambda: p({in_name: x}), reps)
+    p.close()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()  # peak memory counts the fp16 weights and input too
+    nh = copy.deepcopy(net).half().to(memory_format=torch.channels_last)
+    xh = x.half().contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got = nh(xh).float()
+        row["eager_err"] = rel(got, ref)
+        if name.startswith("srvgg"):
+            row["eager_err_body"] = rel(got - up, ref - up)
+        row["eager_p50_ms"], row["eager_p99_ms"] = timed(lambda: nh(xh), reps)
+        row["eager_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
+        row["eager_weights_mib"] = sum(t.numel() * 2 for t in nh.parameters()) / 2**20
+        for mode in compile_modes:
+            torch._dynamo.reset()
+            f = torch.compile(nh, mode=mode)
+            t0 = time.perf_counter()
+            f(xh)
+            torch.cuda.synchronize()
+            key = "compile" if mode == "default" else mode
+            row[key + "_first_s"] = time.perf_counter() - t0
+            row[key + "_p50_ms"], row[key + "_p99_ms"] = timed(lambda: f(xh), reps)
+    del nh
+    torch.cuda.empty_cache()
+    return row
+
+
+def fp16_table(rows):
+    print("\nfp16 (kpipe precision fp16, f32 ports; torch fp16 channels-last)")
+    print("%-20s %8s %8s %8s %8s %8s %8s %8s %7s %7s %8s %8s" % (
+        "model", "err kp", "err pt", "kp p50", "kp p99", "eager", "compile", "reduce", "floor",
+        "kp/best", "kp MiB", "pt MiB"))
+    for r in rows:
+        if "error" in r:
+            print("%-20s ERROR %s" % (r["model"], r["error"][:200]))
+            continue
+        best = min(r.get(k, 1e9) for k in ("compile_p50_ms", "reduce-overhead_p50_ms"))
+        print("%-20s %8.1e %8.1e %6.2fms %6.2fms %6.2fms %6s %6s %5.2fms %7.2f %8.0f %8.0f" % (
+            r["model"], r["kpipe_err"], r["eager_err"], r["kpipe_p50_ms"], r["kpipe_p99_ms"],
+            r["eager_p50_ms"],
+            "%.2fms" % r["compile_p50_ms"] if "compile_p50_ms" in r else "-",
+            "%.2fms" % r["reduce-overhead_p50_ms"] if "reduce-overhead_p50_ms" in r else "-",
+            r["floor_ms"], r["kpipe_p50_ms"] / best if best < 1e9 else float("nan"),
+            r["kpipe_mib"], r["eager_mib"]))
+    print("setup: kpipe file to first result; torch.compile's first call")
+    for r in rows:
+        if "kpipe_setup_ms" in r:
+            print("%-20s kpipe %.2fs, compile %s, reduce-overhead %s" % (
+                r["model"], r["kpipe_setup_ms"] / 1e3,
+                "%.1fs" % r["compile_first_s"] if "compile_first_s" in r else "-",
+                "%.1fs" % r["reduce-overhead_first_s"] if "reduce-overhead_first_s" in r else "-"))
+
+
+def main_fp16(a, modes):
+    rows = []
+    bw = copy_bandwidth()
+    print("copy bandwidth %.0f GB/s; dense fp16 %.0f TFLOP/s" % (bw / 1e9, DENSE_FP16 / 1e12))
+    with tempfile.TemporaryDirectory() as d:
+        for name, spec in models(a.quick).items():
+            try:
+                rows.append(fp16(name, spec, d, a.reps, modes, bw))
+            except Exception as e:  # a model that fails is reported, the rest still run
+                rows.append({"model": name, "error": "%s: %s" % (type(e).__name__, e)})
+            print(json.dumps(rows[-1]), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"copy_gbps": bw / 1e9, "rows": rows}, f, indent=1)
+    fp16_table(rows)
+    for r in rows:
+        if "kpipe_err_body" in r:
+            print("%s: the network's part alone: kpipe %.1e, PyTorch fp16 %.1e" % (
+                r["model"], r["kpipe_err_body"], r["eager_err_body"]))
+    # fp16 within 2e-2 relative L2 of fp32 or within 1.5x PyTorch's own fp16
+    # error (a deep network's logits move ~3e-2 in both), and finite (no
+    # black frames)
+    bad = [r for r in rows if "error" in r or not r["kpipe_finite"]
+           or r["kpipe_err"] > max(2e-2, 1.5 * r["eager_err"])]
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--compile", default="default", help="comma-separated torch.compile modes, or none")
+    ap.add_argument("--fp16", action="store_true",
+                    help="the fp16 comparison only (torch.compile default and reduce-overhead)")
     a = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     modes = [] if a.compile == "none" else a.compile.split(",")
+    if a.fp16:
+        return main_fp16(a, modes)
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for name, spec in models(a.quick).items():

@@ -7,6 +7,7 @@
 # table is printed after every call.
 #   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench] [taskbench] [hostpath]
 #                        [multigpu] [video] [streams] [parallel] [fusion] [python] [remote] [onnx]
+#                        [fp16]
 #   (none: all but multigpu, which needs two GPUs: the 2 x H200 machine)
 # Unpack carried Debian packages first (see docs/gpu-machine.md).
 set -uo pipefail
@@ -525,9 +526,46 @@ stage_onnx() {
   tail -12 "$out/onnx_models.log"
 }
 
+# fp16 convolutions ("precision": "fp16"): their kernels element by element,
+# every test model in fp16 against the same device's fp32 and in fp32
+# against the cpu device, compute-sanitizer over fp16 runs, and the models
+# timed against PyTorch in fp16 channels-last (bench/onnx_models.py --fp16).
+stage_fp16() {
+  local cudnn_lib m
+  cudnn_lib=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
+  export KP_CUDNN_LIBRARY_DIR=$cudnn_lib
+  build-gpu/tests/test_onnx_half cuda >"$out/onnx_half.log" 2>&1 \
+    && row "fp16 kernels (cuda)" PASS "$(tail -1 "$out/onnx_half.log")" \
+    || row "fp16 kernels (cuda)" FAIL "$(grep -m3 FAIL "$out/onnx_half.log" | tr '\n' ' ')"
+  KP_MODEL_DEVICE=cuda KPIPE_CLI=build-gpu/src/kpipe timeout 400 python3 -m pytest -q -rs -s \
+      -p no:cacheprovider tests/models/test_models.py -k "fp16 or cuda_matches or new_size" \
+      >"$out/onnx_fp16_models.log" 2>&1 \
+    && row "models fp16 vs fp32, cuda vs cpu" PASS "$(tail -1 "$out/onnx_fp16_models.log")" \
+    || row "models fp16 vs fp32, cuda vs cpu" FAIL "$(grep -E 'FAILED|Error' "$out/onnx_fp16_models.log" | head -5 | tr '\n' ' ')"
+  mkdir -p "$out/m" && python3 tests/models/make_models.py "$out/m" >/dev/null 2>&1
+  python3 -c "import numpy as n; n.save('$out/m/x.npy', n.random.default_rng(1).uniform(-1,1,(1,3,40,56)).astype(n.float32)); n.save('$out/m/r.npy', n.random.default_rng(1).uniform(-1,1,(1,3,224,224)).astype(n.float32))"
+  for tool in memcheck racecheck; do
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/src/kpipe run \
+        "$out/m/srvgg_x2_shuffle.onnx" --device cuda --precision fp16 --max height=40,width=56 \
+        --input frame="$out/m/x.npy" --ticks 2 >"$out/fp16_$tool.log" 2>&1 \
+      && timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 build-gpu/src/kpipe run \
+        "$out/m/resnet18.onnx" --device cuda --precision fp16 --input input="$out/m/r.npy" \
+        >>"$out/fp16_$tool.log" 2>&1 \
+      && row "compute-sanitizer $tool: fp16 models" PASS "srvgg_x2_shuffle, resnet18" \
+      || row "compute-sanitizer $tool: fp16 models" FAIL "see fp16_$tool.log"
+  done
+  build-gpu/src/kpipe validate "$out/m/resnet18.onnx" --device cuda --precision fp16 >"$out/fp16_validate.log" 2>&1
+  PYTHONUNBUFFERED=1 KPIPE_LIBRARY=build-gpu/src/libkpipe.so timeout 420 python3 bench/onnx_models.py \
+      --fp16 --compile default,reduce-overhead ${KP_ONNX_QUICK:+--quick} --reps ${KP_FP16_REPS:-50} \
+      --json "$out/onnx_fp16.json" >"$out/onnx_fp16.log" 2>&1 \
+    && row "onnx fp16 vs PyTorch fp16" PASS "onnx_fp16.log" \
+    || row "onnx fp16 vs PyTorch fp16" FAIL "see onnx_fp16.log"
+  tail -16 "$out/onnx_fp16.log"
+}
+
 for stage in ${*:-build test sanitize soak bench cache flowbench taskbench}; do
   case $stage in
-    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams|parallel|fusion|python|remote|onnx) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams|parallel|fusion|python|remote|onnx|fp16) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done

@@ -71,7 +71,8 @@ class Pipeline(Owned):
         out = p({"input": x})       # ports named after the model's inputs
 
     `max` bounds the model's symbolic dimensions by name; `precision` is
-    "fp32" (the default).
+    "fp32" (the default), "tf32", or "fp16" (cuda: fp16 convolutions on
+    channels-last tensors; the ports stay f32).
     """
 
     def __init__(self, spec, device="cpu", mode=None, binding=None, fuse=None, miss=None,

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../core/half-impl.h"
 #include "onnx-impl.h"
 
 /* The operators' states for one set of input shapes. */
@@ -202,6 +203,7 @@ static kp_status kp__ox_engine_setup(kp__ox_engine *e, const kp__ox_bound *bound
 #endif
     KP_CHECK(kp__ox_infer(g));
     KP_CHECK(kp__ox_fuse(g));
+    KP_CHECK(kp__ox_half(g));
     KP_CHECK(kp__ox_plan(g, &e->const_bytes, &e->region_bytes));
     KP_CHECK(kp__ox_prepare_nodes(e, &e->workspace_bytes));
     e->prepared = true;
@@ -249,6 +251,37 @@ void kp__ox_engine_destroy(kp__ox_engine *e) {
     kp__free(e);
 }
 
+/* A weight of an fp16 convolution (half.c): [K, C, R, S] f32 on the host
+ * to [K, R, S, C'] f16 on the device (C' = half_cin, zeros past C), through
+ * a buffer of setup time; a bias: f32 to f16. */
+static kp_status kp__ox_upload_half(kp__ox_engine *e, const kp__ox_value *val) {
+    if (val->ndim == 1 && val->dtype == KP_F32) { /* a bias */
+        uint16_t *b = kp__calloc((size_t)val->numel + 1, sizeof *b);
+        const float *src = val->host;
+        if (!b)
+            return kp__error(KP_ERR_OUT_OF_MEMORY, "onnx: no memory to convert '%s'", val->name);
+        for (int64_t i = 0; i < val->numel; i++) b[i] = kp__f32_to_f16(src[i]);
+        kp_status st = kp_memcpy_htod(e->dev, e->region + val->offset, b, kp__ox_value_bytes(val));
+        kp__free(b);
+        return st;
+    }
+    if (val->ndim != 4 || val->dtype != KP_F32)
+        return kp__error(KP_ERR_INTERNAL, "onnx: '%s' is held in fp16 but is not a 4-D f32 weight",
+                         val->name);
+    int64_t k = val->shape[0], c = val->shape[1], r = val->shape[2], s = val->shape[3];
+    int64_t cp = val->half_cin > c ? val->half_cin : c; /* padded by zeros */
+    uint16_t *buf = kp__calloc(kp__ox_value_bytes(val) / 2 + 1, sizeof *buf);
+    if (!buf) return kp__error(KP_ERR_OUT_OF_MEMORY, "onnx: no memory to convert '%s'", val->name);
+    const float *src = val->host;
+    for (int64_t a = 0; a < k; a++)
+        for (int64_t b = 0; b < c; b++)
+            for (int64_t i = 0; i < r * s; i++)
+                buf[(a * r * s + i) * cp + b] = kp__f32_to_f16(src[(a * c + b) * r * s + i]);
+    kp_status st = kp_memcpy_htod(e->dev, e->region + val->offset, buf, kp__ox_value_bytes(val));
+    kp__free(buf);
+    return st;
+}
+
 /* Uploads the constants a per-tick node reads: initializers once, folded
  * values after each fold. */
 static kp_status kp__ox_upload(kp__ox_engine *e, bool initializers) {
@@ -257,12 +290,13 @@ static kp_status kp__ox_upload(kp__ox_engine *e, bool initializers) {
         kp__ox_value *val = &g->values[v];
         if (!val->planned || !val->is_const) continue;
         if ((val->kind == KP__OX_V_INIT) != initializers) continue;
-        size_t bytes = (size_t)val->numel * kp_dtype_size(val->dtype);
+        size_t bytes = kp__ox_value_bytes(val);
         if (bytes > val->max_bytes)
             return kp__error(KP_ERR_UNSUPPORTED, "onnx: constant '%s' needs %zu bytes at these "
                              "shapes, more than the %zu planned at the maximum ones", val->name,
                              bytes, val->max_bytes);
-        if (bytes) KP_CHECK(kp_memcpy_htod(e->dev, e->region + val->offset, val->host, bytes));
+        if (bytes && val->half) KP_CHECK(kp__ox_upload_half(e, val));
+        else if (bytes) KP_CHECK(kp_memcpy_htod(e->dev, e->region + val->offset, val->host, bytes));
     }
     return KP_OK;
 }
@@ -324,7 +358,7 @@ kp_status kp__ox_engine_set_input(kp__ox_engine *e, size_t i, const kp_tensor_de
 static kp_status kp__ox_check_fit(const kp__ox_graph *g) {
     for (size_t v = 0; v < g->n_values; v++) {
         const kp__ox_value *val = &g->values[v];
-        size_t bytes = (size_t)val->numel * kp_dtype_size(val->dtype);
+        size_t bytes = kp__ox_value_bytes(val);
         if (val->planned && bytes > val->max_bytes)
             return kp__error(KP_ERR_UNSUPPORTED, "onnx: value '%s' needs %zu bytes at these input "
                              "shapes, more than the %zu it has at the maximum ones", val->name,

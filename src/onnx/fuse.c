@@ -1,10 +1,13 @@
 /* Epilogue fusion: a convolution followed by a BatchNormalization, a
- * residual Add and a Relu runs as one node.
+ * residual Add and an activation runs as one node.
  *
- *   Conv(X, W, B) -> y ; BatchNormalization(y) -> t ; Add(t, Z) -> s ; Relu(s) -> out
- *     becomes  Conv(X, W', B', Z) -> out, with relu set on the node
+ *   Conv(X, W, B) -> y ; BatchNormalization(y) -> t ; Add(t, Z) -> s ; Act(s) -> out
+ *     becomes  Conv(X, W', B', Z, S) -> out, with act set on the node
  *
- * and so does any shorter chain of them in that order. The normalization
+ * and so does any shorter chain of them in that order. The activation is
+ * Relu, LeakyRelu, PRelu (a constant slope per channel, input S, or one
+ * for all), Clip (constant bounds), Sigmoid, HardSigmoid, HardSwish, or
+ * SiLU written as Mul(s, Sigmoid(s)). The normalization
  * folds into the weights at setup: with k = scale / sqrt(var + epsilon)
  * per output channel, W' = W k and B' = (B - mean) k + bias, written over
  * the constants in place, which the convolution alone reads (without a B,
@@ -19,7 +22,8 @@
  *
  * On cuda with cuDNN the fused node is one cudnnConvolutionBiasActivation-
  * Forward where the activation is ReLU; everywhere else the bias, the
- * residual and the ReLU are one pass after the product (ops/nn/ops_conv.c).
+ * residual and the activation are one pass after the product
+ * (ops/nn/ops_conv.c).
  * It runs once, after the first shape inference and before the plan. */
 #include <math.h>
 #include <string.h>
@@ -115,48 +119,165 @@ static bool kp__ox_fold_bn(kp__ox_fusing *f, kp__ox_gnode *n, const kp__ox_gnode
     return true;
 }
 
+/* Whether a constant f32 slope holds one value per output channel of a
+ * convolution output of rank `rank` (its shape right-aligned: 1 everywhere
+ * but axis 1) or one value for all. */
+static bool kp__ox_per_channel(const kp__ox_value *v, int rank, int64_t cout) {
+    if (!v || !v->is_const || !v->host || v->dtype != KP_F32 || v->ndim > rank) return false;
+    if (v->numel == 1) return true;
+    for (int d = 0; d < v->ndim; d++) {
+        int axis = rank - v->ndim + d;
+        if (v->shape[d] != (axis == 1 ? cout : 1)) return false;
+    }
+    return v->numel == cout;
+}
+
+/* A constant scalar f32 input, or `def` when the input is omitted; false
+ * when it is present and not a known scalar. */
+static bool kp__ox_const_scalar(kp__ox_graph *g, const kp__ox_gnode *n, size_t i, float def,
+                                float *out) {
+    const kp__ox_value *v = kp__ox_in(g, n, i);
+    *out = def;
+    if (!v) return true;
+    if (!v->is_const || !v->host || v->dtype != KP_F32 || v->numel != 1) return false;
+    *out = *(const float *)v->host;
+    return true;
+}
+
+/* The activation node r (reading the convolution's result y) as an
+ * epilogue: kind and parameters into n, PRelu's slope into *slope. */
+static bool kp__ox_act_node(kp__ox_fusing *f, kp__ox_gnode *n, const kp__ox_gnode *r, int y,
+                            int *slope) {
+    kp__ox_graph *g = f->g;
+    const char *op = r->op->name;
+    float a = 0.0f, b = 0.0f;
+    int act = KP__OX_ACT_NONE;
+    if (!strcmp(op, "Relu")) act = KP__OX_ACT_RELU;
+    else if (!strcmp(op, "Sigmoid")) act = KP__OX_ACT_SIGMOID;
+    else if (!strcmp(op, "LeakyRelu")) act = KP__OX_ACT_LEAKYRELU;
+    else if (!strcmp(op, "HardSigmoid")) act = KP__OX_ACT_HARDSIGMOID;
+    else if (!strcmp(op, "HardSwish")) act = KP__OX_ACT_HARDSWISH;
+    else if (!strcmp(op, "Clip")) act = KP__OX_ACT_CLIP;
+    else if (!strcmp(op, "PRelu")) act = KP__OX_ACT_PRELU;
+    if (act == KP__OX_ACT_NONE || r->n_in < 1 || r->in[0] != y) return false;
+    if ((act == KP__OX_ACT_LEAKYRELU && kp__ox_attr_float(r, "alpha", 0.01f, &a) != KP_OK) ||
+        (act == KP__OX_ACT_HARDSIGMOID && (kp__ox_attr_float(r, "alpha", 0.2f, &a) != KP_OK ||
+                                           kp__ox_attr_float(r, "beta", 0.5f, &b) != KP_OK)))
+        return false;
+    if (act == KP__OX_ACT_HARDSWISH) {
+        a = 1.0f / 6.0f;
+        b = 0.5f;
+    }
+    if (act == KP__OX_ACT_CLIP && r->opset < 11 &&
+        (kp__ox_attr_float(r, "min", -3.4028234663852886e38f, &a) != KP_OK ||
+         kp__ox_attr_float(r, "max", 3.4028234663852886e38f, &b) != KP_OK))
+        return false;
+    if (act == KP__OX_ACT_CLIP && r->opset >= 11 &&
+        (!kp__ox_const_scalar(g, r, 1, -INFINITY, &a) ||
+         !kp__ox_const_scalar(g, r, 2, INFINITY, &b)))
+        return false;
+    if (act == KP__OX_ACT_PRELU) {
+        const kp__ox_value *s = kp__ox_in(g, r, 1), *w = kp__ox_in(g, n, 1);
+        if (!w || !kp__ox_per_channel(s, g->values[y].ndim, w->shape[0])) return false;
+        if (s->numel == 1) {
+            act = KP__OX_ACT_LEAKYRELU; /* one slope for every channel */
+            a = *(const float *)s->host;
+        } else {
+            *slope = r->in[1];
+        }
+    }
+    n->act = act;
+    n->act_a = a;
+    n->act_b = b;
+    return true;
+}
+
+/* y * Sigmoid(y) as Mul(y, Sigmoid(y)): y's two readers. The Mul, or -1. */
+static int kp__ox_silu(kp__ox_fusing *f, int y, int *sig) {
+    kp__ox_graph *g = f->g;
+    int s = -1, m = -1;
+    if (f->readers[y] != 2) return -1;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const kp__ox_gnode *r = &g->nodes[i];
+        for (size_t k = 0; k < r->n_in; k++) {
+            if (r->in[k] != y) continue;
+            if (kp__ox_is(r, "Sigmoid") && f->place[i] >= 0) s = (int)i;
+            else if (kp__ox_is(r, "Mul") && f->place[i] >= 0) m = (int)i;
+            break;
+        }
+    }
+    if (s < 0 || m < 0 || g->nodes[s].out[0] < 0 ||
+        kp__ox_sole_reader(f, g->nodes[s].out[0], "Mul") != m)
+        return -1;
+    const kp__ox_gnode *mul = &g->nodes[m];
+    if (mul->n_in != 2 || !((mul->in[0] == y && mul->in[1] == g->nodes[s].out[0]) ||
+                            (mul->in[1] == y && mul->in[0] == g->nodes[s].out[0])))
+        return -1;
+    *sig = s;
+    return m;
+}
+
+/* The activation that follows: the node whose output ends the chain, -1
+ * when none fuses. Marks what it swallows. */
+static int kp__ox_fuse_act(kp__ox_fusing *f, kp__ox_gnode *n, int out, int *slope) {
+    int sig = -1, m = kp__ox_silu(f, out, &sig);
+    if (m >= 0) {
+        n->act = KP__OX_ACT_SILU;
+        f->place[sig] = -1;
+        f->place[m] = -1;
+        return m;
+    }
+    if (out < 0 || f->readers[out] != 1) return -1;
+    int r = f->reader[out];
+    kp__ox_gnode *rn = &f->g->nodes[r];
+    if (rn->folded || !rn->op || rn->src->domain[0] != '\0' || f->place[r] < 0 || rn->n_out < 1 ||
+        rn->out[0] < 0 || !kp__ox_act_node(f, n, rn, out, slope))
+        return -1;
+    f->place[r] = -1;
+    return r;
+}
+
 /* Conv i with what follows it; unchanged when nothing that follows fuses. */
 static kp_status kp__ox_fuse_conv(kp__ox_fusing *f, int i) {
     kp__ox_graph *g = f->g;
     kp__ox_gnode *n = &g->nodes[i];
     if (n->n_in > 3 || n->n_out != 1 || n->out[0] < 0 || g->values[n->out[0]].dtype != KP_F32)
         return KP_OK;
-    int y = n->out[0], last = -1, z = -1, out = y;
-    /* B' may take the normalization's bias slot: room for input 2 first */
-    int *io = kp__calloc(4 + 1 + 1, sizeof *io);
+    int y = n->out[0], last = -1, z = -1, out = y, slope = -1;
+    /* inputs X, W, B, Z (the residual), S (PRelu's slope), then the output */
+    int *io = kp__calloc(5 + 1, sizeof *io);
     if (!io) return kp__error(KP_ERR_OUT_OF_MEMORY, "onnx: no memory to fuse '%s'", n->src->name);
     for (size_t k = 0; k < 3; k++) io[k] = k < n->n_in ? n->in[k] : -1;
-    io[3] = -1;
-    io[4] = y;
+    io[3] = io[4] = -1;
+    io[5] = y;
     kp__free(n->in);
     n->in = io;
-    n->out = io + 4;
+    n->out = io + 5;
     n->n_in = 3;
     int bn = kp__ox_sole_reader(f, out, "BatchNormalization");
     if (bn >= 0 && kp__ox_fold_bn(f, n, &g->nodes[bn])) {
         last = bn;
         out = g->nodes[bn].out[0];
         f->place[bn] = -1;
+        n->fused_bn = true;
     }
     int a = kp__ox_sole_reader(f, out, "Add");
     if (a >= 0 && (z = kp__ox_residual(g, &g->nodes[a], out)) >= 0) {
         last = a;
         out = g->nodes[a].out[0];
+        f->place[a] = -1;
+        n->fused_add = true;
     }
-    int r = kp__ox_sole_reader(f, out, "Relu");
+    int r = kp__ox_fuse_act(f, n, out, &slope);
     if (r >= 0) {
         last = r;
         out = g->nodes[r].out[0];
     }
     if (last < 0) return KP_OK;
     io[3] = z;
-    io[4] = out;
-    n->n_in = z >= 0 ? 4 : 3;
-    n->relu = r >= 0;
-    n->fused_add = z >= 0;
-    n->fused_bn = bn >= 0 && f->place[bn] < 0;
-    if (z >= 0) f->place[a] = -1;
-    if (r >= 0) f->place[r] = -1;
+    io[4] = slope;
+    io[5] = out;
+    n->n_in = slope >= 0 ? 5 : z >= 0 ? 4 : 3;
     f->moved[last] = i;
     f->fused[i] = true;
     f->place[i] = -1; /* runs at `last` instead */

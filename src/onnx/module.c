@@ -6,11 +6,15 @@
  * "precision": "tf32" lets cuda's convolutions and GEMMs round their
  * inputs to TF32 on tensor cores (fp32 storage, about 1e-3 relative
  * error); "fp32" (the default) keeps them in fp32 FMA math, as the host.
+ * "fp16" (cuda with cuDNN) runs the convolutions in fp16 with fp32
+ * accumulation on channels-last tensors, f16 between one convolution and
+ * the next, and the GEMMs as "tf32" does (half.c); the ports stay f32.
  * "tune": "on" measures cuDNN's algorithms for each convolution shape when
  * it is prepared (cudnnFind*: milliseconds each, at setup and at a new
  * shape) instead of taking its heuristics' first choice.
  * "fuse": "off" runs every node as the file has it, where "on" (the
- * default) runs a convolution's residual Add and Relu inside it (fuse.c).
+ * default) runs a convolution's residual Add and activation inside it
+ * (fuse.c).
  *
  * Ports are the model's graph inputs and outputs, named by one rule (see
  * kp__onnx_port_name): "input.1" is the port "input_1". The model's tensors
@@ -202,11 +206,13 @@ static kp_status kp__onnx_load(const kp_module_env *env, kp__onnx *m) {
     bool fuse_on = !strcmp(fuse, "on") || !strcmp(fuse, "true");
     if (!fuse_on && strcmp(fuse, "off") != 0 && strcmp(fuse, "false") != 0)
         return kp__error(KP_ERR_INVALID_ARG, "\"fuse\": \"%s\": on or off", fuse);
-    bool tf32 = strcmp(precision, "tf32") == 0;
-    if (strcmp(precision, "fp32") != 0 && !tf32)
-        return kp__error(strcmp(precision, "fp16") == 0 ? KP_ERR_UNSUPPORTED : KP_ERR_INVALID_ARG,
-                         "\"precision\": \"%s\": this build runs models in \"fp32\" or "
-                         "\"tf32\"", precision);
+    bool tf32 = strcmp(precision, "tf32") == 0, fp16 = strcmp(precision, "fp16") == 0;
+    if (strcmp(precision, "fp32") != 0 && !tf32 && !fp16)
+        return kp__error(KP_ERR_INVALID_ARG, "\"precision\": \"%s\": fp32, tf32 or fp16",
+                         precision);
+    if (fp16 && strcmp(kp_device_kernel_form(env->dev), "cuda") != 0)
+        return kp__error(KP_ERR_UNSUPPORTED, "\"precision\": \"fp16\" runs on cuda devices (with "
+                         "cuDNN); %s runs models in fp32", kp_device_name(env->dev));
     char path[4096], bounds_text[1024];
     if (model[0] != '/' && env->base_dir) snprintf(path, sizeof path, "%s/%s", env->base_dir, model);
     else snprintf(path, sizeof path, "%s", model);
@@ -219,7 +225,8 @@ static kp_status kp__onnx_load(const kp_module_env *env, kp__onnx *m) {
     KP_CHECK(kp__ox_read_file(path, &md));
     KP_CHECK(kp__ox_graph_build(md, &g));
     g->no_fusion = !fuse_on;
-    g->tf32 = tf32;
+    g->tf32 = tf32 || fp16; /* fp16's GEMMs run as tf32's do */
+    g->fp16 = fp16;
     g->tune = tune_on;
     return kp__ox_engine_create(env->dev, g, b, nb, &m->e);
 }

@@ -4,7 +4,7 @@
  * (ops/: ops_*.c on the host, ops_*.cu on CUDA).
  *
  * The files of src/onnx/, one layer in three folders:
- *   ./                       the engine: this header, graph.c, infer.c, fuse.c, plan.c,
+ *   ./                       the engine: this header, graph.c, infer.c, fuse.c, half.c, plan.c,
  *                            engine.c, engine_report.c, ops.c (the operator
  *                            registry and launch), module.c (the `onnx` module)
  *   reader/                  the file: reader_msg.c (the protobuf wire cursor, tensor
@@ -35,7 +35,9 @@
  *   infer (infer.c)          input shapes -> every value's dtype and shape; nodes whose
  *                            inputs are all constant run on the host now (folding)
  *   fuse (fuse.c)            once: a convolution's normalization, residual Add and
- *                            Relu join its node
+ *                            activation join its node
+ *   half (half.c)            once, with "precision": "fp16": the convolutions and the
+ *                            values between them go fp16, channels last
  *   plan (plan.c)            at the maximum shapes: an offset for every value the
  *                            device needs, intermediates sharing bytes by liveness
  *   prepare (engine.c)       per new shape: infer again, operators' prepare slots
@@ -235,6 +237,11 @@ typedef struct kp__ox_value {
     size_t max_bytes;    /* bytes at the maximum shapes (plan.c) */
     size_t offset;       /* plan: offset in the engine's region */
     bool planned;        /* it has an offset */
+    bool half;           /* "precision": "fp16" (half.c): the device holds it as f16,
+                            channels last (NHWC; a weight KRSC), though dtype and
+                            shape stay the model's f32 NCHW */
+    int64_t half_cin;    /* a weight held in fp16 with its input channels padded
+                            to this many (half.c); 0: as its shape says */
 } kp__ox_value;
 
 struct kp__ox_op;
@@ -249,8 +256,14 @@ typedef struct kp__ox_gnode {
     bool folded;              /* every input constant: ran at prepare, on the host */
     /* A convolution with what followed it fused in (fuse.c): a
      * normalization folded into its weights (fused_bn), input 3 added to
-     * its output (fused_add), and relu applied last. */
-    bool fused_bn, fused_add, relu;
+     * its output (fused_add), and the activation `act` (KP__OX_ACT_*,
+     * with act_a and act_b; PRelu's slope is input 4) applied last. */
+    bool fused_bn, fused_add;
+    int act;
+    float act_a, act_b;
+    /* "precision": "fp16" (half.c): the convolution runs in fp16 with fp32
+     * accumulation on channels-last tensors */
+    bool half;
     void *state;              /* the operator's prepared state (op->prepare), or NULL */
 } kp__ox_gnode;
 
@@ -267,6 +280,8 @@ typedef struct kp__ox_graph {
     bool tf32;                /* "precision": "tf32": cuda's convolutions and GEMMs may
                                  round their inputs to TF32 on tensor cores */
     bool tune;                /* "tune": cuDNN's algorithms measured at prepare */
+    bool fp16;                /* "precision": "fp16": convolutions in fp16 on channels-last
+                                 tensors, GEMMs as with tf32 (half.c) */
 } kp__ox_graph;
 
 /* ---------------------------------------------------------------------------------
@@ -418,6 +433,12 @@ kp_status kp__ox_infer(kp__ox_graph *g);
  * residual Add and Relu that follow it, after the first inference and
  * before the plan (fuse.c); nothing when no_fusion. */
 kp_status kp__ox_fuse(kp__ox_graph *g);
+/* "precision": "fp16": which convolutions run in fp16 and which values the
+ * device holds as f16, channels last (half.c), after fuse and before the
+ * plan; nothing unless g->fp16. */
+kp_status kp__ox_half(kp__ox_graph *g);
+/* The bytes a value takes on the device at its current shape. */
+size_t kp__ox_value_bytes(const kp__ox_value *v);
 /* The value whose bytes v's are (through views). */
 int kp__ox_root(const kp__ox_graph *g, int v);
 /* Offsets for every value the device holds, at the current (maximum)

@@ -94,7 +94,7 @@ kp_status kp__ox_plan(kp__ox_graph *g, size_t *const_bytes, size_t *total_bytes)
     for (size_t v = 0; v < g->n_values; v++) {
         kp__ox_value *val = &g->values[v];
         val->planned = false;
-        val->max_bytes = kp__ox_align((size_t)val->numel * kp_dtype_size(val->dtype));
+        val->max_bytes = kp__ox_align(kp__ox_value_bytes(val));
         if (!val->device_use || !val->is_const || kp__ox_root(g, (int)v) != (int)v) continue;
         val->offset = off;
         val->planned = true;

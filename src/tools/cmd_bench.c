@@ -19,7 +19,7 @@ static const char kpt_bench_usage[] =
     "  --mode M     graph or stream (default: both)\n"
     "  --max N=V,...  a model's symbolic dimensions' maxima, by name (MODEL.onnx)\n"
     "  --fuse F       on or off: a model's fused convolution epilogues (MODEL.onnx)\n"
-    "  --precision P  fp32 or tf32: a model's cuda convolutions and GEMMs (MODEL.onnx)\n"
+    "  --precision P  fp32, tf32 or fp16: a model's cuda convolutions and GEMMs (MODEL.onnx)\n"
     "  --tune T       on or off: measure cuDNN's convolution algorithms at setup (MODEL.onnx)\n"
     "  --ticks N    measured ticks (default 10000)\n"
     "  --warmup N   ticks run before measuring (default 500)\n"

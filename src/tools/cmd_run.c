@@ -27,7 +27,7 @@ static const char kpt_run_usage[] =
     "  --max N=V,...    a model's symbolic dimensions' maxima, by name (MODEL.onnx)\n"
     "  --fuse F         on or off: a model's fused convolution epilogues (MODEL.onnx;\n"
     "                   off runs every node as the file has it)\n"
-    "  --precision P    fp32 or tf32: a model's cuda convolutions and GEMMs (MODEL.onnx)\n"
+    "  --precision P    fp32, tf32 or fp16: a model's cuda convolutions and GEMMs (MODEL.onnx)\n"
     "  --tune T         on or off: measure cuDNN's convolution algorithms at setup (MODEL.onnx)\n"
     "  --check          run the same spec and inputs on the cpu backend and compare every\n"
     "                   output: floats within |a-b| <= 1e-6 + 1e-5 |cpu|, integers exactly;\n"

@@ -23,7 +23,7 @@ static const char kpt_validate_usage[] =
     "  --device D  plan for cpu (default), cuda or cuda:N; allocates nothing\n"
     "  --mode M    graph or stream (default: the spec's \"execution\")\n"
     "  --max N=V,...  a model's symbolic dimensions' maxima, by name (MODEL.onnx)\n"
-    "  --precision P  fp32 or tf32: a model's cuda convolutions and GEMMs (MODEL.onnx)\n"
+    "  --precision P  fp32, tf32 or fp16: a model's cuda convolutions and GEMMs (MODEL.onnx)\n"
     "  --tune T       on or off: measure cuDNN's convolution algorithms at setup (MODEL.onnx)\n"
     "  --fuse F    on or off: override the spec's \"fuse\" (a MODEL.onnx: the engine's\n"
     "              fused convolution epilogues)\n"

@@ -80,18 +80,22 @@ int kpt_fail(const char *cmd, kp_status st) {
     return 1;
 }
 
-/* One of a model option's two words, into *dest. */
+/* One of a model option's words (a NULL-ended list), into *dest. */
 static int kpt_model_choice(int argc, char **argv, int *i, const char *cmd, const char *name,
-                            const char *a, const char *b, const char **dest) {
+                            const char *const *words, const char **dest) {
     const char *v;
     int r = kpt_opt_value(argc, argv, i, name, &v);
     if (r <= 0) return r;
-    if (strcmp(v, a) != 0 && strcmp(v, b) != 0) {
-        fprintf(stderr, "kpipe %s: %s takes %s or %s, not \"%s\"\n", cmd, name, a, b, v);
-        return -1;
-    }
-    *dest = v;
-    return 1;
+    for (size_t k = 0; words[k]; k++)
+        if (strcmp(v, words[k]) == 0) {
+            *dest = v;
+            return 1;
+        }
+    fprintf(stderr, "kpipe %s: %s takes %s", cmd, name, words[0]);
+    for (size_t k = 1; words[k]; k++)
+        fprintf(stderr, "%s%s", words[k + 1] ? ", " : " or ", words[k]);
+    fprintf(stderr, ", not \"%s\"\n", v);
+    return -1;
 }
 
 /* --max, --fuse, --tune and --precision: the model options run, bench and
@@ -103,12 +107,13 @@ int kpt_model_option(int argc, char **argv, int *i, const char *cmd) {
         if (r > 0) kpt_model_max = v;
         return r;
     }
-    if ((r = kpt_model_choice(argc, argv, i, cmd, "--fuse", "on", "off", &kpt_model_fuse)) != 0)
+    static const char *const on_off[] = {"on", "off", NULL};
+    static const char *const precisions[] = {"fp32", "tf32", "fp16", NULL};
+    if ((r = kpt_model_choice(argc, argv, i, cmd, "--fuse", on_off, &kpt_model_fuse)) != 0)
         return r;
-    if ((r = kpt_model_choice(argc, argv, i, cmd, "--tune", "on", "off", &kpt_model_tune)) != 0)
+    if ((r = kpt_model_choice(argc, argv, i, cmd, "--tune", on_off, &kpt_model_tune)) != 0)
         return r;
-    return kpt_model_choice(argc, argv, i, cmd, "--precision", "fp32", "tf32",
-                            &kpt_model_precision);
+    return kpt_model_choice(argc, argv, i, cmd, "--precision", precisions, &kpt_model_precision);
 }
 
 int kpt_opt_value(int argc, char **argv, int *i, const char *name, const char **value) {

@@ -125,6 +125,39 @@ def conv_patterns():
                    [tensor("out", [2, 16, 20, 28]), tensor(t, [2, 16, 20, 28])], "conv_patterns")
 
 
+def conv_epilogues():
+    """Every activation the engine fuses into a convolution's epilogue
+    (src/onnx/fuse.c), with and without a residual Add before it, and
+    chains it must leave alone: a PRelu whose slope is not one per channel,
+    a Mul by another value's Sigmoid, a Clip whose bound the input sets."""
+    b = Builder(6)
+    c = lambda x, ci=8, co=8: b.conv(x, ci, co, 3)
+    chan = lambda: b.const(
+        (0.2 + 0.05 * b.rng.standard_normal((8, 1, 1))).astype(np.float32), "slope")
+    x = b.op("PRelu", [c("input", 3), chan()])
+    x = b.op("LeakyRelu", [b.bn(c(x), 8)], alpha=0.2)
+    lo, hi = b.const(np.array(-0.5, np.float32)), b.const(np.array(0.75, np.float32))
+    x = b.op("Clip", [c(x), lo, hi])
+    x = b.op("HardSwish", [b.op("Add", [c(x), x])])
+    x = b.op("Sigmoid", [c(x)])
+    x = b.op("HardSigmoid", [c(x)], alpha=0.3, beta=0.4)
+    y = c(x)
+    x = b.op("Mul", [y, b.op("Sigmoid", [y])])                                   # SiLU
+    x = b.op("PRelu", [c(x), b.const(np.array([0.3], np.float32), "slope")])   # one slope
+    x = b.op("Relu", [b.op("Add", [b.bn(c(x), 8), x])])
+    # left alone
+    y = c(x)
+    full = b.const((0.1 * b.rng.standard_normal((8, 20, 28))).astype(np.float32))
+    x = b.op("PRelu", [y, full])
+    y = c(x)
+    x = b.op("Mul", [y, b.op("Sigmoid", [x])])
+    hi = b.op("ReduceMax", ["input"], keepdims=0)
+    x = b.op("Clip", [c(x), b.const(np.array(-0.25, np.float32)), hi])
+    b.nodes.append(helper.make_node("Identity", [x], ["out"], name="out_id"))
+    return b.model([tensor("input", [2, 3, 20, 28])], [tensor("out", [2, 8, 20, 28])],
+                   "conv_epilogues", opset=14)
+
+
 def srvgg_x2(convs=16, feat=64, shuffle="DepthToSpace"):
     """SRVGGNetCompact: body of 3x3 convs with PReLU, then pixel shuffle, plus
     the nearest-upsampled input. H and W are symbolic."""
@@ -286,6 +319,7 @@ MODELS = {
                          {"height": 40, "width": 56}),
     "mobilenet_block": (mobilenet_block, {"input": [1, 3, 112, 112]}, {}),
     "conv_patterns": (conv_patterns, {"input": [2, 3, 20, 28]}, {}),
+    "conv_epilogues": (conv_epilogues, {"input": [2, 3, 20, 28]}, {}),
     "yolo_head": (yolo_head, {"images": [1, 3, 64, 64]}, {}),
     "transformer_block": (transformer_block, {"tokens": [1, 37, 64]}, {"seq": 64}),
     "sharpen_rgb": (sharpen_rgb, {"rgb": [3 * 360 * 640]}, {}),

@@ -27,8 +27,15 @@ DEVICE = os.environ.get("KP_MODEL_DEVICE", "cpu")
 # 4 convolutions); the plain build runs every model in both modes.
 QUICK = os.environ.get("KP_MODELS_QUICK") == "1"
 NAMES = sorted(n for n in make_models.MODELS if not (QUICK and n in ("resnet18", "srvgg_x2")))
-# mode, and the engine's fusion (--fuse off: every node as the file has it)
-VARIANTS = [("graph", "on")] if QUICK else [("graph", "on"), ("stream", "on"), ("graph", "off")]
+# mode, the engine's fusion (--fuse off: every node as the file has it), and
+# its precision: on cuda, fp16 convolutions too (within FP16_TOL)
+VARIANTS = [("graph", "on", "fp32")] if QUICK else [
+    ("graph", "on", "fp32"), ("stream", "on", "fp32"), ("graph", "off", "fp32")]
+if DEVICE == "cuda":
+    VARIANTS += [("graph", "on", "fp16"), ("stream", "off", "fp16")]
+# fp16 storage between convolutions: each element within 2e-2 of the
+# reference's largest magnitude, the whole within 5e-3 relative L2 error
+FP16_TOL = (2e-2, 5e-3)
 ORT_DIR = os.environ.get("KP_ORT_DIR", os.path.join(HERE, "..", "..", "build-deps", "ort"))
 
 
@@ -61,18 +68,21 @@ def run_ort(model, inputs, outputs):
     assert r.returncode == 0, "onnxruntime failed:\n%s" % r.stderr
 
 
-def close(got, want, name):
+def close(got, want, name, tol=(1e-3, 1e-4)):
     """Every element within 1e-3 of the reference's largest magnitude (float32
-    sums in another order), and the whole within 1e-4 relative L2 error."""
+    sums in another order), and the whole within 1e-4 relative L2 error; or
+    the tolerances `tol` gives."""
     assert got.shape == want.shape, "%s: shape %s, expected %s" % (name, got.shape, want.shape)
     assert np.isfinite(got).all(), "%s: NaN or Inf in the output" % name
     scale = max(float(np.abs(want).max()), 1e-6)
     err = np.abs(got.astype(np.float64) - want)
     worst = int(err.argmax())
-    assert err.max() <= 1e-3 * scale, "%s: element %d is %r, expected %r" % (
+    assert err.max() <= tol[0] * scale, "%s: element %d is %r, expected %r" % (
         name, worst, got.flat[worst], want.flat[worst])
     rel = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-12)
-    assert rel < 1e-4, "%s: relative L2 error %.3g" % (name, rel)
+    assert rel < tol[1], "%s: relative L2 error %.3g" % (name, rel)
+    print("%s: max error %.3g of the largest magnitude, relative L2 %.3g" % (
+        name, err.max() / scale, rel))
 
 
 def max_args(bounds):
@@ -80,18 +90,23 @@ def max_args(bounds):
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    why = ort_available()
-    if why:
-        pytest.skip(why)
+def model_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("models")
     make_models.write_all(str(d))
     return d
 
 
+@pytest.fixture(scope="module")
+def models(model_files):
+    why = ort_available()
+    if why:
+        pytest.skip(why)
+    return model_files
+
+
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("mode,fuse", VARIANTS)
-def test_model_matches_onnxruntime(models, tmp_path, name, mode, fuse):
+@pytest.mark.parametrize("mode,fuse,precision", VARIANTS)
+def test_model_matches_onnxruntime(models, tmp_path, name, mode, fuse, precision):
     _, shapes, bounds = make_models.MODELS[name]
     model = str(models / (name + ".onnx"))
     rng = np.random.default_rng(7)
@@ -104,13 +119,16 @@ def test_model_matches_onnxruntime(models, tmp_path, name, mode, fuse):
     outs = [o.name for o in onnx.load(model).graph.output]
     got = {o: str(tmp_path / ("kp_" + o + ".npy")) for o in outs}
     want = {o: str(tmp_path / ("ort_" + o + ".npy")) for o in outs}
-    run_kpipe(model, ins, got, ["--mode", mode, "--fuse", fuse] + max_args(bounds))
+    run_kpipe(model, ins, got, ["--mode", mode, "--fuse", fuse, "--precision", precision]
+              + max_args(bounds))
     run_ort(model, ins, want)
     for o in outs:
-        close(np.load(got[o]), np.load(want[o]), "%s.%s" % (name, o))
+        close(np.load(got[o]), np.load(want[o]), "%s.%s" % (name, o),
+              FP16_TOL if precision == "fp16" else (1e-3, 1e-4))
 
 
-def test_new_size_within_max(models, tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "fp16"] if DEVICE == "cuda" else ["fp32"])
+def test_new_size_within_max(models, tmp_path, precision):
     """A second input size under the same bounds: the engine re-infers and,
     in graph mode, captures one more graph; the output is the new size's."""
     name = "srvgg_x2_shuffle" if QUICK else "srvgg_x2"
@@ -122,6 +140,71 @@ def test_new_size_within_max(models, tmp_path):
     np.save(b, rng.uniform(-1, 1, [1, 3, 30, 42]).astype(np.float32))
     got, want = tmp_path / "got.npy", tmp_path / "want.npy"
     run_kpipe(model, {"frame": [str(a), str(b)]}, {"enhanced": str(got)},
-              ["--ticks", "2"] + max_args(bounds))
+              ["--ticks", "2", "--precision", precision] + max_args(bounds))
     run_ort(model, {"frame": str(b)}, {"enhanced": str(want)})
-    close(np.load(got), np.load(want), name + " at 30x42")
+    close(np.load(got), np.load(want), name + " at 30x42",
+          FP16_TOL if precision == "fp16" else (1e-3, 1e-4))
+
+
+def random_inputs(name, tmp_path):
+    _, shapes, _ = make_models.MODELS[name]
+    rng = np.random.default_rng(7)
+    ins = {}
+    for inp, shape in shapes.items():
+        f = tmp_path / (inp + ".npy")
+        np.save(f, rng.uniform(-1, 1, shape).astype(np.float32))
+        ins[inp] = str(f)
+    return ins
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("mode,fuse", [("graph", "on"), ("stream", "off")])
+def test_fp16_matches_fp32(model_files, tmp_path, name, mode, fuse):
+    """On cuda, where ONNX Runtime may be absent: every model in fp16
+    against the same device's fp32 (itself checked against ONNX Runtime on
+    cpu and against PyTorch on cuda), within FP16_TOL, with no NaN or Inf."""
+    if DEVICE != "cuda":
+        pytest.skip("fp16 runs on cuda")
+    model = str(model_files / (name + ".onnx"))
+    bounds = make_models.MODELS[name][2]
+    ins = random_inputs(name, tmp_path)
+    import onnx
+    outs = [o.name for o in onnx.load(model).graph.output]
+    ref = {o: str(tmp_path / ("fp32_" + o + ".npy")) for o in outs}
+    got = {o: str(tmp_path / ("fp16_" + o + ".npy")) for o in outs}
+    run_kpipe(model, ins, ref, ["--mode", mode, "--fuse", fuse] + max_args(bounds))
+    run_kpipe(model, ins, got, ["--mode", mode, "--fuse", fuse, "--precision", "fp16"]
+              + max_args(bounds))
+    for o in outs:
+        close(np.load(got[o]), np.load(ref[o]), "%s.%s fp16" % (name, o), FP16_TOL)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cuda_matches_cpu(model_files, tmp_path, name):
+    """On cuda, where ONNX Runtime may be absent: fp32 with every fusion
+    against the cpu device's (checked against ONNX Runtime where it is)."""
+    if DEVICE != "cuda":
+        pytest.skip("compares the cuda device with cpu")
+    model = str(model_files / (name + ".onnx"))
+    bounds = make_models.MODELS[name][2]
+    ins = random_inputs(name, tmp_path)
+    import onnx
+    outs = [o.name for o in onnx.load(model).graph.output]
+    ref = {o: str(tmp_path / ("cpu_" + o + ".npy")) for o in outs}
+    got = {o: str(tmp_path / ("cuda_" + o + ".npy")) for o in outs}
+    run_kpipe(model, ins, ref, ["--device", "cpu"] + max_args(bounds))
+    run_kpipe(model, ins, got, max_args(bounds))
+    for o in outs:
+        close(np.load(got[o]), np.load(ref[o]), "%s.%s cuda" % (name, o))
+
+
+def test_fp16_needs_cuda(models, tmp_path):
+    """fp16 convolutions are cuda's (cuDNN): a cpu device refuses them by
+    name instead of running fp32 quietly."""
+    if DEVICE == "cuda":
+        pytest.skip("the cpu device's refusal")
+    model = str(models / "conv_patterns.onnx")
+    r = subprocess.run([CLI, "run", model, "--device", "cpu", "--precision", "fp16"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "fp16" in r.stderr and "cuda" in r.stderr, r.stderr

@@ -116,6 +116,12 @@ kp_status kp__ox_blas_prepare(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnod
  * kp__ox_launch over bias/fill's n, im2col's rows x ncols, col2im's
  * w.c x image positions. */
 extern const kp_kernel kp__ox_k_bias, kp__ox_k_fill, kp__ox_k_im2col, kp__ox_k_col2im;
+/* fp16 convolutions' kernels (ops_nn.c), and their launches with the
+ * geometry each cuda form wants (ops_conv.c): f32 NCHW to f16 NHWC, and the
+ * epilogue, each over the tensor's n elements. */
+extern const kp_kernel kp__ox_k_to_half, kp__ox_k_epilogue16;
+kp_status kp__ox_to_half(const kp__ox_exec *x, const kp__ox_to_half_params *p);
+kp_status kp__ox_epilogue16(const kp__ox_exec *x, const kp__ox_epilogue16_params *p);
 
 /* --- cuda libraries (ops_cuda.c, ops_cudnn.c) ---------------------------------------- */
 
@@ -165,9 +171,12 @@ typedef struct kp__ox_conv_shape {
     int nsp;
     bool transposed;
     bool fused;     /* forward with bias: planned for the fused call too
-                       (cudnnConvolutionBiasActivationForward, ReLU) */
+                       (cudnnConvolutionBiasActivationForward, ReLU); with
+                       half, an f16 bias */
     bool tf32;      /* tensor-op (TF32) algorithms allowed */
     bool tune;      /* measure the algorithms (cudnnFind*) instead of asking */
+    bool half;      /* fp16 tensors in NHWC, fp32 accumulation, tensor cores
+                       (onnx/half.c); 2-D forward only */
     int64_t batch, cin, cout, group;
     int64_t in[3], out[3], k[3], stride[3], pad[3], dil[3];
 } kp__ox_conv_shape;
@@ -188,14 +197,15 @@ kp_status kp__ox_dnn_set_stream(void *h, void *stream);
  * caller takes its own path). */
 kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s, kp__ox_dnn_conv **out,
                                size_t *workspace);
-/* Enqueues it on cuDNN handle `dnn` (kp__ox_cuda_dnn): y = conv(x, w), no bias. */
+/* Enqueues it on cuDNN handle `dnn` (kp__ox_cuda_dnn): y = conv(x, w), no
+ * bias; f32 NCHW tensors, or f16 NHWC ones for a plan made with `half`. */
 kp_status kp__ox_dnn_conv_run(const kp__ox_exec *x, void *dnn, const kp__ox_dnn_conv *p,
-                              const float *in, const float *w, float *y);
+                              const void *in, const void *w, void *y);
 /* The fused form (a plan made with `fused`): y = relu(conv(x, w) + z +
- * bias), z NULL for none. */
+ * bias), z NULL for none; with `half`, every tensor f16 (the bias too). */
 kp_status kp__ox_dnn_conv_run_fused(const kp__ox_exec *x, void *dnn, const kp__ox_dnn_conv *p,
-                                    const float *in, const float *w, const float *bias,
-                                    const float *z, float *y);
+                                    const void *in, const void *w, const void *bias,
+                                    const void *z, void *y);
 void kp__ox_dnn_conv_free(kp__ox_dnn_conv *p);
 #endif
 #endif

@@ -11,6 +11,7 @@
 #define KPIPE_ONNX_NN_KERNELS_H
 
 #include "../kernels-impl.h"
+#include "../../../core/half-impl.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -256,20 +257,90 @@ static inline KP__HD void kp__ox_bn_at(const kp__ox_bn_params *p, int64_t i) {
 /* y = x + bias[c] (or y = bias[c] when `set`), c = (i / inner) % channels;
  * a NULL bias adds nothing (sets zero). A convolution's fused epilogue
  * (onnx/fuse.c) rides on the same pass: `add` (a residual of y's shape) is
- * added next, and `relu` applies last, NaN passing as Relu's does. */
+ * added next, and the activation `act` (KP__OX_ACT_*) applies last. */
 typedef struct kp__ox_bias_params {
     const float *bias;
     const float *add;
+    const float *slope; /* PRelu's, one per channel */
     float *y;
     int64_t n, channels, inner;
-    int32_t set, relu;
+    int32_t set, act;
+    float act_a, act_b;
 } kp__ox_bias_params;
 
 static inline KP__HD void kp__ox_bias_at(const kp__ox_bias_params *p, int64_t i) {
-    float b = p->bias ? p->bias[(i / p->inner) % p->channels] : 0.0f;
+    int64_t c = (i / p->inner) % p->channels;
+    float b = p->bias ? p->bias[c] : 0.0f;
     float v = p->set ? b : p->y[i] + b;
     if (p->add) v += p->add[i];
-    p->y[i] = p->relu && v < 0.0f ? 0.0f : v;
+    p->y[i] = kp__ox_act_apply(p->act, v, p->act_a, p->act_b, p->slope ? p->slope[c] : 0.0f);
+}
+
+/* --- fp16 convolutions ("precision": "fp16", onnx/half.c) -------------------------- */
+
+/* The side of the transposing tiles of the cuda forms. */
+#define KP__OX_TILE 32
+
+/* Item i of an NCHW tensor of `c` channels and `hw` positions per image,
+ * as the index of the same element in NHWC order. */
+static inline KP__HD int64_t kp__ox_nhwc_of(int64_t i, int64_t c, int64_t hw) {
+    int64_t q = i % hw, r = i / hw;
+    return ((r / c) * hw + q) * c + r % c;
+}
+
+/* f32 NCHW -> f16 NHWC: a convolution's input (or residual) on its way in,
+ * with `cpad` >= c channels in the output, those past c zero. Item i is the
+ * output's element. */
+typedef struct kp__ox_to_half_params {
+    const float *x;
+    uint16_t *y;
+    int64_t n, c, cpad, hw; /* n: output elements (images x hw x cpad) */
+} kp__ox_to_half_params;
+
+static inline KP__HD void kp__ox_to_half_at(const kp__ox_to_half_params *p, int64_t i) {
+    int64_t c = i % p->cpad, r = i / p->cpad, q = r % p->hw, b = r / p->hw;
+    p->y[i] = c < p->c ? kp__f16_of(p->x[(b * p->c + c) * p->hw + q]) : 0;
+}
+
+/* An fp16 convolution's epilogue: v = acc + bias[c] (+ the residual), then
+ * the activation, in fp32; acc is cuDNN's product (f16 NHWC). The result
+ * goes to y16 (f16 NHWC, which may be acc itself) or to y32 (f32 NCHW, the
+ * model's layout for a reader that is not an fp16 convolution). The
+ * residual is z16 (f16 NHWC) or z32 (f32 NCHW). Item i walks the output's
+ * own order. These per-element forms are the host's and the reference;
+ * the cuda forms (ops_nn.cu) compute the same values eight channels at a
+ * time (f16 out) or through a transposing tile (f32 out), and so does the
+ * staging kernel (kp__ox_to_half_at). */
+typedef struct kp__ox_epilogue16_params {
+    const uint16_t *acc, *z16;
+    const float *bias, *slope, *z32;
+    uint16_t *y16;
+    float *y32;
+    int64_t n, c, hw;
+    int32_t act;
+    float act_a, act_b;
+} kp__ox_epilogue16_params;
+
+/* The epilogue of one element: the product `v` of channel ch, plus the
+ * bias and the residual `z` (0 for none), then the activation. */
+static inline KP__HD float kp__ox_epilogue16_value(const kp__ox_epilogue16_params *p, float v,
+                                                   int64_t ch, float z) {
+    v += (p->bias ? p->bias[ch] : 0.0f) + z;
+    return kp__ox_act_apply(p->act, v, p->act_a, p->act_b, p->slope ? p->slope[ch] : 0.0f);
+}
+
+static inline KP__HD void kp__ox_epilogue16_at(const kp__ox_epilogue16_params *p, int64_t i) {
+    int64_t nhwc = p->y16 ? i : kp__ox_nhwc_of(i, p->c, p->hw), ch = nhwc % p->c;
+    float z = 0.0f;
+    if (p->z16) z = kp__f32_of(p->z16[nhwc]);
+    if (p->z32) {
+        /* the NCHW index of element nhwc */
+        int64_t q = (nhwc / p->c) % p->hw, b = nhwc / (p->c * p->hw);
+        z = p->z32[(b * p->c + ch) * p->hw + q];
+    }
+    float v = kp__ox_epilogue16_value(p, kp__f32_of(p->acc[nhwc]), ch, z);
+    if (p->y16) p->y16[i] = kp__f16_of(v);
+    else p->y32[i] = v;
 }
 
 /* y[i, j] = beta * c[i * c_rs + j * c_cs] over rows x cols: Gemm's C,
@@ -444,9 +515,16 @@ static inline KP__HD void kp__ox_resize_taps(const kp__ox_resize_params *p, doub
 static inline KP__HD void kp__ox_resize_at(const kp__ox_resize_params *p, int64_t e) {
     int64_t coord[KP_MAX_DIMS], stride[KP_MAX_DIMS];
     int64_t rest = e, s = 1, base = 0;
+    bool narrow = p->n <= (int64_t)UINT32_MAX; /* 32-bit division: cheaper on cuda */
     for (int d = p->ndim - 1; d >= 0; d--) {
-        coord[d] = rest % p->out_shape[d];
-        rest /= p->out_shape[d];
+        if (narrow) {
+            uint32_t r = (uint32_t)rest, o = (uint32_t)p->out_shape[d];
+            coord[d] = r % o;
+            rest = r / o;
+        } else {
+            coord[d] = rest % p->out_shape[d];
+            rest /= p->out_shape[d];
+        }
         stride[d] = s;
         s *= p->in_shape[d];
     }
@@ -477,6 +555,10 @@ static inline KP__HD void kp__ox_resize_at(const kp__ox_resize_params *p, int64_
         }
         combos *= nt[a];
     }
+    if (p->mode == KP__OX_RESIZE_NEAREST) {
+        p->y[e] = p->x[base];
+        return;
+    }
     float sum = 0.0f;
     for (int64_t k = 0; k < combos; k++) {
         int64_t off = base, q = k;
@@ -487,7 +569,7 @@ static inline KP__HD void kp__ox_resize_at(const kp__ox_resize_params *p, int64_
             off += idx[a][t];
             wt *= w[a][t];
         }
-        sum += p->mode == KP__OX_RESIZE_NEAREST ? p->x[off] : wt * p->x[off];
+        sum += wt * p->x[off];
     }
     p->y[e] = sum;
 }

@@ -12,10 +12,11 @@
  * col2im. Bias is its own kernel afterwards (or the output's initial fill).
  *
  * A Conv node may carry a fused epilogue (onnx/fuse.c): a residual input
- * (input 3) added to its output, then ReLU. With cuDNN, a bias and a ReLU
- * it is one cudnnConvolutionBiasActivationForward; otherwise the bias
- * pass applies the residual and the ReLU too, so every form runs one pass
- * after the product at most. */
+ * (input 3) added to its output, then an activation (PRelu's slope is
+ * input 4). With cuDNN, a bias and a ReLU it is one
+ * cudnnConvolutionBiasActivationForward; otherwise the bias pass applies
+ * the residual and the activation too, so every form runs one pass after
+ * the product at most. */
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -138,7 +139,9 @@ typedef struct kp__conv {
     kp__ox_spatial sp;          /* Conv: X -> Y; ConvTranspose: the forward conv Y -> X */
     kp__ox_value *x, *w, *b, *y;
     kp__ox_value *z;            /* a fused residual, or NULL */
-    bool relu;                  /* a fused ReLU */
+    kp__ox_value *slope;        /* a fused PRelu's slope, or NULL */
+    int act;                    /* the fused activation (KP__OX_ACT_*) */
+    float act_a, act_b;
 } kp__conv;
 
 static kp_status kp__conv_values(kp__ox_graph *g, kp__ox_gnode *n, kp__conv *c) {
@@ -147,7 +150,10 @@ static kp_status kp__conv_values(kp__ox_graph *g, kp__ox_gnode *n, kp__conv *c) 
     c->b = kp__ox_in(g, n, 2);
     c->y = kp__ox_out(g, n, 0);
     c->z = n->fused_add ? kp__ox_in(g, n, 3) : NULL;
-    c->relu = n->relu;
+    c->slope = n->act == KP__OX_ACT_PRELU ? kp__ox_in(g, n, 4) : NULL;
+    c->act = n->act;
+    c->act_a = n->act_a;
+    c->act_b = n->act_b;
     if (!c->x || !c->w) return kp__ox_node_error(n, KP_ERR_PARSE, "needs inputs X and W");
     const kp__ox_value *v[3] = {c->x, c->w, c->b};
     for (int i = 0; i < 3; i++)
@@ -304,6 +310,10 @@ typedef struct kp__conv_state {
 #ifdef KP_HAVE_CUDA
     kp__ox_dnn_conv *dnn;  /* cuDNN's plan, when it runs this convolution */
 #endif
+    /* fp16 (n->half): where in the workspace, after cuDNN's own bytes, an
+     * f32 input is staged as f16 NHWC (stage_x) and an f32 output's
+     * product waits for the epilogue (stage_y); SIZE_MAX when not staged */
+    size_t stage_x, stage_y;
 } kp__conv_state;
 
 void kp__ox_conv_describe(const kp__ox_gnode *n, char *buf, size_t len) {
@@ -319,10 +329,15 @@ void kp__ox_conv_describe(const kp__ox_gnode *n, char *buf, size_t len) {
 #endif
     if (s->packed) snprintf(how, sizeof how, "host GEMM, weights packed at setup");
     else snprintf(how, sizeof how, "im2col + GEMM, %lld positions a pass", (long long)s->chunk);
+    static const char *const acts[] = {"", "Relu", "LeakyRelu", "PRelu", "Clip", "Sigmoid",
+                                       "HardSigmoid", "HardSwish", "SiLU"};
     const char *bn = n->fused_bn ? "BatchNormalization (in the weights)" : "";
-    const char *add = n->fused_add ? "residual Add" : "", *relu = n->relu ? "Relu" : "";
-    snprintf(buf, len, "%s%s%s%s%s%s%s", how, *bn || *add || *relu ? "; fused: " : "", bn,
-             *bn && (*add || *relu) ? " + " : "", add, *add && *relu ? " + " : "", relu);
+    const char *add = n->fused_add ? "residual Add" : "";
+    int na = (int)(sizeof acts / sizeof acts[0]);
+    const char *act = n->act > 0 && n->act < na ? acts[n->act] : "";
+    snprintf(buf, len, "%s%s%s%s%s%s%s%s", how, n->half ? "; fp16, channels last" : "",
+             *bn || *add || *act ? "; fused: " : "", bn, *bn && (*add || *act) ? " + " : "", add,
+             *add && *act ? " + " : "", act);
 }
 
 void kp__ox_conv_release(kp__ox_gnode *n) {
@@ -391,12 +406,92 @@ static kp_status kp__conv_pack(const kp__conv *c, kp__conv_state *s) {
     return KP_OK;
 }
 
+/* The fp16 convolutions' kernels with their cuda geometry (ops_nn.cu): a
+ * transposing tile per (positions, channels, image), or a 1-D grid of one
+ * thread per element or per eight of them. The host forms walk the
+ * elements. */
+enum { KP__OX_HALF_ELEMENTS, KP__OX_HALF_EIGHTS, KP__OX_HALF_TILES };
+
+static kp_status kp__ox_half_launch(const kp__ox_exec *x, const kp_kernel *k, int64_t n, int64_t c,
+                                    int64_t hw, int how, const void *params) {
+    uint64_t host_blocks = ((uint64_t)n + KP__OX_HOST_ITEMS - 1) / KP__OX_HOST_ITEMS;
+    if (n == 0) return KP_OK;
+    if (how != KP__OX_HALF_TILES) {
+        uint64_t items = how == KP__OX_HALF_EIGHTS ? (uint64_t)n / 8 : (uint64_t)n;
+        uint64_t blocks = (items + KP__OX_THREADS - 1) / KP__OX_THREADS;
+        if (blocks > KP__OX_MAX_BLOCKS) blocks = KP__OX_MAX_BLOCKS;
+        return kp__ox_launch_geom(x, k, (kp_dim3){(uint32_t)blocks, 1, 1},
+                                  (kp_dim3){KP__OX_THREADS, 1, 1}, 0, host_blocks, params);
+    }
+    int64_t images = n / (c * hw), gx = (hw + KP__OX_TILE - 1) / KP__OX_TILE;
+    int64_t gy = (c + KP__OX_TILE - 1) / KP__OX_TILE;
+    if (images > 65535 || gy > 65535 || gx > INT32_MAX)
+        return kp__error(KP_ERR_UNSUPPORTED, "onnx: an fp16 convolution of %lld images of %lld "
+                         "channels is too large", (long long)images, (long long)c);
+    return kp__ox_launch_geom(x, k, (kp_dim3){(uint32_t)gx, (uint32_t)gy, (uint32_t)images},
+                              (kp_dim3){KP__OX_TILE, 8, 1}, 0, host_blocks, params);
+}
+
+kp_status kp__ox_to_half(const kp__ox_exec *x, const kp__ox_to_half_params *p) {
+    int how = p->cpad >= KP__OX_TILE ? KP__OX_HALF_TILES : KP__OX_HALF_ELEMENTS;
+    return kp__ox_half_launch(x, &kp__ox_k_to_half, p->n, p->cpad, p->hw, how, p);
+}
+
+kp_status kp__ox_epilogue16(const kp__ox_exec *x, const kp__ox_epilogue16_params *p) {
+    /* as ops_nn.cu's kernel chooses its form */
+    int how = !p->y16 && p->c >= KP__OX_TILE         ? KP__OX_HALF_TILES
+              : p->y16 && p->c % 8 == 0 && !p->z32 ? KP__OX_HALF_EIGHTS
+                                                   : KP__OX_HALF_ELEMENTS;
+    return kp__ox_half_launch(x, &kp__ox_k_epilogue16, p->n, p->c, p->hw, how, p);
+}
+
+#ifdef KP_HAVE_CUDNN
+/* Input channels as an fp16 convolution holds them: padded to 8 where
+ * half.c padded its weights. */
+static int64_t kp__conv_cin_held(const kp__conv *c) {
+    return c->w->half && c->w->half_cin > c->cin ? c->w->half_cin : c->cin;
+}
+
+/* fp16 (onnx/half.c): cuDNN's plan, then the staging buffers after its
+ * workspace. cuDNN must take the shape: there is no other fp16 form. */
+static kp_status kp__conv_prepare_half(const kp__ox_exec *x, kp__ox_gnode *n, const kp__conv *c,
+                                       kp__ox_conv_shape *sh, size_t *workspace) {
+    kp__conv_state *s = n->state;
+    size_t ws = 0;
+    sh->half = true;
+    sh->cin = kp__conv_cin_held(c);
+    sh->fused = c->b && c->b->half; /* half.c: bias, residual and ReLU in cuDNN's call */
+    kp_status st = kp__ox_cuda_dnn(x->cuda) ? kp__ox_dnn_conv_plan(kp__ox_cuda_dnn(x->cuda), sh,
+                                                                   &s->dnn, &ws)
+                                            : KP_ERR_UNSUPPORTED;
+    if (st == KP_ERR_UNSUPPORTED)
+        return kp__ox_node_error(n, KP_ERR_UNSUPPORTED, "cuDNN has no fp16 algorithm for this "
+                                 "convolution (run the model with \"precision\": \"fp32\" or "
+                                 "\"tf32\")");
+    KP_CHECK(st);
+    size_t at = (ws + 255) & ~(size_t)255;
+    if (!c->x->half) {
+        s->stage_x = at;
+        at += ((size_t)(c->x->numel / c->cin * kp__conv_cin_held(c)) * 2 + 255) & ~(size_t)255;
+    }
+    if (!c->y->half) {
+        s->stage_y = at;
+        at += ((size_t)c->y->numel * 2 + 255) & ~(size_t)255;
+    }
+    if (*workspace < at) *workspace = at;
+    return KP_OK;
+}
+#endif
+
 static kp_status kp__conv_prepare(const kp__ox_exec *x, kp__ox_gnode *n, const kp__conv *c,
                                   size_t *workspace) {
     /* n->state is NULL here: the engine keeps each shape's states itself. */
     kp__conv_state *s = kp__calloc(1, sizeof *s);
     if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "Conv: no memory");
     n->state = s;
+    s->stage_x = s->stage_y = SIZE_MAX;
+    if (n->half && x->host)
+        return kp__ox_node_error(n, KP_ERR_INTERNAL, "an fp16 convolution on a host device");
     s->chunk = kp__cols_chunk(c);
     int64_t rows, cols;
     kp__cols_extent(c, &rows, &cols);
@@ -411,7 +506,7 @@ static kp_status kp__conv_prepare(const kp__ox_exec *x, kp__ox_gnode *n, const k
 #ifdef KP_HAVE_CUDNN
     if (kp__ox_cuda_dnn(x->cuda)) {
         kp__ox_conv_shape sh = {.nsp = c->sp.nsp, .transposed = c->transposed,
-                                .fused = c->relu && c->b != NULL,
+                                .fused = c->act == KP__OX_ACT_RELU && c->b != NULL,
                                 .tf32 = kp__ox_cuda_tf32(x->cuda),
                                 .tune = kp__ox_cuda_tune(x->cuda), .batch = c->batch,
                                 .cin = c->cin, .cout = c->cout, .group = c->group};
@@ -425,6 +520,10 @@ static kp_status kp__conv_prepare(const kp__ox_exec *x, kp__ox_gnode *n, const k
             sh.dil[i] = c->sp.dil[i];
             symmetric = symmetric && c->sp.pad[i] == c->sp.pad_end[i] && c->sp.pad[i] >= 0;
         }
+        if (n->half && !symmetric)
+            return kp__ox_node_error(n, KP_ERR_UNSUPPORTED, "fp16 needs equal padding at both "
+                                     "ends of each axis");
+        if (n->half) return kp__conv_prepare_half(x, n, c, &sh, workspace);
         size_t ws = 0;
         kp_status st = symmetric ? kp__ox_dnn_conv_plan(kp__ox_cuda_dnn(x->cuda), &sh, &s->dnn, &ws)
                                  : KP_ERR_UNSUPPORTED;
@@ -435,6 +534,9 @@ static kp_status kp__conv_prepare(const kp__ox_exec *x, kp__ox_gnode *n, const k
         if (st != KP_ERR_UNSUPPORTED) return st;
     }
 #endif
+    if (n->half)
+        return kp__ox_node_error(n, KP_ERR_UNSUPPORTED, "fp16 convolutions need cuDNN (%s)",
+                                 kp__ox_cudnn_info());
     if (*workspace < cols_bytes + KP__OX_BLAS_RESERVE) *workspace = cols_bytes + KP__OX_BLAS_RESERVE;
     return KP_OK;
 }
@@ -456,15 +558,16 @@ kp_status kp__ox_convt_prepare(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gno
 /* --- run ------------------------------------------------------------------------------------ */
 
 /* y = bias (set) or y += bias per channel over the whole output, then the
- * fused epilogue: y += z, y = relu(y). `with_bias` false: the product
- * added the bias already (the host GEMM). */
+ * fused epilogue: y += z, then the activation. `with_bias` false: the
+ * product added the bias already (the host GEMM). */
 static kp_status kp__conv_bias_with(const kp__ox_exec *x, const kp__conv *c, bool set,
                                     bool with_bias) {
     const void *b = with_bias && c->b ? c->b->data : NULL;
-    if (!set && !b && !c->z && !c->relu) return KP_OK;
-    kp__ox_bias_params p = {.bias = b, .add = c->z ? c->z->data : NULL, .y = c->y->data,
+    if (!set && !b && !c->z && c->act == KP__OX_ACT_NONE) return KP_OK;
+    kp__ox_bias_params p = {.bias = b, .add = c->z ? c->z->data : NULL,
+                            .slope = c->slope ? c->slope->data : NULL, .y = c->y->data,
                             .n = c->y->numel, .channels = c->cout, .inner = c->out_size,
-                            .set = set, .relu = c->relu};
+                            .set = set, .act = c->act, .act_a = c->act_a, .act_b = c->act_b};
     return kp__ox_launch(x, &kp__ox_k_bias, (uint64_t)p.n, &p);
 }
 
@@ -498,6 +601,42 @@ static kp_status kp__conv_device(const kp__ox_exec *x, const kp__conv *c, int64_
 }
 #endif
 
+#ifdef KP_HAVE_CUDNN
+/* fp16 (onnx/half.c): an f32 input staged to f16 NHWC, cuDNN's product,
+ * then one epilogue pass: bias, residual and activation in fp32, written
+ * as f16 NHWC in place or as f32 NCHW for a reader that wants the model's
+ * layout. */
+static kp_status kp__conv_run_half(const kp__ox_exec *x, const kp__conv *c,
+                                   const kp__conv_state *s) {
+    uint8_t *ws = x->workspace;
+    const void *in = c->x->data;
+    if (!c->x->half) {
+        int64_t cp = kp__conv_cin_held(c);
+        kp__ox_to_half_params p = {.x = c->x->data, .y = (uint16_t *)(ws + s->stage_x),
+                                   .n = c->x->numel / c->cin * cp, .c = c->cin, .cpad = cp,
+                                   .hw = c->in_size};
+        KP_CHECK(kp__ox_to_half(x, &p));
+        in = p.y;
+    }
+    if (c->b && c->b->half) /* f16 in and out, bias + residual + ReLU: cuDNN's one call */
+        return kp__ox_dnn_conv_run_fused(x, kp__ox_cuda_dnn(x->cuda), s->dnn, in, c->w->data,
+                                         c->b->data, c->z ? c->z->data : NULL, c->y->data);
+    uint16_t *acc = c->y->half ? c->y->data : (uint16_t *)(ws + s->stage_y);
+    KP_CHECK(kp__ox_dnn_conv_run(x, kp__ox_cuda_dnn(x->cuda), s->dnn, in, c->w->data, acc));
+    if (c->y->half && !c->b && !c->z && c->act == KP__OX_ACT_NONE) return KP_OK;
+    bool z16 = c->z && c->z->half;
+    kp__ox_epilogue16_params e = {.acc = acc, .z16 = z16 ? c->z->data : NULL,
+                                  .z32 = c->z && !z16 ? c->z->data : NULL,
+                                  .bias = c->b ? c->b->data : NULL,
+                                  .slope = c->slope ? c->slope->data : NULL,
+                                  .y16 = c->y->half ? acc : NULL,
+                                  .y32 = c->y->half ? NULL : c->y->data, .n = c->y->numel,
+                                  .c = c->cout, .hw = c->out_size, .act = c->act,
+                                  .act_a = c->act_a, .act_b = c->act_b};
+    return kp__ox_epilogue16(x, &e);
+}
+#endif
+
 kp_status kp__ox_conv_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode *n) {
     kp__conv c;
     KP_CHECK(kp__conv_read(g, n, &c));
@@ -523,7 +662,8 @@ kp_status kp__ox_conv_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode *n
 #ifdef KP_HAVE_CUDA
     if (!s) return kp__ox_node_error(n, KP_ERR_INVALID_ARG, "run before prepare");
 #ifdef KP_HAVE_CUDNN
-    if (s->dnn && c.relu && c.b)
+    if (n->half) return kp__conv_run_half(x, &c, s);
+    if (s->dnn && c.act == KP__OX_ACT_RELU && c.b)
         return kp__ox_dnn_conv_run_fused(x, kp__ox_cuda_dnn(x->cuda), s->dnn, c.x->data,
                                          c.w->data, c.b->data, c.z ? c.z->data : NULL,
                                          c.y->data);

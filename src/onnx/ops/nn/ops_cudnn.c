@@ -242,6 +242,7 @@ struct kp__ox_dnn_conv {
     cudnnConvolutionBwdDataAlgo_t bwd;
     cudnnMathType_t math;
     bool tuned;                   /* chosen by measuring ("tune") */
+    bool half;                    /* fp16 NHWC tensors, fp32 accumulation */
     size_t ws;
 };
 
@@ -255,7 +256,9 @@ void kp__ox_dnn_conv_describe(const kp__ox_dnn_conv *p, char *buf, size_t len) {
                            : "backward-data";
     snprintf(buf, len, "cuDNN %s (algorithm %d%s)%s%s, workspace %zu KiB", name, a,
              p->tuned ? ", measured" : "",
-             p->math == CUDNN_TENSOR_OP_MATH ? ", TF32 tensor cores" : "",
+             p->math != CUDNN_TENSOR_OP_MATH ? ""
+             : p->half                      ? ", fp16 tensor cores"
+                                            : ", TF32 tensor cores",
              p->relu ? ", epilogue in the same call" : "", p->ws >> 10);
 }
 
@@ -271,9 +274,15 @@ void kp__ox_dnn_conv_free(kp__ox_dnn_conv *p) {
 }
 
 /* A packed NCDHW tensor descriptor; a 1-D convolution is a 2-D one of
- * height one, as cuDNN wants four dimensions at least. */
-static cudnnStatus_t kp__dnn_tensor(cudnnTensorDescriptor_t d, int nd, const int *dims) {
+ * height one, as cuDNN wants four dimensions at least. `half`: an f16
+ * NHWC one (dims still in N, C, H, W order; four of them). */
+static cudnnStatus_t kp__dnn_tensor(cudnnTensorDescriptor_t d, int nd, const int *dims, bool half) {
     int strides[5];
+    if (half) {
+        if (nd != 4) return CUDNN_STATUS_NOT_SUPPORTED;
+        int st[4] = {dims[1] * dims[2] * dims[3], 1, dims[3] * dims[1], dims[1]};
+        return kp__dnn.cudnnSetTensorNdDescriptor(d, CUDNN_DATA_HALF, nd, dims, st);
+    }
     strides[nd - 1] = 1;
     for (int i = nd - 2; i >= 0; i--) strides[i] = strides[i + 1] * dims[i + 1];
     return kp__dnn.cudnnSetTensorNdDescriptor(d, CUDNN_DATA_FLOAT, nd, dims, strides);
@@ -309,16 +318,20 @@ static kp_status kp__dnn_describe(kp__ox_dnn_conv *p, const kp__ox_conv_shape *s
     KP__DNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
     KP__DNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv));
     /* In the transposed case x describes the forward conv's output (dy). */
-    KP__DNN_CHECK(cudnnSetFilterNdDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nd, wd));
+    if (s->half && (s->transposed || nd != 4)) return KP_ERR_UNSUPPORTED;
+    KP__DNN_CHECK(cudnnSetFilterNdDescriptor(p->w, s->half ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT,
+                                             s->half ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, nd,
+                                             wd));
+    /* fp16 tensors accumulate in fp32 (the convolution's compute type) */
     KP__DNN_CHECK(cudnnSetConvolutionNdDescriptor(p->conv, nd - 2, pad, stride, dil,
                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     KP__DNN_CHECK(cudnnSetConvolutionGroupCount(p->conv, (int)s->group));
-    KP__DNN_CHECK(cudnnSetConvolutionMathType(p->conv, s->tf32 ? CUDNN_TENSOR_OP_MATH
-                                                               : CUDNN_FMA_MATH));
+    KP__DNN_CHECK(cudnnSetConvolutionMathType(p->conv, s->tf32 || s->half ? CUDNN_TENSOR_OP_MATH
+                                                                          : CUDNN_FMA_MATH));
     cudnnTensorDescriptor_t fwd_in = s->transposed ? p->y : p->x;
     cudnnTensorDescriptor_t fwd_out = s->transposed ? p->x : p->y;
-    if (kp__dnn_tensor(fwd_in, nd, xd) != CUDNN_STATUS_SUCCESS ||
-        kp__dnn_tensor(fwd_out, nd, yd) != CUDNN_STATUS_SUCCESS ||
+    if (kp__dnn_tensor(fwd_in, nd, xd, s->half) != CUDNN_STATUS_SUCCESS ||
+        kp__dnn_tensor(fwd_out, nd, yd, s->half) != CUDNN_STATUS_SUCCESS ||
         kp__dnn.cudnnGetConvolutionNdForwardOutputDim(p->conv, fwd_in, p->w, nd, got) !=
             CUDNN_STATUS_SUCCESS)
         return KP_ERR_UNSUPPORTED;
@@ -330,7 +343,8 @@ static kp_status kp__dnn_describe(kp__ox_dnn_conv *p, const kp__ox_conv_shape *s
         KP__DNN_CHECK(cudnnCreateActivationDescriptor(&p->relu));
         KP__DNN_CHECK(cudnnSetActivationDescriptor(p->relu, CUDNN_ACTIVATION_RELU,
                                                    CUDNN_PROPAGATE_NAN, 0.0));
-        if (kp__dnn_tensor(p->bias, nd, bd) != CUDNN_STATUS_SUCCESS) return KP_ERR_UNSUPPORTED;
+        if (kp__dnn_tensor(p->bias, nd, bd, s->half) != CUDNN_STATUS_SUCCESS)
+            return KP_ERR_UNSUPPORTED;
     }
     return KP_OK;
 }
@@ -410,7 +424,8 @@ kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s, kp__ox_dnn
     if (!p) return kp__error(KP_ERR_OUT_OF_MEMORY, "cuDNN convolution: no memory");
     p->transposed = s->transposed;
     kp_status st = kp__dnn_describe(p, s);
-    if (st == KP_OK) st = kp__dnn_pick(dnn, p, s->tf32, s->tune);
+    p->half = s->half;
+    if (st == KP_OK) st = kp__dnn_pick(dnn, p, s->tf32 || s->half, s->tune);
     if (st != KP_OK) {
         kp__ox_dnn_conv_free(p);
         /* A shape cuDNN declines goes the cuBLAS way; so does a descriptor
@@ -423,7 +438,7 @@ kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s, kp__ox_dnn
 }
 
 kp_status kp__ox_dnn_conv_run(const kp__ox_exec *x, void *dnn, const kp__ox_dnn_conv *p,
-                              const float *in, const float *w, float *y) {
+                              const void *in, const void *w, void *y) {
     const float one = 1.0f, zero = 0.0f;
     cudnnHandle_t h = dnn;
     if (p->ws > x->workspace_bytes)
@@ -441,8 +456,8 @@ kp_status kp__ox_dnn_conv_run(const kp__ox_exec *x, void *dnn, const kp__ox_dnn_
 /* cuDNN reads z only where alpha2 is not zero; without a residual it is
  * given y, which has the right descriptor. */
 kp_status kp__ox_dnn_conv_run_fused(const kp__ox_exec *x, void *dnn, const kp__ox_dnn_conv *p,
-                                    const float *in, const float *w, const float *bias,
-                                    const float *z, float *y) {
+                                    const void *in, const void *w, const void *bias,
+                                    const void *z, void *y) {
     const float one = 1.0f, zero = 0.0f;
     if (!p->relu || p->transposed)
         return kp__error(KP_ERR_INTERNAL, "cuDNN convolution: not planned for the fused call");

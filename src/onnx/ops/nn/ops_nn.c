@@ -9,7 +9,7 @@
 #ifdef KP_HAVE_CUDA
 extern const kp_device_kernel kp__ox_bias_cuda, kp__ox_fill_cuda, kp__ox_im2col_cuda,
     kp__ox_col2im_cuda, kp__ox_pool_cuda, kp__ox_bn_cuda, kp__ox_lrn_cuda, kp__ox_resize_cuda,
-    kp__ox_plane_cuda;
+    kp__ox_plane_cuda, kp__ox_to_half_cuda, kp__ox_epilogue16_cuda;
 #define KP__NN_CUDA(name) {"cuda", &kp__ox_##name##_cuda},
 #else
 #define KP__NN_CUDA(name)
@@ -18,6 +18,8 @@ extern const kp_device_kernel kp__ox_bias_cuda, kp__ox_fill_cuda, kp__ox_im2col_
 #define KP__NN_FITS(type) \
     _Static_assert(sizeof(type) <= KP_MAX_KERNEL_PARAMS, #type " is a kernel's parameter block")
 KP__NN_FITS(kp__ox_bias_params);
+KP__NN_FITS(kp__ox_to_half_params);
+KP__NN_FITS(kp__ox_epilogue16_params);
 KP__NN_FITS(kp__ox_fill_params);
 KP__NN_FITS(kp__ox_im2col_params);
 KP__NN_FITS(kp__ox_col2im_params);
@@ -43,6 +45,8 @@ KP__NN_FITS(kp__ox_plane_params);
 
 KP__NN_KERNEL(, bias, kp__ox_bias_params, p->n, kp__ox_bias_at)
 KP__NN_KERNEL(, fill, kp__ox_fill_params, p->n, kp__ox_fill_at)
+KP__NN_KERNEL(, to_half, kp__ox_to_half_params, p->n, kp__ox_to_half_at)
+KP__NN_KERNEL(, epilogue16, kp__ox_epilogue16_params, p->n, kp__ox_epilogue16_at)
 KP__NN_KERNEL(, im2col, kp__ox_im2col_params, p->w.c * kp__ox_win_kk(&p->w) * p->ncols,
               kp__ox_im2col_item)
 KP__NN_KERNEL(, col2im, kp__ox_col2im_params, p->w.c * kp__ox_win_in_size(&p->w),

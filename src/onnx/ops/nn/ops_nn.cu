@@ -25,6 +25,99 @@ KP__NN_ELEMENT(bn, kp__ox_bn_params, p.n, kp__ox_bn_at)
 KP__NN_ELEMENT(lrn, kp__ox_lrn_params, p.n, kp__ox_lrn_at)
 KP__NN_ELEMENT(resize, kp__ox_resize_params, p.n, kp__ox_resize_at)
 
+// --- fp16 convolutions' staging and epilogue (onnx/half.c) -----------------------
+// NCHW <-> NHWC goes through a KP__OX_TILE x KP__OX_TILE tile in shared
+// memory, so both the reads and the writes are coalesced: the grid is
+// (positions / tile, channels / tile, images), the block KP__OX_TILE x 8.
+// Fewer channels than a tile go element by element on a 1-D grid. The
+// launch (kp__ox_half_launch in ops_conv.c) makes the same choice.
+
+__global__ void __launch_bounds__(KP__OX_TILE * 8)
+    kp__ox_to_half_kernel(const __grid_constant__ kp__ox_to_half_params p) {
+    __shared__ float tile[KP__OX_TILE][KP__OX_TILE + 1];
+    if (p.cpad < KP__OX_TILE) { // few channels (an image's 3): element by element
+        for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < p.n;
+             i += (int64_t)gridDim.x * blockDim.x)
+            kp__ox_to_half_at(&p, i);
+        return;
+    }
+    const int64_t q0 = (int64_t)blockIdx.x * KP__OX_TILE, c0 = (int64_t)blockIdx.y * KP__OX_TILE;
+    const float *x = p.x + blockIdx.z * p.c * p.hw;
+    uint16_t *y = p.y + blockIdx.z * p.cpad * p.hw;
+    for (int r = threadIdx.y; r < KP__OX_TILE; r += blockDim.y) {
+        const int64_t c = c0 + r, q = q0 + threadIdx.x;
+        if (c < p.c && q < p.hw) tile[r][threadIdx.x] = x[c * p.hw + q];
+    }
+    __syncthreads();
+    for (int r = threadIdx.y; r < KP__OX_TILE; r += blockDim.y) {
+        const int64_t q = q0 + r, c = c0 + threadIdx.x;
+        if (c < p.cpad && q < p.hw)
+            y[q * p.cpad + c] = c < p.c ? kp__f16_of(tile[threadIdx.x][r]) : (uint16_t)0;
+    }
+}
+
+// f16 NHWC out, channels a multiple of 8, no f32 residual: 16 bytes a
+// thread, in place.
+static __device__ void kp__ox_epilogue16_x8(const kp__ox_epilogue16_params &p) {
+    const int64_t n8 = p.n / 8;
+    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n8;
+         j += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t ch = (j * 8) % p.c;
+        uint4 a = reinterpret_cast<const uint4 *>(p.acc)[j], z = make_uint4(0, 0, 0, 0);
+        if (p.z16) z = reinterpret_cast<const uint4 *>(p.z16)[j];
+        const uint16_t *av = reinterpret_cast<const uint16_t *>(&a);
+        const uint16_t *zv = reinterpret_cast<const uint16_t *>(&z);
+        uint4 out;
+        uint16_t *ov = reinterpret_cast<uint16_t *>(&out);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            ov[k] = kp__f16_of(kp__ox_epilogue16_value(&p, kp__f32_of(av[k]), ch + k,
+                                                       p.z16 ? kp__f32_of(zv[k]) : 0.0f));
+        reinterpret_cast<uint4 *>(p.y16)[j] = out;
+    }
+}
+
+// f32 NCHW out: the tile is read along channels and written along positions.
+static __device__ void kp__ox_epilogue16_nchw(const kp__ox_epilogue16_params &p) {
+    __shared__ float tile[KP__OX_TILE][KP__OX_TILE + 1];
+    const int64_t img = p.c * p.hw, q0 = (int64_t)blockIdx.x * KP__OX_TILE;
+    const int64_t c0 = (int64_t)blockIdx.y * KP__OX_TILE, base = blockIdx.z * img;
+    for (int r = threadIdx.y; r < KP__OX_TILE; r += blockDim.y) {
+        const int64_t q = q0 + r, c = c0 + threadIdx.x;
+        if (c < p.c && q < p.hw) {
+            const int64_t h = base + q * p.c + c;
+            tile[threadIdx.x][r] = kp__f32_of(p.acc[h]) + (p.z16 ? kp__f32_of(p.z16[h]) : 0.0f);
+        }
+    }
+    __syncthreads();
+    for (int r = threadIdx.y; r < KP__OX_TILE; r += blockDim.y) {
+        const int64_t c = c0 + r, q = q0 + threadIdx.x;
+        if (c < p.c && q < p.hw) {
+            const int64_t e = base + c * p.hw + q;
+            const float z = p.z32 ? p.z32[e] : 0.0f;
+            p.y32[e] = kp__ox_epilogue16_value(&p, tile[r][threadIdx.x], c, z);
+        }
+    }
+}
+
+__global__ void __launch_bounds__(KP__OX_THREADS)
+    kp__ox_epilogue16_kernel(const __grid_constant__ kp__ox_epilogue16_params p) {
+    if (!p.y16 && p.c >= KP__OX_TILE) {
+        kp__ox_epilogue16_nchw(p);
+    } else if (p.y16 && p.c % 8 == 0 && !p.z32) {
+        kp__ox_epilogue16_x8(p);
+    } else {
+        for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < p.n;
+             i += (int64_t)gridDim.x * blockDim.x)
+            kp__ox_epilogue16_at(&p, i);
+    }
+}
+
+extern "C" const kp_device_kernel kp__ox_to_half_cuda = {
+    reinterpret_cast<const void *>(kp__ox_to_half_kernel)};
+extern "C" const kp_device_kernel kp__ox_epilogue16_cuda = {
+    reinterpret_cast<const void *>(kp__ox_epilogue16_kernel)};
+
 // The block's combined value of every thread's v (sum, or a max that
 // keeps NaN), visible to all threads. blockDim.x is KP__OX_THREADS.
 static __device__ float kp__block_reduce(float v, bool max, float *red) {
