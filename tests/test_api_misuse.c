@@ -856,6 +856,10 @@ static void video_calls(void **state) {
     KPT_FAILS(kp_video_pool_stats_get(NULL), BAD);
     KPT_FAILS(kp_video_reader_get_info(NULL, &info), BAD);
     KPT_FAILS(kp_video_reader_next(NULL, s, buf, sizeof buf, &vf, &eos), BAD);
+    int64_t nf = 0;
+    KPT_FAILS(kp_video_reader_count(NULL, &nf), BAD);
+    KPT_FAILS(kp_video_reader_seek(NULL, 0), BAD);
+    KPT_FAILS(kp_video_reader_frame_at(NULL, 0.0, &nf), BAD);
     kp_video_reader_close(NULL);
     KPT_FAILS(kp_video_writer_open(NULL, "x.mp4", NULL, &w), BAD);
     KPT_FAILS(kp_video_writer_open(g_dev, NULL, NULL, &w), BAD);

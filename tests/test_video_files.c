@@ -337,6 +337,101 @@ static void nvdec_bit_exact(void **state) {
     }
 }
 
+/* Writes n drawn frames with libx264, B-frames and a key frame every
+ * `gop` frames, open groups of pictures or closed. */
+static void make_gop_clip(const char *path, int w, int h, int n, int gop, bool open_gop) {
+    size_t bytes = (size_t)w * h * 3 / 2;
+    uint8_t *host = malloc(bytes);
+    void *dev = NULL;
+    kp_stream_t s;
+    kp_video_writer_t wr;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_malloc(g_dev, bytes, &dev));
+    kp_video_writer_config cfg = KP_VIDEO_WRITER_CONFIG_INIT;
+    cfg.crf = 28;
+    cfg.bframes = 3;
+    cfg.gop = gop;
+    cfg.open_gop = open_gop;
+    cfg.encoder = "libx264";
+    KPT_OK(kp_video_writer_open(g_dev, path, &cfg, &wr));
+    for (int i = 0; i < n; i++) {
+        draw(host, w, h, i);
+        KPT_OK(kp_memcpy_htod(g_dev, dev, host, bytes));
+        kp_video_frame f = {.format = KP_PIXEL_I420, .width = w, .height = h, .pitch = w,
+                            .pts = i, .time_base = {1, 30}, .rate = {30, 1}};
+        KPT_OK(kp_video_writer_write(wr, s, dev, bytes, &f));
+    }
+    KPT_OK(kp_video_writer_close(wr));
+    kp_free(g_dev, dev);
+    kp_stream_destroy(s);
+    free(host);
+}
+
+/* Random access equals sequential decode, byte for byte (NV12), on 200
+ * random indices of clips with B-frames, closed and open groups of
+ * pictures, on each decoder the device has; a frame read after a seek is
+ * followed by the next ones in order; out-of-range indices and times are
+ * named errors; frame_at finds each frame by its time. */
+static void seek_exact(void **state) {
+    const int w = 176, h = 144, n = 90;
+    kp_video_decoder decs[2] = {KP_VIDEO_DECODE_SOFTWARE, KP_VIDEO_DECODE_NVDEC};
+    for (int open = 0; open < 2; open++) {
+        char path[512];
+        make_gop_clip(tmp_path(path, sizeof path, open ? "seek_open.mp4" : "seek_closed.mp4"), w,
+                      h, n, 12, open);
+        for (int d = 0; d < (g_cuda ? 2 : 1); d++) {
+            kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
+            cfg.decoder = decs[d];
+            cfg.format = KP_PIXEL_NV12;
+            frames seq;
+            KPT_OK(kpt_read_frames_cfg(g_dev, path, &cfg, &seq));
+            assert_int_equal(seq.n, n);
+            kp_video_reader_t r;
+            kp_stream_t s;
+            void *buf;
+            uint8_t *host = malloc(seq.bytes);
+            KPT_OK(kp_stream_create(g_dev, &s));
+            KPT_OK(kp_malloc(g_dev, seq.bytes, &buf));
+            KPT_OK(kp_video_reader_open(g_dev, path, &cfg, &r));
+            int64_t count = 0, at = -1;
+            KPT_OK(kp_video_reader_count(r, &count));
+            assert_int_equal(count, n);
+            KPT_FAILS(kp_video_reader_seek(r, n), KP_ERR_INVALID_ARG);
+            KPT_FAILS(kp_video_reader_seek(r, -1), KP_ERR_INVALID_ARG);
+            KPT_FAILS(kp_video_reader_frame_at(r, -0.5, &at), KP_ERR_INVALID_ARG);
+            KPT_FAILS(kp_video_reader_frame_at(r, n / 30.0 + 0.01, &at), KP_ERR_INVALID_ARG);
+            uint64_t rng = 12345;
+            for (int k = 0; k < 200; k++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                int64_t i = (int64_t)((rng >> 33) % (uint64_t)n);
+                KPT_OK(kp_video_reader_frame_at(r, (double)i / 30.0, &at));
+                assert_int_equal(at, i);
+                KPT_OK(kp_video_reader_seek(r, i));
+                for (int64_t j = i; j < i + (k % 10 == 0 ? 3 : 1) && j < n; j++) {
+                    kp_video_frame vf;
+                    bool eos;
+                    KPT_OK(kp_video_reader_next(r, s, buf, seq.bytes, &vf, &eos));
+                    assert_false(eos);
+                    KPT_OK(kp_stream_sync(s));
+                    KPT_OK(kp_memcpy_dtoh(g_dev, host, buf, seq.bytes));
+                    assert_true(vf.pts == seq.pts[j]);
+                    if (memcmp(host, seq.data + seq.bytes * (size_t)j, seq.bytes))
+                        fail_msg("%s (%s): frame %lld after a seek to %lld differs from "
+                                 "sequential decode", path, seq.info.decoder, (long long)j,
+                                 (long long)i);
+                }
+            }
+            print_message("seek: %s GOP, %s: 200 random frames equal sequential decode\n",
+                          open ? "open" : "closed", seq.info.decoder);
+            kp_video_reader_close(r);
+            kp_free(g_dev, buf);
+            kp_stream_destroy(s);
+            free(host);
+            free(seq.data);
+        }
+    }
+}
+
 /* A flow decoding on NVDEC through nv12_rgb, sharpen and rgb_nv12 to a
  * device-side sink makes no host copy after its first frames, under the
  * strict profile; on cpu (software decode) the source's upload stops it. */
@@ -534,6 +629,7 @@ int main(int argc, char **argv) {
             cmocka_unit_test(nv12_is_i420_interleaved),
             cmocka_unit_test(bad_input),
             cmocka_unit_test(nvdec_bit_exact),
+            cmocka_unit_test(seek_exact),
             cmocka_unit_test(strict_profile),
             cmocka_unit_test(flow_round_trip),
             cmocka_unit_test(flow_stages_from_c),

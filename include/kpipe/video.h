@@ -130,6 +130,25 @@ kp_status kp_video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, si
                                kp_video_frame *frame, bool *eos);
 void kp_video_reader_close(kp_video_reader_t r);
 
+/* Frames by index and by time, frame-accurate (a file; not live input,
+ * not a parallel reader). The first of these calls scans the file's
+ * packets once (nothing decoded: milliseconds for a clip, a read of the
+ * whole file for a long one).
+ *   count:    the exact number of frames.
+ *   seek:     the next kp_video_reader_next gives frame `index` (display
+ *             order, from 0), the same frame sequential decode gives, byte
+ *             for byte, B-frames and open GOPs included; reading goes on
+ *             in order from there. The reader goes back to the key frame
+ *             before it and decodes forward, on the decoder it holds.
+ *   frame_at: the index of the frame shown at `seconds` from the first
+ *             frame.
+ * An index or a time out of range is KP_ERR_INVALID_ARG, naming the
+ * range; a stream whose packets lack timestamps or repeat one is
+ * KP_ERR_UNSUPPORTED. */
+kp_status kp_video_reader_count(kp_video_reader_t r, int64_t *frames);
+kp_status kp_video_reader_seek(kp_video_reader_t r, int64_t index);
+kp_status kp_video_reader_frame_at(kp_video_reader_t r, double seconds, int64_t *index);
+
 /* --- the NVDEC decoder pool -------------------------------------------------------- */
 /* Making an NVDEC decoder costs tens of milliseconds (the driver makes them
  * one at a time); reconfiguring one for a new clip costs a few. A closing

@@ -112,6 +112,24 @@ kp_status kp_video_reader_next(kp_video_reader_t r, kp_stream_t s, void *dst, si
     KP__VIDEO_OR(kp__video_next(r, s, dst, capacity, frame, eos));
 }
 
+kp_status kp_video_reader_count(kp_video_reader_t r, int64_t *frames) {
+    KP_API_ENTRY();
+    if (!r || !frames) return kp__error(KP_ERR_INVALID_ARG, "%s is NULL", r ? "frames" : "reader");
+    KP__VIDEO_OR(kp__video_count(r, frames));
+}
+
+kp_status kp_video_reader_seek(kp_video_reader_t r, int64_t index) {
+    KP_API_ENTRY();
+    if (!r) return kp__error(KP_ERR_INVALID_ARG, "reader is NULL");
+    KP__VIDEO_OR(kp__video_seek(r, index));
+}
+
+kp_status kp_video_reader_frame_at(kp_video_reader_t r, double seconds, int64_t *index) {
+    KP_API_ENTRY();
+    if (!r || !index) return kp__error(KP_ERR_INVALID_ARG, "%s is NULL", r ? "index" : "reader");
+    KP__VIDEO_OR(kp__video_frame_at(r, seconds, index));
+}
+
 void kp_video_reader_close(kp_video_reader_t r) {
 #ifdef KP_HAVE_VIDEO
     if (r) kp__video_close(r);

@@ -104,7 +104,13 @@ struct kp_video_reader {
         int64_t start_ts, end_ts;
         bool have_start, have_end;
         int64_t start_pts, end_pts;
+        int64_t skip_pts; /* frames shown before it are dropped too: a seek's target
+                             (seek.c); INT64_MIN: none */
+        bool kept;        /* a frame was kept since the range began */
     } range;
+    /* frames by index and time (seek.c), scanned on first use; NULL before */
+    struct kp__seek_index *index;
+    bool seeks; /* it has been sought: decoders start anywhere (software.c) */
     /* a parallel reader: the sessions, each a reader with a range (the
      * parallel reader itself has no decoder) */
     struct kp__par *par;
@@ -165,6 +171,18 @@ kp_status kp__video_reader_check(kp_video_reader_t r, kp_stream_t s, size_t capa
 void kp__video_reader_fail(kp_video_reader_t r, kp_status st);
 /* A packet's stamp as the index keeps it: its dts (MP4), or where packets
  * have none, its pts (Matroska). */
+/* A reader's frames by index and time (seek.c), freed with the reader. */
+struct kp__seek_key {
+    int64_t ts, pts; /* index stamp (kp__pkt_stamp), presentation stamp */
+    bool idr;
+};
+struct kp__seek_index {
+    int64_t n;     /* frames */
+    int64_t *pts;  /* n, ascending: frame i's presentation stamp */
+    int64_t nkeys;
+    struct kp__seek_key *keys; /* in decode order */
+};
+
 static inline int64_t kp__pkt_stamp(const AVPacket *p) {
     return p->dts != AV_NOPTS_VALUE ? p->dts : p->pts;
 }

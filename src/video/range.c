@@ -17,16 +17,26 @@ kp_status kp__range_frame(kp_video_reader_t r, int64_t pts, int *what) {
         return kp__error(KP_ERR_UNSUPPORTED,
                          "%s: a frame without a timestamp: parallel decode orders frames by them",
                          r->path);
-    if (!g->have_start || pts < g->start_pts) {
+    if (!g->have_start || pts < g->start_pts || pts < g->skip_pts) {
         *what = KP__RANGE_DROP;
     } else if (g->have_end && pts >= g->end_pts) {
         *what = KP__RANGE_END;
         g->ended = true;
+    } else {
+        g->kept = true;
     }
     return KP_OK;
 }
 
-bool kp__range_lenient(kp_video_reader_t r) { return r->range.on && !r->range.have_start; }
+/* Before a range's start its decoder's errors are expected (pictures that
+ * refer to what was not decoded). After a seek (seek.c), until the first
+ * frame kept: a software decoder on frame threads reports an error frames
+ * after the picture that caused it, so an error from a leading picture of
+ * the key frame sought to can come after the range's start. */
+bool kp__range_lenient(kp_video_reader_t r) {
+    const struct kp__range *g = &r->range;
+    return g->on && (!g->have_start || (g->skip_pts != INT64_MIN && !g->kept));
+}
 
 /* The first byte of each NAL unit of a packet (at most `max`): length-
  * prefixed (MP4's avcC / hvcC, the length size in the extradata) or Annex

@@ -17,6 +17,11 @@ static const kp__video_decoder_i *const kp__decoders[] = {&kp__nvdec_decoder,
 
 /* --- the reader ---------------------------------------------------------------------- */
 void kp__video_reader_free(kp_video_reader_t r) {
+    if (r->index) { /* seek.c's */
+        kp__free(r->index->pts);
+        kp__free(r->index->keys);
+        kp__free(r->index);
+    }
     if (r->decoder) r->decoder->close(r->decoder_ctx);
     av_packet_free(&r->pkt);
     avformat_close_input(&r->fmt);
@@ -262,6 +267,7 @@ kp_status kp__reader_seek(kp_video_reader_t r, int64_t ts, int64_t start_ts, int
         av_packet_unref(r->pkt);
     }
     r->held = true;
-    r->range = (struct kp__range){.on = true, .start_ts = start_ts, .end_ts = end_ts};
+    r->range = (struct kp__range){.on = true, .start_ts = start_ts, .end_ts = end_ts,
+                                  .skip_pts = INT64_MIN};
     return KP_OK;
 }

@@ -24,6 +24,7 @@ typedef struct kp__swdec {
     void *stage[KP__SW_RING];
     kp_event_t ev[KP__SW_RING];
     bool pending[KP__SW_RING];
+    bool slices; /* decoding on slice threads only */
 } kp__swdec;
 
 static void kp__sw_close(void *ctx) {
@@ -49,8 +50,10 @@ static kp_status kp__sw_codec(kp__swdec *d, const AVCodec *codec) {
      * threads report an error frames later, and a range must know whether
      * it came from a picture before its start (expected, ignored) or after
      * (the file's). The sessions give the parallelism. */
-    d->dec->thread_type =
-        r->cfg.parallel == KP__PAR_SESSION ? FF_THREAD_SLICE : FF_THREAD_FRAME | FF_THREAD_SLICE;
+    /* So does a reader that seeks (seek.c): frame threads lose track of
+     * references after a start at an open GOP's key frame. */
+    d->slices = r->cfg.parallel == KP__PAR_SESSION || r->seeks;
+    d->dec->thread_type = d->slices ? FF_THREAD_SLICE : FF_THREAD_FRAME | FF_THREAD_SLICE;
     d->dec->pkt_timebase = r->st->time_base;
     d->dec->err_recognition |= AV_EF_EXPLODE;
     if ((e = avcodec_open2(d->dec, codec, NULL)) < 0)
@@ -226,10 +229,19 @@ static kp_status kp__sw_output(void *ctx, kp_stream_t s, void *dst, kp_video_fra
     return KP_OK;
 }
 
+/* Emptied for a new start; a reader's first seek also remakes the codec
+ * context on slice threads (kp__sw_codec says why). */
 static kp_status kp__sw_reset(void *ctx) {
     kp__swdec *d = ctx;
-    avcodec_flush_buffers(d->dec);
-    return KP_OK;
+    if (!d->r->seeks || d->slices) {
+        avcodec_flush_buffers(d->dec);
+        return KP_OK;
+    }
+    const AVCodec *codec = d->dec->codec;
+    avcodec_free_context(&d->dec);
+    if (!(d->dec = avcodec_alloc_context3(codec)))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "%s: no memory for a decoder", d->r->path);
+    return kp__sw_codec(d, codec);
 }
 
 const kp__video_decoder_i kp__software_decoder = {

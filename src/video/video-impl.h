@@ -40,6 +40,10 @@ kp_status kp__video_open(kp_device_t dev, const char *path, const kp_video_reade
 kp_status kp__video_next(kp_video_reader_t r, kp_stream_t s, void *dst, size_t capacity,
                          kp_video_frame *frame, bool *eos);
 void kp__video_close(kp_video_reader_t r);
+/* Frames by index and by time (seek.c). */
+kp_status kp__video_count(kp_video_reader_t r, int64_t *frames);
+kp_status kp__video_seek(kp_video_reader_t r, int64_t frame);
+kp_status kp__video_frame_at(kp_video_reader_t r, double seconds, int64_t *frame);
 kp_status kp__video_pool_limit(int max_idle);
 kp_status kp__video_pool_stats(kp_video_pool_stats *out);
 kp_status kp__video_writer_make(kp_device_t dev, const char *path,

@@ -364,7 +364,8 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
         "deal",    "handoff",  "listen",   "connect",   "frame_bytes", "capacity", "timeout_ms",
         "decoder", "pitch",    "codec",    "encoder",   "bitrate",     "crf",      "preset",
         "bframes", "gop",      "threads",  "format",    "from",        "split",    "streams",
-        "paths",   "realtime", "parallel", "max_width", "max_height",  "options",  NULL};
+        "paths",   "realtime", "parallel", "max_width", "max_height",  "options",  "open_gop",
+        NULL};
     size_t n = json_array_size(arr);
     if (!json_is_array(arr) || n < 2 || n > KP_FLOW_MAX_STAGES)
         return KP__PERR("$.stages: expected an array of 2 to %d stages", KP_FLOW_MAX_STAGES);

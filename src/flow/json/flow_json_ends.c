@@ -264,6 +264,7 @@ static kp_status kp__video_sink_json(kp__flow_build *b, kp_device_t dev, json_t 
     KP_CHECK(kp__json_opt_int(s, path, "bframes", 0, 16, &bframes));
     KP_CHECK(kp__json_opt_int(s, path, "gop", 1, 10000, &gop));
     KP_CHECK(kp__json_opt_int(s, path, "threads", 0, 256, &threads));
+    KP_CHECK(kp__json_opt_bool(s, path, "open_gop", &cfg.open_gop));
     cfg.crf = (int)crf;
     cfg.bframes = (int)bframes;
     cfg.gop = (int)gop;
@@ -287,7 +288,7 @@ static const kp__end_kind kp__sinks[] = {
     {"y4m", KP__KEYS("path", "format"), kp__y4m_sink_json},
     {"video",
      KP__KEYS("path", "codec", "encoder", "bitrate", "crf", "preset", "bframes", "gop", "threads",
-              "format", "options"),
+              "format", "options", "open_gop"),
      kp__video_sink_json},
     {"remote", KP__KEYS("connect", "timeout_ms"), kp__remote_sink_json},
 };
