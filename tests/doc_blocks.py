@@ -21,7 +21,8 @@ import time
 # "sh cpu python": runs where Python can load this build's library
 # (KP_DOC_PYTHON=1), with the variables in KP_DOC_PY_ENV ("K=V|K=V": a
 # sanitizer runtime to preload, say) added for that block alone.
-BLOCK = re.compile(r"^```sh cpu( video| python)?\n(.*?)^```", re.S | re.M)
+# "sh cpu python video": both.
+BLOCK = re.compile(r"^```sh cpu((?: video| python)*)\n(.*?)^```", re.S | re.M)
 
 
 def blocks(top):
@@ -30,18 +31,18 @@ def blocks(top):
         text = open(f, encoding="utf-8").read()
         for m in BLOCK.finditer(text):
             yield (os.path.relpath(f, top), text.count("\n", 0, m.start()) + 1, m.group(2),
-                   (m.group(1) or "").strip())
+                   set((m.group(1) or "").split()))
 
 
 def main(top, build, work, video=""):
     top, build = os.path.abspath(top), os.path.abspath(build)
     found = failed = 0
     for name, line, code, needs in blocks(top):
-        if needs == "video" and video != "video":
+        if "video" in needs and video != "video":
             print("== %s:%d: skipped (video files not built)" % (name, line))
             continue
         env = dict(os.environ)
-        if needs == "python":
+        if "python" in needs:
             if os.environ.get("KP_DOC_PYTHON") != "1":
                 print("== %s:%d: skipped (Python cannot load this build's library)" % (name, line))
                 continue

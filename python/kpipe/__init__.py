@@ -17,6 +17,7 @@ from .flow import Flow, Frame
 from .graph_cache import GraphCache
 from .pipeline import Pipeline
 from .tasks import Tasks
+from .video import VideoReader
 
 __version__ = lib.kp_version_str().decode()
 

@@ -9,7 +9,7 @@ import ctypes
 import ctypes.util
 import os
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char_p, c_double, c_float, c_int,
-                    c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
+                    c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
 
 MAX_DIMS = 8
 
@@ -138,6 +138,27 @@ class StageCtx(Structure):
 STAGE_FN = CFUNCTYPE(c_int, c_void_p, POINTER(StageCtx), POINTER(Frame), POINTER(c_bool))
 
 
+class VideoFrame(Structure):  # kp_video_frame
+    _fields_ = [("format", c_int), ("width", c_int32), ("height", c_int32), ("pitch", c_int64),
+                ("pts", c_int64), ("time_base", c_int32 * 2), ("rate", c_int32 * 2),
+                ("full_range", c_bool)]
+
+
+class VideoReaderConfig(Structure):  # kp_video_reader_config
+    _fields_ = [("decoder", c_int), ("pitch", c_int64), ("threads", c_int), ("format", c_int),
+                ("timeout_ms", c_int), ("interrupt", c_void_p), ("interrupt_user", c_void_p),
+                ("parallel", c_int), ("max_width", c_int32), ("max_height", c_int32),
+                ("options", c_char_p)]
+
+
+class VideoReaderInfo(Structure):  # kp_video_reader_info
+    _fields_ = [("width", c_int32), ("height", c_int32), ("pitch", c_int64), ("format", c_int),
+                ("frame_bytes", c_size_t), ("max_width", c_int32), ("max_height", c_int32),
+                ("time_base", c_int32 * 2), ("rate", c_int32 * 2), ("frames", c_int64),
+                ("codec", ctypes.c_char * 32), ("decoder", ctypes.c_char * 48),
+                ("fallback", ctypes.c_char * 160)]
+
+
 class FlowStage(Structure):
     _fields_ = [("name", c_char_p), ("fn", STAGE_FN), ("user", c_void_p),
                 ("queue_capacity", c_size_t), ("policy", c_int), ("batch_fn", c_void_p),
@@ -204,6 +225,7 @@ _PROTOS = {
     "kp_device_sync": (st, [vp]),
     "kp_malloc": (st, [vp, sz, PV]),
     "kp_free": (None, [vp, vp]),
+    "kp_memcpy_dtoh": (st, [vp, vp, vp, sz]),
     "kp_malloc_host": (st, [vp, sz, PV]),
     "kp_free_host": (None, [vp, vp]),
     "kp_stream_create": (st, [vp, PV]),
@@ -259,6 +281,15 @@ _PROTOS = {
     "kp_tasks_edges": (st, [vp, POINTER(TaskEdge), sz, POINTER(c_size_t)]),
     "kp_tasks_stats_get": (st, [vp, POINTER(TasksStats)]),
     "kp_tasks_write_dot": (st, [vp, c_char_p]),
+    # video files
+    "kp_video_built": (c_bool, []),
+    "kp_video_reader_open": (st, [vp, c_char_p, POINTER(VideoReaderConfig), PV]),
+    "kp_video_reader_get_info": (st, [vp, POINTER(VideoReaderInfo)]),
+    "kp_video_reader_next": (st, [vp, vp, vp, sz, POINTER(VideoFrame), POINTER(c_bool)]),
+    "kp_video_reader_count": (st, [vp, POINTER(c_int64)]),
+    "kp_video_reader_seek": (st, [vp, c_int64]),
+    "kp_video_reader_frame_at": (st, [vp, ctypes.c_double, POINTER(c_int64)]),
+    "kp_video_reader_close": (None, [vp]),
     # flows
     "kp_flow_create": (st, [POINTER(FlowConfig), PV]),
     "kp_flow_create_from_json": (st, [vp, c_char_p, PV]),

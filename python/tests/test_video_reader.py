@@ -1,0 +1,206 @@
+"""kpipe.VideoReader on the cpu device (software decode): frames by index,
+slice, batch and time equal to sequential decode, byte for byte, on clips
+with B-frames and open or closed groups of pictures; named errors out of
+range; RGB against a conversion computed here; open and close a thousand
+times with no growth. (The cuda device's NVDEC path: scripts/gpu-check.sh.)"""
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import kpipe
+
+W, H, N = 160, 96, 60
+
+if not kpipe.lib.kp_video_built():
+    pytest.skip("this kpipe has no video files", allow_module_level=True)
+
+
+def make_clip(path, open_gop):
+    kpipe.Flow({"kpipe_flow": 1, "stages": [
+        {"name": "src", "source": "testsrc", "width": W, "height": H, "frames": N,
+         "format": "nv12"},
+        {"name": "out", "sink": "video", "path": str(path), "encoder": "libx264", "crf": 30,
+         "bframes": 3, "gop": 10, "open_gop": open_gop}]}).run()
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["closed_gop", "open_gop"])
+def clip(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp("video") / ("clip_%d.mp4" % request.param)
+    make_clip(path, request.param)
+    return str(path)
+
+
+def sequential(path):
+    with kpipe.VideoReader(path, format="nv12", dtype="u8") as r:
+        return [np.from_dlpack(f).copy() for f in r]
+
+
+def test_metadata(clip):
+    with kpipe.VideoReader(clip, format="nv12", dtype="u8") as r:
+        assert len(r) == N
+        assert (r.width, r.height) == (W, H)
+        assert r.codec == "h264" and r.pixel_format == "nv12"
+        assert r.fps == pytest.approx(30.0)
+        assert r.duration == pytest.approx(N / 30.0)
+        assert r.color == {"matrix": "bt601", "range": "limited"}
+        assert np.from_dlpack(r[0]).shape == (H * 3 // 2, W)
+
+
+def test_random_access_equals_sequential(clip):
+    want = sequential(clip)
+    assert len(want) == N
+    rng = np.random.default_rng(5)
+    with kpipe.VideoReader(clip, format="nv12", dtype="u8") as r:
+        for i in rng.integers(0, N, 200):
+            got = np.from_dlpack(r[int(i)])
+            assert np.array_equal(got, want[i]), "frame %d after a seek" % i
+        assert np.array_equal(np.from_dlpack(r[-1]), want[-1])
+
+
+def test_slices_batches_and_time(clip):
+    want = sequential(clip)
+    with kpipe.VideoReader(clip, format="nv12", dtype="u8") as r:
+        b = np.from_dlpack(r[5:40:7])
+        assert b.shape == (5, H * 3 // 2, W)
+        for k, i in enumerate(range(5, 40, 7)):
+            assert np.array_equal(b[k], want[i])
+        b = np.from_dlpack(r.frames([33, 2, 33, 59]))
+        for k, i in enumerate([33, 2, 33, 59]):
+            assert np.array_equal(b[k], want[i])
+        for i in (0, 17, 59):
+            assert np.array_equal(np.from_dlpack(r.at(i / 30.0)), want[i])
+            assert np.array_equal(np.from_dlpack(r.at(i / 30.0 + 0.01)), want[i])
+
+
+def test_out_of_range_is_named(clip):
+    with kpipe.VideoReader(clip, format="nv12", dtype="u8") as r:
+        with pytest.raises(kpipe.Error, match="frame 60 is out of range"):
+            r[N]
+        with pytest.raises(kpipe.Error, match="out of range"):
+            r[-N - 1]
+        with pytest.raises(kpipe.Error, match="out of range"):
+            r.at(-0.1)
+        with pytest.raises(kpipe.Error, match="out of range"):
+            r.at(N / 30.0 + 0.5)
+        assert np.from_dlpack(r[3]).shape == (H * 3 // 2, W)  # still reads
+    with pytest.raises(kpipe.Error, match="format"):
+        kpipe.VideoReader(clip, format="yuv")
+    with pytest.raises(kpipe.Error, match="KP_ERR_IO|cannot open"):
+        kpipe.VideoReader(clip + ".missing")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_rgb_matches_bt601_limited(clip, dtype):
+    """Planar RGB from the NV12 frame, BT.601 limited range, each channel
+    within 2e-3 (f32; f16 within its rounding) of the conversion here."""
+    nv = sequential(clip)[11].astype(np.float64)
+    y = nv[:H]
+    uv = nv[H:].reshape(H // 2, W // 2, 2).repeat(2, axis=0).repeat(2, axis=1)
+    yp = (y - 16) / 219.0
+    u, v = (uv[..., 0] - 128) / 224.0, (uv[..., 1] - 128) / 224.0
+    kr, kb = 0.299, 0.114
+    kg = 1 - kr - kb
+    want = np.stack([yp + 2 * (1 - kr) * v,
+                     yp - 2 * kb * (1 - kb) / kg * u - 2 * kr * (1 - kr) / kg * v,
+                     yp + 2 * (1 - kb) * u])
+    with kpipe.VideoReader(clip, format="rgb", dtype=dtype) as r:
+        got = np.from_dlpack(r[11]).astype(np.float64)
+    assert got.shape == (3, H, W)
+    tol = 2e-3 if dtype == "f32" else 4e-3
+    inside = (want > tol) & (want < 1 - tol)  # the conversion may clamp to [0, 1]
+    assert np.abs(got - want)[inside].max() <= tol
+
+
+def _threads():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _rss_kib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_thousand_readers_leave_nothing(clip):
+    def cycle():
+        r = kpipe.VideoReader(clip, format="nv12", dtype="u8")
+        np.from_dlpack(r[7])
+        r.close()
+    def settled():  # threads that end after a close are given a moment
+        for _ in range(100):
+            gc.collect()
+            n = _threads()
+            if n <= threads:
+                break
+            time.sleep(0.02)
+        return n
+    threads = 10 ** 6
+    for _ in range(20):
+        cycle()
+    threads = settled()
+    threads, rss = _threads(), _rss_kib()
+    for _ in range(1000):
+        cycle()
+    assert settled() <= threads, "threads: %d before, %d after" % (threads, _threads())
+    assert _rss_kib() - rss < 16 * 1024, "RSS grew %d KiB" % (_rss_kib() - rss)
+
+
+def test_threads_take_turns(clip):
+    """Two threads on one reader: calls take turns, each result its own."""
+    want = sequential(clip)
+    r = kpipe.VideoReader(clip, format="nv12", dtype="u8")
+    bad = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for i in rng.integers(0, N, 40):
+            if not np.array_equal(np.from_dlpack(r[int(i)]), want[i]):
+                bad.append(int(i))
+    ts = [threading.Thread(target=work, args=(s,)) for s in (1, 2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    r.close()
+    assert not bad
+
+
+def _cuda():
+    try:
+        kpipe.device("cuda")
+        return True
+    except kpipe.Error:
+        return False
+
+
+@pytest.mark.skipif(not _cuda(), reason="no CUDA device")
+def test_cuda_reader_equals_cpu(clip):
+    """On cuda (NVDEC for H.264): random frames equal the cpu reader's
+    sequential decode byte for byte (NV12), and RGB agrees within f32
+    rounding; the frames live on the device."""
+    want = sequential(clip)
+    rng = np.random.default_rng(9)
+    with kpipe.VideoReader(clip, device="cuda", format="nv12", dtype="u8") as r:
+        assert r.decoder == "nvdec"
+        for i in rng.integers(0, N, 100):
+            a = r[int(i)]
+            assert a.__dlpack_device__()[0] == 2  # kDLCUDA
+            got = np.empty(a.shape, np.uint8)
+            kpipe.lib.kp_memcpy_dtoh(a.device.ptr, got.ctypes.data, a.ptr, a.nbytes)
+            assert np.array_equal(got, want[i]), "frame %d after a seek on NVDEC" % i
+    with kpipe.VideoReader(clip, device="cuda", format="rgb", dtype="f32") as g, \
+            kpipe.VideoReader(clip, format="rgb", dtype="f32") as c:
+        a = g[23]
+        got = np.empty(a.shape, np.float32)
+        g.device.sync()
+        kpipe.lib.kp_memcpy_dtoh(a.device.ptr, got.ctypes.data, a.ptr, a.nbytes)
+        assert np.abs(got - np.from_dlpack(c[23])).max() <= 1e-5
