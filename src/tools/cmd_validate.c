@@ -29,7 +29,9 @@ static const char kpt_validate_usage[] =
     "              fused convolution epilogues)\n"
     "  --source    print each fused group's generated CUDA C++\n\n"
     "A flow file (\"kpipe_flow\": 1) is made without being started -- its files and\n"
-    "decoders opened, its frames allocated -- and its stages and queues are printed:\n"
+    "decoders opened, its frames allocated -- and its stages and queues are printed; a\n"
+    "video source's header (size, codec, frames) is printed, and frames the first\n"
+    "pipeline cannot take, or an output folder that cannot be written, fail it:\n"
     "  --dot FILE  also draw the flow's graph as Graphviz DOT (dot -Tsvg FILE)\n";
 
 /* What validate can know of a flow before it runs: sinks' output folders
@@ -81,15 +83,56 @@ static bool kpt_y4m_size(const char *path, long *w, long *h) {
     return ok && *w > 0 && *h > 0;
 }
 
-/* The first pipeline after a y4m or testsrc source must take its frames:
- * u8 [height*3/2, width], within the maxima of its dynamic dimensions. */
+/* A video source's file, read as the flow will (its header, and its frames
+ * counted from the packets): printed, and its size into *w, *h and its
+ * rows' pitch into *pitch. A file that cannot be read is the flow's error
+ * now, named; a URL or a stream list is left to the run. */
+static kp_status kpt_video_header(kp_device_t dev, json_t *src, long *w, long *h, long *pitch) {
+    const char *path = json_string_value(json_object_get(src, "path"));
+    const char *name = json_string_value(json_object_get(src, "name"));
+    if (!path || strstr(path, "://") || strstr(path, "{stream}") || !kp_video_built())
+        return KP_OK;
+    kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
+    cfg.decoder = KP_VIDEO_DECODE_SOFTWARE; /* the header is the same; no decoder session */
+    cfg.threads = 1;
+    kp_video_reader_t r;
+    kp_status st = kp_video_reader_open(dev, path, &cfg, &r);
+    if (st != KP_OK)
+        return kpt_error(st, "stage \"%s\": %s", name ? name : "?", kp_last_error());
+    kp_video_reader_info info;
+    int64_t frames = 0;
+    st = kp_video_reader_get_info(r, &info);
+    if (st == KP_OK && kp_video_reader_count(r, &frames) != KP_OK) {
+        frames = info.frames; /* as the container says */
+        kp_clear_error();
+    }
+    if (st == KP_OK) {
+        const char *fmt = json_string_value(json_object_get(src, "format"));
+        json_int_t p = json_integer_value(json_object_get(src, "pitch"));
+        *w = info.width;
+        *h = info.height;
+        *pitch = p > 0 ? (long)p : info.width;
+        printf("source \"%s\": %s: %dx%d %s, %lld frames at %d/%d frames/s, %s 4:2:0\n",
+               name ? name : "?", path, (int)info.width, (int)info.height, info.codec,
+               (long long)frames, (int)info.rate[0], (int)info.rate[1],
+               fmt ? fmt : "the decoder's (NV12 from NVDEC, I420 from software)");
+    }
+    kp_video_reader_close(r);
+    return st;
+}
+
+/* The first pipeline after a y4m, testsrc or video source must take its
+ * frames: u8 [height*3/2, pitch], within the maxima of its dynamic
+ * dimensions. */
 static kp_status kpt_check_shapes(kp_device_t dev, const char *file, json_t *stages) {
     json_t *src = json_array_get(stages, 0), *next = json_array_get(stages, 1);
     const char *kind = json_string_value(json_object_get(src, "source"));
     const char *pipe = json_string_value(json_object_get(next, "pipeline"));
     const char *name = json_string_value(json_object_get(next, "name"));
-    if (!kind || !pipe || json_object_get(next, "inputs")) return KP_OK;
-    long w = 0, h = 0;
+    if (!kind) return KP_OK;
+    long w = 0, h = 0, pitch = 0;
+    if (strcmp(kind, "video") == 0) KPT_CHECK(kpt_video_header(dev, src, &w, &h, &pitch));
+    if (!pipe || json_object_get(next, "inputs")) return KP_OK;
     if (strcmp(kind, "y4m") == 0) {
         const char *path = json_string_value(json_object_get(src, "path"));
         if (!path || !kpt_y4m_size(path, &w, &h)) return KP_OK; /* the flow itself names that */
@@ -108,7 +151,7 @@ static kp_status kpt_check_shapes(kp_device_t dev, const char *file, json_t *sta
     uint32_t dyn = 0;
     kp_status st = kp_pipeline_input_info(p, 0, &in);
     if (st == KP_OK) st = kp_pipeline_input_dynamic(p, 0, &dyn);
-    long rows = h * 3 / 2, cols = w;
+    long rows = h * 3 / 2, cols = pitch > 0 ? pitch : w;
     bool fits = st == KP_OK && in.desc.ndim == 2 && in.desc.dtype == KP_U8 &&
                 ((dyn & 1) ? rows <= in.desc.shape[0] : rows == in.desc.shape[0]) &&
                 ((dyn & 2) ? cols <= in.desc.shape[1] : cols == in.desc.shape[1]);
