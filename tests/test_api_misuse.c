@@ -917,6 +917,10 @@ static void flow_calls(void **state) {
     KPT_FAILS(kp_flow_create_from_json(NULL, "{}", &f), BAD);
     KPT_FAILS(kp_flow_create_from_json(g_dev, NULL, &f), BAD);
     KPT_FAILS(kp_flow_create_from_json(g_dev, "{}", NULL), BAD);
+    KPT_FAILS(kp_flow_create_from_json_with(NULL, "{}", NULL, 0, &f), BAD);
+    KPT_FAILS(kp_flow_create_from_json_with(g_dev, "{}", NULL, 1, &f), BAD);
+    kp_flow_stage nameless = {0};
+    KPT_FAILS(kp_flow_create_from_json_with(g_dev, "{}", &nameless, 1, &f), BAD);
     KPT_FAILS(kp_flow_create_from_json(g_dev, "[1]", &f), KP_ERR_PARSE);
     KPT_FAILS(kp_flow_create_from_file(g_dev, NULL, &f), BAD);
     KPT_FAILS(kp_flow_create_from_file(g_dev, "/nonexistent/f.json", &f), KP_ERR_IO);

@@ -293,6 +293,17 @@ kp_status kp_flow_create(const kp_flow_config *cfg, kp_flow_t *out);
  * pipelines (a spec file, relative to the flow file, or inline) and a
  * built-in sink. KP_ERR_PARSE names the line and column or the JSON path. */
 kp_status kp_flow_create_from_json(kp_device_t dev, const char *json_text, kp_flow_t *out);
+/* The same, with stages of the caller's own among the built-in ones: a
+ * stage {"name": ..., "callback": NAME} (with "queue" and "from" as any,
+ * and "frame_bytes" where it writes more than the frames before it hold)
+ * runs the entry of `callbacks` named NAME: its fn (or batch_fn, max_batch
+ * and deadline_us), user and end_fn; its queue and placement come from the
+ * JSON. First in the flow it is the source; it may end a path. Each
+ * callback takes one place, and each is used: either mistake is named.
+ * The built-in stages are read as kp_flow_create_from_json reads them. */
+kp_status kp_flow_create_from_json_with(kp_device_t dev, const char *json_text,
+                                        const kp_flow_stage *callbacks, size_t n_callbacks,
+                                        kp_flow_t *out);
 kp_status kp_flow_create_from_file(kp_device_t dev, const char *path, kp_flow_t *out);
 /* The file form with trace_events set (0: the file's "trace_events"). */
 kp_status kp_flow_create_from_file_traced(kp_device_t dev, const char *path, size_t trace_events,

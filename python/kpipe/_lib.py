@@ -293,6 +293,7 @@ _PROTOS = {
     # flows
     "kp_flow_create": (st, [POINTER(FlowConfig), PV]),
     "kp_flow_create_from_json": (st, [vp, c_char_p, PV]),
+    "kp_flow_create_from_json_with": (st, [vp, c_char_p, POINTER(FlowStage), sz, PV]),
     "kp_flow_create_from_file_traced": (st, [vp, c_char_p, sz, PV]),
     "kp_flow_start": (st, [vp]),
     "kp_flow_wait": (st, [vp]),

@@ -89,7 +89,11 @@ class Flow:
         self._snap_lock = threading.Lock()  # the snapshot buffer health() fills
         self._keep = None
         p = c_void_p()
-        if _config is not None:
+        if _config is not None and _config[0] == "json":
+            _, text, arr, self._keep = _config
+            self._status(lib.kp_flow_create_from_json_with(self.device.ptr, text.encode(), arr,
+                                                           len(arr), byref(p)))
+        elif _config is not None:
             cfg, self._keep = _config
             cfg.dev = self.device.ptr
             self._status(lib.kp_flow_create(byref(cfg), byref(p)))
@@ -108,9 +112,13 @@ class Flow:
     @classmethod
     def of(cls, stages, device="cpu", frame_bytes=0, queue=4, policy="block", budget_bytes=0,
            trace_events=0):
-        """A chain of Python stages: stages[0] is the source, fn(frame) ->
-        True while it made a frame, False at the end; the others fn(frame).
-        Each entry is a callable or (name, callable)."""
+        """A chain of stages: stages[0] is the source, fn(frame) -> True
+        while it made a frame, False at the end; the others fn(frame). Each
+        entry is a callable, (name, callable), or a built-in stage in its
+        JSON form, a dict ({"source": "video", "path": "in.mp4"}, {"pipeline":
+        "enhance.json"}, {"sink": "video", "path": "out.mp4"}): built-in
+        stages and Python ones mix in one chain, the built-in ones read as a
+        JSON flow's are. A Python stage holds the GIL only while it runs."""
         from . import _core
         dev = _core.device(device)
         if len(stages) < 2:
@@ -119,6 +127,8 @@ class Flow:
         if policy not in _POLICIES:
             raise Error("KP_ERR_INVALID_ARG", "policy %r: block, drop_oldest or drop_newest"
                         % (policy,))
+        if any(isinstance(st, dict) for st in stages):
+            return cls._mixed(stages, dev, frame_bytes, queue, policy, budget_bytes, trace_events)
         arr = (FlowStage * len(stages))()
         keep = {"names": [], "fns": []}
         flow = cls.__new__(cls)
@@ -140,6 +150,44 @@ class Flow:
         cfg.trace_events = int(trace_events)
         keep["stages"] = arr
         flow.__init__(device=dev, _config=(cfg, keep))
+        return flow
+
+    @classmethod
+    def _mixed(cls, stages, dev, frame_bytes, queue, policy, budget_bytes, trace_events):
+        """Built-in stages (dicts) and Python ones in one chain: a JSON flow
+        whose Python stages are callbacks (kp_flow_create_from_json_with)."""
+        flow = cls.__new__(cls)
+        doc, names, fns = [], [], []
+        for i, st in enumerate(stages):
+            q = {"capacity": int(queue), "policy": policy}
+            if isinstance(st, dict):
+                d = dict(st)
+                d.setdefault("name", "stage%d" % i)
+                if i and "queue" not in d:
+                    d["queue"] = q
+                doc.append(d)
+                continue
+            name, fn = st if isinstance(st, tuple) else (getattr(st, "__name__", "stage%d" % i),
+                                                         st)
+            entry = {"name": name, "callback": name}
+            if i:
+                entry["queue"] = q
+            if frame_bytes:
+                entry["frame_bytes"] = int(frame_bytes)
+            doc.append(entry)
+            names.append(name.encode())
+            fns.append(STAGE_FN(flow._stage(fn, i == 0, dev)))
+        arr = (FlowStage * max(len(fns), 1))()
+        for k, (n, f) in enumerate(zip(names, fns)):
+            arr[k].name, arr[k].fn = n, f
+        top = {"kpipe_flow": 1, "stages": doc}
+        if budget_bytes:
+            top["budget_bytes"] = int(budget_bytes)
+        if trace_events:
+            top["trace_events"] = int(trace_events)
+        keep = {"names": names, "fns": fns, "stages": arr}
+        flow.__init__(device=dev, _config=("json", json.dumps(top), (FlowStage * len(fns))(
+            *arr[:len(fns)]), keep))
         return flow
 
     def _stage(self, fn, source, dev):

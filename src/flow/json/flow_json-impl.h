@@ -31,6 +31,11 @@ typedef struct kp__flow_build {
     size_t n;
     size_t frame_bytes, budget, trace;
     bool strict; /* strict_no_host_copies: sources refuse what would copy from the host */
+    /* the caller's own stages ("callback": NAME; kp_flow_create_from_json_with) */
+    const kp_flow_stage *callbacks;
+    size_t n_callbacks;
+    bool callback[KP_FLOW_MAX_STAGES];
+    bool used[KP_FLOW_MAX_STAGES]; /* per callback: a stage took it */
     char y4m_tags[256]; /* a y4m source's header tags, for a y4m sink */
 } kp__flow_build;
 

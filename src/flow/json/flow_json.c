@@ -291,6 +291,44 @@ static kp_status kp__split(json_t *s, const char *path, kp__stage_made *m, kp_ro
     return KP_OK;
 }
 
+/* "callback": NAME: the caller's stage of that name (its function, state
+ * and batching), in this place of the graph; "frame_bytes" raises the
+ * flow's frames to what it writes. */
+static kp_status kp__callback(kp__flow_build *b, json_t *s, const char *path, size_t i,
+                              size_t n_rep) {
+    KP_CHECK(kp__json_kind_keys(s, path, "callback", (const char *const[]){"frame_bytes", NULL}));
+    const char *name = json_string_value(json_object_get(s, "callback"));
+    if (!name) return KP__PERR("%s.callback: expected the name of one of the caller's stages", path);
+    if (n_rep > 1) return KP__PERR("%s: a callback stage has no replicas", path);
+    size_t k = 0;
+    while (k < b->n_callbacks && strcmp(b->callbacks[k].name, name) != 0) k++;
+    if (k == b->n_callbacks)
+        return KP__PERR("%s.callback: \"%s\" is not one of the %zu stages given with the flow",
+                        path, name, b->n_callbacks);
+    if (b->used[k]) return KP__PERR("%s.callback: \"%s\" takes one place only", path, name);
+    b->used[k] = true;
+    json_t *fb = json_object_get(s, "frame_bytes");
+    if (fb) {
+        int64_t v = 0;
+        char sub[96];
+        snprintf(sub, sizeof sub, "%s.frame_bytes", path);
+        KP_CHECK(kp__json_int(fb, sub, 1, (int64_t)KP__MAX_ALLOC_BYTES, &v));
+        if ((size_t)v > b->frame_bytes) b->frame_bytes = (size_t)v;
+    }
+    const kp_flow_stage *c = &b->callbacks[k];
+    kp_flow_stage *st = &b->st[i];
+    st->name = b->names[i];
+    st->fn = c->fn;
+    st->user = c->user;
+    st->batch_fn = c->batch_fn;
+    st->max_batch = c->max_batch;
+    st->deadline_us = c->deadline_us;
+    st->end_fn = c->end_fn;
+    st->dev = b->rep_devs[i][0];
+    if (c->batch_fn && st->queue_capacity < c->max_batch) st->queue_capacity = c->max_batch;
+    return KP_OK;
+}
+
 /* Stage i's function and state, once per replica, and its placement. */
 static kp_status kp__stage_made_all(kp__flow_build *b, json_t *s, const char *path, size_t i,
                                     size_t n_rep, uint32_t *deadline_us) {
@@ -365,7 +403,7 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
         "decoder", "pitch",    "codec",    "encoder",   "bitrate",     "crf",      "preset",
         "bframes", "gop",      "threads",  "format",    "from",        "split",    "streams",
         "paths",   "realtime", "parallel", "max_width", "max_height",  "options",  "open_gop",
-        NULL};
+        "callback", NULL};
     size_t n = json_array_size(arr);
     if (!json_is_array(arr) || n < 2 || n > KP_FLOW_MAX_STAGES)
         return KP__PERR("$.stages: expected an array of 2 to %d stages", KP_FLOW_MAX_STAGES);
@@ -380,12 +418,15 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
             return KP__PERR("%s.name: a name of 1 to 63 characters", path);
         snprintf(b->names[i], sizeof b->names[i], "%s", name);
         bool src = json_object_get(s, "source"), pipe = json_object_get(s, "pipeline"),
-             snk = json_object_get(s, "sink"), split = json_object_get(s, "split");
-        if ((int)src + (int)pipe + (int)snk + (int)split != 1 || (i == 0 && !src))
-            return KP__PERR("%s: a stage is one of a \"source\", a \"pipeline\", a \"split\" "
-                            "or a \"sink\"%s",
-                            path, i == 0 ? ", and the first is a source" : "");
+             snk = json_object_get(s, "sink"), split = json_object_get(s, "split"),
+             cb = json_object_get(s, "callback");
+        if ((int)src + (int)pipe + (int)snk + (int)split + (int)cb != 1 || (i == 0 && !src && !cb))
+            return KP__PERR("%s: a stage is one of a \"source\", a \"pipeline\", a \"split\", "
+                            "a \"sink\" or a \"callback\"%s",
+                            path, i == 0 ? ", and the first is a source or a callback" : "");
+        src = src || (cb && i == 0); /* a callback first is the flow's source */
         b->st[i].source = src;
+        b->callback[i] = cb;
         if (src && json_object_get(s, "queue"))
             return KP__PERR("%s.queue: a source has no queue in front of it", path);
         if (src && json_object_get(s, "from"))
@@ -403,7 +444,8 @@ static kp_status kp__stages(kp__flow_build *b, json_t *arr) {
         b->sink[i] = snk;
         b->n = i + 1;
         b->n_rep[i] = n_rep;
-        if (!snk) KP_CHECK(kp__stage_made_all(b, s, path, i, n_rep, &deadline_us));
+        if (cb) KP_CHECK(kp__callback(b, s, path, i, n_rep));
+        else if (!snk) KP_CHECK(kp__stage_made_all(b, s, path, i, n_rep, &deadline_us));
         if (src) b->streams_in[i] = b->st[i].streams > 1 ? b->st[i].streams : 1;
     }
     /* sinks last: they size what they keep by the largest frame any
@@ -425,6 +467,7 @@ static kp_status kp__ends(const kp__flow_build *b, const kp_flow_config *cfg) {
     size_t down[KP_FLOW_MAX_STAGES];
     KP_CHECK(kp__flow_downstream(cfg, down));
     for (size_t i = 0; i < b->n; i++) {
+        if (b->callback[i]) continue; /* a callback may end a path or pass frames on */
         if (b->sink[i] && down[i])
             return KP__PERR("$.stages[%zu] (%s): a sink passes no frames on, but %zu stage%s "
                             "take%s from it",
@@ -470,6 +513,10 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
     if ((v = json_object_get(root, "carry_us")))
         KP_CHECK(kp__json_int(v, "$.carry_us", INT_MIN, INT_MAX, &carry));
     KP_CHECK(kp__stages(b, json_object_get(root, "stages")));
+    for (size_t k = 0; k < b->n_callbacks; k++)
+        if (!b->used[k])
+            return KP__PERR("$.stages: no stage is the callback \"%s\" given with the flow",
+                            b->callbacks[k].name);
     kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
     cfg.strict_no_host_copies = strict;
     cfg.spin_us = (int)spin;
@@ -507,7 +554,9 @@ static kp_status kp__flow_from_root(kp__flow_build *b, json_t *root, kp_flow_t *
 
 /* The flow in `size` bytes of `text`, its files relative to base_dir. */
 static kp_status kp__flow_from_text(kp_device_t dev, const char *text, size_t size,
-                                    const char *base_dir, size_t trace, kp_flow_t *out) {
+                                    const char *base_dir, size_t trace,
+                                    const kp_flow_stage *callbacks, size_t n_callbacks,
+                                    kp_flow_t *out) {
     json_t *root = NULL;
     KP_CHECK(kp__json_parse(text, size, &root));
     kp__flow_build *b = kp__calloc(1, sizeof *b);
@@ -518,6 +567,8 @@ static kp_status kp__flow_from_text(kp_device_t dev, const char *text, size_t si
         b->dev = dev;
         b->base_dir = base_dir;
         b->trace = trace;
+        b->callbacks = callbacks;
+        b->n_callbacks = n_callbacks;
         st = kp__flow_from_root(b, root, out);
         for (size_t i = 0; i < KP_FLOW_MAX_STAGES; i++)
             for (size_t r = 0; r < KP_FLOW_MAX_REPLICAS; r++)
@@ -534,7 +585,33 @@ kp_status kp_flow_create_from_json(kp_device_t dev, const char *json_text, kp_fl
     if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
     if (!dev || !json_text) return kp__error(KP_ERR_INVALID_ARG, "device and text are required");
-    return kp__flow_from_text(dev, json_text, strlen(json_text), "", 0, out);
+    return kp__flow_from_text(dev, json_text, strlen(json_text), "", 0, NULL, 0, out);
+}
+
+kp_status kp_flow_create_from_json_with(kp_device_t dev, const char *json_text,
+                                        const kp_flow_stage *callbacks, size_t n_callbacks,
+                                        kp_flow_t *out) {
+    KP_API_ENTRY();
+    if (!out) return kp__error(KP_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (!dev || !json_text) return kp__error(KP_ERR_INVALID_ARG, "device and text are required");
+    if (n_callbacks && !callbacks)
+        return kp__error(KP_ERR_INVALID_ARG, "callbacks is NULL with n_callbacks %zu", n_callbacks);
+    if (n_callbacks > KP_FLOW_MAX_STAGES)
+        return kp__error(KP_ERR_INVALID_ARG, "%zu callbacks; a flow has at most %d stages",
+                         n_callbacks, KP_FLOW_MAX_STAGES);
+    for (size_t k = 0; k < n_callbacks; k++) {
+        const kp_flow_stage *c = &callbacks[k];
+        if (!c->name || !*c->name || (!c->fn && !c->batch_fn))
+            return kp__error(KP_ERR_INVALID_ARG, "callbacks[%zu]: a name and a function are "
+                             "required", k);
+        for (size_t j = 0; j < k; j++)
+            if (strcmp(callbacks[j].name, c->name) == 0)
+                return kp__error(KP_ERR_INVALID_ARG, "callbacks[%zu]: the name \"%s\" is given "
+                                 "twice", k, c->name);
+    }
+    return kp__flow_from_text(dev, json_text, strlen(json_text), "", 0, callbacks, n_callbacks,
+                              out);
 }
 
 static kp_status kp__flow_from_file(kp_device_t dev, const char *path, size_t trace,
@@ -549,7 +626,7 @@ static kp_status kp__flow_from_file(kp_device_t dev, const char *path, size_t tr
     const char *slash = strrchr(path, '/');
     if (slash && (size_t)(slash - path) + 2 < sizeof dir)
         snprintf(dir, sizeof dir, "%.*s/", (int)(slash - path), path);
-    kp_status st = kp__flow_from_text(dev, text, size, dir, trace, out);
+    kp_status st = kp__flow_from_text(dev, text, size, dir, trace, NULL, 0, out);
     kp__free(text);
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }
