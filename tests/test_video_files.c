@@ -421,6 +421,19 @@ static void seek_exact(void **state) {
                                  (long long)i);
                 }
             }
+            /* read on to the end, then back to the start */
+            kp_video_frame vf;
+            bool eos = false;
+            KPT_OK(kp_video_reader_seek(r, n - 3));
+            for (int k = 0; k < 4 && !eos; k++)
+                KPT_OK(kp_video_reader_next(r, s, buf, seq.bytes, &vf, &eos));
+            assert_true(eos);
+            KPT_OK(kp_video_reader_seek(r, 0));
+            KPT_OK(kp_video_reader_next(r, s, buf, seq.bytes, &vf, &eos));
+            assert_false(eos);
+            KPT_OK(kp_stream_sync(s));
+            KPT_OK(kp_memcpy_dtoh(g_dev, host, buf, seq.bytes));
+            assert_memory_equal(host, seq.data, seq.bytes);
             print_message("seek: %s GOP, %s: 200 random frames equal sequential decode\n",
                           open ? "open" : "closed", seq.info.decoder);
             kp_video_reader_close(r);
