@@ -86,6 +86,10 @@ class VideoReader(Bound):
         check(lib.kp_video_reader_get_info(self._h.ptr, byref(info)))
         self._info = info
         self.width, self.height, self._pitch = info.width, info.height, info.pitch
+        if self._pitch != self.width:  # the reader is opened at the width: rows are packed
+            self._h = Handle(None, None)
+            raise Error("KP_ERR_INTERNAL", "%s: rows of %d bytes for a width of %d"
+                        % (self.path, self._pitch, self.width))
         self.codec = info.codec.decode()
         self.decoder = info.decoder.decode()
         self.pixel_format = "nv12"
