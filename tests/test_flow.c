@@ -352,8 +352,11 @@ static void json_flow_errors(void **state) {
         {"{\"kpipe_flow\": 1, \"stagez\": []}", "$.stagez: unknown key"},
         {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"sink\": \"null\"}, "
          "{\"name\": \"b\", \"sink\": \"null\"}]}",
-         "$.stages[0]: a stage is one of a \"source\", a \"pipeline\", a \"split\" or a \"sink\", "
-         "and the first is a source"},
+         "$.stages[0]: a stage is one of a \"source\", a \"pipeline\", a \"split\", a \"sink\" "
+         "or a \"callback\", and the first is a source or a callback"},
+        {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"callback\": \"mine\"}, "
+         "{\"name\": \"b\", \"sink\": \"null\"}]}",
+         "$.stages[0].callback: \"mine\" is not one of the 0 stages given with the flow"},
         {"{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"a\", \"source\": \"synthetic\", "
          "\"shape\": [4]}, {\"name\": \"a\", \"sink\": \"null\"}]}",
          "$.stages[1].name: \"a\" is used twice"},
