@@ -4,6 +4,7 @@ with B-frames and open or closed groups of pictures; named errors out of
 range; RGB against a conversion computed here; open and close a thousand
 times with no growth. (The cuda device's NVDEC path: scripts/gpu-check.sh.)"""
 import gc
+import os
 import threading
 import time
 
@@ -131,27 +132,39 @@ def _rss_kib():
 
 
 def test_thousand_readers_leave_nothing(clip):
+    """1,000 readers opened, read and closed, after 500 that warm the
+    allocator up (the decoders' threads leave memory in malloc's arenas,
+    which it keeps and reuses: a plateau, not a leak): threads back to
+    their count before, and resident memory grown by less than 8 MiB (a
+    frame kept per reader would be 23 MiB, a decoder far more). Under
+    AddressSanitizer freed memory stays resident in its quarantine, so only
+    the threads are counted there."""
     def cycle():
         r = kpipe.VideoReader(clip, format="nv12", dtype="u8")
         np.from_dlpack(r[7])
         r.close()
-    def settled():  # threads that end after a close are given a moment
-        for _ in range(250):  # up to 5 s on a loaded machine
+
+    def settled(limit):  # threads that end after a close are given up to 5 s
+        for _ in range(250):
             gc.collect()
             n = _threads()
-            if n <= threads:
+            if n <= limit:
                 break
             time.sleep(0.02)
         return n
-    threads = 10 ** 6
-    for _ in range(20):
+
+    for _ in range(500):
         cycle()
-    threads = settled()
-    threads, rss = _threads(), _rss_kib()
+    threads = settled(10 ** 6)
+    gc.collect()
+    rss = _rss_kib()
     for _ in range(1000):
         cycle()
-    assert settled() <= threads, "threads: %d before, %d after" % (threads, _threads())
-    assert _rss_kib() - rss < 16 * 1024, "RSS grew %d KiB" % (_rss_kib() - rss)
+    gc.collect()
+    assert settled(threads) <= threads, "threads: %d before, %d after" % (threads, _threads())
+    if "asan" not in os.environ.get("LD_PRELOAD", ""):
+        assert _rss_kib() - rss < 8 * 1024, "RSS grew %d KiB over 1,000 readers" % (
+            _rss_kib() - rss)
 
 
 def test_threads_take_turns(clip):
