@@ -20,6 +20,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <cmocka.h>
 
 #include "support/kp_test.h"
@@ -671,12 +674,35 @@ static void cancel_promptly(kp_flow_t f) {
     kp_flow_destroy(f);
 }
 
+/* The first of n consecutive loopback ports that are free now, for
+ * sockets of `type` (SOCK_DGRAM, SOCK_STREAM): probed by binding them,
+ * from a start the process id picks, in 20000..32767, below Linux's
+ * ephemeral ports (32768..60999), which any other program's outgoing
+ * socket may hold at any moment. */
+static int free_ports(int n, int type, int salt) {
+    int base = 20000 + (int)((getpid() + salt) % 12000);
+    for (int tries = 0; tries < 400; tries++, base = base + n + 1 > 32767 - n ? 20000 : base + n + 1) {
+        int fds[16], k, ok = 1;
+        for (k = 0; k < n && ok; k++) {
+            struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(base + k))};
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            fds[k] = socket(AF_INET, type, 0);
+            ok = fds[k] >= 0 && bind(fds[k], (struct sockaddr *)&a, sizeof a) == 0;
+            if (!ok && fds[k] >= 0) close(fds[k]);
+        }
+        for (int j = 0; j < k - !ok; j++) close(fds[j]);
+        if (ok) return base;
+    }
+    fail_msg("no %d free loopback ports in 20000..32767", n);
+    return -1;
+}
+
 /* A udp:// camera: a sender streams MPEG-TS to loopback, stops, and comes
  * back; the source reconnects (its health says so) and frames flow again;
  * then a cancel stops it while it waits on the network. */
 static void live_udp_reconnects(void **state) {
     (void)state;
-    const int port = 20000 + (int)(getpid() % 20000);
+    const int port = free_ports(1, SOCK_DGRAM, 0);
     char url[128], json[1024];
     snprintf(url, sizeof url, "udp://127.0.0.1:%d", port);
     writer_args first = {.path = url, .w = 64, .h = 48, .n = 100000, .gop = 10, .fps = 30.0};
@@ -759,7 +785,7 @@ static int live_cams_stop(void **state) {
 static void live_kill_one_of_eight(void **state) {
     (void)state;
     enum { N = LIVE_N, DEAD = 3 };
-    const int port = 20000 + (int)((getpid() + 7919) % 20000);
+    const int port = free_ports(N, SOCK_DGRAM, 7919);
     static char url[N][128]; /* the cameras read theirs till the teardown */
     char paths[N * 160] = "", json[4096];
     for (int k = 0; k < N; k++) {
@@ -911,7 +937,7 @@ static void twenty_live_frames(const char *send, const char *send_options, const
  * FFmpeg was built without libsrt. */
 static void live_srt(void **state) {
     (void)state;
-    const int port = 20000 + (int)((getpid() + 3571) % 20000);
+    const int port = free_ports(1, SOCK_DGRAM, 3571);
     char send[160], listen[160];
     snprintf(send, sizeof send, "srt://127.0.0.1:%d?mode=caller", port);
     snprintf(listen, sizeof listen, "srt://127.0.0.1:%d?mode=listener", port);
@@ -925,7 +951,7 @@ static void live_srt(void **state) {
  * through. */
 static void live_rtsp(void **state) {
     (void)state;
-    const int port = 20000 + (int)((getpid() + 7919) % 20000);
+    const int port = free_ports(1, SOCK_STREAM, 5003);
     char url[160];
     snprintf(url, sizeof url, "rtsp://127.0.0.1:%d/live", port);
     twenty_live_frames(url, "rtsp_transport=tcp", url,
