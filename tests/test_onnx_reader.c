@@ -928,6 +928,110 @@ static void names_and_opsets(void **state) {
     kp__ox_tensor_clear(NULL);
 }
 
+/* The algorithm cache's file (src/onnx/algo_cache.c): what one run saves
+ * the next reads, for the same model and device only; a damaged file is
+ * refused line by line and adds nothing. */
+static void algo_cache_file(void **state) {
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/algos/deeper", g_dir); /* made on save */
+    const char *dev = "Some GPU 80GB, sm_90, cuDNN 91900";
+    kp__ox_algo_cache *c;
+    KPT_OK(kp__ox_algo_cache_create(dir, 0x1234, dev, &c));
+    kp__ox_algo_cache_load(c); /* no file yet */
+    kp__ox_algo a = {.algo = 1, .math = 1, .ws = 4096}, b = {.algo = 6, .math = 0, .ws = 0}, got;
+    assert_false(kp__ox_algo_cache_get(c, "fwd half plain heur n1", &got));
+    KPT_OK(kp__ox_algo_cache_put(c, "fwd half plain heur n1", &a));
+    KPT_OK(kp__ox_algo_cache_put(c, "bwd fp32 plain tune n2", &b));
+    assert_int_equal(kp__ox_algo_cache_put(c, "a\tkey", &a), KP_ERR_INTERNAL);
+    kp__ox_algo_cache_save(c);
+    const char *path;
+    size_t hits, misses;
+    kp__ox_algo_cache_stats(c, &path, &hits, &misses);
+    assert_int_equal(hits, 0);
+    assert_int_equal(misses, 1);
+    char saved[600];
+    snprintf(saved, sizeof saved, "%s", path);
+    assert_int_equal(access(saved, R_OK), 0);
+    kp__ox_algo_cache_free(c);
+
+    /* the next run finds both */
+    KPT_OK(kp__ox_algo_cache_create(dir, 0x1234, dev, &c));
+    kp__ox_algo_cache_load(c);
+    assert_true(kp__ox_algo_cache_get(c, "fwd half plain heur n1", &got));
+    assert_int_equal(got.algo, 1);
+    assert_int_equal(got.math, 1);
+    assert_int_equal((int)got.ws, 4096);
+    assert_true(kp__ox_algo_cache_get(c, "bwd fp32 plain tune n2", &got));
+    assert_int_equal(got.algo, 6);
+    kp__ox_algo_cache_free(c);
+
+    /* another device or model: another file name, and a header that would not match */
+    KPT_OK(kp__ox_algo_cache_create(dir, 0x1235, dev, &c));
+    kp__ox_algo_cache_load(c);
+    assert_false(kp__ox_algo_cache_get(c, "fwd half plain heur n1", &got));
+    kp__ox_algo_cache_stats(c, &path, &hits, &misses);
+    assert_string_not_equal(path, saved);
+    kp__ox_algo_cache_free(c);
+    KPT_OK(kp__ox_algo_cache_create(NULL, 0x1234, "Other GPU, sm_80, cuDNN 91900", &c));
+    FILE *f = fopen(saved, "rb");
+    assert_non_null(f);
+    char text[600];
+    size_t n = fread(text, 1, sizeof text, f);
+    fclose(f);
+    assert_int_equal(kp__ox_algo_cache_parse(c, text, n), KP_ERR_PARSE);
+    assert_non_null(strstr(kp_last_error(), "header line 3"));
+    kp__ox_algo_cache_free(c);
+
+    /* damaged texts: named by line, and nothing kept from the lines before */
+    static const char *const bad[] = {
+        "kpipe algorithms 2\n",
+        "kpipe algorithms 1\nmodel 0000000000001234\ndevice X\nk\t1 1\n",
+        "kpipe algorithms 1\nmodel 0000000000001234\ndevice X\nk\t1 1 -5\n",
+        "kpipe algorithms 1\nmodel 0000000000001234\ndevice X\nk\t99 1 0\n",
+        "kpipe algorithms 1\nmodel 0000000000001234\ndevice X\nk\t1 1 0 7\n",
+        "kpipe algorithms 1\nmodel 0000000000001234\ndevice X\nk 1 1 0\n",
+        "kpipe algorithms 1\nmodel 0000000000001234\ndevice X\nk\t1 1 0\nk\t2 1 0\n",
+        "kpipe algorithms 1\nmodel 0000000000001234\ndevice X\nk\t1 1 0\nj\t2 1 0",
+        "kpipe algorithms 1\nmodel 0000000000001234\ndevice X\n\x01\t1 1 0\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        KPT_OK(kp__ox_algo_cache_create(NULL, 0x1234, "X", &c));
+        kp_clear_error();
+        assert_int_equal(kp__ox_algo_cache_parse(c, bad[i], strlen(bad[i])), KP_ERR_PARSE);
+        assert_non_null(strstr(kp_last_error(), "algorithm cache"));
+        assert_false(kp__ox_algo_cache_get(c, "k", &got));
+        kp__ox_algo_cache_free(c);
+    }
+    const char *good = "kpipe algorithms 1\nmodel 0000000000001234\ndevice X\nk\t1 1 0\n";
+    KPT_OK(kp__ox_algo_cache_create(NULL, 0x1234, "X", &c));
+    KPT_OK(kp__ox_algo_cache_parse(c, good, strlen(good)));
+    assert_true(kp__ox_algo_cache_get(c, "k", &got));
+    kp__ox_algo_cache_save(c); /* in memory only: nothing to write */
+    kp__ox_algo_cache_free(c);
+    assert_int_equal(kp__ox_algo_cache_create(NULL, 1, "tab\there", &c), KP_ERR_INVALID_ARG);
+
+    /* a damaged file on disk is ignored whole and rewritten at the next save */
+    f = fopen(saved, "wb");
+    assert_non_null(f);
+    fputs("kpipe algorithms 1\nmodel 0000000000001234\n", f);
+    fclose(f);
+    KPT_OK(kp__ox_algo_cache_create(dir, 0x1234, dev, &c));
+    kp__ox_algo_cache_load(c);
+    assert_false(kp__ox_algo_cache_get(c, "fwd half plain heur n1", &got));
+    kp__ox_algo_cache_save(c);
+    kp__ox_algo_cache_free(c);
+    KPT_OK(kp__ox_algo_cache_create(dir, 0x1234, dev, &c));
+    kp__ox_algo_cache_load(c);
+    KPT_OK(kp__ox_algo_cache_put(c, "k", &a));
+    kp__ox_algo_cache_free(c);
+    f = fopen(saved, "rb");
+    assert_non_null(f);
+    n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    assert_non_null(strstr(text, "device Some GPU 80GB, sm_90, cuDNN 91900\n"));
+}
+
 int main(void) {
     if (!mkdtemp(g_dir)) return 1;
     const struct CMUnitTest tests[] = {
@@ -940,6 +1044,7 @@ int main(void) {
         cmocka_unit_test(bad_messages),        cmocka_unit_test(read_tensor_refusals),
         cmocka_unit_test(external_data),       cmocka_unit_test(big_model),
         cmocka_unit_test(allocation_failures), cmocka_unit_test(names_and_opsets),
+        cmocka_unit_test(algo_cache_file),
     };
     int failed = cmocka_run_group_tests_name("onnx_reader", tests, NULL, NULL);
     char cmd[300];

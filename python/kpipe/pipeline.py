@@ -14,10 +14,12 @@ _MODES = {"graph": 0, "stream": 1}
 _BINDINGS = {"copy": 0, "rebind": 1}
 
 
-def model_spec(path, max=None, precision=None):
+def model_spec(path, max=None, precision=None, params=None):
     """The spec of one `onnx` module running the model file at `path`: its
-    ports become the pipeline's inputs and outputs, by their port names."""
-    params = {"model": os.path.abspath(path)}
+    ports become the pipeline's inputs and outputs, by their port names.
+    `params` adds the module's other parameters ({"tune": "on",
+    "algo_cache": "off"}; docs/models.md lists them)."""
+    params = dict(params or {}, model=os.path.abspath(path))
     if max:
         params["max"] = {str(k): int(v) for k, v in max.items()}
     if precision is not None:
@@ -72,18 +74,22 @@ class Pipeline(Owned):
 
     `max` bounds the model's symbolic dimensions by name; `precision` is
     "fp32" (the default), "tf32", or "fp16" (cuda: fp16 convolutions on
-    channels-last tensors; the ports stay f32).
+    channels-last tensors; the ports stay f32); `model_params` adds the
+    module's other parameters, such as {"tune": "on"} or {"algo_cache":
+    "off"} (docs/models.md).
     """
 
     def __init__(self, spec, device="cpu", mode=None, binding=None, fuse=None, miss=None,
-                 max_graphs=None, max_bytes=None, max_variants=None, max=None, precision=None):
+                 max_graphs=None, max_bytes=None, max_variants=None, max=None, precision=None,
+                 model_params=None):
         from . import _core
         self._bind_init()
         self.device = _core.device(device)
         if isinstance(spec, (str, os.PathLike)) and os.fspath(spec).endswith(".onnx"):
-            spec = model_spec(os.fspath(spec), max, precision)
-        elif max is not None or precision is not None:
-            raise Error("KP_ERR_INVALID_ARG", "max and precision are for an .onnx model file")
+            spec = model_spec(os.fspath(spec), max, precision, model_params)
+        elif max is not None or precision is not None or model_params is not None:
+            raise Error("KP_ERR_INVALID_ARG",
+                        "max, precision and model_params are for an .onnx model file")
         text, path = spec_text(spec, "pipeline")
         opts = PipelineOptions(ctypes.sizeof(PipelineOptions), -1, -1, None, -1)
         if mode is not None:

@@ -27,6 +27,7 @@ struct kp__ox_engine {
 #ifdef KP_HAVE_CUDA
     kp__ox_cuda *cuda;
 #endif
+    kp__ox_algo_cache *algos; /* cuda with cuDNN and a cache folder; else NULL */
     size_t const_bytes, region_bytes, workspace_bytes;
     uint8_t *region;
     void *workspace;
@@ -43,6 +44,8 @@ struct kp__ox_engine {
 };
 
 kp__ox_graph *kp__ox_engine_graph(const kp__ox_engine *e) { return e->g; }
+
+const kp__ox_algo_cache *kp__ox_engine_algos(const kp__ox_engine *e) { return e->algos; }
 
 void kp__ox_engine_memory(const kp__ox_engine *e, size_t *region, size_t *constants,
                           size_t *workspace) {
@@ -164,6 +167,7 @@ static kp_status kp__ox_prepare_nodes(kp__ox_engine *e, size_t *ws) {
         if (need > *ws) *ws = need;
     }
     set->workspace = *ws;
+    kp__ox_algo_cache_save(e->algos); /* what this shape's convolutions chose */
     return KP_OK;
 }
 
@@ -199,7 +203,15 @@ static kp_status kp__ox_engine_setup(kp__ox_engine *e, const kp__ox_bound *bound
     for (size_t i = 0; i < g->n_inputs; i++)
         memcpy(e->cur_shape[i], e->max_shape[i], sizeof e->cur_shape[i]);
 #ifdef KP_HAVE_CUDA
-    if (!e->host) KP_CHECK(kp__ox_cuda_create(e->dev, g->tf32, g->tune, &e->cuda));
+    if (!e->host) {
+        char key[KP__OX_ALGO_KEY];
+        if (g->algo_dir && kp__ox_cuda_device_key(e->dev, key, sizeof key) == KP_OK) {
+            KP_CHECK(kp__ox_algo_cache_create(g->algo_dir, g->model->digest, key, &e->algos));
+            kp__ox_algo_cache_load(e->algos);
+        }
+        kp_clear_error();
+        KP_CHECK(kp__ox_cuda_create(e->dev, g->tf32, g->tune, e->algos, &e->cuda));
+    }
 #endif
     KP_CHECK(kp__ox_infer(g));
     KP_CHECK(kp__ox_fuse(g));
@@ -246,6 +258,7 @@ void kp__ox_engine_destroy(kp__ox_engine *e) {
 #ifdef KP_HAVE_CUDA
     if (e->cuda) kp__ox_cuda_destroy(e->cuda);
 #endif
+    kp__ox_algo_cache_free(e->algos);
     kp__free(e->max_shape);
     kp__free(e->cur_shape);
     kp__free(e);

@@ -104,5 +104,11 @@ void kp__ox_engine_report(const kp__ox_engine *e, void *file) {
     }
     kp__ox_report_nodes(g, f);
     kp__ox_report_choices(g, f);
+    const char *path;
+    size_t hits, misses;
+    kp__ox_algo_cache_stats(kp__ox_engine_algos(e), &path, &hits, &misses);
+    if (path)
+        fprintf(f, "  algorithm cache: %s (%zu convolution shapes found there, %zu chosen "
+                "afresh)\n", path, hits, misses);
     kp__ox_report_plan(e, g, f);
 }

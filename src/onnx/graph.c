@@ -316,6 +316,7 @@ void kp__ox_graph_free(kp__ox_graph *g) {
     kp__free(g->inputs);
     kp__free(g->outputs);
     kp__ox_model_free(g->model);
+    kp__free(g->algo_dir);
     kp__free(g);
 }
 

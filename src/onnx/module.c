@@ -12,6 +12,12 @@
  * "tune": "on" measures cuDNN's algorithms for each convolution shape when
  * it is prepared (cudnnFind*: milliseconds each, at setup and at a new
  * shape) instead of taking its heuristics' first choice.
+ * "algo_cache" names the folder of the algorithm cache (algo_cache.c): the
+ * convolutions' algorithms, chosen once per model, GPU and cuDNN version
+ * and read back by the next run, measured ones ("tune") included. Its
+ * default is $KP_ALGO_CACHE_DIR, else $XDG_CACHE_HOME/kpipe, else
+ * ~/.cache/kpipe; "off" keeps choices in memory only. Used on cuda with
+ * cuDNN; elsewhere there is nothing to choose.
  * "fuse": "off" runs every node as the file has it, where "on" (the
  * default) runs a convolution's residual Add and activation inside it
  * (fuse.c).
@@ -191,8 +197,30 @@ static kp_status kp__onnx_bounds(char *text, kp__ox_bound *b, size_t cap, size_t
     return KP_OK;
 }
 
+/* The algorithm cache's folder: the parameter, or the default named at the
+ * top of this file; NULL for "off" (or no home to put it in). */
+static kp_status kp__onnx_algo_dir(const char *param, char **out) {
+    char buf[4096];
+    const char *v;
+    *out = NULL;
+    if (!strcmp(param, "off") || !strcmp(param, "false")) return KP_OK;
+    if (param[0]) snprintf(buf, sizeof buf, "%s", param);
+    else if ((v = getenv("KP_ALGO_CACHE_DIR")) && *v) snprintf(buf, sizeof buf, "%s", v);
+    else if ((v = getenv("XDG_CACHE_HOME")) && *v) snprintf(buf, sizeof buf, "%s/kpipe", v);
+    else if ((v = getenv("HOME")) && *v) snprintf(buf, sizeof buf, "%s/.cache/kpipe", v);
+    else return KP_OK;
+    size_t n = strlen(buf);
+    if (n + 1 >= sizeof buf)
+        return kp__error(KP_ERR_INVALID_ARG, "\"algo_cache\": a folder name of over %zu bytes",
+                         sizeof buf - 2);
+    *out = kp__malloc(n + 1);
+    if (!*out) return kp__error(KP_ERR_OUT_OF_MEMORY, "onnx: no memory");
+    memcpy(*out, buf, n + 1);
+    return KP_OK;
+}
+
 static kp_status kp__onnx_load(const kp_module_env *env, kp__onnx *m) {
-    const char *model, *max_text, *precision, *fuse, *tune;
+    const char *model, *max_text, *precision, *fuse, *tune, *algo_cache;
     KP_CHECK(kp_param_str(env, "model", NULL, &model));
     if (!model || !model[0])
         return kp__error(KP_ERR_INVALID_ARG, "\"model\": the path of an .onnx file is required");
@@ -200,6 +228,7 @@ static kp_status kp__onnx_load(const kp_module_env *env, kp__onnx *m) {
     KP_CHECK(kp_param_str(env, "precision", "fp32", &precision));
     KP_CHECK(kp_param_str(env, "fuse", "on", &fuse));
     KP_CHECK(kp_param_str(env, "tune", "off", &tune));
+    KP_CHECK(kp_param_str(env, "algo_cache", "", &algo_cache));
     bool tune_on = !strcmp(tune, "on") || !strcmp(tune, "true");
     if (!tune_on && strcmp(tune, "off") != 0 && strcmp(tune, "false") != 0)
         return kp__error(KP_ERR_INVALID_ARG, "\"tune\": \"%s\": on or off", tune);
@@ -220,10 +249,17 @@ static kp_status kp__onnx_load(const kp_module_env *env, kp__onnx *m) {
     kp__ox_bound b[32];
     size_t nb;
     KP_CHECK(kp__onnx_bounds(bounds_text, b, 32, &nb));
+    char *algo_dir;
+    KP_CHECK(kp__onnx_algo_dir(algo_cache, &algo_dir));
     kp__ox_model *md;
     kp__ox_graph *g;
-    KP_CHECK(kp__ox_read_file(path, &md));
-    KP_CHECK(kp__ox_graph_build(md, &g));
+    kp_status st = kp__ox_read_file(path, &md);
+    if (st == KP_OK) st = kp__ox_graph_build(md, &g);
+    if (st != KP_OK) {
+        kp__free(algo_dir);
+        return st;
+    }
+    g->algo_dir = algo_dir;
     g->no_fusion = !fuse_on;
     g->tf32 = tf32 || fp16; /* fp16's GEMMs run as tf32's do */
     g->fp16 = fp16;

@@ -166,6 +166,7 @@ typedef struct kp__ox_opset {
 } kp__ox_opset;
 
 typedef struct kp__ox_model {
+    uint64_t digest;   /* of the file's bytes (the algorithm cache's name for it) */
     int64_t ir_version;
     char *producer;    /* producer_name, "" when absent */
     char *graph_name;
@@ -282,6 +283,7 @@ typedef struct kp__ox_graph {
     bool tune;                /* "tune": cuDNN's algorithms measured at prepare */
     bool fp16;                /* "precision": "fp16": convolutions in fp16 on channels-last
                                  tensors, GEMMs as with tf32 (half.c) */
+    char *algo_dir;           /* the algorithm cache's folder (owned); NULL: none */
 } kp__ox_graph;
 
 /* ---------------------------------------------------------------------------------
@@ -349,8 +351,40 @@ extern const kp__ox_op kp__ox_ops_reduce[];      /* ReduceMean, Softmax, LayerNo
 /* cuda devices (ops_cuda.c): the handles operators share, one set per
  * engine. bind sets the stream and workspace on them, touching the
  * libraries only when either changed since the last bind. */
+/* The algorithm cache (algo_cache.c): convolution choices by key, for one
+ * model on one device, kept in a file the next run reads. The key and the
+ * device text are one line of printable ASCII without a tab, shorter than
+ * KP__OX_ALGO_KEY. create makes an empty cache (`dir` NULL or "": in memory
+ * only); load reads its file where there is one, and ignores it whole
+ * (logged at INFO) where its header names another model or device or it
+ * does not parse; parse reads a file's text (KP_ERR_PARSE naming the line,
+ * the cache unchanged). save writes the file when an entry changed. */
+#define KP__OX_ALGO_KEY 192
+typedef struct kp__ox_algo {
+    int algo, math; /* cuDNN's algorithm and math type */
+    uint64_t ws;    /* workspace bytes */
+} kp__ox_algo;
+typedef struct kp__ox_algo_cache kp__ox_algo_cache;
+kp_status kp__ox_algo_cache_create(const char *dir, uint64_t model, const char *device,
+                                   kp__ox_algo_cache **out);
+void kp__ox_algo_cache_load(kp__ox_algo_cache *c);
+kp_status kp__ox_algo_cache_parse(kp__ox_algo_cache *c, const char *text, size_t len);
+bool kp__ox_algo_cache_get(kp__ox_algo_cache *c, const char *key, kp__ox_algo *out);
+kp_status kp__ox_algo_cache_put(kp__ox_algo_cache *c, const char *key, const kp__ox_algo *a);
+void kp__ox_algo_cache_save(kp__ox_algo_cache *c);
+/* The file (NULL for none) and the lookups that found and missed. */
+void kp__ox_algo_cache_stats(const kp__ox_algo_cache *c, const char **path, size_t *hits,
+                             size_t *misses);
+void kp__ox_algo_cache_free(kp__ox_algo_cache *c);
+
 #ifdef KP_HAVE_CUDA
-kp_status kp__ox_cuda_create(kp_device_t dev, bool tf32, bool tune, kp__ox_cuda **out);
+/* `algos` (may be NULL) is the engine's algorithm cache, which the
+ * convolutions read and fill; the engine keeps owning it. */
+kp_status kp__ox_cuda_create(kp_device_t dev, bool tf32, bool tune, kp__ox_algo_cache *algos,
+                             kp__ox_cuda **out);
+/* "NVIDIA H100 80GB HBM3, sm_90, cuDNN 91900": what the choices depend on
+ * besides the shapes; KP_ERR_UNSUPPORTED without cuDNN. */
+kp_status kp__ox_cuda_device_key(kp_device_t dev, char *buf, size_t len);
 void kp__ox_cuda_destroy(kp__ox_cuda *c);
 kp_status kp__ox_cuda_bind(kp__ox_cuda *c, kp_stream_t s, void *workspace, size_t bytes);
 #endif
@@ -465,6 +499,8 @@ kp_status kp__ox_engine_create(kp_device_t dev, kp__ox_graph *g, const kp__ox_bo
                                size_t n_bounds, kp__ox_engine **out);
 void kp__ox_engine_destroy(kp__ox_engine *e);
 kp__ox_graph *kp__ox_engine_graph(const kp__ox_engine *e);
+/* Its algorithm cache; NULL where there is none (host, no cuDNN, "off"). */
+const kp__ox_algo_cache *kp__ox_engine_algos(const kp__ox_engine *e);
 /* Bytes of the region (constants + intermediates) and of the workspace. */
 void kp__ox_engine_memory(const kp__ox_engine *e, size_t *region, size_t *constants,
                           size_t *workspace);

@@ -21,6 +21,7 @@ static const char kpt_bench_usage[] =
     "  --fuse F       on or off: a model's fused convolution epilogues (MODEL.onnx)\n"
     "  --precision P  fp32, tf32 or fp16: a model's cuda convolutions and GEMMs (MODEL.onnx)\n"
     "  --tune T       on or off: measure cuDNN's convolution algorithms at setup (MODEL.onnx)\n"
+    "  --algo-cache D folder of the convolutions' algorithm cache, or off (MODEL.onnx)\n"
     "  --ticks N    measured ticks (default 10000)\n"
     "  --warmup N   ticks run before measuring (default 500)\n"
     "  --shapes L   cycle the pipeline's dynamic dimensions through the sizes of the\n"

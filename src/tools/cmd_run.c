@@ -29,6 +29,7 @@ static const char kpt_run_usage[] =
     "                   off runs every node as the file has it)\n"
     "  --precision P    fp32, tf32 or fp16: a model's cuda convolutions and GEMMs (MODEL.onnx)\n"
     "  --tune T         on or off: measure cuDNN's convolution algorithms at setup (MODEL.onnx)\n"
+    "  --algo-cache D   folder of the convolutions' algorithm cache, or off (MODEL.onnx)\n"
     "  --check          run the same spec and inputs on the cpu backend and compare every\n"
     "                   output: floats within |a-b| <= 1e-6 + 1e-5 |cpu|, integers exactly;\n"
     "                   exit status 1 past that\n";

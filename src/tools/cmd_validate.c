@@ -25,6 +25,7 @@ static const char kpt_validate_usage[] =
     "  --max N=V,...  a model's symbolic dimensions' maxima, by name (MODEL.onnx)\n"
     "  --precision P  fp32, tf32 or fp16: a model's cuda convolutions and GEMMs (MODEL.onnx)\n"
     "  --tune T       on or off: measure cuDNN's convolution algorithms at setup (MODEL.onnx)\n"
+    "  --algo-cache D folder of the convolutions' algorithm cache, or off (MODEL.onnx)\n"
     "  --fuse F    on or off: override the spec's \"fuse\" (a MODEL.onnx: the engine's\n"
     "              fused convolution epilogues)\n"
     "  --source    print each fused group's generated CUDA C++\n\n"

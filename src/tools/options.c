@@ -98,13 +98,18 @@ static int kpt_model_choice(int argc, char **argv, int *i, const char *cmd, cons
     return -1;
 }
 
-/* --max, --fuse, --tune and --precision: the model options run, bench and
- * validate share (kpt_model_max and kin, read by kpt_pipeline_open). */
+/* --max, --fuse, --tune, --algo-cache and --precision: the model options
+ * run, bench and validate share (kpt_model_max and kin, read by
+ * kpt_pipeline_open). */
 int kpt_model_option(int argc, char **argv, int *i, const char *cmd) {
     const char *v;
     int r;
     if ((r = kpt_opt_value(argc, argv, i, "--max", &v)) != 0) {
         if (r > 0) kpt_model_max = v;
+        return r;
+    }
+    if ((r = kpt_opt_value(argc, argv, i, "--algo-cache", &v)) != 0) {
+        if (r > 0) kpt_model_algo_cache = v;
         return r;
     }
     static const char *const on_off[] = {"on", "off", NULL};

@@ -43,6 +43,7 @@ const char *kpt_model_max;
 const char *kpt_model_fuse;
 const char *kpt_model_precision;
 const char *kpt_model_tune;
+const char *kpt_model_algo_cache;
 
 bool kpt_is_model_file(const char *path) {
     size_t n = strlen(path);
@@ -52,12 +53,13 @@ bool kpt_is_model_file(const char *path) {
 kp_status kpt_pipeline_open(kp_device_t dev, const char *path, const kp_pipeline_options *o,
                             kp_pipeline_t *out) {
     if (!kpt_is_model_file(path)) return kp_pipeline_create_from_file_opts(dev, path, o, out);
-    kp_param params[5] = {{"model", path}};
+    kp_param params[6] = {{"model", path}};
     size_t np = 1;
     if (kpt_model_max) params[np++] = (kp_param){"max", kpt_model_max};
     if (kpt_model_fuse) params[np++] = (kp_param){"fuse", kpt_model_fuse};
     if (kpt_model_precision) params[np++] = (kp_param){"precision", kpt_model_precision};
     if (kpt_model_tune) params[np++] = (kp_param){"tune", kpt_model_tune};
+    if (kpt_model_algo_cache) params[np++] = (kp_param){"algo_cache", kpt_model_algo_cache};
     kp_module_spec m = {.type = "onnx", .id = "model", .params = params, .n_params = np};
     kp_pipeline_spec spec = KP_PIPELINE_SPEC_INIT;
     spec.name = "model";

@@ -57,6 +57,7 @@ extern const char *kpt_model_fuse;
 extern const char *kpt_model_precision;
 /* --tune on|off for a MODEL.onnx: measured convolution algorithms */
 extern const char *kpt_model_tune;
+extern const char *kpt_model_algo_cache;
 /* Takes --max, --fuse, --tune or --precision at argv[*i] (kpt_opt_value's returns:
  * 0 not one of them, 1 taken, -1 a usage error already printed). */
 int kpt_model_option(int argc, char **argv, int *i, const char *cmd);

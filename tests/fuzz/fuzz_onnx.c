@@ -1,5 +1,6 @@
 /* libFuzzer harness for the ONNX reader (src/onnx/reader/): every input is
- * read as a model and as a single tensor, from memory (external data is
+ * read as a model, as a single tensor and as an algorithm cache's text
+ * (src/onnx/algo_cache.c), from memory (external data is
  * refused there, so nothing outside the input is touched). A refusal must
  * come with a detail and leave the result untouched; an accepted model must
  * be whole, every string set and every tensor's bytes matching its shape.
@@ -80,5 +81,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_tensor(&t);
         kp__ox_tensor_clear(&t);
     }
+    /* the algorithm cache's text, for model 0 on device "X" */
+    kp__ox_algo_cache *c = NULL;
+    if (kp__ox_algo_cache_create(NULL, 0, "X", &c) != KP_OK) fail("an in-memory cache refused");
+    kp_clear_error();
+    st = kp__ox_algo_cache_parse(c, (const char *)data, size);
+    if (st != KP_OK && kp_last_error()[0] == '\0') fail("a cache text refused without a detail");
+    kp__ox_algo a;
+    if (st != KP_OK && kp__ox_algo_cache_get(c, "k", &a)) fail("a refused cache text kept a line");
+    kp__ox_algo_cache_free(c);
     return 0;
 }

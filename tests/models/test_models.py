@@ -198,6 +198,51 @@ def test_cuda_matches_cpu(model_files, tmp_path, name):
         close(np.load(got[o]), np.load(ref[o]), "%s.%s cuda" % (name, o))
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_algo_cache(model_files, tmp_path, precision):
+    """On cuda with cuDNN: the first run chooses every convolution's
+    algorithm and saves the choices; the next run finds them all there and
+    gives the same outputs; a damaged file is ignored and rewritten."""
+    if DEVICE != "cuda":
+        pytest.skip("the algorithm cache is cuda's (cuDNN)")
+    model = str(model_files / "conv_patterns.onnx")
+    cache = tmp_path / "algos"
+    env = dict(os.environ, KP_ALGO_CACHE_DIR=str(cache))
+    cmd = [CLI, "validate", model, "--device", "cuda", "--precision", precision]
+
+    def validate():
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr
+        line = [l for l in r.stdout.splitlines() if "algorithm cache:" in l]
+        if not line and "cuDNN" not in r.stdout:
+            pytest.skip("no cuDNN on this machine")
+        assert len(line) == 1, r.stdout
+        return line[0], r.stdout
+
+    first, _ = validate()
+    assert " 0 convolution shapes found there" in first, first
+    files = list(cache.glob("conv-*.algos"))
+    assert len(files) == 1, files
+    second, out = validate()
+    assert "0 chosen afresh" in second and " 0 convolution" not in second, second
+    assert "from the cache" in out
+    files[0].write_text("kpipe algorithms 1\nmodel 00\n")
+    third, _ = validate()
+    assert " 0 convolution shapes found there" in third, third
+    fourth, _ = validate()
+    assert "0 chosen afresh" in fourth, fourth
+    ins = random_inputs("conv_patterns", tmp_path)
+    import onnx
+    outs = [o.name for o in onnx.load(model).graph.output]
+    a = {o: str(tmp_path / ("a_" + o + ".npy")) for o in outs}
+    b = {o: str(tmp_path / ("b_" + o + ".npy")) for o in outs}
+    run_kpipe(model, ins, a, ["--precision", precision, "--algo-cache", "off"])
+    run_kpipe(model, ins, b, ["--precision", precision, "--algo-cache", str(cache)])
+    for o in outs:
+        close(np.load(b[o]), np.load(a[o]), "conv_patterns.%s cached" % o,
+              FP16_TOL if precision == "fp16" else (1e-5, 1e-6))
+
+
 def test_fp16_needs_cuda(models, tmp_path):
     """fp16 convolutions are cuda's (cuDNN): a cpu device refuses them by
     name instead of running fp32 quietly."""

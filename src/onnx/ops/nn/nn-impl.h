@@ -136,6 +136,8 @@ kp_status kp__ox_epilogue16(const kp__ox_exec *x, const kp__ox_epilogue16_params
 #ifdef KP_HAVE_CUDNN
 bool kp__ox_cudnn_available(void);
 const char *kp__ox_cudnn_info(void);
+/* cudnnGetVersion() of the loaded library (91900 for 9.19.0); 0 without. */
+size_t kp__ox_cudnn_version(void);
 #else
 static inline bool kp__ox_cudnn_available(void) { return false; }
 static inline const char *kp__ox_cudnn_info(void) {
@@ -164,6 +166,8 @@ void *kp__ox_cuda_dnn(const kp__ox_cuda *c);
 /* Whether the engine runs in "precision": "tf32", and with "tune". */
 bool kp__ox_cuda_tf32(const kp__ox_cuda *c);
 bool kp__ox_cuda_tune(const kp__ox_cuda *c);
+/* The engine's algorithm cache (onnx-impl.h), NULL for none. */
+kp__ox_algo_cache *kp__ox_cuda_algos(const kp__ox_cuda *c);
 
 /* A convolution as cuDNN runs it (forward, or a transposed convolution as
  * backward data). */
@@ -194,8 +198,11 @@ void kp__ox_dnn_destroy(void *h);
 kp_status kp__ox_dnn_set_stream(void *h, void *stream);
 /* Descriptors and the algorithm for a convolution; *workspace receives the
  * bytes its run needs. KP_ERR_UNSUPPORTED when cuDNN cannot run it (the
- * caller takes its own path). */
-kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s, kp__ox_dnn_conv **out,
+ * caller takes its own path). The algorithm comes from `algos` (may be
+ * NULL) where it holds one for this shape that cuDNN still accepts; a new
+ * choice goes into it. */
+kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s,
+                               kp__ox_algo_cache *algos, kp__ox_dnn_conv **out,
                                size_t *workspace);
 /* Enqueues it on cuDNN handle `dnn` (kp__ox_cuda_dnn): y = conv(x, w), no
  * bias; f32 NCHW tensors, or f16 NHWC ones for a plan made with `half`. */

@@ -462,6 +462,7 @@ static kp_status kp__conv_prepare_half(const kp__ox_exec *x, kp__ox_gnode *n, co
     sh->cin = kp__conv_cin_held(c);
     sh->fused = c->b && c->b->half; /* half.c: bias, residual and ReLU in cuDNN's call */
     kp_status st = kp__ox_cuda_dnn(x->cuda) ? kp__ox_dnn_conv_plan(kp__ox_cuda_dnn(x->cuda), sh,
+                                                                   kp__ox_cuda_algos(x->cuda),
                                                                    &s->dnn, &ws)
                                             : KP_ERR_UNSUPPORTED;
     if (st == KP_ERR_UNSUPPORTED)
@@ -525,7 +526,8 @@ static kp_status kp__conv_prepare(const kp__ox_exec *x, kp__ox_gnode *n, const k
                                      "ends of each axis");
         if (n->half) return kp__conv_prepare_half(x, n, c, &sh, workspace);
         size_t ws = 0;
-        kp_status st = symmetric ? kp__ox_dnn_conv_plan(kp__ox_cuda_dnn(x->cuda), &sh, &s->dnn, &ws)
+        kp_status st = symmetric ? kp__ox_dnn_conv_plan(kp__ox_cuda_dnn(x->cuda), &sh,
+                                                          kp__ox_cuda_algos(x->cuda), &s->dnn, &ws)
                                  : KP_ERR_UNSUPPORTED;
         if (st == KP_OK) {
             if (*workspace < ws) *workspace = ws;

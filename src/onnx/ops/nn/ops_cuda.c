@@ -8,6 +8,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <limits.h>
+#include <stdio.h>
 
 #include "nn-impl.h"
 
@@ -17,6 +18,7 @@ struct kp__ox_cuda {
     void *dnn;           /* cudnnHandle_t; NULL when cuDNN is not in use */
     bool tf32;           /* "precision": "tf32" */
     bool tune;           /* "tune": measured algorithm choice */
+    kp__ox_algo_cache *algos; /* the engine's; NULL for none */
     bool bound;
     cudaStream_t stream; /* as last set on the handles */
     void *ws;            /* cuBLAS's workspace as last set */
@@ -35,7 +37,35 @@ static kp_status kp__blas_fail(cublasStatus_t s, const char *call) {
         if (kp__s != CUBLAS_STATUS_SUCCESS) return kp__blas_fail(kp__s, #call); \
     } while (0)
 
-kp_status kp__ox_cuda_create(kp_device_t dev, bool tf32, bool tune, kp__ox_cuda **out) {
+kp_status kp__ox_cuda_device_key(kp_device_t dev, char *buf, size_t len) {
+#ifdef KP_HAVE_CUDNN
+    struct cudaDeviceProp prop;
+    int ord = 0;
+    if (!kp__ox_cudnn_available())
+        return kp__error(KP_ERR_UNSUPPORTED, "%s", kp__ox_cudnn_info());
+    KP_CHECK(kp_device_bind_thread(dev));
+    if (cudaGetDevice(&ord) != cudaSuccess || cudaGetDeviceProperties(&prop, ord) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return kp__error(KP_ERR_DEVICE, "onnx: cannot read the GPU's properties");
+    }
+    /* one printable line: the name as the driver gives it, tabs and all
+       control bytes made spaces */
+    prop.name[sizeof prop.name - 1] = '\0';
+    for (char *p = prop.name; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) *p = ' ';
+    snprintf(buf, len, "%s, sm_%d%d, cuDNN %zu", prop.name, prop.major, prop.minor,
+             kp__ox_cudnn_version());
+    return KP_OK;
+#else
+    (void)dev;
+    (void)buf;
+    (void)len;
+    return kp__error(KP_ERR_UNSUPPORTED, "%s", kp__ox_cudnn_info());
+#endif
+}
+
+kp_status kp__ox_cuda_create(kp_device_t dev, bool tf32, bool tune, kp__ox_algo_cache *algos,
+                             kp__ox_cuda **out) {
     *out = NULL;
     KP_CHECK(kp_device_bind_thread(dev));
     kp__ox_cuda *c = kp__calloc(1, sizeof *c);
@@ -43,6 +73,7 @@ kp_status kp__ox_cuda_create(kp_device_t dev, bool tf32, bool tune, kp__ox_cuda 
     c->dev = dev;
     c->tf32 = tf32;
     c->tune = tune;
+    c->algos = algos;
     cublasStatus_t s = cublasCreate(&c->blas);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasSetMathMode(c->blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
@@ -103,6 +134,8 @@ void *kp__ox_cuda_dnn(const kp__ox_cuda *c) { return c ? c->dnn : NULL; }
 bool kp__ox_cuda_tf32(const kp__ox_cuda *c) { return c && c->tf32; }
 
 bool kp__ox_cuda_tune(const kp__ox_cuda *c) { return c && c->tune; }
+
+kp__ox_algo_cache *kp__ox_cuda_algos(const kp__ox_cuda *c) { return c ? c->algos : NULL; }
 
 static bool kp__int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 

@@ -89,6 +89,14 @@
       (cudnnHandle_t, const cudnnFilterDescriptor_t, const cudnnTensorDescriptor_t,           \
        const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t, const int, int *,   \
        cudnnConvolutionBwdDataAlgoPerf_t *))                                                  \
+    X(cudnnStatus_t, cudnnGetConvolutionForwardWorkspaceSize,                                 \
+      (cudnnHandle_t, const cudnnTensorDescriptor_t, const cudnnFilterDescriptor_t,           \
+       const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t,                     \
+       cudnnConvolutionFwdAlgo_t, size_t *))                                                  \
+    X(cudnnStatus_t, cudnnGetConvolutionBackwardDataWorkspaceSize,                            \
+      (cudnnHandle_t, const cudnnFilterDescriptor_t, const cudnnTensorDescriptor_t,           \
+       const cudnnConvolutionDescriptor_t, const cudnnTensorDescriptor_t,                     \
+       cudnnConvolutionBwdDataAlgo_t, size_t *))                                              \
     X(cudnnStatus_t, cudnnConvolutionBackwardData,                                            \
       (cudnnHandle_t, const void *, const cudnnFilterDescriptor_t, const void *,              \
        const cudnnTensorDescriptor_t, const void *, const cudnnConvolutionDescriptor_t,       \
@@ -200,6 +208,10 @@ const char *kp__ox_cudnn_info(void) {
     return kp__dnn.info;
 }
 
+size_t kp__ox_cudnn_version(void) {
+    return kp__ox_cudnn_available() ? kp__dnn.cudnnGetVersion() : 0;
+}
+
 static kp_status kp__dnn_fail(cudnnStatus_t s, const char *call) {
     return kp__error(KP_ERR_DEVICE, "%s failed: %s", call, kp__dnn.cudnnGetErrorString(s));
 }
@@ -242,6 +254,7 @@ struct kp__ox_dnn_conv {
     cudnnConvolutionBwdDataAlgo_t bwd;
     cudnnMathType_t math;
     bool tuned;                   /* chosen by measuring ("tune") */
+    bool cached;                  /* taken from the algorithm cache */
     bool half;                    /* fp16 NHWC tensors, fp32 accumulation */
     size_t ws;
 };
@@ -254,8 +267,8 @@ void kp__ox_dnn_conv_describe(const kp__ox_dnn_conv *p, char *buf, size_t len) {
     const char *name = !p->transposed && a >= 0 && a < (int)(sizeof fwd / sizeof fwd[0])
                            ? fwd[a]
                            : "backward-data";
-    snprintf(buf, len, "cuDNN %s (algorithm %d%s)%s%s, workspace %zu KiB", name, a,
-             p->tuned ? ", measured" : "",
+    snprintf(buf, len, "cuDNN %s (algorithm %d%s%s)%s%s, workspace %zu KiB", name, a,
+             p->tuned ? ", measured" : "", p->cached ? ", from the cache" : "",
              p->math != CUDNN_TENSOR_OP_MATH ? ""
              : p->half                      ? ", fp16 tensor cores"
                                             : ", TF32 tensor cores",
@@ -415,8 +428,56 @@ static kp_status kp__dnn_pick(void *dnn, kp__ox_dnn_conv *p, bool tf32, bool tun
     return KP_ERR_UNSUPPORTED;
 }
 
-kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s, kp__ox_dnn_conv **out,
-                               size_t *workspace) {
+/* The algorithm cache's key of a shape: everything the choice depends on
+ * besides the model and the device. */
+static void kp__dnn_key(const kp__ox_conv_shape *s, char *buf, size_t len) {
+    int xd[5], yd[5], wd[5], pad[3], stride[3], dil[3];
+    int nd = kp__dnn_dims(s, xd, yd, wd, pad, stride, dil);
+    size_t k = 0;
+    int w = snprintf(buf, len, "%s %s %s %s n%d c%d k%d g%lld", s->transposed ? "bwd" : "fwd",
+                     s->half ? "half" : s->tf32 ? "tf32" : "fp32", s->fused ? "fused" : "plain",
+                     s->tune ? "tune" : "heur", xd[0], xd[1], yd[1], (long long)s->group);
+    const int *v[6] = {xd + 2, yd + 2, wd + 2, stride, pad, dil};
+    static const char tag[6] = {'i', 'o', 'r', 's', 'p', 'd'};
+    for (int f = 0; f < 6 && w > 0 && (k += (size_t)w) < len; f++) {
+        w = snprintf(buf + k, len - k, " %c", tag[f]);
+        for (int i = 0; i < nd - 2 && w > 0 && (k += (size_t)w) < len; i++)
+            w = snprintf(buf + k, len - k, "%s%d", i ? "x" : "", v[f][i]);
+    }
+}
+
+/* An algorithm from the cache, where cuDNN still takes it for this shape
+ * within the workspace cap. */
+static bool kp__dnn_use(void *dnn, kp__ox_dnn_conv *p, const kp__ox_algo *a, bool tf32) {
+    size_t ws = 0;
+    cudnnMathType_t math = (cudnnMathType_t)a->math;
+    if (!kp__dnn_math_ok(math, tf32) || a->algo < 0 ||
+        a->algo >= (p->transposed ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                                  : CUDNN_CONVOLUTION_FWD_ALGO_COUNT) ||
+        kp__dnn.cudnnSetConvolutionMathType(p->conv, math) != CUDNN_STATUS_SUCCESS)
+        return false;
+    cudnnStatus_t st =
+        p->transposed
+            ? kp__dnn.cudnnGetConvolutionBackwardDataWorkspaceSize(
+                  dnn, p->w, p->x, p->conv, p->y, (cudnnConvolutionBwdDataAlgo_t)a->algo, &ws)
+            : kp__dnn.cudnnGetConvolutionForwardWorkspaceSize(
+                  dnn, p->x, p->w, p->conv, p->y, (cudnnConvolutionFwdAlgo_t)a->algo, &ws);
+    if (st != CUDNN_STATUS_SUCCESS || ws > KP__OX_COLS_MAX) {
+        /* back to the describe's math for the choice made afresh */
+        (void)kp__dnn.cudnnSetConvolutionMathType(p->conv, tf32 ? CUDNN_TENSOR_OP_MATH
+                                                                : CUDNN_FMA_MATH);
+        return false;
+    }
+    p->fwd = (cudnnConvolutionFwdAlgo_t)a->algo;
+    p->bwd = (cudnnConvolutionBwdDataAlgo_t)a->algo;
+    p->ws = ws;
+    p->math = math;
+    p->cached = true;
+    return true;
+}
+
+kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s, kp__ox_algo_cache *algos,
+                               kp__ox_dnn_conv **out, size_t *workspace) {
     *out = NULL;
     if (!dnn || s->batch < 1 || s->cin < 1 || s->cout < 1 || s->nsp > 3)
         return KP_ERR_UNSUPPORTED;
@@ -425,12 +486,22 @@ kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s, kp__ox_dnn
     p->transposed = s->transposed;
     kp_status st = kp__dnn_describe(p, s);
     p->half = s->half;
-    if (st == KP_OK) st = kp__dnn_pick(dnn, p, s->tf32 || s->half, s->tune);
+    char key[KP__OX_ALGO_KEY];
+    kp__ox_algo a;
+    kp__dnn_key(s, key, sizeof key);
+    bool tf32 = s->tf32 || s->half;
+    if (st == KP_OK && kp__ox_algo_cache_get(algos, key, &a) && kp__dnn_use(dnn, p, &a, tf32)) {
+        p->tuned = s->tune;
+    } else if (st == KP_OK && (st = kp__dnn_pick(dnn, p, tf32, s->tune)) == KP_OK) {
+        a = (kp__ox_algo){.algo = p->transposed ? (int)p->bwd : (int)p->fwd, .math = (int)p->math,
+                          .ws = p->ws};
+        st = kp__ox_algo_cache_put(algos, key, &a);
+    }
     if (st != KP_OK) {
         kp__ox_dnn_conv_free(p);
         /* A shape cuDNN declines goes the cuBLAS way; so does a descriptor
          * it refuses, whatever status it gave. */
-        return st == KP_ERR_OUT_OF_MEMORY ? st : KP_ERR_UNSUPPORTED;
+        return st == KP_ERR_OUT_OF_MEMORY || st == KP_ERR_INTERNAL ? st : KP_ERR_UNSUPPORTED;
     }
     *workspace = p->ws;
     *out = p;
