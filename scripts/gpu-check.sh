@@ -7,7 +7,7 @@
 # table is printed after every call.
 #   scripts/gpu-check.sh [build] [test] [sanitize] [soak] [bench] [cache] [flowbench] [taskbench] [hostpath]
 #                        [multigpu] [video] [streams] [parallel] [fusion] [python] [remote] [onnx]
-#                        [fp16]
+#                        [fp16] [srmodel]
 #   (none: all but multigpu, which needs two GPUs: the 2 x H200 machine)
 # Unpack carried Debian packages first (see docs/gpu-machine.md).
 set -uo pipefail
@@ -538,7 +538,7 @@ stage_fp16() {
     && row "fp16 kernels (cuda)" PASS "$(tail -1 "$out/onnx_half.log")" \
     || row "fp16 kernels (cuda)" FAIL "$(grep -m3 FAIL "$out/onnx_half.log" | tr '\n' ' ')"
   KP_MODEL_DEVICE=cuda KPIPE_CLI=build-gpu/src/kpipe timeout 400 python3 -m pytest -q -rs -s \
-      -p no:cacheprovider tests/models/test_models.py -k "fp16 or cuda_matches or new_size" \
+      -p no:cacheprovider tests/models/test_models.py -k "fp16 or cuda_matches or new_size or algo_cache" \
       >"$out/onnx_fp16_models.log" 2>&1 \
     && row "models fp16 vs fp32, cuda vs cpu" PASS "$(tail -1 "$out/onnx_fp16_models.log")" \
     || row "models fp16 vs fp32, cuda vs cpu" FAIL "$(grep -E 'FAILED|Error' "$out/onnx_fp16_models.log" | head -5 | tr '\n' ' ')"
@@ -563,9 +563,20 @@ stage_fp16() {
   tail -16 "$out/onnx_fp16.log"
 }
 
+# The example super-resolution model (examples/models/sr_x2.onnx): trained
+# by scripts/make_sr_model.py, which fails unless it beats bicubic
+# upscaling on held-out frames; the file and its figures land in $out.
+stage_srmodel() {
+  PYTHONUNBUFFERED=1 timeout 400 python3 scripts/make_sr_model.py --out "$out/sr_x2.onnx" \
+      --seconds ${KP_SR_SECONDS:-150} --report "$out/sr_x2.json" >"$out/srmodel.log" 2>&1 \
+    && row "sr_x2 model: beats bicubic" PASS "$(python3 -c "import json; d=json.load(open('$out/sr_x2.json')); print('%.2f dB vs bicubic %.2f dB' % (d['model_psnr_db'], d['bicubic_psnr_db']))")" \
+    || row "sr_x2 model: beats bicubic" FAIL "see srmodel.log"
+  tail -5 "$out/srmodel.log"
+}
+
 for stage in ${*:-build test sanitize soak bench cache flowbench taskbench}; do
   case $stage in
-    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams|parallel|fusion|python|remote|onnx|fp16) stage_$stage || break ;;
+    build|test|sanitize|soak|bench|cache|flowbench|taskbench|hostpath|multigpu|video|streams|parallel|fusion|python|remote|onnx|fp16|srmodel) stage_$stage || break ;;
     *) echo "gpu-check: unknown stage $stage"; exit 2 ;;
   esac
 done
