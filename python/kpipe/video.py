@@ -40,7 +40,8 @@ class VideoReader(Bound):
 
     - format "nv12": u8 [H*3/2, W], the decoder's NV12 (Y rows, then
       interleaved U,V rows);
-    - format "rgb": [3, H, W] planar RGB in [0, 1], dtype "f32" or "f16",
+    - format "rgb": [3, H, W] planar RGB in [0, 1], dtype "f32" (the
+      default) or "f16",
       converted on the device (the `nv12_rgb` module) with the matrix and
       range of `color`.
 
@@ -58,11 +59,13 @@ class VideoReader(Bound):
     """
     _what = "kpipe.VideoReader"
 
-    def __init__(self, path, device="cpu", format="rgb", dtype="f32", decoder="auto",
+    def __init__(self, path, device="cpu", format="rgb", dtype=None, decoder="auto",
                  matrix=None):
         self._bind_init()
         if format not in _FORMATS:
             raise Error("KP_ERR_INVALID_ARG", "format %r: rgb or nv12" % (format,))
+        if dtype is None:  # each format's own: u8 NV12, f32 RGB
+            dtype = "u8" if format == "nv12" else "f32"
         if format == "nv12" and dtype != "u8":
             raise Error("KP_ERR_INVALID_ARG", "nv12 frames are u8, not %r" % (dtype,))
         if format == "rgb" and dtype not in ("f32", "f16"):

@@ -33,10 +33,13 @@ typedef struct kp__video_static {
     float ky[3], ku[3], kv[3];    /* to YUV: weights of R, G, B in [0, 1] */
 } kp__video_static;
 
-/* Rewritten each tick: the input is read in place, wherever it is. */
+/* Rewritten each tick: the input is read in place, wherever it is, at the
+ * size it has (modules sized by their frames: "width": {"max": N}). */
 typedef struct kp__video_dynamic {
     const void *input;
     int64_t frames; /* pictures in the input: 1, or up to the module's "batch" */
+    int64_t width, height, pitch;
+    int64_t in_frame, out_frame; /* bytes of one picture in and out */
 } kp__video_dynamic;
 
 typedef struct kp__video_params {
@@ -52,6 +55,18 @@ typedef struct kp__video_params {
 #define KP__VMUL(a, b) ((a) * (b))
 #define KP__VADD(a, b) ((a) + (b))
 #endif
+
+/* The static descriptor with this tick's size in it, which every item
+ * function reads. */
+KP__VHD kp__video_static kp__video_sized(const kp__video_static *st, const kp__video_dynamic *d) {
+    kp__video_static s = *st;
+    s.width = d->width;
+    s.height = d->height;
+    s.pitch = d->pitch;
+    s.in_frame = d->in_frame;
+    s.out_frame = d->out_frame;
+    return s;
+}
 
 /* Items each op's kernel covers: pixels, samples, or 2x2 blocks (NV12:
  * over the whole pitch, so the padding is written too). */

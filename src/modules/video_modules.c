@@ -12,7 +12,12 @@
  * or "f16"), and round as the I420 modules do: step by step, so cuda
  * equals cpu.
  *
- * Parameters: "width" and "height" (even, 2 .. 16384); sharpen's "amount"
+ * Parameters: "width" and "height" (even, 2 .. 16384), or both {"max": N}:
+ * sized by the frames, each tick's size taken from its input (pictures
+ * u8 [h*3/2, w], the pitch being the width; RGB f32 or f16 [1, 3, h, w],
+ * NCHW as a model takes it) up to those maxima, with no new graph when it
+ * changes. Such a module takes one picture per tick and no "pitch".
+ * sharpen's "amount"
  * (default 0.5); "batch" (pictures per tick at most, default 1: above 1,
  * dimension 0 is dynamic and holds as many pictures as each tick's input).
  * Each module is one kernel that reads its input's address
@@ -37,7 +42,8 @@ extern const kp_device_kernel kp__i420_rgb_cuda, kp__sharpen_cuda, kp__rgb_i420_
 static void kp__video_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first, uint64_t n,
                            int op) {
     const kp__video_params *p = pp;
-    const kp__video_static *st = p->st;
+    const kp__video_static sized = kp__video_sized(p->st, p->dyn);
+    const kp__video_static *st = &sized;
     uint64_t lo, hi;
     int64_t items = kp__video_items(op, st->width, st->height, st->pitch);
     kp_host_block_span((uint64_t)(items * p->dyn->frames), grid, first, n, &lo, &hi);
@@ -64,7 +70,8 @@ KP__VIDEO_KERNEL(rgb_nv12, KP__VIDEO_RGB_NV12)
 
 typedef struct kp__video {
     kp__video_op op;
-    int64_t width, height;
+    int64_t width, height; /* sized by the frames: the maxima */
+    bool sized;            /* "width": {"max": N}: each tick's size from its input */
     int64_t batch;             /* pictures per tick at most */
     int64_t in_rows, out_rows; /* dimension 0 of one picture, in and out */
     float amount;
@@ -115,10 +122,64 @@ static kp_status kp__video_setup(void *self, const kp_mem_slice *s) {
     return KP_OK;
 }
 
+static bool kp__video_takes_pictures(kp__video_op op) {
+    return op == KP__VIDEO_I420_RGB || op == KP__VIDEO_NV12_RGB;
+}
+
+static bool kp__video_makes_pictures(kp__video_op op) {
+    return op == KP__VIDEO_RGB_I420 || op == KP__VIDEO_RGB_NV12;
+}
+
+/* A module sized by its frames: this tick's width and height from the
+ * input (pictures u8 [h*3/2, w], the pitch the width; or RGB [1, 3, h, w]),
+ * the output's shape from them. 4:2:0 needs both even. */
+static kp_status kp__video_sized_io(kp__video *m, const kp_module_io *io, kp__video_dynamic *d) {
+    const kp_tensor_desc *in = &io->inputs[0].desc;
+    int64_t w, h;
+    if (kp__video_takes_pictures(m->op)) {
+        if (in->shape[0] % 3)
+            return kp__error(KP_ERR_MISMATCH, "a frame of %lld rows is not h*3/2 rows of 4:2:0 "
+                             "pictures", (long long)in->shape[0]);
+        h = in->shape[0] / 3 * 2;
+        w = in->shape[1];
+    } else {
+        h = in->shape[2];
+        w = in->shape[3];
+    }
+    if (w < 2 || h < 2 || w % 2 || h % 2)
+        return kp__error(KP_ERR_MISMATCH, "a frame of %lldx%lld: 4:2:0 pictures need an even "
+                         "width and height", (long long)w, (long long)h);
+    kp_tensor_desc o = m->out_desc;
+    if (kp__video_makes_pictures(m->op)) {
+        o.shape[0] = h / 2 * 3;
+        o.shape[1] = w;
+    } else {
+        o.shape[2] = h;
+        o.shape[3] = w;
+    }
+    KP_CHECK(kp_desc_init(&io->outputs[0].desc, o.dtype, o.ndim, o.shape, NULL));
+    io->outputs[0].data = m->out;
+    d->frames = 1;
+    d->width = w;
+    d->height = h;
+    d->pitch = w;
+    d->in_frame = kp_desc_bytes_needed(in);
+    d->out_frame = kp_desc_bytes_needed(&io->outputs[0].desc);
+    return KP_OK;
+}
+
 static kp_status kp__video_io(void *self, const kp_module_io *io) {
     kp__video *m = self;
     kp__video_dynamic *d = io->dynamic_desc;
-    KP_CHECK(kp__pictures_io(io, m->in_rows, m->out_rows, m->out, &m->out_desc, &d->frames));
+    if (m->sized) KP_CHECK(kp__video_sized_io(m, io, d));
+    else {
+        KP_CHECK(kp__pictures_io(io, m->in_rows, m->out_rows, m->out, &m->out_desc, &d->frames));
+        d->width = m->width;
+        d->height = m->height;
+        d->pitch = m->colour.pitch;
+        d->in_frame = m->in_frame;
+        d->out_frame = (int64_t)m->out_bytes / m->batch;
+    }
     d->input = io->inputs[0].data;
     return KP_OK;
 }
@@ -201,6 +262,7 @@ static kp_status kp__video_coefs(const kp_module_env *env, kp__video_static *c) 
 /* What a video module's parameters say. */
 typedef struct kp__video_args {
     int64_t w, h, pitch, batch;
+    bool sized; /* width and height {"max": N}: sized by the frames */
     double amount;
     kp__video_static colour; /* NV12 ops: pitch, f16 and matrix */
 } kp__video_args;
@@ -215,6 +277,10 @@ static kp_status kp__video_nv12_args(const kp_module_env *env, kp__video_args *a
                          dtype);
     a->colour.f16 = strcmp(dtype, "f16") == 0;
     KP_CHECK(kp__video_coefs(env, &a->colour));
+    if (a->pitch && a->sized)
+        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": a module sized by its frames "
+                         "takes the pitch from them (each frame's width); no \"pitch\"",
+                         env->id);
     if (!a->pitch) a->pitch = a->w;
     if (a->pitch < a->w || a->pitch % 2 || a->pitch > 2 * KP__VIDEO_MAX_SIDE)
         return kp__error(KP_ERR_INVALID_ARG,
@@ -229,12 +295,20 @@ static kp_status kp__video_args_read(const kp_module_env *env, kp__video_op op, 
     memset(a, 0, sizeof *a);
     a->batch = 1;
     a->amount = 0.5;
-    KP_CHECK(kp_param_int(env, "width", false, 0, &a->w));
-    KP_CHECK(kp_param_int(env, "height", false, 0, &a->h));
+    bool wdyn, hdyn;
+    KP_CHECK(kp_param_dim(env, "width", 2, KP__VIDEO_MAX_SIDE, &a->w, &wdyn));
+    KP_CHECK(kp_param_dim(env, "height", 2, KP__VIDEO_MAX_SIDE, &a->h, &hdyn));
+    if (wdyn != hdyn)
+        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": width and height are both sizes, "
+                         "or both {\"max\": N} (sized by the frames)", env->id);
+    a->sized = wdyn;
     KP_CHECK(kp_param_int(env, "batch", true, 1, &a->batch));
     if (a->batch < 1 || a->batch > 1024)
         return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": batch %lld (1 .. 1024)", env->id,
                          (long long)a->batch);
+    if (a->sized && a->batch != 1)
+        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": a module sized by its frames "
+                         "takes one picture per tick (batch 1)", env->id);
     if (op == KP__VIDEO_NV12_RGB || op == KP__VIDEO_RGB_NV12) KP_CHECK(kp__video_nv12_args(env, a));
     if (op == KP__VIDEO_SHARPEN) {
         KP_CHECK(kp_param_double(env, "amount", true, 0.5, &a->amount));
@@ -250,10 +324,34 @@ static kp_status kp__video_args_read(const kp_module_env *env, kp__video_op op, 
     return KP_OK;
 }
 
+/* An RGB port of a module sized by its frames: [1, 3, h, w], h and w
+ * dynamic up to the maxima (NCHW, as a model takes it). */
+static kp_status kp__rgb_port(kp_port_decl *p, const char *name, kp_dtype dt, int64_t w,
+                              int64_t h) {
+    snprintf(p->name, KP_NAME_MAX, "%s", name);
+    p->dynamic = (1u << 2) | (1u << 3);
+    p->format = KP_PIXEL_NONE;
+    int64_t shape[4] = {1, 3, h, w};
+    return kp_desc_init(&p->desc, dt, 4, shape, NULL);
+}
+
 /* The ports of one picture: I420 or NV12 frames, or planar RGB. */
 static kp_status kp__video_ports(kp_module_def *def, kp__video_op op, const kp__video_args *a) {
     const int64_t w = a->w, h = a->h, pitch = a->pitch, rgb = 3 * w * h;
     const kp_dtype rgb_t = a->colour.f16 ? KP_F16 : KP_F32;
+    if (a->sized) {
+        kp_port_decl *in = &def->inputs[0], *out = &def->outputs[0];
+        kp_status st = op == KP__VIDEO_I420_RGB   ? kp__i420_port(in, "input", w, h)
+                       : op == KP__VIDEO_NV12_RGB ? kp__nv12_port(in, "input", w, h)
+                                                  : kp__rgb_port(in, "input", rgb_t, w, h);
+        if (st == KP_OK)
+            st = op == KP__VIDEO_RGB_I420   ? kp__i420_port(out, "output", w, h)
+                 : op == KP__VIDEO_RGB_NV12 ? kp__nv12_port(out, "output", w, h)
+                                            : kp__rgb_port(out, "output", rgb_t, w, h);
+        if (kp__video_takes_pictures(op)) in->dynamic = 3u;
+        if (kp__video_makes_pictures(op)) out->dynamic = 3u;
+        return st;
+    }
     kp_status st = op == KP__VIDEO_I420_RGB ? kp__i420_port(&def->inputs[0], "input", w, h)
                    : op == KP__VIDEO_NV12_RGB
                        ? kp__nv12_port(&def->inputs[0], "input", pitch, h)
@@ -288,6 +386,7 @@ static kp_status kp__video_create(const kp_module_env *env, kp_module_def *def, 
     m->op = op;
     m->width = a.w;
     m->height = a.h;
+    m->sized = a.sized;
     m->amount = (float)a.amount;
     m->colour = a.colour;
     m->batch = a.batch;
@@ -304,7 +403,7 @@ static kp_status kp__video_create(const kp_module_env *env, kp_module_def *def, 
         m->in_rows = def->inputs[0].desc.shape[0];
         m->out_rows = def->outputs[0].desc.shape[0];
         m->in_frame = kp_desc_bytes_needed(&def->inputs[0].desc);
-        st = kp__video_batch(def, a.batch);
+        if (!a.sized) st = kp__video_batch(def, a.batch);
     }
     if (st != KP_OK) {
         kp__free(m);

@@ -5,7 +5,8 @@
 #include "video_modules-impl.h"
 
 template <int Op> __global__ void kp_video_kernel(kp__video_params p) {
-    const kp__video_static *st = p.st;
+    const kp__video_static sized = kp__video_sized(p.st, p.dyn);
+    const kp__video_static *st = &sized;
     const void *in = p.dyn->input;
     const int64_t items = kp__video_items(Op, st->width, st->height, st->pitch);
     const int64_t n = items * p.dyn->frames, stride = (int64_t)gridDim.x * blockDim.x;

@@ -33,6 +33,8 @@
 typedef struct {
     char key[KP__OX_ALGO_KEY];
     kp__ox_algo a;
+    bool loaded; /* read from the file */
+    bool used;   /* looked up since */
 } kp__algo_entry;
 
 struct kp__ox_algo_cache {
@@ -41,7 +43,6 @@ struct kp__ox_algo_cache {
     char device[KP__OX_ALGO_KEY];
     kp__algo_entry *e;
     size_t n, cap;
-    size_t hits, misses;
     bool dirty;
 };
 
@@ -82,6 +83,7 @@ static kp_status kp__algo_add(kp__ox_algo_cache *c, const char *key, size_t len,
     memcpy(c->e[c->n].key, key, len);
     c->e[c->n].key[len] = '\0';
     c->e[c->n].a = *a;
+    c->e[c->n].loaded = c->e[c->n].used = false;
     c->n++;
     return KP_OK;
 }
@@ -151,6 +153,7 @@ kp_status kp__ox_algo_cache_parse(kp__ox_algo_cache *c, const char *text, size_t
         p = nl + 1;
     }
     if (st != KP_OK) c->n = was; /* a refused text adds nothing */
+    for (size_t i = was; i < c->n; i++) c->e[i].loaded = true;
     return st;
 }
 
@@ -195,13 +198,9 @@ void kp__ox_algo_cache_load(kp__ox_algo_cache *c) {
 }
 
 bool kp__ox_algo_cache_get(kp__ox_algo_cache *c, const char *key, kp__ox_algo *out) {
-    const kp__algo_entry *e = c ? kp__algo_find(c, key) : NULL;
-    if (!c) return false;
-    if (!e) {
-        c->misses++;
-        return false;
-    }
-    c->hits++;
+    kp__algo_entry *e = c ? kp__algo_find(c, key) : NULL;
+    if (!e) return false;
+    e->used = true;
     *out = e->a;
     return true;
 }
@@ -214,8 +213,9 @@ kp_status kp__ox_algo_cache_put(kp__ox_algo_cache *c, const char *key, const kp_
     kp__algo_entry *e = kp__algo_find(c, key);
     if (e && e->a.algo == a->algo && e->a.math == a->math && e->a.ws == a->ws) return KP_OK;
     c->dirty = true;
-    if (e) {
+    if (e) { /* chosen again: cuDNN refused what the file held */
         e->a = *a;
+        e->loaded = false;
         return KP_OK;
     }
     return kp__algo_add(c, key, len, a);
@@ -262,11 +262,14 @@ void kp__ox_algo_cache_save(kp__ox_algo_cache *c) {
     c->dirty = false;
 }
 
-void kp__ox_algo_cache_stats(const kp__ox_algo_cache *c, const char **path, size_t *hits,
-                             size_t *misses) {
+void kp__ox_algo_cache_stats(const kp__ox_algo_cache *c, const char **path, size_t *found,
+                             size_t *chosen) {
     *path = c && c->path ? c->path : NULL;
-    *hits = c ? c->hits : 0;
-    *misses = c ? c->misses : 0;
+    *found = *chosen = 0;
+    for (size_t i = 0; c && i < c->n; i++) {
+        if (c->e[i].loaded && c->e[i].used) ++*found;
+        if (!c->e[i].loaded) ++*chosen;
+    }
 }
 
 void kp__ox_algo_cache_free(kp__ox_algo_cache *c) {

@@ -9,6 +9,8 @@
  * "fp16" (cuda with cuDNN) runs the convolutions in fp16 with fp32
  * accumulation on channels-last tensors, f16 between one convolution and
  * the next, and the GEMMs as "tf32" does (half.c); the ports stay f32.
+ * "auto" is fp16 where the device can (cuda with cuDNN), fp32 elsewhere:
+ * for a spec meant to run on either.
  * "tune": "on" measures cuDNN's algorithms for each convolution shape when
  * it is prepared (cudnnFind*: milliseconds each, at setup and at a new
  * shape) instead of taking its heuristics' first choice.
@@ -40,6 +42,7 @@
 
 #include "kpipe/pipeline.h"
 #include "onnx-impl.h"
+#include "ops/nn/nn-impl.h" /* kp__ox_cudnn_available: "precision": "auto" */
 
 typedef struct kp__onnx {
     kp__ox_engine *e;
@@ -236,10 +239,13 @@ static kp_status kp__onnx_load(const kp_module_env *env, kp__onnx *m) {
     if (!fuse_on && strcmp(fuse, "off") != 0 && strcmp(fuse, "false") != 0)
         return kp__error(KP_ERR_INVALID_ARG, "\"fuse\": \"%s\": on or off", fuse);
     bool tf32 = strcmp(precision, "tf32") == 0, fp16 = strcmp(precision, "fp16") == 0;
-    if (strcmp(precision, "fp32") != 0 && !tf32 && !fp16)
-        return kp__error(KP_ERR_INVALID_ARG, "\"precision\": \"%s\": fp32, tf32 or fp16",
+    bool cuda = strcmp(kp_device_kernel_form(env->dev), "cuda") == 0;
+    if (strcmp(precision, "auto") == 0) /* the fastest the device has; fp32 on the host */
+        fp16 = cuda && kp__ox_cudnn_available();
+    else if (strcmp(precision, "fp32") != 0 && !tf32 && !fp16)
+        return kp__error(KP_ERR_INVALID_ARG, "\"precision\": \"%s\": fp32, tf32, fp16 or auto",
                          precision);
-    if (fp16 && strcmp(kp_device_kernel_form(env->dev), "cuda") != 0)
+    if (fp16 && !cuda)
         return kp__error(KP_ERR_UNSUPPORTED, "\"precision\": \"fp16\" runs on cuda devices (with "
                          "cuDNN); %s runs models in fp32", kp_device_name(env->dev));
     char path[4096], bounds_text[1024];

@@ -372,9 +372,10 @@ kp_status kp__ox_algo_cache_parse(kp__ox_algo_cache *c, const char *text, size_t
 bool kp__ox_algo_cache_get(kp__ox_algo_cache *c, const char *key, kp__ox_algo *out);
 kp_status kp__ox_algo_cache_put(kp__ox_algo_cache *c, const char *key, const kp__ox_algo *a);
 void kp__ox_algo_cache_save(kp__ox_algo_cache *c);
-/* The file (NULL for none) and the lookups that found and missed. */
-void kp__ox_algo_cache_stats(const kp__ox_algo_cache *c, const char **path, size_t *hits,
-                             size_t *misses);
+/* The file (NULL for none); the shapes whose choice came from it, and
+ * those chosen in this run (each shape counted once). */
+void kp__ox_algo_cache_stats(const kp__ox_algo_cache *c, const char **path, size_t *found,
+                             size_t *chosen);
 void kp__ox_algo_cache_free(kp__ox_algo_cache *c);
 
 #ifdef KP_HAVE_CUDA
