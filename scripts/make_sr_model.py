@@ -6,12 +6,13 @@ few minutes; a cpu works, slowly).
     python3 scripts/make_sr_model.py [--out examples/models/sr_x2.onnx]
         [--seconds 150] [--report sr_x2.json]
 
-The data are frames this script draws: gradients, shapes with soft and
-hard edges, gratings, strokes and film grain, drawn at twice the size and
-averaged down so edges are anti-aliased as a camera's are. Each frame is
-the target; the network's input is the same frame downscaled twice
-(bicubic, anti-aliased) and compressed as JPEG at a random quality, as a
-video's frames are. Held-out frames (another seed) measure it: PSNR of the
+The data are frames this script draws: gradients, 1/f-noise textures,
+shapes with soft and hard edges, gratings, strokes and film grain, each
+frame at a scale of its own, drawn at twice the size and averaged down so
+edges are anti-aliased as a camera's are. Each frame is the target; the
+network's input is the same frame downscaled twice (area, bilinear or
+bicubic) and mostly compressed as JPEG at a random quality, as a video's
+frames are. Held-out frames (another seed) measure it: PSNR of the
 network's output against the originals, beside bicubic upscaling's.
 
 The network: a 3x3 convolution to FEAT channels, BODY more with PReLU
@@ -50,8 +51,23 @@ class SRx2(nn.Module):
         return self.shuffle(self.body(x)) + base
 
 
+def pink(n, s, gen, device):
+    """Noise with a 1/f amplitude spectrum, [n, 3, s, s], roughly in [-1, 1]:
+    the statistics of natural images' textures (foliage, gravel, fabric)."""
+    fy = torch.fft.fftfreq(s, device=device).view(s, 1)
+    fx = torch.fft.rfftfreq(s, device=device).view(1, s // 2 + 1)
+    amp = 1.0 / torch.clamp(torch.sqrt(fx * fx + fy * fy), min=1.0 / s)
+    re = torch.randn(n, 3, s, s // 2 + 1, generator=gen, device=device)
+    im = torch.randn(n, 3, s, s // 2 + 1, generator=gen, device=device)
+    x = torch.fft.irfft2(torch.complex(re, im) * amp, s=(s, s))
+    return x / (x.flatten(1).std(dim=1).view(n, 1, 1, 1) * 3 + 1e-6)
+
+
 def draw(n, size, gen, device):
-    """n RGB frames [n, 3, size, size] in [0, 1], drawn at 2x and averaged."""
+    """n RGB frames [n, 3, size, size] in [0, 1], drawn at 2x and averaged.
+    Each frame has a scale of its own (shapes from a few pixels to most of
+    the frame), so detail comes at every size, as in video of any
+    resolution."""
     s = 2 * size
     yy, xx = torch.meshgrid(torch.linspace(0, 1, s, device=device),
                             torch.linspace(0, 1, s, device=device), indexing="ij")
@@ -59,21 +75,22 @@ def draw(n, size, gen, device):
     def rnd(*shape):
         return torch.rand(*shape, generator=gen, device=device)
 
-    # smooth backgrounds: a gradient plus low-frequency colour noise
+    scale = torch.exp(rnd(n, 1, 1, 1) * math.log(8.0)) / 4  # 0.25 .. 2
+    # backgrounds: a gradient, low-frequency colour and a 1/f texture
     img = rnd(n, 3, 1, 1) * 0.6 + 0.2
     img = img + (rnd(n, 3, 1, 1) - 0.5) * xx + (rnd(n, 3, 1, 1) - 0.5) * yy
     low = F.interpolate(rnd(n, 3, 6, 6) - 0.5, size=(s, s), mode="bicubic", align_corners=False)
-    img = img + 0.3 * low
-    for _ in range(14):
-        kind = int(rnd(1).item() * 4)
+    img = img + 0.3 * low + pink(n, s, gen, device) * rnd(n, 1, 1, 1) * 0.3
+    for _ in range(16):
+        kind = int(rnd(1).item() * 5)
         cx, cy = rnd(n, 1, 1, 1), rnd(n, 1, 1, 1)
         colour = rnd(n, 3, 1, 1)
         if kind == 0:  # rectangles, hard edges
-            w, h = rnd(n, 1, 1, 1) * 0.3 + 0.02, rnd(n, 1, 1, 1) * 0.3 + 0.02
-            m = ((xx - cx).abs() < w) & ((yy - cy).abs() < h)
-            m = m.float()
+            w, h = (rnd(n, 1, 1, 1) * 0.3 + 0.02) * scale, (rnd(n, 1, 1, 1) * 0.3 + 0.02) * scale
+            m = (((xx - cx).abs() < w) & ((yy - cy).abs() < h)).float()
         elif kind == 1:  # ellipses, edges soft to hard
-            rx, ry = rnd(n, 1, 1, 1) * 0.25 + 0.02, rnd(n, 1, 1, 1) * 0.25 + 0.02
+            rx = (rnd(n, 1, 1, 1) * 0.25 + 0.02) * scale
+            ry = (rnd(n, 1, 1, 1) * 0.25 + 0.02) * scale
             d = ((xx - cx) / rx) ** 2 + ((yy - cy) / ry) ** 2
             soft = rnd(n, 1, 1, 1) * 0.3 + 0.01
             m = torch.sigmoid((1 - d) / soft)
@@ -81,29 +98,44 @@ def draw(n, size, gen, device):
             a = rnd(n, 1, 1, 1) * math.pi
             u = (xx - cx) * torch.cos(a) + (yy - cy) * torch.sin(a)
             v = -(xx - cx) * torch.sin(a) + (yy - cy) * torch.cos(a)
-            m = ((u.abs() < rnd(n, 1, 1, 1) * 0.3 + 0.05) &
-                 (v.abs() < rnd(n, 1, 1, 1) * 0.006 + 0.002)).float()
-        else:  # gratings in a disc: fine periodic detail
+            m = ((u.abs() < (rnd(n, 1, 1, 1) * 0.3 + 0.05) * scale) &
+                 (v.abs() < (rnd(n, 1, 1, 1) * 0.006 + 0.002) * scale.sqrt())).float()
+        elif kind == 3:  # gratings in a disc: fine periodic detail
             a = rnd(n, 1, 1, 1) * math.pi
-            f = rnd(n, 1, 1, 1) * 60 + 10
+            f = (rnd(n, 1, 1, 1) * 60 + 10) / scale
             g = 0.5 + 0.5 * torch.sin(2 * math.pi * f * (xx * torch.cos(a) + yy * torch.sin(a)))
-            r = rnd(n, 1, 1, 1) * 0.2 + 0.05
+            r = (rnd(n, 1, 1, 1) * 0.2 + 0.05) * scale
             m = (((xx - cx) ** 2 + (yy - cy) ** 2) < r * r).float() * g
+        else:  # a textured patch with a soft outline
+            r = (rnd(n, 1, 1, 1) * 0.3 + 0.05) * scale
+            d = ((xx - cx) ** 2 + (yy - cy) ** 2) / (r * r)
+            m = torch.sigmoid((1 - d) / 0.1)
+            colour = (colour + pink(n, s, gen, device) * 0.5).clamp(0, 1)
         img = img * (1 - m) + colour * m
-    img = img + (rnd(n, 1, s, s) - 0.5) * 0.02  # grain
+    img = img + (rnd(n, 1, s, s) - 0.5) * 0.02 * rnd(n, 1, 1, 1)  # grain
     return F.avg_pool2d(img.clamp(0, 1), 2)
 
 
 def degrade(hr, gen):
-    """Bicubic downscaling by 2 (anti-aliased), then JPEG at quality 40-95."""
+    """Downscaling by 2, with a kernel drawn per frame (area, bilinear or
+    bicubic, anti-aliased), then JPEG at quality 30-95 for most frames and
+    plain 8-bit rounding for the rest: the losses of video that was scaled
+    and compressed by someone else's tools."""
     from torchvision.io import decode_jpeg, encode_jpeg
-    lr = F.interpolate(hr, scale_factor=0.5, mode="bicubic", antialias=True,
-                       align_corners=False).clamp(0, 1)
-    u8 = (lr * 255).round().to(torch.uint8).cpu()
     out = []
-    for i in range(u8.shape[0]):
-        q = 40 + int(torch.rand(1, generator=gen).item() * 56)
-        out.append(decode_jpeg(encode_jpeg(u8[i], quality=q)))
+    for i in range(hr.shape[0]):
+        k = int(torch.rand(1, generator=gen).item() * 3)
+        x = hr[i:i + 1]
+        if k == 0:
+            lr = F.avg_pool2d(x, 2)
+        else:
+            lr = F.interpolate(x, scale_factor=0.5, mode=("bilinear", "bicubic")[k - 1],
+                               antialias=True, align_corners=False)
+        u8 = (lr.clamp(0, 1)[0] * 255).round().to(torch.uint8).cpu()
+        if torch.rand(1, generator=gen).item() < 0.75:
+            q = 30 + int(torch.rand(1, generator=gen).item() * 66)
+            u8 = decode_jpeg(encode_jpeg(u8, quality=q))
+        out.append(u8)
     return torch.stack(out).to(hr.device).float() / 255
 
 
@@ -137,7 +169,7 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "examples", "models", "sr_x2.onnx"))
     ap.add_argument("--seconds", type=float, default=150.0, help="training time")
-    ap.add_argument("--steps", type=int, default=6000, help="at most this many steps")
+    ap.add_argument("--steps", type=int, default=30000, help="at most this many steps")
     ap.add_argument("--report", help="a JSON file for the figures")
     ap.add_argument("--train-frames", type=int, default=3072)
     a = ap.parse_args()
