@@ -149,6 +149,14 @@ typedef struct kp__pstage {
     int32_t rw, rh;  /* a batch across streams: every NV12 frame resized to rw x rh; 0: none */
     kp_resizer_t rz; /* ... by one launch per batch */
     kp_nv12_picture *pics; /* max_batch: the batch's pictures */
+    /* An input sized by its frames (dimension 1 dynamic, NV12: modules that
+     * take the pitch as the width): a frame narrower than its pitch (a
+     * stream that changed size under max_width) is first packed here at
+     * pitch = width, by one 2-D copy; allocated at the first such frame. */
+    bool sized;
+    size_t in_bytes; /* the input's largest */
+    kp_device_t compact_dev;
+    void *compact;
 } kp__pstage;
 
 static void kp__pstage_free(void *user) {
@@ -156,6 +164,7 @@ static void kp__pstage_free(void *user) {
     if (!s) return;
     kp_pipeline_destroy(s->p);
     if (s->gather) kp_free(s->dev, s->gather);
+    if (s->compact) kp_free(s->compact_dev, s->compact);
     kp_resizer_destroy(s->rz);
     kp__free(s->pics);
     kp__free(s);
@@ -209,12 +218,40 @@ static void kp__pstage_label(const kp__pstage *s, const kp_tensor_desc *d, kp_vi
 
 /* The frame feeds the input; the output is copied back into the frame on
  * the stage's stream, after the pipeline's work. */
+/* A sized input's NV12 frame narrower than its pitch, packed at pitch =
+ * width into s->compact: the modules read the width from the shape. */
+static kp_status kp__pstage_compact(kp__pstage *s, const kp_stage_ctx *c, const kp_frame *f) {
+    const kp_video_frame *v = &f->video;
+    const int64_t rows = f->desc.ndim == 2 ? f->desc.shape[0] : 0;
+    if (rows != (int64_t)v->height / 2 * 3 || f->desc.shape[1] != v->pitch)
+        return kp__error(KP_ERR_MISMATCH, "frame %llu of stream %u: u8 [%lld, %lld] is not "
+                         "%dx%d NV12 at pitch %lld", (unsigned long long)f->seq, f->stream,
+                         (long long)f->desc.shape[0], (long long)f->desc.shape[1],
+                         (int)v->width, (int)v->height, (long long)v->pitch);
+    if ((size_t)(rows * v->width) > s->in_bytes)
+        return kp__error(KP_ERR_MISMATCH, "frame %llu of stream %u: %dx%d passes pipeline "
+                         "\"%s\"'s input (%zu bytes)", (unsigned long long)f->seq, f->stream,
+                         (int)v->width, (int)v->height, kp_pipeline_name(s->p), s->in_bytes);
+    if (!s->compact) {
+        KP_CHECK(kp_malloc(c->dev, s->in_bytes, &s->compact));
+        s->compact_dev = c->dev;
+    }
+    KP_CHECK(kp_memcpy2d_async(c->stream, s->compact, (size_t)v->width, f->data,
+                               (size_t)v->pitch, (size_t)v->width, (size_t)rows));
+    int64_t shape[2] = {rows, v->width};
+    KP_CHECK(kp_desc_init(&s->in.desc, KP_U8, 2, shape, NULL));
+    s->in.data = s->compact;
+    return KP_OK;
+}
+
 static kp_status kp__pstage_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     kp__pstage *s = user;
     KP_CHECK(kp__pstage_check(s, f));
     s->in.data = f->data;
     s->in.desc = f->desc;
     s->in.desc.offset = 0;
+    if (s->sized && f->video.format == KP_PIXEL_NV12 && f->video.pitch > f->video.width)
+        KP_CHECK(kp__pstage_compact(s, c, f));
     KP_CHECK(kp__pstage_tick(s, c->stream));
     int64_t bytes = kp_desc_bytes_needed(&s->out.desc);
     if (!kp_desc_is_contiguous(&s->out.desc) || bytes < 0 || (size_t)bytes > f->capacity)
@@ -286,6 +323,7 @@ static kp_status kp__pstage_formats(kp__pstage *s, const char *output) {
             strcmp(c.from, s->in.name) == 0 ? kp__pstage_port(s->p, c.to, false, &type) : NULL;
         if (!d) continue;
         s->takes = d->format;
+        s->sized = d->format == KP_PIXEL_NV12 && (d->dynamic & 2u);
         snprintf(s->taker, sizeof s->taker, "%s (%s)", c.to, type);
     }
     /* a pipeline of one module has its output there, whatever the spec says */
@@ -323,6 +361,7 @@ kp_status kp__stage_pipeline(kp_pipeline_t p, const char *output, kp__stage_made
     if (st == KP_OK) st = kp_pipeline_output_info(p, 0, &s->out);
     if (st == KP_OK) st = kp__pstage_formats(s, output);
     if (st == KP_OK) st = kp_pipeline_setup(p);
+    s->in_bytes = (size_t)kp_desc_bytes_needed(&s->in.desc);
     if (st != KP_OK) {
         kp__pstage_free(s);
         return st;
