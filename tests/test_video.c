@@ -406,6 +406,138 @@ static void bad_flows_are_named_errors(void **state) {
     assert_non_null(strstr(kp_last_error(), "amount"));
 }
 
+/* One tick of a one-input pipeline on u8 NV12 [rows, w] in host memory;
+ * the output's bytes come back in `out` (at most `cap`), its shape in `od`. */
+static kp_status sized_tick(kp_pipeline_t p, kp_stream_t s, bool *built, const uint8_t *host,
+                            int64_t rows, int64_t w, uint8_t *out, size_t cap,
+                            kp_tensor_desc *od) {
+    void *d = NULL;
+    int64_t shape[2] = {rows, w};
+    KPT_OK(kp_malloc(g_dev, (size_t)(rows * w), &d));
+    KPT_OK(kp_memcpy_htod(g_dev, d, host, (size_t)(rows * w)));
+    kp_port_info in = {"x", d, {0}}, o = {"y", NULL, {0}};
+    KPT_OK(kp_desc_init(&in.desc, KP_U8, 2, shape, NULL));
+    kp_status st = kp_pipeline_configure_io(p, &in, 1, &o, 1, s);
+    if (st == KP_OK && !*built) {
+        KPT_OK(kp_pipeline_warmup(p, s));
+        if (kp_pipeline_mode(p) == KP_EXEC_GRAPH) KPT_OK(kp_pipeline_build_graph(p));
+        *built = true;
+    }
+    if (st == KP_OK)
+        st = kp_pipeline_mode(p) == KP_EXEC_GRAPH ? kp_pipeline_execute_graph(p, s)
+                                                  : kp_pipeline_execute_stream(p, s);
+    if (st == KP_OK) st = kp_stream_sync(s);
+    size_t bytes = st == KP_OK ? (size_t)kp_desc_bytes_needed(&o.desc) : 0;
+    if (st == KP_OK) {
+        assert_true(bytes <= cap);
+        *od = o.desc;
+        st = kp_memcpy_dtoh(g_dev, out, o.data, bytes);
+    }
+    kp_free(g_dev, d);
+    return st;
+}
+
+/* NV12 -> RGB -> NV12 through modules sized by their frames ({"max": N}),
+ * in graph mode, at sizes that change per tick (the maximum, smaller, the
+ * smallest, back): every byte equals the same modules made for that one
+ * size. A module sized for larger frames takes a smaller one's output; the
+ * other way is refused, as are odd sizes, a pitch and a batch. */
+static void sized_modules(void **state) {
+    static const char *const sized =
+        "{\"kpipe_spec\": 1, \"execution\": \"graph\", \"modules\": ["
+        "{\"type\": \"nv12_rgb\", \"id\": \"a\", \"params\": {\"width\": {\"max\": 96}, "
+        "\"height\": {\"max\": 64}, \"matrix\": \"bt709\"}},"
+        "{\"type\": \"sharpen\", \"id\": \"b\", \"params\": {\"width\": {\"max\": 96}, "
+        "\"height\": {\"max\": 64}}},"
+        "{\"type\": \"rgb_nv12\", \"id\": \"c\", \"params\": {\"width\": {\"max\": 128}, "
+        "\"height\": {\"max\": 96}, \"matrix\": \"bt709\"}}],"
+        "\"connections\": [\"a.output -> b.input\", \"b.output -> c.input\"],"
+        "\"inputs\": {\"x\": \"a.input\"}, \"outputs\": {\"y\": \"c.output\"}}";
+    kp_stream_t s;
+    kp_pipeline_t p, q;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_pipeline_create_from_json(g_dev, sized, &p));
+    KPT_OK(kp_pipeline_setup(p));
+    bool built = false;
+    static const int64_t sizes[][2] = {{96, 64}, {34, 18}, {2, 2}, {96, 64}, {60, 40}};
+    const size_t cap = 96 * 96;
+    uint8_t *host = malloc(cap), *got = malloc(cap), *want = malloc(cap);
+    assert_true(host && got && want);
+    uint64_t seed = 7;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const int64_t w = sizes[k][0], h = sizes[k][1], rows = h / 2 * 3;
+        for (int64_t i = 0; i < rows * w; i++) host[i] = (uint8_t)(kpt_rand(&seed) >> 24);
+        kp_tensor_desc gd, wd;
+        KPT_OK(sized_tick(p, s, &built, host, rows, w, got, cap, &gd));
+        assert_int_equal(gd.shape[0], rows);
+        assert_int_equal(gd.shape[1], w);
+        /* the same modules, fixed at this size */
+        char fixed[1024];
+        snprintf(fixed, sizeof fixed,
+                 "{\"kpipe_spec\": 1, \"execution\": \"stream\", \"modules\": ["
+                 "{\"type\": \"nv12_rgb\", \"id\": \"a\", \"params\": {\"width\": %lld, "
+                 "\"height\": %lld, \"matrix\": \"bt709\"}},"
+                 "{\"type\": \"sharpen\", \"id\": \"b\", \"params\": {\"width\": %lld, "
+                 "\"height\": %lld}},"
+                 "{\"type\": \"rgb_nv12\", \"id\": \"c\", \"params\": {\"width\": %lld, "
+                 "\"height\": %lld, \"matrix\": \"bt709\"}}],"
+                 "\"connections\": [\"a.output -> b.input\", \"b.output -> c.input\"],"
+                 "\"inputs\": {\"x\": \"a.input\"}, \"outputs\": {\"y\": \"c.output\"}}",
+                 (long long)w, (long long)h, (long long)w, (long long)h, (long long)w,
+                 (long long)h);
+        bool qb = false;
+        KPT_OK(kp_pipeline_create_from_json(g_dev, fixed, &q));
+        KPT_OK(kp_pipeline_setup(q));
+        KPT_OK(sized_tick(q, s, &qb, host, rows, w, want, cap, &wd));
+        kp_pipeline_destroy(q);
+        for (int64_t i = 0; i < rows * w; i++)
+            if (got[i] != want[i])
+                fail_msg("%lldx%lld: byte %lld is %d, the fixed-size modules give %d",
+                         (long long)w, (long long)h, (long long)i, got[i], want[i]);
+    }
+    /* an odd width, and rows that are not h*3/2 */
+    kp_tensor_desc od;
+    KPT_FAILS(sized_tick(p, s, &built, host, 30, 33, got, cap, &od), KP_ERR_MISMATCH);
+    assert_non_null(strstr(kp_last_error(), "even"));
+    KPT_FAILS(sized_tick(p, s, &built, host, 31, 32, got, cap, &od), KP_ERR_MISMATCH);
+    assert_non_null(strstr(kp_last_error(), "4:2:0"));
+    /* it goes on after a refused tick */
+    KPT_OK(sized_tick(p, s, &built, host, 24, 32, got, cap, &od));
+    kp_pipeline_destroy(p);
+    /* larger into smaller, a pitch, a batch, one side sized and not the other */
+    static const char *const bad[][2] = {
+        {"{\"kpipe_spec\": 1, \"modules\": [{\"type\": \"nv12_rgb\", \"id\": \"a\", "
+         "\"params\": {\"width\": {\"max\": 96}, \"height\": {\"max\": 64}}},"
+         "{\"type\": \"rgb_nv12\", \"id\": \"c\", \"params\": {\"width\": {\"max\": 64}, "
+         "\"height\": {\"max\": 64}}}], \"connections\": [\"a.output -> c.input\"],"
+         "\"inputs\": {\"x\": \"a.input\"}, \"outputs\": {\"y\": \"c.output\"}}",
+         "does not match"},
+        {"{\"kpipe_spec\": 1, \"modules\": [{\"type\": \"nv12_rgb\", \"id\": \"a\", "
+         "\"params\": {\"width\": {\"max\": 96}, \"height\": {\"max\": 64}, \"pitch\": 128}}],"
+         "\"inputs\": {\"x\": \"a.input\"}, \"outputs\": {\"y\": \"a.output\"}}",
+         "no \"pitch\""},
+        {"{\"kpipe_spec\": 1, \"modules\": [{\"type\": \"nv12_rgb\", \"id\": \"a\", "
+         "\"params\": {\"width\": {\"max\": 96}, \"height\": {\"max\": 64}, \"batch\": 2}}],"
+         "\"inputs\": {\"x\": \"a.input\"}, \"outputs\": {\"y\": \"a.output\"}}",
+         "batch 1"},
+        {"{\"kpipe_spec\": 1, \"modules\": [{\"type\": \"sharpen\", \"id\": \"a\", "
+         "\"params\": {\"width\": {\"max\": 96}, \"height\": 64}}],"
+         "\"inputs\": {\"x\": \"a.input\"}, \"outputs\": {\"y\": \"a.output\"}}",
+         "both"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        p = NULL;
+        assert_int_not_equal(kp_pipeline_create_from_json(g_dev, bad[i][0], &p), KP_OK);
+        assert_null(p);
+        if (!strstr(kp_last_error(), bad[i][1]))
+            fail_msg("case %zu: \"%s\" does not say \"%s\"", i, kp_last_error(), bad[i][1]);
+    }
+    free(host);
+    free(got);
+    free(want);
+    kp_stream_destroy(s);
+}
+
 static int make_dir(void **state) {
     snprintf(g_dir, sizeof g_dir, "%s/kp_video_XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -436,6 +568,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(y4m_copy_is_exact),          cmocka_unit_test(enhance_matches),
         cmocka_unit_test(flat_picture_is_unchanged),  cmocka_unit_test(loop_and_frames),
         cmocka_unit_test(bad_files_are_named_errors), cmocka_unit_test(bad_flows_are_named_errors),
+        cmocka_unit_test(sized_modules),
     };
     int failed = cmocka_run_group_tests(tests, make_dir, remove_dir);
     if (g_cpu != g_dev) kp_device_close(g_cpu);

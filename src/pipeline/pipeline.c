@@ -136,10 +136,23 @@ static kp_status kp__find_port(kp_pipeline_t p, const char *ref, bool output, co
     return kp__error(KP_ERR_NOT_FOUND, "%s: no module with id \"%.*s\"", what, (int)idlen, ref);
 }
 
+/* Whether an upstream port fits a downstream one: the same dtype and rank,
+ * each fixed dimension of the downstream the same size, each dynamic one
+ * at least as large as the upstream's (its maximum, or its fixed size): a
+ * module sized for larger frames takes smaller ones. */
+static bool kp__port_fits(const kp_port_decl *up, const kp_port_decl *down) {
+    if (up->desc.dtype != down->desc.dtype || up->desc.ndim != down->desc.ndim) return false;
+    for (int d = 0; d < up->desc.ndim; d++) {
+        const int64_t u = up->desc.shape[d], v = down->desc.shape[d];
+        if (down->dynamic >> d & 1u ? u > v : u != v) return false;
+    }
+    return true;
+}
+
 static kp_status kp__check_same(const kp_port_decl *up, const kp_port_decl *down,
                                 const char *what) {
     char a[96], b[96];
-    if (!kp_desc_same_shape(&up->desc, &down->desc))
+    if (!kp_desc_same_shape(&up->desc, &down->desc) && !kp__port_fits(up, down))
         return kp__error(KP_ERR_MISMATCH, "%s: %s of %s %s does not match %s expected by %s", what,
                          up->desc.dtype != down->desc.dtype ? "dtype" : "shape", up->name,
                          kp_desc_str(&up->desc, a, sizeof a), kp_desc_str(&down->desc, b, sizeof b),
