@@ -7,6 +7,7 @@
  *
  *   test_video DEVICE [BIG]   (cpu or cuda; exit 77 without the device;
  *                              BIG: also 1920x1080 and 3840x2160) */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -538,6 +539,85 @@ static void sized_modules(void **state) {
     kp_stream_destroy(s);
 }
 
+/* One tick of a pipeline of one module on host data: `in` (in_bytes) in,
+ * out_bytes back into `out`. */
+static void one_module(const char *json, const void *in, size_t in_bytes, void *out,
+                       size_t out_bytes) {
+    kp_pipeline_t p;
+    kp_stream_t s;
+    void *d;
+    KPT_OK(kp_stream_create(g_dev, &s));
+    KPT_OK(kp_pipeline_create_from_json(g_dev, json, &p));
+    KPT_OK(kp_pipeline_setup(p));
+    KPT_OK(kp_malloc(g_dev, in_bytes, &d));
+    KPT_OK(kp_memcpy_htod(g_dev, d, in, in_bytes));
+    kp_port_info pi = {"x", d, {0}}, po = {"y", NULL, {0}};
+    KPT_OK(kp_pipeline_input_info(p, 0, &pi));
+    pi.data = d;
+    KPT_OK(kp_pipeline_configure_io(p, &pi, 1, &po, 1, s));
+    KPT_OK(kp_pipeline_warmup(p, s));
+    KPT_OK(kp_pipeline_execute_stream(p, s));
+    KPT_OK(kp_stream_sync(s));
+    KPT_OK(kp_memcpy_dtoh(g_dev, out, po.data, out_bytes));
+    kp_free(g_dev, d);
+    kp_pipeline_destroy(p);
+    kp_stream_destroy(s);
+}
+
+/* The colour matrices: BT.2020's red is Y 74, Cb 97, Cr 240 in limited
+ * range (ITU-R BT.2020's weights 0.2627 and 0.0593), and every matrix and
+ * range takes flat colours to NV12 and back within 1.5/255. */
+static void colour_matrices(void **state) {
+    static const char *const mats[] = {"bt601", "bt709", "bt2020"};
+    static const char *const ranges[] = {"limited", "full"};
+    static const float colours[][3] = {{1, 0, 0},       {0, 1, 0},     {0, 0, 1},
+                                       {0.75f, 0.5f, 0.25f}, {0.2f, 0.3f, 0.9f}, {1, 1, 1},
+                                       {0, 0, 0},       {0.5f, 0.5f, 0.5f}};
+    for (size_t m = 0; m < 3; m++)
+        for (size_t r = 0; r < 2; r++)
+            for (size_t c = 0; c < sizeof colours / sizeof colours[0]; c++) {
+                float rgb[12], back[12];
+                uint8_t nv12[6];
+                for (int k = 0; k < 3; k++)
+                    for (int i = 0; i < 4; i++) rgb[k * 4 + i] = colours[c][k];
+                char to[512], from[512];
+                snprintf(to, sizeof to,
+                         "{\"kpipe_spec\": 1, \"execution\": \"stream\", \"modules\": ["
+                         "{\"type\": \"rgb_nv12\", \"id\": "
+                         "\"m\", \"params\": {\"width\": 2, \"height\": 2, \"matrix\": \"%s\", "
+                         "\"range\": \"%s\"}}], \"inputs\": {\"x\": \"m.input\"}, "
+                         "\"outputs\": {\"y\": \"m.output\"}}",
+                         mats[m], ranges[r]);
+                snprintf(from, sizeof from,
+                         "{\"kpipe_spec\": 1, \"execution\": \"stream\", \"modules\": ["
+                         "{\"type\": \"nv12_rgb\", \"id\": "
+                         "\"m\", \"params\": {\"width\": 2, \"height\": 2, \"matrix\": \"%s\", "
+                         "\"range\": \"%s\"}}], \"inputs\": {\"x\": \"m.input\"}, "
+                         "\"outputs\": {\"y\": \"m.output\"}}",
+                         mats[m], ranges[r]);
+                one_module(to, rgb, sizeof rgb, nv12, sizeof nv12);
+                if (m == 2 && r == 0 && c == 0 &&
+                    (nv12[0] != 74 || nv12[4] != 97 || nv12[5] != 240))
+                    fail_msg("BT.2020 red: Y %d Cb %d Cr %d, not 74 97 240", nv12[0], nv12[4],
+                             nv12[5]);
+                one_module(from, nv12, sizeof nv12, back, sizeof back);
+                for (int i = 0; i < 12; i++)
+                    if (fabsf(back[i] - rgb[i]) > 1.5f / 255.0f)
+                        fail_msg("%s %s colour %zu: channel %d comes back %g, was %g", mats[m],
+                                 ranges[r], c, i / 4, (double)back[i], (double)rgb[i]);
+            }
+    kp_pipeline_t p = NULL;
+    assert_int_not_equal(
+        kp_pipeline_create_from_json(
+            g_dev,
+            "{\"kpipe_spec\": 1, \"modules\": [{\"type\": \"nv12_rgb\", \"id\": \"m\", "
+            "\"params\": {\"width\": 2, \"height\": 2, \"matrix\": \"bt2100\"}}], "
+            "\"inputs\": {\"x\": \"m.input\"}, \"outputs\": {\"y\": \"m.output\"}}",
+            &p),
+        KP_OK);
+    assert_non_null(strstr(kp_last_error(), "bt2020"));
+}
+
 static int make_dir(void **state) {
     snprintf(g_dir, sizeof g_dir, "%s/kp_video_XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -568,7 +648,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(y4m_copy_is_exact),          cmocka_unit_test(enhance_matches),
         cmocka_unit_test(flat_picture_is_unchanged),  cmocka_unit_test(loop_and_frames),
         cmocka_unit_test(bad_files_are_named_errors), cmocka_unit_test(bad_flows_are_named_errors),
-        cmocka_unit_test(sized_modules),
+        cmocka_unit_test(sized_modules),              cmocka_unit_test(colour_matrices),
     };
     int failed = cmocka_run_group_tests(tests, make_dir, remove_dir);
     if (g_cpu != g_dev) kp_device_close(g_cpu);

@@ -41,6 +41,8 @@ static void draw(uint8_t *p, int w, int h, int i) {
 }
 
 /* Writes n drawn frames (pts[i], or i when pts is NULL; time base 1/30). */
+static int32_t g_matrix; /* the colour matrix make_clip's frames say (KP_VIDEO_MATRIX_*) */
+
 static void make_clip(const char *path, int w, int h, int n, const int64_t *pts, int crf,
                       int bframes, const char *encoder) {
     size_t bytes = (size_t)w * h * 3 / 2;
@@ -65,7 +67,8 @@ static void make_clip(const char *path, int w, int h, int n, const int64_t *pts,
                             .pitch = w,
                             .pts = pts ? pts[i] : i,
                             .time_base = {1, 30},
-                            .rate = {30, 1}};
+                            .rate = {30, 1},
+                            .matrix = g_matrix};
         KPT_OK(kp_video_writer_write(wr, s, dev, bytes, &f));
     }
     KPT_OK(kp_video_writer_close(wr));
@@ -109,6 +112,43 @@ static void round_trip(void **state) {
     assert_true(worst >= 40.0);
     free(want);
     free(f.data);
+}
+
+/* The colour matrix a writer's frames say is written into the stream, and
+ * a reader's frames say it back, on either decoder; a stream that says
+ * none reads as unknown. */
+static void colour_matrix_tagged(void **state) {
+    static const int32_t m[] = {KP_VIDEO_MATRIX_BT601, KP_VIDEO_MATRIX_BT709,
+                                KP_VIDEO_MATRIX_BT2020, KP_VIDEO_MATRIX_UNKNOWN};
+    for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+        char path[512], name[32];
+        snprintf(name, sizeof name, "matrix_%d.mp4", (int)m[k]);
+        g_matrix = m[k];
+        make_clip(tmp_path(path, sizeof path, name), 64, 48, 2, NULL, 20, 0, "libx264");
+        g_matrix = KP_VIDEO_MATRIX_UNKNOWN;
+        for (int dec = 0; dec < 2; dec++) {
+            kp_video_reader_config c = KP_VIDEO_READER_CONFIG_INIT;
+            c.decoder = dec ? KP_VIDEO_DECODE_SOFTWARE : KP_VIDEO_DECODE_AUTO;
+            kp_video_reader_t r;
+            KPT_OK(kp_video_reader_open(g_dev, path, &c, &r));
+            kp_video_reader_info in;
+            KPT_OK(kp_video_reader_get_info(r, &in));
+            kp_stream_t s;
+            void *buf;
+            KPT_OK(kp_stream_create(g_dev, &s));
+            KPT_OK(kp_malloc(g_dev, in.frame_bytes, &buf));
+            kp_video_frame vf = {.matrix = -1};
+            bool eos = true;
+            KPT_OK(kp_video_reader_next(r, s, buf, in.frame_bytes, &vf, &eos));
+            assert_false(eos);
+            if (vf.matrix != m[k])
+                fail_msg("%s (%s): frames say matrix %d, written as %d", name, in.decoder,
+                         (int)vf.matrix, (int)m[k]);
+            kp_free(g_dev, buf);
+            kp_stream_destroy(s);
+            kp_video_reader_close(r);
+        }
+    }
 }
 
 /* Frames missing from the timestamps (a drop) stay gaps, in every container. */
@@ -638,6 +678,7 @@ int main(int argc, char **argv) {
     } else {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(round_trip),
+            cmocka_unit_test(colour_matrix_tagged),
             cmocka_unit_test(gaps_and_containers),
             cmocka_unit_test(nv12_is_i420_interleaved),
             cmocka_unit_test(bad_input),

@@ -39,7 +39,13 @@ typedef struct kp_video_frame {
     int32_t time_base[2];  /* numerator, denominator */
     int32_t rate[2];       /* frames per second as n/d; 0/0: unknown */
     bool full_range;       /* samples span 0..255 (JPEG range) rather than 16..235 */
+    int32_t matrix;        /* the stream's colour matrix, KP_VIDEO_MATRIX_*: 0 unknown */
 } kp_video_frame;
+/* The YUV <-> RGB matrices a stream may say it uses (its colour space). */
+#define KP_VIDEO_MATRIX_UNKNOWN 0
+#define KP_VIDEO_MATRIX_BT601 1
+#define KP_VIDEO_MATRIX_BT709 2
+#define KP_VIDEO_MATRIX_BT2020 3
 #define KP_VIDEO_NO_PTS INT64_MIN
 #define KP_VIDEO_MAX_SIDE 16384
 

@@ -141,7 +141,7 @@ STAGE_FN = CFUNCTYPE(c_int, c_void_p, POINTER(StageCtx), POINTER(Frame), POINTER
 class VideoFrame(Structure):  # kp_video_frame
     _fields_ = [("format", c_int), ("width", c_int32), ("height", c_int32), ("pitch", c_int64),
                 ("pts", c_int64), ("time_base", c_int32 * 2), ("rate", c_int32 * 2),
-                ("full_range", c_bool)]
+                ("full_range", c_bool), ("matrix", c_int32)]
 
 
 class VideoReaderConfig(Structure):  # kp_video_reader_config

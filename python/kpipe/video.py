@@ -19,6 +19,7 @@ from ._lib import (DTYPES, Error, VideoFrame, VideoReaderConfig, VideoReaderInfo
 
 _FORMATS = {"rgb", "nv12"}
 _DECODERS = {"auto": 0, "nvdec": 1, "software": 2}
+_MATRICES = {1: "bt601", 2: "bt709", 3: "bt2020"}  # KP_VIDEO_MATRIX_*
 _NV12 = 2
 
 
@@ -50,9 +51,10 @@ class VideoReader(Bound):
 
     Metadata: len(r) (exact: the first use scans the file's packets once),
     fps, duration (seconds), width, height, codec, decoder, pixel_format,
-    and color: the RGB conversion's {"matrix": "bt709" | "bt601", "range":
-    "limited" | "full"} (the stream's range; BT.709 from 720 rows up,
-    BT.601 below, unless `matrix` is given).
+    and color: the RGB conversion's {"matrix": "bt601" | "bt709" | "bt2020",
+    "range": "limited" | "full"} (the stream's range, and the matrix its
+    colour space names; where it names none, BT.709 from 720 rows up and
+    BT.601 below; `matrix=` overrides it).
 
     Threads: any thread may call it; calls take turns (each holds the
     reader while it decodes), and what they return is their own.
@@ -72,8 +74,8 @@ class VideoReader(Bound):
             raise Error("KP_ERR_UNSUPPORTED", "rgb frames are f32 or f16, not %r" % (dtype,))
         if decoder not in _DECODERS:
             raise Error("KP_ERR_INVALID_ARG", "decoder %r: auto, nvdec or software" % (decoder,))
-        if matrix not in (None, "bt601", "bt709"):
-            raise Error("KP_ERR_UNSUPPORTED", "matrix %r: bt601 or bt709" % (matrix,))
+        if matrix not in (None, "bt601", "bt709", "bt2020"):
+            raise Error("KP_ERR_UNSUPPORTED", "matrix %r: bt601, bt709 or bt2020" % (matrix,))
         if not lib.kp_video_built():
             raise Error("KP_ERR_UNSUPPORTED", "this kpipe was built without video files (FFmpeg)")
         self.device = _device(device)
@@ -103,6 +105,7 @@ class VideoReader(Bound):
         self._next = 0          # the index the next decode gives
         self._matrix = matrix
         self._full = None       # the stream's range, known from its first frame
+        self._said = None       # the matrix its frames say, known from the first too
         self._n = None
 
     def _label(self):
@@ -135,12 +138,17 @@ class VideoReader(Bound):
     def duration(self):
         return len(self) / self.fps if self.fps else None
 
+    def _matrix_used(self):
+        """The one given, else the stream's own, else BT.709 from 720 rows up
+        and BT.601 below (what players assume of a stream that says none)."""
+        return (self._matrix or self._said
+                or ("bt709" if self.height >= 720 else "bt601"))
+
     @property
     def color(self):
         if self._full is None:
-            self._single(0)  # the range is the first frame's
-        matrix = self._matrix or ("bt709" if self.height >= 720 else "bt601")
-        return {"matrix": matrix, "range": "full" if self._full else "limited"}
+            self._single(0)  # the range and the matrix are the first frame's
+        return {"matrix": self._matrix_used(), "range": "full" if self._full else "limited"}
 
     # --- frames --------------------------------------------------------------------
     def _index(self, i):  # with the reader held
@@ -173,13 +181,14 @@ class VideoReader(Bound):
                         "reader takes one size" % (self.path, i, self._frame.width,
                                                    self._frame.height, self.width, self.height))
         self._full = bool(self._frame.full_range)
+        self._said = _MATRICES.get(self._frame.matrix)
         self._next = i + 1
 
     def _to_rgb(self, dst):
         """The scratch NV12 frame as planar RGB into dst, on the reader's stream."""
         if self._rgb is None:
             from .pipeline import Pipeline
-            matrix = self._matrix or ("bt709" if self.height >= 720 else "bt601")
+            matrix = self._matrix_used()
             params = {"width": self.width, "height": self.height, "pitch": self._pitch,
                       "dtype": self.dtype, "matrix": matrix,
                       "range": "full" if self._full else "limited"}

@@ -8,7 +8,7 @@
  *   rgb_nv12  f32 or f16 [3*h*w]    -> u8 [h*3/2, pitch] (NV12, padding zeroed)
  *
  * nv12_rgb and rgb_nv12 take "pitch" (default: the width), "matrix"
- * ("bt601" or "bt709"), "range" ("limited" or "full") and "dtype" ("f32"
+ * ("bt601", "bt709" or "bt2020"), "range" ("limited" or "full") and "dtype" ("f32"
  * or "f16"), and round as the I420 modules do: step by step, so cuda
  * equals cpu.
  *
@@ -224,7 +224,7 @@ static kp_status kp__nv12_port(kp_port_decl *p, const char *name, int64_t pitch,
     return kp__picture_port(p, name, KP_PIXEL_NV12, pitch, h);
 }
 
-/* The colour matrix: BT.601 or BT.709, limited (16..235, 16..240) or full
+/* The colour matrix: BT.601, BT.709 or BT.2020, limited (16..235, 16..240) or full
  * range. To RGB: R = Y' + rv V', G = Y' - gu U' - gv V', B = Y' + bu U'
  * with Y' = (Y - yoff) * yscale and U', V' centred on 128 (the chroma
  * weights scaled by 255/224 in limited range); to YUV the inverse weights
@@ -233,14 +233,18 @@ static kp_status kp__video_coefs(const kp_module_env *env, kp__video_static *c) 
     const char *matrix = NULL, *range = NULL;
     KP_CHECK(kp_param_str(env, "matrix", "bt601", &matrix));
     KP_CHECK(kp_param_str(env, "range", "limited", &range));
-    bool b709 = strcmp(matrix, "bt709") == 0, full = strcmp(range, "full") == 0;
-    if (!b709 && strcmp(matrix, "bt601") != 0)
-        return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": matrix \"%s\" (bt601 or bt709)",
-                         env->id, matrix);
+    bool b709 = strcmp(matrix, "bt709") == 0, b2020 = strcmp(matrix, "bt2020") == 0,
+         full = strcmp(range, "full") == 0;
+    if (!b709 && !b2020 && strcmp(matrix, "bt601") != 0)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "module \"%s\": matrix \"%s\" (bt601, bt709 or bt2020)", env->id,
+                         matrix);
     if (!full && strcmp(range, "limited") != 0)
         return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": range \"%s\" (limited or full)",
                          env->id, range);
-    const double kr = b709 ? 0.2126 : 0.299, kb = b709 ? 0.0722 : 0.114, kg = 1.0 - kr - kb;
+    /* the luma weights of red and blue: BT.601, BT.709, BT.2020 (non-constant) */
+    const double kr = b709 ? 0.2126 : b2020 ? 0.2627 : 0.299;
+    const double kb = b709 ? 0.0722 : b2020 ? 0.0593 : 0.114, kg = 1.0 - kr - kb;
     const double ys = full ? 255.0 : 219.0, cs = full ? 255.0 : 224.0;
     const double cu = 255.0 / cs; /* chroma code values to unit range, times 255 */
     c->yoff = full ? 0.0f : 16.0f;

@@ -74,6 +74,7 @@ struct kp_video_reader {
     kp_video_reader_config cfg;
     kp_video_reader_info info;
     bool full_range;
+    int32_t matrix; /* KP_VIDEO_MATRIX_*, from the stream's colour space */
     /* demux */
     AVFormatContext *fmt;
     AVStream *st;
@@ -123,6 +124,10 @@ struct kp_video_reader {
  * logged message (FFmpeg's log goes to the error details, never to stderr,
  * unless KPIPE_FFMPEG_LOG=1). */
 kp_status kp__av_error(int averr, kp_status st, const char *fmt, ...) KP__PRINTF(3, 4);
+/* KP_VIDEO_MATRIX_* of a colour space as FFmpeg and H.264/HEVC's
+ * matrix_coefficients number it (1 BT.709, 5 and 6 BT.601, 9 and 10
+ * BT.2020); KP_VIDEO_MATRIX_UNKNOWN for any other. */
+int32_t kp__video_matrix_of(int colour_space);
 /* kp_video_reader_config.options (checked by kp__video_options_check) as
  * a dictionary for FFmpeg; *out NULL for none. */
 kp_status kp__av_options(const char *options, AVDictionary **out);

@@ -207,6 +207,8 @@ static int CUDAAPI kp__nv_sequence(void *user, CUVIDEOFORMAT *fmt) {
     /* the bitstream says (the container may not, and its header is not
      * always probed) */
     if (fmt->video_signal_description.video_full_range_flag) nv->r->full_range = true;
+    int32_t m = kp__video_matrix_of(fmt->video_signal_description.matrix_coefficients);
+    if (m != KP_VIDEO_MATRIX_UNKNOWN) nv->r->matrix = m;
     if (nv->dec && fmt->coded_width == nv->coded_w && fmt->coded_height == nv->coded_h &&
         w == nv->cur_w && h == nv->cur_h)
         return (int)nv->surfaces;

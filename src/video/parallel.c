@@ -95,6 +95,7 @@ static kp_status kp__par_group(kp__par_session *w, uint64_t c) {
         bool eos = false;
         KP_CHECK(kp__video_reader_next(w->sub, w->s, w->buf[slot], p->bytes, &vf, &eos));
         if (eos) return KP_OK;
+        vf.matrix = w->sub->matrix; /* what the bitstream says, as the session read it */
         KP_CHECK(kp_event_record(w->ready[slot], w->s));
         pthread_mutex_lock(&p->mu);
         w->vf[slot] = vf;
@@ -335,11 +336,16 @@ kp_status kp__video_open(kp_device_t dev, const char *path, const kp_video_reade
 
 kp_status kp__video_next(kp_video_reader_t r, kp_stream_t s, void *dst, size_t capacity,
                          kp_video_frame *frame, bool *eos) {
-    if (!r->par) return kp__video_reader_next(r, s, dst, capacity, frame, eos);
-    *eos = false;
-    KP_CHECK(kp__video_reader_check(r, s, capacity));
-    kp_status st = kp__par_next(r, s, dst, frame, eos);
-    if (st != KP_OK) kp__video_reader_fail(r, st);
+    kp_status st;
+    if (!r->par) {
+        st = kp__video_reader_next(r, s, dst, capacity, frame, eos);
+    } else {
+        *eos = false;
+        KP_CHECK(kp__video_reader_check(r, s, capacity));
+        st = kp__par_next(r, s, dst, frame, eos);
+        if (st != KP_OK) kp__video_reader_fail(r, st);
+    }
+    if (st == KP_OK && !*eos && !r->par) frame->matrix = r->matrix;
     return st;
 }
 

@@ -62,7 +62,21 @@ static kp_status kp__reader_describe(kp_video_reader_t r) {
     in->frames = r->st->nb_frames > 0 ? r->st->nb_frames : 0;
     snprintf(in->codec, sizeof in->codec, "%s", avcodec_get_name(par->codec_id));
     r->full_range = par->color_range == AVCOL_RANGE_JPEG;
+    /* the container's word; the bitstream's, where it says one, replaces it
+       as frames decode (software.c, nvdec.c) */
+    r->matrix = kp__video_matrix_of(par->color_space);
     return KP_OK;
+}
+
+int32_t kp__video_matrix_of(int colour_space) {
+    switch (colour_space) {
+    case AVCOL_SPC_BT709: return KP_VIDEO_MATRIX_BT709;
+    case AVCOL_SPC_BT470BG:
+    case AVCOL_SPC_SMPTE170M: return KP_VIDEO_MATRIX_BT601;
+    case AVCOL_SPC_BT2020_NCL:
+    case AVCOL_SPC_BT2020_CL: return KP_VIDEO_MATRIX_BT2020;
+    default: return KP_VIDEO_MATRIX_UNKNOWN;
+    }
 }
 
 /* The first decoder of the table that the configuration names (any, for

@@ -214,6 +214,8 @@ static kp_status kp__sw_output(void *ctx, kp_stream_t s, void *dst, kp_video_fra
     kp__sw_copy(fr, r->info.format, b, p);
     int64_t pts = fr->best_effort_timestamp;
     bool full = fr->format == AV_PIX_FMT_YUVJ420P || fr->color_range == AVCOL_RANGE_JPEG;
+    int32_t m = kp__video_matrix_of(fr->colorspace);
+    if (m != KP_VIDEO_MATRIX_UNKNOWN) r->matrix = m; /* the bitstream says */
     av_frame_unref(fr);
     KP_CHECK(kp_memcpy_async(s, dst, b, (size_t)(p * h / 2 * 3)));
     KP_CHECK(kp_event_record(d->ev[k], s));

@@ -97,6 +97,10 @@ static kp_status kp__open_encoder(kp_video_writer_t w, const char *name) {
     c->height = f->height;
     c->pix_fmt = f->format == KP_PIXEL_NV12 ? AV_PIX_FMT_NV12 : AV_PIX_FMT_YUV420P;
     c->color_range = f->full_range ? AVCOL_RANGE_JPEG : AVCOL_RANGE_MPEG;
+    /* the matrix the frames say they were made with, where they say one */
+    if (f->matrix == KP_VIDEO_MATRIX_BT709) c->colorspace = AVCOL_SPC_BT709;
+    if (f->matrix == KP_VIDEO_MATRIX_BT601) c->colorspace = AVCOL_SPC_SMPTE170M;
+    if (f->matrix == KP_VIDEO_MATRIX_BT2020) c->colorspace = AVCOL_SPC_BT2020_NCL;
     c->time_base = (AVRational){f->time_base[0], f->time_base[1]};
     if (f->rate[0] > 0) c->framerate = (AVRational){f->rate[0], f->rate[1]};
     c->thread_count = w->cfg.threads;
