@@ -538,7 +538,7 @@ stage_fp16() {
     && row "fp16 kernels (cuda)" PASS "$(tail -1 "$out/onnx_half.log")" \
     || row "fp16 kernels (cuda)" FAIL "$(grep -m3 FAIL "$out/onnx_half.log" | tr '\n' ' ')"
   KP_MODEL_DEVICE=cuda KPIPE_CLI=build-gpu/src/kpipe timeout 400 python3 -m pytest -q -rs -s \
-      -p no:cacheprovider tests/models/test_models.py -k "fp16 or cuda_matches or new_size or algo_cache" \
+      -p no:cacheprovider tests/models/test_models.py -k "fp16 or cuda_matches or new_size or algo_cache or fused_call" \
       >"$out/onnx_fp16_models.log" 2>&1 \
     && row "models fp16 vs fp32, cuda vs cpu" PASS "$(tail -1 "$out/onnx_fp16_models.log")" \
     || row "models fp16 vs fp32, cuda vs cpu" FAIL "$(grep -E 'FAILED|Error' "$out/onnx_fp16_models.log" | head -5 | tr '\n' ' ')"

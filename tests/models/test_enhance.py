@@ -216,3 +216,34 @@ def test_odd_size_refused(have_model, tmp_path):
     assert r.returncode != 0
     assert "61x45" in r.stderr and "even" in r.stderr, r.stderr
     assert not os.path.exists(tmp_path / "odd.mp4")
+
+
+def test_cpu_and_cuda_agree(have_model, tmp_path):
+    """The same clip through the example's pipeline on cpu (fp32) and on
+    cuda (fp16 on tensor cores): the frames, before any encoder, within a
+    few levels of each other. Runs where there is a cuda device."""
+    if DEVICE != "cuda":
+        pytest.skip("compares the cuda device with cpu (KP_MODEL_DEVICE=cuda)")
+    w, h = 320, 180
+    frames = [draw(h, w, seed) for seed in range(2)]
+    write_y4m(str(tmp_path / "lr.y4m"), [f.reshape(3, h // 2, 2, w // 2, 2).mean(axis=(2, 4))
+                                         for f in frames])
+    encode(str(tmp_path), "lr.y4m", "clip.mp4")
+    pipe = os.path.join(ROOT, "examples", "enhance_model_x2.json")
+    out = {}
+    for dev in ("cpu", "cuda"):
+        with open(tmp_path / ("%s.json" % dev), "w") as f:
+            f.write('{"kpipe_flow": 1, "name": "x2", "stages": ['
+                    '{"name": "decode", "source": "video", "path": "clip.mp4", "format": "nv12"},'
+                    '{"name": "enhance", "pipeline": "%s"},'
+                    '{"name": "write", "sink": "y4m", "path": "%s.y4m"}]}' % (pipe, dev))
+        r = subprocess.run([CLI, "flow", "%s.json" % dev, "--device", dev, "--quiet"],
+                           cwd=str(tmp_path), capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        out[dev] = np.frombuffer(open(tmp_path / ("%s.y4m" % dev), "rb").read(), np.uint8)
+    a, b = out["cpu"].astype(int), out["cuda"].astype(int)
+    assert a.shape == b.shape
+    diff = np.abs(a - b)
+    print("cpu vs cuda: max %d, %.4f%% of bytes differ by more than 1" % (
+        diff.max(), 100.0 * np.mean(diff > 1)))
+    assert diff.max() <= 4 and np.mean(diff > 1) < 0.01

@@ -243,6 +243,37 @@ def test_algo_cache(model_files, tmp_path, precision):
               FP16_TOL if precision == "fp16" else (1e-5, 1e-6))
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_fused_call_refused(model_files, tmp_path, precision):
+    """On cuda with cuDNN: where cuDNN refuses its fused convolution call
+    (bias, residual and ReLU in one), the convolution runs unfused, says so,
+    and gives what the fused call gives. KP_CUDNN_REFUSE_FUSED makes the
+    call answer as a refusing cuDNN does."""
+    if DEVICE != "cuda":
+        pytest.skip("cuDNN's fused call is cuda's")
+    model = str(model_files / "conv_patterns.onnx")
+    ins = random_inputs("conv_patterns", tmp_path)
+    import onnx
+    outs = [o.name for o in onnx.load(model).graph.output]
+    a = {o: str(tmp_path / ("fused_" + o + ".npy")) for o in outs}
+    b = {o: str(tmp_path / ("unfused_" + o + ".npy")) for o in outs}
+    run_kpipe(model, ins, a, ["--precision", precision])
+    cmd = [CLI, "run", model, "--device", DEVICE, "--precision", precision]
+    for name, f in ins.items():
+        cmd += ["--input", "%s=%s" % (name, f)]
+    for name, f in b.items():
+        cmd += ["--output", "%s=%s" % (name, f)]
+    env = dict(os.environ, KP_CUDNN_REFUSE_FUSED="1", KP_LOG_LEVEL="info")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    if "cuDNN" not in r.stderr + r.stdout and "refused" not in r.stderr:
+        pytest.skip("no cuDNN on this machine")
+    assert "fused convolution call refused" in r.stderr, r.stderr
+    for o in outs:
+        close(np.load(b[o]), np.load(a[o]), "conv_patterns.%s unfused" % o,
+              FP16_TOL if precision == "fp16" else (1e-5, 1e-6))
+
+
 def test_fp16_needs_cuda(models, tmp_path):
     """fp16 convolutions are cuda's (cuDNN): a cpu device refuses them by
     name instead of running fp32 quietly."""

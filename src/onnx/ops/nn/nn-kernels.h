@@ -313,6 +313,7 @@ static inline KP__HD void kp__ox_to_half_at(const kp__ox_to_half_params *p, int6
  * staging kernel (kp__ox_to_half_at). */
 typedef struct kp__ox_epilogue16_params {
     const uint16_t *acc, *z16;
+    const uint16_t *bias16; /* an f16 bias (the fused call's, when cuDNN refused it) */
     const float *bias, *slope, *z32;
     uint16_t *y16;
     float *y32;
@@ -325,7 +326,7 @@ typedef struct kp__ox_epilogue16_params {
  * bias and the residual `z` (0 for none), then the activation. */
 static inline KP__HD float kp__ox_epilogue16_value(const kp__ox_epilogue16_params *p, float v,
                                                    int64_t ch, float z) {
-    v += (p->bias ? p->bias[ch] : 0.0f) + z;
+    v += (p->bias ? p->bias[ch] : p->bias16 ? kp__f32_of(p->bias16[ch]) : 0.0f) + z;
     return kp__ox_act_apply(p->act, v, p->act_a, p->act_b, p->slope ? p->slope[ch] : 0.0f);
 }
 

@@ -314,6 +314,9 @@ typedef struct kp__conv_state {
      * f32 input is staged as f16 NHWC (stage_x) and an f32 output's
      * product waits for the epilogue (stage_y); SIZE_MAX when not staged */
     size_t stage_x, stage_y;
+    /* cuDNN's fused call (bias, residual, ReLU) refused its algorithm at
+     * the first run: the epilogue runs as a pass of its own since */
+    bool unfused;
 } kp__conv_state;
 
 void kp__ox_conv_describe(const kp__ox_gnode *n, char *buf, size_t len) {
@@ -324,8 +327,15 @@ void kp__ox_conv_describe(const kp__ox_gnode *n, char *buf, size_t len) {
         return;
     }
 #ifdef KP_HAVE_CUDNN
-    if (s->dnn) kp__ox_dnn_conv_describe(s->dnn, how, sizeof how);
-    else
+    if (s->dnn) {
+        kp__ox_dnn_conv_describe(s->dnn, how, sizeof how);
+        static const char same[] = ", epilogue in the same call";
+        char *e = s->unfused ? strstr(how, same) : NULL;
+        if (e) memmove(e, e + sizeof same - 1, strlen(e + sizeof same - 1) + 1);
+        if (s->unfused)
+            snprintf(how + strlen(how), sizeof how - strlen(how),
+                     "; epilogue in a pass of its own (cuDNN's fused call refused it)");
+    } else
 #endif
     if (s->packed) snprintf(how, sizeof how, "host GEMM, weights packed at setup");
     else snprintf(how, sizeof how, "im2col + GEMM, %lld positions a pass", (long long)s->chunk);
@@ -608,8 +618,20 @@ static kp_status kp__conv_device(const kp__ox_exec *x, const kp__conv *c, int64_
  * then one epilogue pass: bias, residual and activation in fp32, written
  * as f16 NHWC in place or as f32 NCHW for a reader that wants the model's
  * layout. */
+/* cuDNN took the fused call's plan but refused to run it (a status of its
+ * NOT_SUPPORTED family: some algorithms take no bias-activation epilogue
+ * on some layouts). Nothing was enqueued; the convolution runs unfused
+ * from here on, and validate and the reports say so. */
+static void kp__conv_refused(kp__conv_state *s) {
+    if (!s->unfused)
+        kp__log(KP_LOG_INFO, "onnx: cuDNN's fused convolution call refused its algorithm "
+                "(%s); the epilogue runs as a pass of its own", kp_last_error());
+    kp_clear_error();
+    s->unfused = true;
+}
+
 static kp_status kp__conv_run_half(const kp__ox_exec *x, const kp__conv *c,
-                                   const kp__conv_state *s) {
+                                   kp__conv_state *s) {
     uint8_t *ws = x->workspace;
     const void *in = c->x->data;
     if (!c->x->half) {
@@ -620,16 +642,21 @@ static kp_status kp__conv_run_half(const kp__ox_exec *x, const kp__conv *c,
         KP_CHECK(kp__ox_to_half(x, &p));
         in = p.y;
     }
-    if (c->b && c->b->half) /* f16 in and out, bias + residual + ReLU: cuDNN's one call */
-        return kp__ox_dnn_conv_run_fused(x, kp__ox_cuda_dnn(x->cuda), s->dnn, in, c->w->data,
-                                         c->b->data, c->z ? c->z->data : NULL, c->y->data);
+    if (c->b && c->b->half && !s->unfused) { /* f16 in and out, bias + residual + ReLU */
+        kp_status st = kp__ox_dnn_conv_run_fused(x, kp__ox_cuda_dnn(x->cuda), s->dnn, in,
+                                                 c->w->data, c->b->data,
+                                                 c->z ? c->z->data : NULL, c->y->data);
+        if (st != KP_ERR_UNSUPPORTED) return st;
+        kp__conv_refused(s); /* then the product below, the epilogue after */
+    }
     uint16_t *acc = c->y->half ? c->y->data : (uint16_t *)(ws + s->stage_y);
     KP_CHECK(kp__ox_dnn_conv_run(x, kp__ox_cuda_dnn(x->cuda), s->dnn, in, c->w->data, acc));
     if (c->y->half && !c->b && !c->z && c->act == KP__OX_ACT_NONE) return KP_OK;
     bool z16 = c->z && c->z->half;
     kp__ox_epilogue16_params e = {.acc = acc, .z16 = z16 ? c->z->data : NULL,
                                   .z32 = c->z && !z16 ? c->z->data : NULL,
-                                  .bias = c->b ? c->b->data : NULL,
+                                  .bias = c->b && !c->b->half ? c->b->data : NULL,
+                                  .bias16 = c->b && c->b->half ? c->b->data : NULL,
                                   .slope = c->slope ? c->slope->data : NULL,
                                   .y16 = c->y->half ? acc : NULL,
                                   .y32 = c->y->half ? NULL : c->y->data, .n = c->y->numel,
@@ -665,10 +692,13 @@ kp_status kp__ox_conv_run(const kp__ox_exec *x, kp__ox_graph *g, kp__ox_gnode *n
     if (!s) return kp__ox_node_error(n, KP_ERR_INVALID_ARG, "run before prepare");
 #ifdef KP_HAVE_CUDNN
     if (n->half) return kp__conv_run_half(x, &c, s);
-    if (s->dnn && c.act == KP__OX_ACT_RELU && c.b)
-        return kp__ox_dnn_conv_run_fused(x, kp__ox_cuda_dnn(x->cuda), s->dnn, c.x->data,
-                                         c.w->data, c.b->data, c.z ? c.z->data : NULL,
-                                         c.y->data);
+    if (s->dnn && c.act == KP__OX_ACT_RELU && c.b && !s->unfused) {
+        kp_status st = kp__ox_dnn_conv_run_fused(x, kp__ox_cuda_dnn(x->cuda), s->dnn, c.x->data,
+                                                 c.w->data, c.b->data, c.z ? c.z->data : NULL,
+                                                 c.y->data);
+        if (st != KP_ERR_UNSUPPORTED) return st;
+        kp__conv_refused(s);
+    }
     if (s->dnn) {
         KP_CHECK(kp__ox_dnn_conv_run(x, kp__ox_cuda_dnn(x->cuda), s->dnn, c.x->data, c.w->data, c.y->data));
         return kp__conv_bias(x, &c, false);
