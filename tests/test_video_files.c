@@ -114,6 +114,16 @@ static void round_trip(void **state) {
     free(f.data);
 }
 
+/* A reader of `path` with its info, a stream and a device buffer of a
+ * frame's bytes: what reading frame by frame needs. */
+static void reader_open(const char *path, const kp_video_reader_config *c, kp_video_reader_t *r,
+                        kp_video_reader_info *in, kp_stream_t *s, void **buf) {
+    KPT_OK(kp_video_reader_open(g_dev, path, c, r));
+    KPT_OK(kp_video_reader_get_info(*r, in));
+    KPT_OK(kp_stream_create(g_dev, s));
+    KPT_OK(kp_malloc(g_dev, in->frame_bytes, buf));
+}
+
 /* The colour matrix a writer's frames say is written into the stream, and
  * a reader's frames say it back, on either decoder; a stream that says
  * none reads as unknown. */
@@ -130,13 +140,10 @@ static void colour_matrix_tagged(void **state) {
             kp_video_reader_config c = KP_VIDEO_READER_CONFIG_INIT;
             c.decoder = dec ? KP_VIDEO_DECODE_SOFTWARE : KP_VIDEO_DECODE_AUTO;
             kp_video_reader_t r;
-            KPT_OK(kp_video_reader_open(g_dev, path, &c, &r));
             kp_video_reader_info in;
-            KPT_OK(kp_video_reader_get_info(r, &in));
             kp_stream_t s;
             void *buf;
-            KPT_OK(kp_stream_create(g_dev, &s));
-            KPT_OK(kp_malloc(g_dev, in.frame_bytes, &buf));
+            reader_open(path, &c, &r, &in, &s, &buf);
             kp_video_frame vf = {.matrix = -1};
             bool eos = true;
             KPT_OK(kp_video_reader_next(r, s, buf, in.frame_bytes, &vf, &eos));
@@ -259,13 +266,10 @@ static void bad_input(void **state) {
             kp_video_reader_config c = KP_VIDEO_READER_CONFIG_INIT;
             c.max_width = with_max ? 96 : 0;
             c.max_height = with_max ? 64 : 0;
-            KPT_OK(kp_video_reader_open(g_dev, bad, &c, &r));
             kp_video_reader_info in;
-            KPT_OK(kp_video_reader_get_info(r, &in));
             kp_stream_t s;
             void *buf;
-            KPT_OK(kp_stream_create(g_dev, &s));
-            KPT_OK(kp_malloc(g_dev, in.frame_bytes, &buf));
+            reader_open(bad, &c, &r, &in, &s, &buf);
             int got = 0;
             kp_status rs;
             for (;; got++) {

@@ -12,6 +12,16 @@ def example(name):
     return os.path.join(ROOT, "examples", name)
 
 
+def has_cuda():
+    """Whether this machine has a cuda device kpipe opens."""
+    import kpipe
+    try:
+        kpipe.device("cuda")
+        return True
+    except kpipe.Error:
+        return False
+
+
 def same_strides(shape, a, b):
     """Whether strides a and b lay out `shape` alike: those of a dimension
     of one element mean nothing, nor any of an empty tensor (producers and

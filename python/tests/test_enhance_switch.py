@@ -11,21 +11,15 @@ import pytest
 
 import kpipe
 
-from conftest import example
+from conftest import example, has_cuda
 
 SIZES = [(160, 96), (128, 72)]  # the stream: A, B, A
 PER = 3
 
 
-def _cuda():
-    try:
-        kpipe.device("cuda")
-        return True
-    except kpipe.Error:
-        return False
 
 
-DEVICES = ["cpu"] + (["cuda"] if _cuda() else [])
+DEVICES = ["cpu"] + (["cuda"] if has_cuda() else [])
 
 
 def enhanced(path, device, source_extra=None):

@@ -13,6 +13,8 @@ import pytest
 
 import kpipe
 
+from conftest import has_cuda
+
 W, H, N = 160, 96, 60
 
 if not kpipe.lib.kp_video_built():
@@ -187,15 +189,9 @@ def test_threads_take_turns(clip):
     assert not bad
 
 
-def _cuda():
-    try:
-        kpipe.device("cuda")
-        return True
-    except kpipe.Error:
-        return False
 
 
-@pytest.mark.skipif(not _cuda(), reason="no CUDA device")
+@pytest.mark.skipif(not has_cuda(), reason="no CUDA device")
 def test_cuda_reader_equals_cpu(clip):
     """On cuda (NVDEC for H.264): random frames equal the cpu reader's
     sequential decode byte for byte (NV12), and RGB agrees within f32
