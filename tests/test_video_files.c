@@ -40,11 +40,12 @@ static void draw(uint8_t *p, int w, int h, int i) {
         }
 }
 
-/* Writes n drawn frames (pts[i], or i when pts is NULL; time base 1/30). */
-static int32_t g_matrix; /* the colour matrix make_clip's frames say (KP_VIDEO_MATRIX_*) */
+static int32_t g_matrix; /* the colour matrix the clips' frames say (KP_VIDEO_MATRIX_*) */
 
-static void make_clip(const char *path, int w, int h, int n, const int64_t *pts, int crf,
-                      int bframes, const char *encoder) {
+/* Writes n drawn frames (pts[i], or i when pts is NULL; time base 1/30)
+ * with the writer settings given. */
+static void write_clip(const char *path, int w, int h, int n, const int64_t *pts,
+                       const kp_video_writer_config *cfg) {
     size_t bytes = (size_t)w * h * 3 / 2;
     uint8_t *host = malloc(bytes);
     void *dev = NULL;
@@ -52,12 +53,7 @@ static void make_clip(const char *path, int w, int h, int n, const int64_t *pts,
     kp_video_writer_t wr;
     KPT_OK(kp_stream_create(g_dev, &s));
     KPT_OK(kp_malloc(g_dev, bytes, &dev));
-    kp_video_writer_config cfg = KP_VIDEO_WRITER_CONFIG_INIT;
-    cfg.crf = crf;
-    cfg.bframes = bframes;
-    cfg.encoder = encoder;
-    cfg.preset = "veryfast";
-    KPT_OK(kp_video_writer_open(g_dev, path, &cfg, &wr));
+    KPT_OK(kp_video_writer_open(g_dev, path, cfg, &wr));
     for (int i = 0; i < n; i++) {
         draw(host, w, h, i);
         KPT_OK(kp_memcpy_htod(g_dev, dev, host, bytes));
@@ -75,6 +71,16 @@ static void make_clip(const char *path, int w, int h, int n, const int64_t *pts,
     kp_free(g_dev, dev);
     kp_stream_destroy(s);
     free(host);
+}
+
+static void make_clip(const char *path, int w, int h, int n, const int64_t *pts, int crf,
+                      int bframes, const char *encoder) {
+    kp_video_writer_config cfg = KP_VIDEO_WRITER_CONFIG_INIT;
+    cfg.crf = crf;
+    cfg.bframes = bframes;
+    cfg.encoder = encoder;
+    cfg.preset = "veryfast";
+    write_clip(path, w, h, n, pts, &cfg);
 }
 
 typedef kpt_frames frames;
@@ -384,31 +390,13 @@ static void nvdec_bit_exact(void **state) {
 /* Writes n drawn frames with libx264, B-frames and a key frame every
  * `gop` frames, open groups of pictures or closed. */
 static void make_gop_clip(const char *path, int w, int h, int n, int gop, bool open_gop) {
-    size_t bytes = (size_t)w * h * 3 / 2;
-    uint8_t *host = malloc(bytes);
-    void *dev = NULL;
-    kp_stream_t s;
-    kp_video_writer_t wr;
-    KPT_OK(kp_stream_create(g_dev, &s));
-    KPT_OK(kp_malloc(g_dev, bytes, &dev));
     kp_video_writer_config cfg = KP_VIDEO_WRITER_CONFIG_INIT;
     cfg.crf = 28;
     cfg.bframes = 3;
     cfg.gop = gop;
     cfg.open_gop = open_gop;
     cfg.encoder = "libx264";
-    KPT_OK(kp_video_writer_open(g_dev, path, &cfg, &wr));
-    for (int i = 0; i < n; i++) {
-        draw(host, w, h, i);
-        KPT_OK(kp_memcpy_htod(g_dev, dev, host, bytes));
-        kp_video_frame f = {.format = KP_PIXEL_I420, .width = w, .height = h, .pitch = w,
-                            .pts = i, .time_base = {1, 30}, .rate = {30, 1}};
-        KPT_OK(kp_video_writer_write(wr, s, dev, bytes, &f));
-    }
-    KPT_OK(kp_video_writer_close(wr));
-    kp_free(g_dev, dev);
-    kp_stream_destroy(s);
-    free(host);
+    write_clip(path, w, h, n, NULL, &cfg);
 }
 
 /* Random access equals sequential decode, byte for byte (NV12), on 200

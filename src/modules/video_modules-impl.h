@@ -20,6 +20,9 @@ typedef enum kp__video_op {
 } kp__video_op;
 
 /* Fixed after setup. */
+/* width, height, pitch, in_frame and out_frame are each tick's: the
+ * kernels read them from a copy kp__video_sized fills from the dynamic
+ * descriptor, and the ones here stay unset. */
 typedef struct kp__video_static {
     void *output;
     int64_t width, height;

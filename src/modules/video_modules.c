@@ -99,19 +99,16 @@ static kp_status kp__video_setup(void *self, const kp_mem_slice *s) {
     kp__video *m = self;
     kp__video_static *st = s->static_host;
     m->out = s->device;
-    st->output = s->device;
+    /* the size (width, height, pitch, bytes per picture) is each tick's,
+       in the dynamic descriptor (kp__video_sized) */
     *st = m->colour;
     st->output = s->device;
-    st->width = m->width;
-    st->height = m->height;
     st->amount = m->amount;
     m->params.st = s->static_dev;
     m->params.dyn = s->dynamic_dev;
     static const kp_kernel *const kernels[] = {&kp__i420_rgb_kernel, &kp__sharpen_kernel,
                                                &kp__rgb_i420_kernel, &kp__nv12_rgb_kernel,
                                                &kp__rgb_nv12_kernel};
-    st->out_frame = (int64_t)m->out_bytes / m->batch;
-    st->in_frame = m->in_frame;
     int64_t blocks =
         (kp__video_items(m->op, m->width, m->height, m->colour.pitch) * m->batch + 255) / 256;
     if (blocks > 8192) blocks = 8192; /* grid-stride past that */

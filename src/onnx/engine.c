@@ -208,8 +208,9 @@ static kp_status kp__ox_engine_setup(kp__ox_engine *e, const kp__ox_bound *bound
         if (g->algo_dir && kp__ox_cuda_device_key(e->dev, key, sizeof key) == KP_OK) {
             KP_CHECK(kp__ox_algo_cache_create(g->algo_dir, g->model->digest, key, &e->algos));
             kp__ox_algo_cache_load(e->algos);
+        } else {
+            kp_clear_error(); /* no cuDNN: no algorithms to keep */
         }
-        kp_clear_error();
         KP_CHECK(kp__ox_cuda_create(e->dev, g->tf32, g->tune, e->algos, &e->cuda));
     }
 #endif

@@ -47,16 +47,17 @@ def ort_available():
     return None
 
 
-def run_kpipe(model, inputs, outputs, extra=()):
+def run_kpipe(model, inputs, outputs, extra=(), env=None):
     cmd = [CLI, "run", model, "--device", DEVICE] + list(extra)
     for name, files in inputs.items():
         for f in files if isinstance(files, list) else [files]:
             cmd += ["--input", "%s=%s" % (name, f)]
     for name, f in outputs.items():
         cmd += ["--output", "%s=%s" % (name, f)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True,
+                       env=dict(os.environ, **env) if env else None)
     assert r.returncode == 0, "kpipe run failed:\n%s\n%s" % (r.stdout, r.stderr)
-    return r.stdout
+    return r
 
 
 def run_ort(model, inputs, outputs):
@@ -157,6 +158,32 @@ def random_inputs(name, tmp_path):
     return ins
 
 
+def two_runs(model_files, tmp_path, name, ref_args, got_args, label, tol=(1e-3, 1e-4),
+             got_env=None):
+    """Model `name` on the same random inputs run twice, with ref_args and
+    with got_args (its bounds added to both): every output of the second
+    within `tol` of the first's. The second run's process comes back."""
+    model = str(model_files / (name + ".onnx"))
+    bounds = make_models.MODELS[name][2]
+    ins = random_inputs(name, tmp_path)
+    import onnx
+    outs = [o.name for o in onnx.load(model).graph.output]
+    ref = {o: str(tmp_path / ("ref_" + o + ".npy")) for o in outs}
+    got = {o: str(tmp_path / ("got_" + o + ".npy")) for o in outs}
+    run_kpipe(model, ins, ref, list(ref_args) + max_args(bounds))
+    r = run_kpipe(model, ins, got, list(got_args) + max_args(bounds), env=got_env)
+    for o in outs:
+        close(np.load(got[o]), np.load(ref[o]), "%s.%s %s" % (name, o, label), tol)
+    return r
+
+
+def has_cudnn(model):
+    """Whether the cuda device runs this model's convolutions on cuDNN."""
+    r = subprocess.run([CLI, "validate", model, "--device", "cuda"], capture_output=True,
+                       text=True)
+    return r.returncode == 0 and "cuDNN" in r.stdout
+
+
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("mode,fuse", [("graph", "on"), ("stream", "off")])
 def test_fp16_matches_fp32(model_files, tmp_path, name, mode, fuse):
@@ -165,18 +192,8 @@ def test_fp16_matches_fp32(model_files, tmp_path, name, mode, fuse):
     cpu and against PyTorch on cuda), within FP16_TOL, with no NaN or Inf."""
     if DEVICE != "cuda":
         pytest.skip("fp16 runs on cuda")
-    model = str(model_files / (name + ".onnx"))
-    bounds = make_models.MODELS[name][2]
-    ins = random_inputs(name, tmp_path)
-    import onnx
-    outs = [o.name for o in onnx.load(model).graph.output]
-    ref = {o: str(tmp_path / ("fp32_" + o + ".npy")) for o in outs}
-    got = {o: str(tmp_path / ("fp16_" + o + ".npy")) for o in outs}
-    run_kpipe(model, ins, ref, ["--mode", mode, "--fuse", fuse] + max_args(bounds))
-    run_kpipe(model, ins, got, ["--mode", mode, "--fuse", fuse, "--precision", "fp16"]
-              + max_args(bounds))
-    for o in outs:
-        close(np.load(got[o]), np.load(ref[o]), "%s.%s fp16" % (name, o), FP16_TOL)
+    two_runs(model_files, tmp_path, name, ["--mode", mode, "--fuse", fuse],
+             ["--mode", mode, "--fuse", fuse, "--precision", "fp16"], "fp16", FP16_TOL)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -185,17 +202,7 @@ def test_cuda_matches_cpu(model_files, tmp_path, name):
     against the cpu device's (checked against ONNX Runtime where it is)."""
     if DEVICE != "cuda":
         pytest.skip("compares the cuda device with cpu")
-    model = str(model_files / (name + ".onnx"))
-    bounds = make_models.MODELS[name][2]
-    ins = random_inputs(name, tmp_path)
-    import onnx
-    outs = [o.name for o in onnx.load(model).graph.output]
-    ref = {o: str(tmp_path / ("cpu_" + o + ".npy")) for o in outs}
-    got = {o: str(tmp_path / ("cuda_" + o + ".npy")) for o in outs}
-    run_kpipe(model, ins, ref, ["--device", "cpu"] + max_args(bounds))
-    run_kpipe(model, ins, got, max_args(bounds))
-    for o in outs:
-        close(np.load(got[o]), np.load(ref[o]), "%s.%s cuda" % (name, o))
+    two_runs(model_files, tmp_path, name, ["--device", "cpu"], [], "cuda")
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
@@ -231,16 +238,10 @@ def test_algo_cache(model_files, tmp_path, precision):
     assert "(0 convolution shapes found there" in third, third
     fourth, _ = validate()
     assert ", 0 chosen afresh" in fourth, fourth
-    ins = random_inputs("conv_patterns", tmp_path)
-    import onnx
-    outs = [o.name for o in onnx.load(model).graph.output]
-    a = {o: str(tmp_path / ("a_" + o + ".npy")) for o in outs}
-    b = {o: str(tmp_path / ("b_" + o + ".npy")) for o in outs}
-    run_kpipe(model, ins, a, ["--precision", precision, "--algo-cache", "off"])
-    run_kpipe(model, ins, b, ["--precision", precision, "--algo-cache", str(cache)])
-    for o in outs:
-        close(np.load(b[o]), np.load(a[o]), "conv_patterns.%s cached" % o,
-              FP16_TOL if precision == "fp16" else (1e-5, 1e-6))
+    two_runs(model_files, tmp_path, "conv_patterns",
+             ["--precision", precision, "--algo-cache", "off"],
+             ["--precision", precision, "--algo-cache", str(cache)], "cached",
+             FP16_TOL if precision == "fp16" else (1e-5, 1e-6))
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
@@ -251,27 +252,13 @@ def test_fused_call_refused(model_files, tmp_path, precision):
     call answer as a refusing cuDNN does."""
     if DEVICE != "cuda":
         pytest.skip("cuDNN's fused call is cuda's")
-    model = str(model_files / "conv_patterns.onnx")
-    ins = random_inputs("conv_patterns", tmp_path)
-    import onnx
-    outs = [o.name for o in onnx.load(model).graph.output]
-    a = {o: str(tmp_path / ("fused_" + o + ".npy")) for o in outs}
-    b = {o: str(tmp_path / ("unfused_" + o + ".npy")) for o in outs}
-    run_kpipe(model, ins, a, ["--precision", precision])
-    cmd = [CLI, "run", model, "--device", DEVICE, "--precision", precision]
-    for name, f in ins.items():
-        cmd += ["--input", "%s=%s" % (name, f)]
-    for name, f in b.items():
-        cmd += ["--output", "%s=%s" % (name, f)]
-    env = dict(os.environ, KP_CUDNN_REFUSE_FUSED="1", KP_LOG_LEVEL="info")
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
-    if "cuDNN" not in r.stderr + r.stdout and "refused" not in r.stderr:
+    if not has_cudnn(str(model_files / "conv_patterns.onnx")):
         pytest.skip("no cuDNN on this machine")
+    r = two_runs(model_files, tmp_path, "conv_patterns", ["--precision", precision],
+                 ["--precision", precision], "unfused",
+                 FP16_TOL if precision == "fp16" else (1e-5, 1e-6),
+                 got_env={"KP_CUDNN_REFUSE_FUSED": "1", "KP_LOG_LEVEL": "info"})
     assert "fused convolution call refused" in r.stderr, r.stderr
-    for o in outs:
-        close(np.load(b[o]), np.load(a[o]), "conv_patterns.%s unfused" % o,
-              FP16_TOL if precision == "fp16" else (1e-5, 1e-6))
 
 
 def test_fp16_needs_cuda(models, tmp_path):

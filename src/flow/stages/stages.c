@@ -216,8 +216,6 @@ static void kp__pstage_label(const kp__pstage *s, const kp_tensor_desc *d, kp_vi
     v->pitch = pitch;
 }
 
-/* The frame feeds the input; the output is copied back into the frame on
- * the stage's stream, after the pipeline's work. */
 /* A sized input's NV12 frame narrower than its pitch, packed at pitch =
  * width into s->compact: the modules read the width from the shape. */
 static kp_status kp__pstage_compact(kp__pstage *s, const kp_stage_ctx *c, const kp_frame *f) {
@@ -244,6 +242,8 @@ static kp_status kp__pstage_compact(kp__pstage *s, const kp_stage_ctx *c, const 
     return KP_OK;
 }
 
+/* The frame feeds the input; the output is copied back into the frame on
+ * the stage's stream, after the pipeline's work. */
 static kp_status kp__pstage_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     kp__pstage *s = user;
     KP_CHECK(kp__pstage_check(s, f));

@@ -255,6 +255,10 @@ struct kp__ox_dnn_conv {
     cudnnMathType_t math;
     bool tuned;                   /* chosen by measuring ("tune") */
     bool cached;                  /* taken from the algorithm cache */
+    /* KP_CUDNN_REFUSE_FUSED was set when the plan was made: the fused call
+     * answers as cuDNN does when it refuses, so tests reach the unfused
+     * path on any cuDNN (read here, at setup, not per tick) */
+    bool refuse_fused;
     bool half;                    /* fp16 NHWC tensors, fp32 accumulation */
     size_t ws;
 };
@@ -484,6 +488,7 @@ kp_status kp__ox_dnn_conv_plan(void *dnn, const kp__ox_conv_shape *s, kp__ox_alg
     kp__ox_dnn_conv *p = kp__calloc(1, sizeof *p);
     if (!p) return kp__error(KP_ERR_OUT_OF_MEMORY, "cuDNN convolution: no memory");
     p->transposed = s->transposed;
+    p->refuse_fused = getenv("KP_CUDNN_REFUSE_FUSED") != NULL;
     kp_status st = kp__dnn_describe(p, s);
     p->half = s->half;
     char key[KP__OX_ALGO_KEY];
@@ -535,12 +540,8 @@ kp_status kp__ox_dnn_conv_run_fused(const kp__ox_exec *x, void *dnn, const kp__o
     if (p->ws > x->workspace_bytes)
         return kp__error(KP_ERR_INVALID_ARG, "cuDNN convolution: workspace of %zu bytes, %zu needed",
                          x->workspace_bytes, p->ws);
-    /* KP_CUDNN_REFUSE_FUSED=1 makes this call answer as cuDNN does when it
-     * refuses, so the tests reach the unfused path on any cuDNN */
-    static int refuse = -1;
-    if (refuse < 0) refuse = getenv("KP_CUDNN_REFUSE_FUSED") != NULL;
     cudnnStatus_t st =
-        refuse ? CUDNN_STATUS_NOT_SUPPORTED
+        p->refuse_fused ? CUDNN_STATUS_NOT_SUPPORTED
                : kp__dnn.cudnnConvolutionBiasActivationForward(
                      dnn, &one, p->x, in, p->w, w, p->conv, p->fwd, x->workspace, p->ws,
                      z ? &one : &zero, p->y, z ? (const void *)z : (const void *)y, p->bias, bias,
