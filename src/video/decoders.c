@@ -52,6 +52,39 @@ static kp__nv_idle kp__pool[KP__NV_POOL_MAX];
 static int kp__pool_n, kp__pool_limit = KP_VIDEO_POOL_DEFAULT;
 static uint64_t kp__pool_counts[3]; /* made, reused, freed */
 
+/* The driver's answers to cuvidGetDecoderCaps, per device and question.
+ * They describe the hardware, which does not change while the process
+ * runs. */
+#define KP__NV_CAPS_MAX 32
+static struct {
+    CUdevice dev;
+    CUVIDDECODECAPS caps;
+} kp__caps[KP__NV_CAPS_MAX];
+static int kp__caps_n;
+
+CUresult kp__nv_caps(CUdevice cudev, CUVIDDECODECAPS *c) {
+    if (!kp__cuvid->cuvidGetDecoderCaps) return (CUresult)801; /* CUDA_ERROR_NOT_SUPPORTED */
+    pthread_mutex_lock(&kp__pool_mu);
+    for (int i = 0; i < kp__caps_n; i++)
+        if (kp__caps[i].dev == cudev && kp__caps[i].caps.eCodecType == c->eCodecType &&
+            kp__caps[i].caps.eChromaFormat == c->eChromaFormat &&
+            kp__caps[i].caps.nBitDepthMinus8 == c->nBitDepthMinus8) {
+            *c = kp__caps[i].caps;
+            pthread_mutex_unlock(&kp__pool_mu);
+            return CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&kp__pool_mu);
+    CUresult e = kp__cuvid->cuvidGetDecoderCaps(c); /* not under the lock: it takes ms */
+    if (e != CUDA_SUCCESS) return e;
+    pthread_mutex_lock(&kp__pool_mu);
+    if (kp__caps_n < KP__NV_CAPS_MAX) {
+        kp__caps[kp__caps_n].dev = cudev;
+        kp__caps[kp__caps_n++].caps = *c;
+    }
+    pthread_mutex_unlock(&kp__pool_mu);
+    return CUDA_SUCCESS;
+}
+
 void kp__pool_count(int what) {
     pthread_mutex_lock(&kp__pool_mu);
     kp__pool_counts[what]++;

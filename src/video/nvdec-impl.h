@@ -46,5 +46,9 @@ void kp__nv_bucket(const CUVIDDECODECAPS *c, unsigned w, unsigned h, unsigned *b
 /* The engine's limits (c, for `codec`) for a coded size w x h:
  * KP_ERR_UNSUPPORTED names them. */
 kp_status kp__nv_fits(const CUVIDDECODECAPS *c, cudaVideoCodec codec, unsigned w, unsigned h);
+/* The engine's caps for c->eCodecType, c->eChromaFormat and
+ * c->nBitDepthMinus8 on cudev (ctx current), asked of the driver once per
+ * process and kept: the query costs about 8 ms, most of a pooled open. */
+CUresult kp__nv_caps(CUdevice cudev, CUVIDDECODECAPS *c);
 
 #endif

@@ -61,6 +61,7 @@ struct kp__nvdec {
     bool broken;         /* a device error: the decoder is not pooled */
     kp_status cb_status; /* a callback's error, its detail in cb_detail */
     char cb_detail[400];
+    uint64_t t_caps, t_parser; /* the open's phases, ns (logged at debug) */
 };
 
 #define KP__CU(call, what)                                           \
@@ -375,10 +376,10 @@ static kp_status kp__nv_setup(struct kp__nvdec *nv) {
     memset(&nv->caps, 0, sizeof nv->caps);
     nv->caps.eCodecType = nv->codec;
     nv->caps.eChromaFormat = cudaVideoChromaFormat_420;
-    e = kp__cuvid->cuvidGetDecoderCaps ? kp__cuvid->cuvidGetDecoderCaps(&nv->caps)
-                                       : (CUresult)801 /* CUDA_ERROR_NOT_SUPPORTED */;
+    e = kp__nv_caps(nv->cudev, &nv->caps);
     kp__cu->cuCtxPopCurrent(&dummy);
     if (e != CUDA_SUCCESS) return kp__cu_error(e, "cuvidGetDecoderCaps");
+    nv->t_caps = kp__mono_ns();
     KP_CHECK(kp__nv_fits(&nv->caps, nv->codec, (unsigned)r->info.width, (unsigned)r->info.height));
 
     const AVBitStreamFilter *f = av_bsf_get_by_name(
@@ -393,7 +394,9 @@ static kp_status kp__nv_setup(struct kp__nvdec *nv) {
     if (ae < 0) return kp__av_error(ae, KP_ERR_PARSE, "%s: the bitstream filter", r->path);
     if (!(nv->fpkt = av_packet_alloc())) return kp__error(KP_ERR_OUT_OF_MEMORY, "NVDEC: no memory");
     KP_CHECK(kp__param_sets(r->st->codecpar, &nv->seq, &nv->seq_len));
-    return kp__nv_parser_seeded(nv);
+    kp_status st = kp__nv_parser_seeded(nv);
+    nv->t_parser = kp__mono_ns();
+    return st;
 }
 
 static kp_status kp__nv_feed(struct kp__nvdec *nv);
@@ -402,6 +405,7 @@ static kp_status kp__nv_feed(struct kp__nvdec *nv);
  * with the reason in the detail). */
 static kp_status kp__nvdec_open(kp_video_reader_t r, void **ctx) {
     KP_CHECK(kp__nv_driver());
+    const uint64_t t0 = kp__mono_ns();
     struct kp__nvdec *nv = kp__calloc(1, sizeof *nv);
     if (!nv) return kp__error(KP_ERR_OUT_OF_MEMORY, "NVDEC: no memory");
     nv->r = r;
@@ -429,6 +433,14 @@ static kp_status kp__nvdec_open(kp_video_reader_t r, void **ctx) {
             kp_clear_error();
             break;
         }
+    }
+    if (KP_LOG_ENABLED(KP_LOG_DEBUG)) {
+        const uint64_t t1 = kp__mono_ns();
+        kp__log(KP_LOG_DEBUG,
+                "%s: NVDEC session in %.2f ms: context and caps %.2f, filter and parser %.2f, "
+                "decoder to the first sequence header %.2f",
+                r->path, (double)(t1 - t0) / 1e6, (double)(nv->t_caps - t0) / 1e6,
+                (double)(nv->t_parser - nv->t_caps) / 1e6, (double)(t1 - nv->t_parser) / 1e6);
     }
     return KP_OK;
 }

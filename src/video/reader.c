@@ -161,6 +161,7 @@ kp_status kp__video_reader_make(kp_device_t dev, const char *path,
     r->fmt->interrupt_callback.callback = kp__reader_interrupt;
     r->fmt->interrupt_callback.opaque = r;
     kp__reader_arm(r);
+    const uint64_t t0 = kp__mono_ns();
     int e = avformat_open_input(&r->fmt, path, NULL, &opts); /* frees fmt on failure */
     kp_status left = kp__av_options_left(&opts, path);
     if (e >= 0 && left != KP_OK)
@@ -188,6 +189,10 @@ kp_status kp__video_reader_make(kp_device_t dev, const char *path,
     }
     if (st == KP_OK && !(r->pkt = av_packet_alloc()))
         st = kp__error(KP_ERR_OUT_OF_MEMORY, "video reader: no memory");
+    if (st == KP_OK && KP_LOG_ENABLED(KP_LOG_DEBUG))
+        kp__log(KP_LOG_DEBUG, "%s: container in %.2f ms (%s)", path,
+                (double)(kp__mono_ns() - t0) / 1e6,
+                kp__header_complete(r->fmt) ? "header complete, not probed" : "probed");
     if (st == KP_OK && r->cfg.parallel <= 1) st = kp__reader_pick(r); /* else parallel.c's */
     if (st != KP_OK) {
         kp__video_reader_free(r);
