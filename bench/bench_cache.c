@@ -620,6 +620,38 @@ static void rotating(kp_device_t dev, int64_t n, int sets) {
            "the launch by hand: %.0f), kpipe's own %.0f\n",
            ph_cfg * 1e3 / ph_n, ph_exec * 1e3 / ph_n, ph_hand * 1e3 / ph_n,
            (ph_cfg + ph_exec - ph_hand) * 1e3 / ph_n);
+    /* The device's time per tick: 512 ticks launched back to back between
+     * two events, so that the GPU, not the host, sets the pace (the host
+     * enqueues a tick in a few us, faster than the GPU runs it at 16 K).
+     * What a tick with its wait costs beyond this is the host's launch and
+     * the wake-up after the work. */
+    double dev_us[5] = {0};
+    {
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        const int burst = 512;
+        for (int v = 0; v < NV; v++) {
+            if (v == 1 || v == 2) continue; /* copy and stream: not what the split is for */
+            cudaStream_t cs = v == 0 ? (cudaStream_t)kp_stream_native(q[0].s) : f.s;
+            for (int rep = 0; rep < 2; rep++) { /* the first warms up */
+                CK(cudaEventRecord(e0, cs));
+                for (int t = 0; t < burst; t++) {
+                    if (v == 0)
+                        pl_tick(&q[0], a[t % sets], b[t % sets], n, false);
+                    else
+                        CK(cudaGraphLaunch(v == 3 ? f.two[t % sets] : f.ge[t % sets], f.s));
+                }
+                CK(cudaEventRecord(e1, cs));
+                CK(cudaEventSynchronize(e1));
+            }
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            dev_us[v] = ms * 1e3 / burst;
+        }
+        CK(cudaEventDestroy(e0));
+        CK(cudaEventDestroy(e1));
+    }
     size_t bad = 0;
     for (int v = 0; v < 3; v++) bad += wrong(q[v].out.data, ha, hb, n);
     bad += wrong(fout, ha, hb, n) + wrong(hout, ha, hb, n);
@@ -636,6 +668,16 @@ static void rotating(kp_device_t dev, int64_t n, int sets) {
                                         st[v].p99, "vs_floor", st[v].p50 / st[4].p50, "vs_stream",
                                         st[v].p50 / st[2].p50));
     }
+    printf("  device us per tick, back to back: kpipe rebind %.2f, hand 2-kernel graph %.2f, "
+           "floor %.2f; with the wait, beyond the device: %.2f, %.2f, %.2f\n",
+           dev_us[0], dev_us[3], dev_us[4], st[0].p50 - dev_us[0], st[3].p50 - dev_us[3],
+           st[4].p50 - dev_us[4]);
+    json_array_append_new(json_object_get(g_json, "rotating"),
+                          json_pack("{s:s,s:I,s:i,s:f,s:f,s:f,s:f,s:f}", "variant", "split", "n",
+                                    (json_int_t)n, "sets", sets, "device_rebind_us", dev_us[0],
+                                    "device_hand_us", dev_us[3], "device_floor_us", dev_us[4],
+                                    "host_configure_us", ph_cfg / ph_n, "host_execute_us",
+                                    ph_exec / ph_n));
     kp_graph_stats gs;
     KK(kp_graph_cache_stats(kp_pipeline_graph_cache(q[0].p), &gs));
     printf("  rebind's cache: %zu graphs, %llu hits, %llu misses\n", gs.graphs,
