@@ -64,6 +64,14 @@ def _flatten(res):
                 "tensors, not a %s" % type(res).__name__)
 
 
+def _contiguous(desc):
+    """desc's strides for its shape, row-major."""
+    acc = 1
+    for i in range(desc.ndim - 1, -1, -1):
+        desc.strides[i] = acc
+        acc *= desc.shape[i]
+
+
 def _view(ptr, dtype, shape, strides, dev, owner):
     """A torch tensor over kpipe memory (kept alive by the tensor)."""
     return torch.from_dlpack(Array(ptr, dtype, shape, strides, dev, None, owner))
@@ -72,7 +80,8 @@ def _view(ptr, dtype, shape, strides, dev, owner):
 class _Entry:
     """One exact call signature: its prepared call and what the outputs are."""
     __slots__ = ("call", "ref", "ins", "outs", "masks", "lits", "lit_values", "views", "ptrs",
-                 "tuple_out", "n_in", "n_out", "positions", "n_args")
+                 "tuple_out", "n_in", "n_out", "positions", "n_args", "in_dyn", "follows",
+                 "padded_numel", "in_ports", "out_ports")
 
 
 class Graphed(Bound):
@@ -105,7 +114,9 @@ class Graphed(Bound):
         self._warmup = warmup
         self._auto_prepare = prepare and policy != "fallback"
         self._entries = {}   # exact signature -> prepared call
-        self._meta = {}      # padded signature -> what fn gives (fake tensors, once)
+        self._meta = {}      # structure -> what fn gives (a probe on zeros, once)
+        self._by_padded = {}  # padded signature -> its first entry (_sibling copies it)
+        self._flat = {}      # (buffer, dtype) -> a flat view of an output buffer
         self._sizes = tuple(self._cfg.capture_sizes[i] for i in range(self._cfg.n_capture_sizes))
         self._streams = {}   # raw stream handle -> kpipe stream pointer
         self._by_uid = []    # entries by call.user - 1
@@ -141,59 +152,82 @@ class Graphed(Bound):
             raise Error("KP_ERR_INVALID_ARG", "a %s argument is neither a tensor nor hashable: "
                         "it cannot be part of the key" % type(v).__name__) from None
 
-    def _padded(self, args):
-        """The arguments' shapes with the dynamic dimensions padded, as the
-        cache pads them (the smallest capture size that holds a dimension,
-        else the dimension itself)."""
-        sizes = self._sizes
+    def _signature(self, args, dim):
+        """The key with each dynamic dimension's size n replaced by dim(n)."""
         out = []
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
                 shape = list(a.shape)
                 for d in self._dynamic.get(i, ()):
                     if 0 <= d < len(shape):
-                        shape[d] = next((c for c in sizes if c >= shape[d]), shape[d])
+                        shape[d] = dim(shape[d])
                 out.append((a.dtype, tuple(shape)))
             else:
                 out.append((type(a), a))
         return tuple(out)
 
-    def _out_meta(self, args, padded):
-        """What fn gives at the padded shapes: per output its dtype, padded
-        shape, and for each dimension that follows a dynamic input one, that
-        input's (tensor index, dimension). PyTorch's fake tensors run fn (no
-        device work), once at the padded shapes and once with dynamic input
-        dimension j grown by j + 1: an output dimension grown by j + 1 follows
-        it. Once per padded key."""
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        dyn = [(i, d) for i, a in enumerate(args) if isinstance(a, torch.Tensor)
-               for d in self._dynamic.get(i, ())]
+    def _padded(self, args):
+        """The arguments' shapes with the dynamic dimensions padded, as the
+        cache pads them (the smallest capture size that holds a dimension,
+        else the dimension itself)."""
+        sizes = self._sizes
+        return self._signature(args, lambda n: next((c for c in sizes if c >= n), n))
 
-        def run(grow):
-            with FakeTensorMode(allow_non_fake_inputs=True):
-                fake = []
-                for i, a in enumerate(args):
-                    if isinstance(a, torch.Tensor):
-                        shape = list(padded[i][1])
-                        for j, (di, d) in enumerate(dyn):
-                            if grow and di == i:
-                                shape[d] += j + 1
-                        fake.append(torch.empty(shape, dtype=a.dtype, device=a.device))
-                    else:
-                        fake.append(a)
-                with torch.no_grad():
-                    res, tup = _flatten(self.fn(*fake))
-                return [(r.dtype, tuple(r.shape)) for r in res], tup
+    def _structure(self, args):
+        """The key without the dynamic dimensions' sizes: calls that differ
+        only there share one probe of fn's outputs."""
+        return self._signature(args, lambda n: None)
+
+    def _out_meta(self, args, padded):
+        """What fn gives: per output its dtype, shape, and for each dimension
+        that follows a dynamic input one, that input's (tensor index,
+        dimension). fn runs eagerly on zeros (valid indices as well as
+        values), once with every dynamic dimension at the smallest capture
+        size (the key's own where there are none) and once with dynamic
+        dimension j grown by j + 1: an output dimension grown by j + 1
+        follows it, the others are fixed. Once per structure (_structure),
+        at small sizes: these runs are also the warm-up before the first
+        capture (lazy initialization outside it), and they hold little
+        memory. A capture checks that its outputs have the shapes derived
+        from the probe."""
+        dyn = [(i, d) for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+               for d in self._dynamic.get(i, ()) if 0 <= d < a.dim()]
+        low = min(self._sizes) if self._sizes else None
+        probe = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                shape = list(padded[i][1])
+                for di, d in dyn:
+                    if di == i and low is not None:
+                        shape[d] = low
+                probe.append(shape)
+            else:
+                probe.append(None)
+
+        def run(grow, times):
+            ex = []
+            for i, a in enumerate(args):
+                if isinstance(a, torch.Tensor):
+                    shape = list(probe[i])
+                    for j, (di, d) in enumerate(dyn):
+                        if grow and di == i:
+                            shape[d] += j + 1
+                    ex.append(torch.zeros(shape, dtype=a.dtype, device=a.device))
+                else:
+                    ex.append(a)
+            with torch.no_grad():
+                for _ in range(times):
+                    res, tup = _flatten(self.fn(*ex))
+            return [(r.dtype, tuple(r.shape)) for r in res], tup
         try:
-            base, tup = run(False)
-            grown, _ = run(True) if dyn else (base, tup)
+            base, tup = run(False, max(1, self._warmup))
+            grown, _ = run(True, 1) if dyn else (base, tup)
         except Error:
             raise
         except Exception as e:
-            raise Error("KP_ERR_INVALID_ARG", "%s on fake tensors of shapes %s: %s: %s" % (
+            raise Error("KP_ERR_INVALID_ARG", "%s on zero tensors of shapes %s: %s: %s" % (
                 getattr(self.fn, "__name__", type(self.fn).__name__),
-                [p[1] for p in padded if isinstance(p[0], torch.dtype)], type(e).__name__,
-                e)) from e
+                [tuple(p) for p in probe if p is not None], type(e).__name__, e)) from e
         tensor_index = {i: k for k, i in enumerate(i for i, a in enumerate(args)
                                                    if isinstance(a, torch.Tensor))}
         meta = []
@@ -202,7 +236,7 @@ class Graphed(Bound):
             for d in range(min(len(shape), len(g))):
                 if shape[d] != g[d]:
                     step = g[d] - shape[d]
-                    if not 1 <= step <= len(dyn) or shape[d] != padded[dyn[step - 1][0]][1][
+                    if not 1 <= step <= len(dyn) or shape[d] != probe[dyn[step - 1][0]][
                             dyn[step - 1][1]]:
                         raise Error("KP_ERR_UNSUPPORTED", "output %d dimension %d changes with "
                                     "the dynamic inputs but not one to one: pass exact keys "
@@ -214,9 +248,10 @@ class Graphed(Bound):
 
     def _entry(self, args, tensors):
         padded = self._padded(args)
-        got = self._meta.get(padded)
+        form = self._structure(args)
+        got = self._meta.get(form)
         if got is None:
-            got = self._meta[padded] = self._out_meta(args, padded)
+            got = self._meta[form] = self._out_meta(args, padded)
         outs, tuple_out = got
         e = _Entry()
         e.tuple_out = tuple_out
@@ -239,31 +274,72 @@ class Graphed(Bound):
                     raise Error("KP_ERR_INVALID_ARG", "dynamic: dimension %d of argument %d, "
                                 "which has %d" % (d, i, a.dim()))
                 e.masks[k] |= 1 << d
+        e.in_dyn = tuple((k, tuple(self._dynamic[i])) for k, i in enumerate(e.positions)
+                         if self._dynamic.get(i))
+        e.follows, e.padded_numel = [], []
         for j, (dt, shape, follows) in enumerate(outs):
             if dt not in _DTYPES:
                 raise Error("KP_ERR_UNSUPPORTED", "output %d is %s" % (j, dt))
-            exact = list(shape)
+            exact, full = list(shape), list(shape)
             for d, (k, di) in follows.items():
                 exact[d] = tensors[k].shape[di]
+                full[d] = padded[e.positions[k]][1][di]
                 e.masks[e.n_in + j] |= 1 << d
+                e.follows.append((j, d, k, di))
             fill_desc(e.outs[j].desc, _DTYPES[dt], exact)
+            n = 1
+            for v in full:
+                n *= v
+            e.padded_numel.append(n)
         e.lit_values = [a for a in args if not isinstance(a, torch.Tensor)]
         lit_ids = [self._literal(v) for v in e.lit_values]
         e.lits = (c_int64 * max(1, len(lit_ids)))(*lit_ids)
+        e.n_args = len(args)
+        self._by_padded.setdefault(padded, e)
+        return self._bind_call(e)
+
+    def _sibling(self, t, tensors):
+        """A new exact signature whose padded key has an entry (t) already:
+        t's call with the dynamic dimensions set to these tensors' (a call
+        of a new length, as on a growing trace, costs a copy of t's
+        descriptors, not a new probe and validation)."""
+        e = _Entry()
+        for f in ("tuple_out", "n_in", "n_out", "masks", "positions", "lit_values", "lits",
+                  "n_args", "in_dyn", "follows", "padded_numel"):
+            setattr(e, f, getattr(t, f))
+        e.ins = type(t.ins).from_buffer_copy(t.ins)
+        e.outs = type(t.outs).from_buffer_copy(t.outs)
+        touched = set()
+        for k, dims in e.in_dyn:
+            desc, shape = e.ins[k].desc, tensors[k].shape
+            for d in dims:
+                desc.shape[d] = shape[d]
+            _contiguous(desc)
+        for j, d, k, di in e.follows:
+            e.outs[j].desc.shape[d] = tensors[k].shape[di]
+            touched.add(j)
+        for j in touched:
+            _contiguous(e.outs[j].desc)
+        return self._bind_call(e)
+
+    def _bind_call(self, e):
         c = e.call = GraphCall()
         c.struct_size = ctypes.sizeof(GraphCall)
         c.id = 1
         c.enqueue, c.build = self._enqueue_c, self._build_c
-        e.n_args = len(args)
         self._by_uid.append(e)
         c.user = len(self._by_uid)  # the callbacks find the entry by it
         c.inputs, c.n_inputs = e.ins, e.n_in
         c.outputs, c.n_outputs = e.outs, e.n_out
         c.dynamic = e.masks
-        c.literals, c.n_literals = e.lits, len(lit_ids)
+        c.literals, c.n_literals = e.lits, len(e.lit_values)
         e.ref = byref(c)
         e.views = [None] * e.n_out
         e.ptrs = [0] * e.n_out
+        # the ports' ctypes views, made once: indexing a ctypes array makes
+        # a new object each time, on the path of every hit
+        e.in_ports = tuple(zip(e.positions, (e.ins[k] for k in range(e.n_in))))
+        e.out_ports = tuple(e.outs[j] for j in range(e.n_out))
         return e
 
     # --- a miss: PyTorch captures, kpipe keeps the graph -------------------------------
@@ -304,8 +380,10 @@ class Graphed(Bound):
             cur = torch.cuda.current_stream()
             self._side.wait_stream(cur)
             with torch.cuda.stream(self._side):
-                for _ in range(self._warmup if not self._graphs else 0):
-                    self._run_into(fargs, outs)  # lazy initialization outside capture
+                # no eager warm-up here: the probe (_out_meta) ran fn at a
+                # small size already, and a warm-up at this size, the
+                # largest when prepared, would leave its activations cached
+                # in PyTorch's default pool beside the graphs' own
                 try:
                     cg = torch.cuda.CUDAGraph(keep_graph=True)
                 except TypeError:
@@ -370,14 +448,15 @@ class Graphed(Bound):
                 if not tensors:
                     raise Error("KP_ERR_INVALID_ARG", "a graphed call takes one tensor at least")
                 self._setup(tensors[0])
-            e = self._entries[key] = self._entry(args, tensors)
-        ins = e.ins
-        for k, i in enumerate(e.positions):
+            t = self._by_padded.get(self._padded(args)) if self._sizes else None
+            e = self._entries[key] = (self._sibling(t, tensors) if t is not None
+                                      else self._entry(args, tensors))
+        for i, port in e.in_ports:
             t = args[i]
             if not t.is_contiguous():
                 raise Error("KP_ERR_UNSUPPORTED", "argument %d is not contiguous (strides %s): "
                             "pass .contiguous()" % (i, t.stride()))
-            ins[k].data = t.data_ptr()
+            port.data = t.data_ptr()
         raw = _raw_stream(self._index)
         s = self._streams.get(raw)
         if s is None:
@@ -386,15 +465,27 @@ class Graphed(Bound):
         if st != 0:
             exc, self._exc = self._exc, None
             raise_failed(st, exc)
-        outs, views, ptrs = e.outs, e.views, e.ptrs
-        for j in range(e.n_out):
-            p = outs[j].data
+        views, ptrs = e.views, e.ptrs
+        for j, port in enumerate(e.out_ports):
+            p = port.data
             if p != ptrs[j]:  # a new view only where the buffer moved
-                d = outs[j].desc
-                views[j] = _view(p, DTYPE_NAMES[d.dtype], [d.shape[k] for k in range(d.ndim)],
-                                 [d.strides[k] for k in range(d.ndim)], self._dev, self._cache)
+                views[j] = self._out_view(p, port.desc, e.padded_numel[j])
                 ptrs[j] = p
         return tuple(views) if e.tuple_out else views[0]
+
+    def _out_view(self, p, d, numel):
+        """A torch view of an output buffer at p as its descriptor d says:
+        as_strided over one flat view of the buffer, made once per buffer
+        (DLPack import is the slow part of a first call), which covers the
+        output at its padded shape, all the graph writes."""
+        shape, strides = d.shape[:d.ndim], d.strides[:d.ndim]
+        extent = 1 + sum((n - 1) * st for n, st in zip(shape, strides)) if all(shape) else 0
+        flat = self._flat.get((p, d.dtype))
+        if flat is None or flat.numel() < max(numel, extent):
+            flat = _view(p, DTYPE_NAMES[d.dtype], [max(numel, extent, 1)], [1], self._dev,
+                         self._cache)
+            self._flat[(p, d.dtype)] = flat
+        return flat.as_strided(shape, strides)
 
     def prepare(self, *args, **kwargs):
         """Captures every capture size ahead, from example arguments (their
@@ -477,7 +568,9 @@ def graphed(fn, dynamic=None, policy="capture", capture_sizes=(), max_graphs=64,
     is kept exact); policy: "capture" (a miss captures), "fallback" (a miss
     runs fn eagerly) or "strict" (a miss is an error, KP_ERR_NOT_FOUND);
     max_graphs, max_bytes: LRU bounds on graphs kept and on the bytes of
-    the cache's buffers and graphs. Non-tensor arguments are literals: each
+    the cache's buffers and graphs. warmup: eager runs of fn before its
+    first capture, on zeros at the smallest capture size (they also tell
+    the output shapes). Non-tensor arguments are literals: each
     distinct value (compared in full) is its own key. prepare: the first
     call captures every capture size, largest first (Graphed.prepare), so
     the static buffers grow once and later calls inside the sizes are hits.

@@ -148,6 +148,26 @@ def test_graphed_blocks_with_changing_lengths(block, dtype, tol):
     assert st["invalidations"] == 4 and st["graphs"] <= 5, st
 
 
+def test_graphed_every_length_growing_and_back():
+    """A new length inside a padded size is a copy of that size's call, its
+    outputs views of the static buffers: every length, up and down and past
+    the largest size (the buffers grow and move), every element checked."""
+    def f(x):
+        return x * 2 + 1, x[:, :, :3] - 1
+    run = kt.graphed(f, dynamic={"x": [1]}, capture_sizes=[8, 16])
+    lengths = list(range(1, 21)) + list(range(20, 0, -3)) + [16, 8, 1]
+    outs = []
+    for s in lengths:
+        x = torch.randn(2, s, 5, device="cuda")
+        a, b = run(x)
+        assert a.shape == (2, s, 5) and b.shape == (2, s, 3)
+        assert torch.equal(a, x * 2 + 1) and torch.equal(b, x[:, :, :3] - 1), s
+        outs.append(a)
+    # outputs are views the next call rewrites: the last one is current
+    assert outs[-1].data_ptr() == run(torch.zeros(2, 1, 5, device="cuda"))[0].data_ptr()
+    assert run.stats()["fallbacks"] == 0
+
+
 def test_graphed_policies_literals_and_bounds():
     m = MLP(64).cuda().eval()
 
