@@ -569,8 +569,10 @@ def graphed(fn, dynamic=None, policy="capture", capture_sizes=(), max_graphs=64,
     runs fn eagerly) or "strict" (a miss is an error, KP_ERR_NOT_FOUND);
     max_graphs, max_bytes: LRU bounds on graphs kept and on the bytes of
     the cache's buffers and graphs. warmup: eager runs of fn before its
-    first capture, on zeros at the smallest capture size (they also tell
-    the output shapes). Non-tensor arguments are literals: each
+    first capture (one at least: they also tell the output shapes), on
+    zeros at the smallest capture size, so fn must accept zeros there (a
+    function with state, as a module in training mode, sees them).
+    Non-tensor arguments are literals: each
     distinct value (compared in full) is its own key. prepare: the first
     call captures every capture size, largest first (Graphed.prepare), so
     the static buffers grow once and later calls inside the sizes are hits.
