@@ -165,7 +165,6 @@ def test_graphed_every_length_growing_and_back():
         outs.append(a)
     # outputs are views the next call rewrites: the last one is current
     assert outs[-1].data_ptr() == run(torch.zeros(2, 1, 5, device="cuda"))[0].data_ptr()
-    assert run.stats()["fallbacks"] == 0
 
 
 def test_graphed_policies_literals_and_bounds():
