@@ -417,6 +417,35 @@ static void stream_and_event_calls(void **state) {
     assert_false(kp_stream_is_capturing(NULL));
     kp_event_destroy(ev);
     kp_stream_destroy(s);
+
+    /* sharing with another process: arguments; cpu cannot share */
+    kp_ipc_handle h;
+    void *p = NULL, *mem = NULL;
+    KPT_FAILS(kp_ipc_export(NULL, &b, &h), BAD);
+    KPT_FAILS(kp_ipc_export(g_dev, NULL, &h), BAD);
+    KPT_FAILS(kp_ipc_export(g_dev, &b, NULL), BAD);
+    KPT_FAILS(kp_ipc_open(NULL, &h, &p), BAD);
+    KPT_FAILS(kp_ipc_open(g_dev, NULL, &p), BAD);
+    KPT_FAILS(kp_ipc_open(g_dev, &h, NULL), BAD);
+    KPT_FAILS(kp_event_create_ipc(NULL, &ev, &h), BAD);
+    KPT_FAILS(kp_event_create_ipc(g_dev, &ev, NULL), BAD);
+    KPT_FAILS(kp_event_create_ipc(g_dev, NULL, &h), BAD);
+    KPT_FAILS(kp_event_open_ipc(NULL, &h, &ev), BAD);
+    KPT_FAILS(kp_event_open_ipc(g_dev, NULL, &ev), BAD);
+    KPT_FAILS(kp_event_open_ipc(g_dev, &h, NULL), BAD);
+    kp_ipc_close(NULL, NULL);
+    KPT_OK(kp_malloc(g_dev, 256, &mem));
+    if (strcmp(kp_device_backend(g_dev), "cpu") == 0) {
+        KPT_FAILS(kp_ipc_export(g_dev, mem, &h), KP_ERR_UNSUPPORTED);
+        assert_non_null(strstr(kp_last_error(), "cannot share memory or events"));
+        KPT_FAILS(kp_event_create_ipc(g_dev, &ev, &h), KP_ERR_UNSUPPORTED);
+        assert_null(ev);
+    } else {
+        KPT_OK(kp_ipc_export(g_dev, mem, &h)); /* opened in another process: test_remote */
+        KPT_OK(kp_event_create_ipc(g_dev, &ev, &h));
+        kp_event_destroy(ev);
+    }
+    kp_free(g_dev, mem);
 }
 
 static void graph_calls(void **state) {

@@ -341,6 +341,31 @@ kp_status kp_stream_wait_event(kp_stream_t s, kp_event_t ev);
 /* Milliseconds between two completed events. */
 kp_status kp_event_elapsed_ms(kp_event_t start, kp_event_t end, float *ms);
 
+/* --- sharing with another process on this host ----------------------------------
+ * Device memory and events another process of the same host may use (cuda:
+ * CUDA IPC); KP_ERR_UNSUPPORTED on a backend without it (cpu). A handle is
+ * plain bytes, to be sent to the other process by any means; it is not
+ * valid in the process that made it. The exporting process keeps the
+ * memory and the event alive while the other uses them. */
+#define KP_IPC_HANDLE_BYTES 64
+typedef struct kp_ipc_handle {
+    unsigned char bytes[KP_IPC_HANDLE_BYTES];
+} kp_ipc_handle;
+/* The handle of `ptr`, the start of a kp_malloc of `dev`. */
+kp_status kp_ipc_export(kp_device_t dev, void *ptr, kp_ipc_handle *out);
+/* Another process's exported memory, mapped for `dev` (which may be
+ * another device than the exporter's, where the two can reach each other's
+ * memory: kp_device_peer_access); kp_ipc_close unmaps it. */
+kp_status kp_ipc_open(kp_device_t dev, const kp_ipc_handle *h, void **out);
+void kp_ipc_close(kp_device_t dev, void *ptr);
+/* An untimed event another process may wait for (kp_event_open_ipc): each
+ * kp_event_record here is seen there. */
+kp_status kp_event_create_ipc(kp_device_t dev, kp_event_t *out, kp_ipc_handle *handle);
+/* Another process's event (kp_event_create_ipc) as an event of `dev`, to
+ * wait for (kp_stream_wait_event, kp_event_query, kp_event_sync); destroy
+ * it with kp_event_destroy. */
+kp_status kp_event_open_ipc(kp_device_t dev, const kp_ipc_handle *h, kp_event_t *out);
+
 /* --- graphs ------------------------------------------------------------------------ */
 kp_status kp_graph_create(kp_device_t dev, kp_graph_t *out);
 void kp_graph_destroy(kp_graph_t g);

@@ -106,6 +106,14 @@ struct kp_device_i {
      * the same backend) directly, turning that on with `enable`; NULL: the
      * backend's devices share one memory (cpu). */
     kp_status (*peer_access)(void *ctx, void *peer_ctx, bool enable, bool *can);
+    /* Optional: sharing with another process (kp_ipc_export and the
+     * rest, arguments checked; handles of KP_IPC_HANDLE_BYTES). NULL: the
+     * backend cannot (KP_ERR_UNSUPPORTED). */
+    kp_status (*ipc_export)(void *ctx, void *ptr, void *handle);
+    kp_status (*ipc_open)(void *ctx, const void *handle, void **out);
+    void (*ipc_close)(void *ctx, void *ptr);
+    kp_status (*ipc_event_create)(void *ctx, void **out, void *handle);
+    kp_status (*ipc_event_open)(void *ctx, const void *handle, void **out);
     /* Optional: makes the device the calling thread's current one. */
     kp_status (*bind_thread)(void *ctx);
     /* Optional: compiles and loads a kernel at run time (kp_rtc_compile). */

@@ -439,6 +439,65 @@ kp_status kp_event_elapsed_ms(kp_event_t a, kp_event_t b, float *ms) {
     return KP__CALL(a, event_elapsed, a->h.impl, b->h.impl, ms);
 }
 
+/* --- sharing with another process ----------------------------------------------- */
+/* The backend's slot, or why there is none. */
+#define KP__IPC_SLOT(dev, slot)                                                              \
+    do {                                                                                     \
+        if (!(dev)->iface->slot)                                                             \
+            return kp__error(KP_ERR_UNSUPPORTED,                                             \
+                             "%s: %s cannot share memory or events with another process", \
+                             __func__, (dev)->name);                                         \
+    } while (0)
+
+kp_status kp_ipc_export(kp_device_t dev, void *ptr, kp_ipc_handle *out) {
+    KP_API_ENTRY();
+    KP__HANDLE(dev, "device");
+    KP__HANDLE(ptr, "ptr");
+    KP__HANDLE(out, "out");
+    memset(out, 0, sizeof *out);
+    KP__IPC_SLOT(dev, ipc_export);
+    return dev->iface->ipc_export(dev->ctx, ptr, out->bytes);
+}
+
+kp_status kp_ipc_open(kp_device_t dev, const kp_ipc_handle *h, void **out) {
+    KP_API_ENTRY();
+    KP__HANDLE(dev, "device");
+    KP__HANDLE(h, "handle");
+    KP__HANDLE(out, "out");
+    *out = NULL;
+    KP__IPC_SLOT(dev, ipc_open);
+    return dev->iface->ipc_open(dev->ctx, h->bytes, out);
+}
+
+void kp_ipc_close(kp_device_t dev, void *ptr) {
+    if (dev && ptr && dev->iface->ipc_close) dev->iface->ipc_close(dev->ctx, ptr);
+}
+
+kp_status kp_event_create_ipc(kp_device_t dev, kp_event_t *out, kp_ipc_handle *handle) {
+    KP_API_ENTRY();
+    KP__HANDLE(dev, "device");
+    KP__HANDLE(handle, "handle");
+    KP__HANDLE(out, "out");
+    *out = NULL;
+    memset(handle, 0, sizeof *handle);
+    KP__IPC_SLOT(dev, ipc_event_create);
+    KP__MAKE_HANDLE(kp_event_t, dev, out,
+                    (h->untimed = true,
+                     dev->iface->ipc_event_create(dev->ctx, &h->impl, handle->bytes)));
+}
+
+kp_status kp_event_open_ipc(kp_device_t dev, const kp_ipc_handle *handle, kp_event_t *out) {
+    KP_API_ENTRY();
+    KP__HANDLE(dev, "device");
+    KP__HANDLE(handle, "handle");
+    KP__HANDLE(out, "out");
+    *out = NULL;
+    KP__IPC_SLOT(dev, ipc_event_open);
+    KP__MAKE_HANDLE(kp_event_t, dev, out,
+                    (h->untimed = true,
+                     dev->iface->ipc_event_open(dev->ctx, handle->bytes, &h->impl)));
+}
+
 /* --- run-time compilation --------------------------------------------------------- */
 kp_status kp__rtc_args(const char *source, kp_rtc_info *info) {
     if (info) memset(info, 0, sizeof *info);

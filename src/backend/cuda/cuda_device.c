@@ -3,6 +3,7 @@
  * with the legacy default stream. */
 #include <dlfcn.h>
 #include <limits.h>
+#include <string.h>
 #include <stdio.h>
 
 #include "cuda-impl.h"
@@ -306,6 +307,58 @@ static kp_status kp__cuda_event_elapsed(void *ctx, void *a, void *b, float *ms) 
     return KP_OK;
 }
 
+/* --- sharing with another process: CUDA IPC ------------------------------------ */
+_Static_assert(sizeof(cudaIpcMemHandle_t) <= KP_IPC_HANDLE_BYTES, "a CUDA IPC handle fits");
+_Static_assert(sizeof(cudaIpcEventHandle_t) <= KP_IPC_HANDLE_BYTES, "a CUDA IPC handle fits");
+
+static kp_status kp__cuda_ipc_export(void *ctx, void *ptr, void *handle) {
+    KP_CHECK(kp__cuda_enter(ctx));
+    cudaIpcMemHandle_t h;
+    KP_CUDA_CHECK(cudaIpcGetMemHandle(&h, ptr));
+    memcpy(handle, &h, sizeof h);
+    return KP_OK;
+}
+
+/* Peer access is turned on where the memory is another device's: the
+ * copies of this device reach it in place. */
+static kp_status kp__cuda_ipc_open(void *ctx, const void *handle, void **out) {
+    KP_CHECK(kp__cuda_enter(ctx));
+    cudaIpcMemHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    KP_CUDA_CHECK(cudaIpcOpenMemHandle(out, h, cudaIpcMemLazyEnablePeerAccess));
+    return KP_OK;
+}
+
+static void kp__cuda_ipc_close(void *ctx, void *ptr) {
+    if (kp__cuda_enter(ctx) != KP_OK) return;
+    KP_CUDA_IGNORE(cudaDeviceSynchronize()); /* no copy of this device's still writes it */
+    KP_CUDA_IGNORE(cudaIpcCloseMemHandle(ptr));
+}
+
+static kp_status kp__cuda_ipc_event_create(void *ctx, void **out, void *handle) {
+    KP_CHECK(kp__cuda_enter(ctx));
+    cudaEvent_t ev;
+    KP_CUDA_CHECK(
+        cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming));
+    cudaIpcEventHandle_t h;
+    cudaError_t e = cudaIpcGetEventHandle(&h, ev);
+    if (e != cudaSuccess) {
+        KP_CUDA_IGNORE(cudaEventDestroy(ev));
+        return kp__cuda_fail(e, "cudaIpcGetEventHandle", __FILE__, __LINE__);
+    }
+    memcpy(handle, &h, sizeof h);
+    *out = ev;
+    return KP_OK;
+}
+
+static kp_status kp__cuda_ipc_event_open(void *ctx, const void *handle, void **out) {
+    KP_CHECK(kp__cuda_enter(ctx));
+    cudaIpcEventHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    KP_CUDA_CHECK(cudaIpcOpenEventHandle((cudaEvent_t *)out, h));
+    return KP_OK;
+}
+
 static void kp__cuda_close(void *ctx) {
     kp__cuda_device *d = ctx;
     if (d->copy) KP_CUDA_IGNORE(cudaStreamDestroy(d->copy));
@@ -383,6 +436,11 @@ static const kp_device_i kp__cuda_iface = {
     .peer_access = kp__cuda_peer_access,
     .bind_thread = kp__cuda_bind_thread,
     .rtc_compile = kp__cuda_rtc_compile,
+    .ipc_export = kp__cuda_ipc_export,
+    .ipc_open = kp__cuda_ipc_open,
+    .ipc_close = kp__cuda_ipc_close,
+    .ipc_event_create = kp__cuda_ipc_event_create,
+    .ipc_event_open = kp__cuda_ipc_event_open,
 };
 
 static kp_status kp__cuda_open(const kp_backend_reg *reg, int ordinal, const kp_device_i **iface,
