@@ -102,14 +102,37 @@ static kp_status check(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos
     return KP_OK;
 }
 
-static kp_status side_open(side *t, int n) {
+/* KPT_REMOTE_RX_DEVICE: the receiving processes' device, where it is not
+ * the sender's (cuda:1 against cuda:0: CUDA IPC between two GPUs). */
+static const char *rx_device(void) {
+    const char *d = getenv("KPT_REMOTE_RX_DEVICE");
+    return d && *d ? d : g_device;
+}
+
+static kp_status side_open_on(side *t, int n, const char *device) {
     t->n = n;
     t->ordered = t->data_ok = true;
-    TRY(kp_device_open(g_device, &t->dev));
+    TRY(kp_device_open(device, &t->dev));
     t->host = malloc((size_t)n * sizeof(float));
     return t->host ? KP_OK : KP_ERR_OUT_OF_MEMORY;
 }
 
+static kp_status side_open(side *t, int n) { return side_open_on(t, n, g_device); }
+
+/* The lane an end on this host took (kp_flow_remote_stats.lane): tcp where
+ * KP_REMOTE_LANE=tcp, else UCX's shared memory, with CUDA IPC for device
+ * frames unless KP_REMOTE_LANE=shm. */
+static void expect_lane(const char *lane, bool copied_frames) {
+    const char *want = getenv("KP_REMOTE_LANE");
+    bool tcp = want && strcmp(want, "tcp") == 0, shm = want && strcmp(want, "shm") == 0;
+    bool ipc = !tcp && !shm && strncmp(g_device, "cuda", 4) == 0 && copied_frames;
+    if (tcp ? strcmp(lane, "tcp") != 0
+            : strncmp(lane, "shared memory (", 15) != 0 || (strstr(lane, "CUDA IPC") != NULL) != ipc)
+        print_error("lane \"%s\", expected %s\n", lane,
+                    tcp ? "tcp" : ipc ? "shared memory and CUDA IPC" : "shared memory");
+    assert_true(tcp ? strcmp(lane, "tcp") == 0 : strncmp(lane, "shared memory (", 15) == 0);
+    assert_true(tcp || (strstr(lane, "CUDA IPC") != NULL) == ipc);
+}
 /* Frames through the link's copies: on cpu, the flow's other stage on a
  * second device (the frames then span two, and cannot trade buffers with
  * the link); elsewhere the copies are there already. */
@@ -155,6 +178,8 @@ typedef struct report {
     uint64_t seen;
     bool ordered, data_ok;
     char error[400];
+    char lane[64];
+    bool direct;
 } report;
 
 typedef struct rx_opts {
@@ -174,7 +199,7 @@ static int run_receiver(const rx_opts *o, int port_fd, int report_fd) {
     report r = {0};
     kp__stage_made m;
     int p = -1;
-    r.st = side_open(&t, o->n);
+    r.st = side_open_on(&t, o->n, rx_device());
     if (r.st == KP_OK && o->copies) r.st = side_copies(&t);
     t.sink_sleep_us = o->sink_sleep_us;
     t.cancel_at = o->cancel_at;
@@ -189,6 +214,10 @@ static int run_receiver(const rx_opts *o, int port_fd, int report_fd) {
     if (r.st == KP_OK) r.st = kp_flow_start(t.flow);
     if (r.st == KP_OK) r.st = kp_flow_wait(t.flow);
     snprintf(r.error, sizeof r.error, "%s", r.st == KP_OK ? "" : kp_last_error());
+    if (t.flow && kp_flow_remote(t.flow, 0, &rs) == KP_OK) {
+        snprintf(r.lane, sizeof r.lane, "%s", rs.lane);
+        r.direct = rs.direct;
+    }
     r.seen = t.seen;
     r.ordered = t.ordered;
     r.data_ok = t.data_ok;
@@ -292,10 +321,12 @@ static void order_and_every_element(void **state) {
         assert_int_equal(rs.capacity, 3);
         assert_true(rs.max_in_flight <= 3);
         assert_false(rs.receiver);
+        expect_lane(rs.lane, !rs.direct);
         side_close(&t);
         report r = reap(pid, rep);
         if (r.st != KP_OK) print_error("receiver: %s\n", r.error);
         assert_int_equal(r.st, KP_OK);
+        expect_lane(r.lane, !r.direct);
         assert_int_equal(r.seen, frames);
         assert_true(r.ordered);
         assert_true(r.data_ok);
@@ -869,8 +900,9 @@ static kp_status stranger_meets(const void *hello, size_t hello_len, int frame_t
 static void stranger_peers(void **state) {
     (void)state;
     char d[400];
-    kp__hello good = {KP__MAGIC, KP__VERSION, 256};
-    kp__hello old = {KP__MAGIC, KP__VERSION - 1, 256}, alien = {0x12345678u, KP__VERSION, 256};
+    kp__hello good = {.magic = KP__MAGIC, .version = KP__VERSION, .frame_bytes = 256};
+    kp__hello old = {.magic = KP__MAGIC, .version = KP__VERSION - 1, .frame_bytes = 256};
+    kp__hello alien = {.magic = 0x12345678u, .version = KP__VERSION, .frame_bytes = 256};
     assert_int_equal(stranger_meets(&good, 3, 0, 0, NULL, 0, d, sizeof d), KP_ERR_PARSE);
     assert_non_null(strstr(d, "not a kpipe remote sink"));
     assert_int_equal(stranger_meets(&alien, sizeof alien, 0, 0, NULL, 0, d, sizeof d),

@@ -441,6 +441,13 @@ typedef struct kp_flow_remote_stats {
      * going on; the rest (a paced stream, which finds that thread asleep)
      * the stage's thread posted itself */
     uint64_t handed;
+    /* how frames travel, once the stream began: "tcp" (the endpoint made
+     * from the address), "shared memory (sysv, cma)" (both ends on one
+     * host: UCX's transports named), with " and CUDA IPC" where device
+     * frames go device to device and only their headers on the link;
+     * "" before. KP_REMOTE_LANE=tcp or =shm narrows the choice
+     * (docs/devices-and-hosts.md, "Remote queues"). */
+    char lane[64];
 } kp_flow_remote_stats;
 
 /* The two ends of a remote queue as stages, for flows made from C (the

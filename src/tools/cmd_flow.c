@@ -298,9 +298,12 @@ static void kpt_report_remote(kp_flow_t f, const kp_flow_snapshot *h) {
         if (!r.receiver)
             printf(", at most %llu on the wire, %llu posted by its progress thread",
                    (unsigned long long)r.max_on_wire, (unsigned long long)r.handed);
-        printf("%s\n", r.zero_copy ? (r.direct ? ", device memory, no copy" : ", no copy")
-                       : r.direct  ? ", from device memory"
-                                   : ", through pinned host memory");
+        bool ipc = strstr(r.lane, "CUDA IPC") != NULL;
+        printf("%s%s%s\n", r.zero_copy ? (r.direct ? ", device memory, no copy" : ", no copy")
+                           : ipc        ? ", device to device"
+                           : r.direct   ? ", from device memory"
+                                        : ", through pinned host memory",
+               r.lane[0] ? ", over " : "", r.lane);
     }
 }
 

@@ -73,7 +73,7 @@
 #include "remote_end-impl.h"
 
 #define KP__MAGIC 0x6b707271u /* "kprq" */
-#define KP__VERSION 2u
+#define KP__VERSION 3u
 
 enum {
     KP__T_HELLO = 1,
@@ -81,7 +81,8 @@ enum {
     KP__T_HDR = 3,
     KP__T_DATA = 4,
     KP__T_CTRL = 5,
-    KP__T_CREDIT = 6
+    KP__T_CREDIT = 6,
+    KP__T_IPC = 7
 };
 enum {
     KP__C_CREDIT = 1,
@@ -122,17 +123,44 @@ enum { KP__REFUSED_SIZE = 1, KP__REFUSED_CANCELLED = 2 };
 #define KP__TYPE_MASK ((ucp_tag_t)0xff << 56)
 #define KP__TAG(type, v) (((ucp_tag_t)(type) << 56) | ((ucp_tag_t)(v) & ~KP__TYPE_MASK))
 
+/* The largest UCX worker address a hello or welcome carries. */
+#define KP__ADDR_MAX 4096
+/* Which host an end is on (kp__lane_host, remote_lane.c): its boot id and
+ * name, so that two ends tell whether they share one. */
+#define KP__HOST_BYTES 48
+/* hello.flags: the sender's frames are CUDA device memory, which a
+ * receiver on the same host may take through CUDA IPC (remote_lane.c) */
+#define KP__HELLO_CUDA 1u
+
+/* Both carry the end's UCX worker address after them (addr_len bytes),
+ * for a lane of UCX's choice between two ends of one host (remote_lane.c). */
 typedef struct kp__hello {
     uint32_t magic, version;
     uint64_t frame_bytes;
+    uint32_t flags, addr_len;
+    unsigned char host[KP__HOST_BYTES];
 } kp__hello;
 
 typedef struct kp__welcome {
     uint32_t magic, version;
     uint64_t capacity, frame_bytes;
     uint32_t refused; /* KP__REFUSED_*: why the receiver takes no frames; 0: it does */
-    uint32_t pad_;
+    uint32_t addr_len;
+    unsigned char host[KP__HOST_BYTES];
+    /* CUDA IPC offered (remote_lane.c): ipc_slots slots of ipc_stride bytes
+     * in the receiver's device memory (one allocation, ipc_mem); 0: none */
+    uint64_t ipc_slots, ipc_stride;
+    kp_ipc_handle ipc_mem;
 } kp__welcome;
+
+/* The sender's answer to an IPC offer (KP__T_IPC): it took the n slots
+ * (n event handles follow, one a slot), or not (n = 0): frames then
+ * travel on the link. */
+/* CUDA IPC's slots for `capacity` credits (remote_lane.c). */
+#define KP__IPC_SLOTS(capacity) (2 * (size_t)(capacity))
+typedef struct kp__ipc_reply {
+    uint64_t n;
+} kp__ipc_reply;
 
 /* A frame's header on the wire. */
 typedef struct kp__wire {
@@ -197,7 +225,26 @@ typedef struct kp__remote {
      * from UCX's callbacks, on whichever thread progressed the worker */
     _Atomic(ucp_conn_request_h) pending;
     _Atomic bool accepted;
-    ucp_ep_h ep;
+    /* where frames and words go: the endpoint made from the address, or
+     * (one host) the lane made from the peer's worker address, the
+     * former kept as `watch`, whose error handling sees the peer lost
+     * (UCX 1.13 puts an endpoint with peer error handling on tcp only) */
+    ucp_ep_h ep, watch;
+    char lane[64];          /* kp_flow_remote_stats.lane */
+    _Atomic bool lane_set;  /* lane (and ipc) are set: the stream began */
+    /* the hello or welcome as received, with the peer's address after it */
+    unsigned char *peer_msg;
+    unsigned char *hello_msg; /* sender: the hello sent, with its address */
+    /* CUDA IPC (remote_lane.c): frames' bytes go device to device into
+     * the receiver's slots (ipc_mem, mapped at the sender, n_slots of
+     * them: KP__IPC_SLOTS), each slot's copy marked by an event of the
+     * sender's (ipc_ev, opened at the receiver); only the headers travel
+     * on the link */
+    bool ipc;
+    void *ipc_mem;
+    kp_event_t *ipc_ev;
+    kp__op ipc_op;
+    void *ipc_msg;
     int efd;
     _Atomic ucs_status_t failed; /* the endpoint's error, UCS_OK while it works */
     /* the progress thread: moves the link while the stage's thread is
@@ -335,6 +382,30 @@ kp_status kp__remote_ctrl_poll(kp__remote *r);
  * word may be in already) or is gone. */
 kp_status kp__remote_link_error(kp__remote *r, ucs_status_t s);
 kp_status kp__remote_ep_create(kp__remote *r, ucp_conn_request_h req);
+
+/* --- lanes between two ends of one host (remote_lane.c) -------------------- */
+/* This host's identity, for a hello or welcome. */
+void kp__lane_host(unsigned char host[KP__HOST_BYTES]);
+/* Fills in the end's worker address after its hello or welcome (at most
+ * KP__ADDR_MAX bytes): its length, 0 where lanes are off. */
+size_t kp__lane_addr(kp__remote *r, unsigned char *dst);
+/* The peer's worker address (from its hello or welcome, on host `host`):
+ * where it is on this host and UCX reaches it through shared memory, frames
+ * and words go there from now on (r->ep), the first endpoint kept to watch
+ * the peer (r->watch); else nothing changes. r->lane says which. */
+kp_status kp__lane_open(kp__remote *r, const unsigned char host[KP__HOST_BYTES],
+                        const void *addr, size_t len);
+/* Receiver: offers CUDA IPC in the welcome where the sender's frames are
+ * CUDA device memory on this host (KP__HELLO_CUDA) and so are its own. */
+kp_status kp__ipc_offer(kp__remote *r, const kp__hello *h, kp__welcome *w);
+/* Sender: takes an offer (its slots mapped, its events made and sent), or
+ * answers no; either way the receiver hears. */
+kp_status kp__ipc_take(kp__remote *r, const kp__welcome *w);
+/* Receiver: reads the sender's answer (posted by kp__ipc_offer); whether it came. */
+bool kp__ipc_answered(const kp__remote *r);
+kp_status kp__ipc_answer(kp__remote *r);
+/* The slots' IPC mappings and events, at the end. */
+void kp__ipc_free(kp__remote *r);
 /* Closes the endpoint: flushed when the stream ended well, else at once. */
 void kp__remote_ep_close(kp__remote *r, bool flush);
 void kp__remote_free(void *p);

@@ -71,6 +71,7 @@ static bool kp__poll_all(kp__remote *r) {
     bool any = kp__remote_op_poll(&r->hello_op);
     any |= kp__remote_op_poll(&r->welcome_op);
     any |= kp__remote_op_poll(&r->ctrl_op);
+    any |= kp__remote_op_poll(&r->ipc_op);
     for (size_t k = 0; k < sizeof r->ctl_send / sizeof r->ctl_send[0]; k++)
         any |= kp__remote_op_poll(&r->ctl_send[k]);
     for (size_t k = 0; r->slots && k < r->n_slots; k++) {
@@ -170,6 +171,10 @@ kp_status kp__remote_recv(kp__remote *r, kp__op *op, void *buf, size_t len, ucp_
 
 void kp__remote_op_cancel(kp__remote *r, kp__op *op) {
     if (!op->req) return;
+    /* a receive; a send ends with its endpoint, except one a shared-memory
+     * lane was writing to a peer that was killed: UCX 1.13 ends that with
+     * neither a close nor any progress (it says so, "not returned to
+     * mpool", as the worker goes, which frees it) */
     ucp_request_cancel(r->worker, op->req);
     for (int i = 0; op->req && i < 100000; i++) {
         ucp_worker_progress(r->worker);
@@ -299,14 +304,12 @@ kp_status kp__remote_ep_create(kp__remote *r, ucp_conn_request_h req) {
     return KP_OK;
 }
 
-void kp__remote_ep_close(kp__remote *r, bool flush) {
-    if (!r->ep) return;
-    atomic_store(&r->ep_off, true);
-    while (atomic_load(&r->ep_busy)) kp__pause(); /* a send of the progress thread's */
+/* Closes one endpoint: flushed, or at once. */
+static void kp__ep_close_one(kp__remote *r, ucp_ep_h ep, bool flush) {
     ucp_request_param_t p = {0};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = flush && r->failed == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t sp = ucp_ep_close_nbx(r->ep, &p);
+    p.flags = flush ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t sp = ucp_ep_close_nbx(ep, &p);
     if (sp && !UCS_PTR_IS_ERR(sp)) {
         double until = kp__remote_ms_now() + 2000;
         while (ucp_request_check_status(sp) == UCS_INPROGRESS && kp__remote_ms_now() < until)
@@ -314,7 +317,16 @@ void kp__remote_ep_close(kp__remote *r, bool flush) {
         if (ucp_request_check_status(sp) == UCS_INPROGRESS) ucp_request_cancel(r->worker, sp);
         ucp_request_free(sp);
     }
-    r->ep = NULL;
+}
+
+void kp__remote_ep_close(kp__remote *r, bool flush) {
+    if (!r->ep) return;
+    atomic_store(&r->ep_off, true);
+    while (atomic_load(&r->ep_busy)) kp__pause(); /* a send of the progress thread's */
+    flush = flush && r->failed == UCS_OK;
+    kp__ep_close_one(r, r->ep, flush); /* the lane first: its last words leave */
+    if (r->watch) kp__ep_close_one(r, r->watch, flush);
+    r->ep = r->watch = NULL;
 }
 
 static void kp__conn_cb(ucp_conn_request_h req, void *arg) {
@@ -353,6 +365,10 @@ void kp__remote_free(void *p) {
     if (!r) return;
     kp__remote_progress_stop(r);
     if (r->worker) {
+        /* the endpoints first: a send still in flight on a lane (no peer
+         * error handling: a killed peer never fails it) ends as the lane
+         * closes, and is freed below */
+        kp__remote_ep_close(r, false);
         for (size_t k = 0; r->slots && k < r->n_slots; k++) {
             kp__remote_op_cancel(r, &r->slots[k].hdr_op);
             kp__remote_op_cancel(r, &r->slots[k].data_op);
@@ -361,9 +377,9 @@ void kp__remote_free(void *p) {
         kp__remote_op_cancel(r, &r->credit_op);
         kp__remote_op_cancel(r, &r->hello_op);
         kp__remote_op_cancel(r, &r->welcome_op);
+        kp__remote_op_cancel(r, &r->ipc_op);
         for (size_t k = 0; k < sizeof r->ctl_send / sizeof r->ctl_send[0]; k++)
             kp__remote_op_cancel(r, &r->ctl_send[k]);
-        kp__remote_ep_close(r, false);
         kp__drain_unexpected(r);
         ucp_conn_request_h req = atomic_exchange(&r->pending, NULL);
         if (req) ucp_listener_reject(r->listener, req);
@@ -375,26 +391,32 @@ void kp__remote_free(void *p) {
         kp_event_destroy(r->slots[k].ev);
         if (r->slots[k].pbuf)
             kp_buffer_release(r->slots[k].pbuf);
+        else if (r->ipc || !r->slots[k].buf)
+            ; /* the IPC slots' one allocation (kp__ipc_free), or none */
         else if (r->direct)
             kp_free(r->dev, r->slots[k].buf);
         else
             kp_free_host(r->dev, r->slots[k].buf);
     }
+    kp__ipc_free(r);
+    kp__free(r->peer_msg);
+    kp__free(r->hello_msg);
     kp__free(r->slots);
     kp__free(r);
 }
 
 kp_status kp__remote_make_slots(kp__remote *r, const kp_stage_ctx *c) {
-    if (!(r->slots = kp__calloc(r->capacity + 1, sizeof *r->slots)))
+    size_t most = r->ipc ? KP__IPC_SLOTS(r->capacity) : r->capacity + 1;
+    if (!(r->slots = kp__calloc(most, sizeof *r->slots)))
         return kp__error(KP_ERR_OUT_OF_MEMORY, "remote: no memory for its slots");
     /* UCX reaches the frames' own memory: memory the host shares (cpu),
      * device memory where it has CUDA support */
     kp_device_caps caps = KP_DEVICE_CAPS_INIT;
     KP_CHECK(kp_device_query_caps(r->dev, &caps));
-    r->trade = r->frame_bytes && (r->direct || !caps.device_memory);
+    r->trade = r->frame_bytes && (r->direct || !caps.device_memory) && !r->ipc;
     r->n_slots = r->capacity;
     /* both ends read the receiver's frame size from the welcome */
-    r->packed = r->welcome.frame_bytes <= KP__PACK_MAX - sizeof(kp__wire);
+    r->packed = r->welcome.frame_bytes <= KP__PACK_MAX - sizeof(kp__wire) || r->ipc;
     for (size_t k = 0; k < r->n_slots; k++) {
         kp__slot *sl = &r->slots[k];
         sl->hdr_op.done = sl->data_op.done = true;
@@ -409,8 +431,10 @@ kp_status kp__remote_make_slots(kp__remote *r, const kp_stage_ctx *c) {
                 sl->buf = kp_buffer_data(sl->pbuf);
             }
         }
-        if (k == 0 && r->frame_bytes && !r->trade) r->n_slots = r->capacity + 1; /* a spare */
-        if (r->frame_bytes && !r->trade)
+        if (k == 0 && r->frame_bytes && !r->trade) r->n_slots = most; /* a spare, or IPC's */
+        if (r->ipc) /* the receiver's slots, mapped at the sender */
+            sl->buf = (char *)r->ipc_mem + k * (size_t)r->welcome.ipc_stride;
+        else if (r->frame_bytes && !r->trade)
             KP_CHECK(r->direct ? kp_malloc(r->dev, r->frame_bytes, &sl->buf)
                                : kp_malloc_host(r->dev, r->frame_bytes, &sl->buf));
         if (r->receiver) KP_CHECK(kp_event_create_untimed(r->dev, &sl->ev));
@@ -556,7 +580,7 @@ void kp__remote_linger(kp__remote *r) {
 
 void kp__remote_tell_cancel(kp__remote *r) {
     if (r->ep && r->failed == UCS_OK) {
-        if (!r->cancel_seen && (r->ready || !r->receiver) &&
+        if (!r->cancel_seen && (r->ready || !r->receiver || r->welcome.magic) &&
             kp__remote_ctrl(r, KP__C_CANCEL, 0) == KP_OK)
             kp__remote_linger(r);
         else if (r->cancel_seen)
@@ -619,6 +643,8 @@ kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out) {
     out->zero_copy = atomic_load(&r->zero_copy);
     out->max_on_wire = atomic_load(&r->max_on_wire);
     out->handed = atomic_load(&r->handed);
+    /* set once before the stream begins (r->ready), read after */
+    snprintf(out->lane, sizeof out->lane, "%s", atomic_load(&r->lane_set) ? r->lane : "");
     return KP_OK;
 }
 

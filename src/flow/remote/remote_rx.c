@@ -14,7 +14,8 @@ static ucs_status_t kp__post_recvs(kp__remote *r, kp__slot *sl) {
         sl->iov[0] = (ucp_dt_iov_t){&sl->hdr, sizeof sl->hdr};
         sl->iov[1] = (ucp_dt_iov_t){sl->buf, r->frame_bytes};
         sl->data_op = (kp__op){.done = true, .status = UCS_OK};
-        return kp__remote_post_recv_iov(r, &sl->hdr_op, sl->iov, r->frame_bytes ? 2 : 1,
+        /* CUDA IPC: the header alone; the bytes are in the slot */
+        return kp__remote_post_recv_iov(r, &sl->hdr_op, sl->iov, r->frame_bytes && !r->ipc ? 2 : 1,
                                         KP__TAG(KP__T_DATA, sl->seq), ~(ucp_tag_t)0);
     }
     ucs_status_t s = kp__remote_post_recv(r, &sl->hdr_op, &sl->hdr, sizeof sl->hdr,
@@ -148,7 +149,9 @@ static kp_status kp__receiver_accept(kp__remote *r, bool *hello_in) {
         KP_CHECK(kp__remote_ep_create(r, req));
     bool posted = r->hello_op.req || r->hello_op.done;
     if (r->ep && !posted) {
-        KP_CHECK(kp__remote_recv(r, &r->hello_op, &r->hello, sizeof r->hello,
+        if (!r->peer_msg && !(r->peer_msg = kp__malloc(sizeof r->welcome + KP__ADDR_MAX)))
+            return kp__error(KP_ERR_OUT_OF_MEMORY, "remote %s: no memory for a hello", r->addr);
+        KP_CHECK(kp__remote_recv(r, &r->hello_op, r->peer_msg, sizeof r->hello + KP__ADDR_MAX,
                                  KP__TAG(KP__T_HELLO, 0), KP__TYPE_MASK));
         /* control messages from the start: a sender cancelled before it read
          * the welcome says so, and hears the answer to its cancel */
@@ -181,19 +184,36 @@ static kp_status kp__receiver_ready(kp__remote *r, const kp_stage_ctx *c, bool *
         kp__remote_progress(r, &spun);
     }
     const kp__hello *h = &r->hello;
-    if (r->hello_op.status != UCS_OK || r->hello_op.length != sizeof *h || h->magic != KP__MAGIC)
+    size_t got = r->hello_op.length;
+    if (r->hello_op.status == UCS_OK && got >= 8)
+        memcpy(&r->hello, r->peer_msg, got < sizeof *h ? got : sizeof *h);
+    if (r->hello_op.status != UCS_OK || got < 8 || h->magic != KP__MAGIC)
         return kp__error(KP_ERR_PARSE, "remote %s: the peer is not a kpipe remote sink", r->addr);
     if (h->version != KP__VERSION)
         return kp__error(KP_ERR_UNSUPPORTED,
                          "remote %s: the sender speaks the wire's version %u, this kpipe %u",
                          r->addr, h->version, KP__VERSION);
+    if (got < sizeof *h || h->addr_len != got - sizeof *h)
+        return kp__error(KP_ERR_PARSE, "remote %s: the peer is not a kpipe remote sink (a hello "
+                         "of %zu bytes)", r->addr, got);
     r->welcome = (kp__welcome){.magic = KP__MAGIC,
                                .version = KP__VERSION,
                                .capacity = r->capacity,
                                .frame_bytes = r->frame_bytes,
                                .refused = h->frame_bytes > r->frame_bytes ? KP__REFUSED_SIZE : 0};
-    KP_CHECK(kp__remote_send(r, &r->welcome_op, &r->welcome, sizeof r->welcome,
-                             KP__TAG(KP__T_WELCOME, 0)));
+    if (!r->welcome.refused) {
+        /* the lane first (the sender's address is in peer_msg, which the
+         * welcome then takes), the welcome on it */
+        KP_CHECK(kp__lane_open(r, h->host, r->peer_msg + sizeof *h, h->addr_len));
+        KP_CHECK(kp__ipc_offer(r, h, &r->welcome));
+    }
+    kp__lane_host(r->welcome.host);
+    /* an address only for a sender that gave one: it can make a lane */
+    r->welcome.addr_len =
+        h->addr_len ? (uint32_t)kp__lane_addr(r, r->peer_msg + sizeof r->welcome) : 0;
+    memcpy(r->peer_msg, &r->welcome, sizeof r->welcome);
+    KP_CHECK(kp__remote_send(r, &r->welcome_op, r->peer_msg,
+                             sizeof r->welcome + r->welcome.addr_len, KP__TAG(KP__T_WELCOME, 0)));
     if (r->welcome.refused) {
         kp__remote_linger(r);
         return kp__error(KP_ERR_INVALID_ARG,
@@ -201,6 +221,10 @@ static kp_status kp__receiver_ready(kp__remote *r, const kp_stage_ctx *c, bool *
                          "source's frame_bytes (%zu)",
                          r->addr, (unsigned long long)h->frame_bytes, r->frame_bytes);
     }
+    KP_CHECK(kp__remote_wait(r, c->flow, kp__ipc_answered, stop));
+    if (*stop) return KP_OK;
+    KP_CHECK(kp__ipc_answer(r));
+    atomic_store(&r->lane_set, true);
     KP_CHECK(kp__remote_make_slots(r, c));
     for (uint64_t s = 0; s < r->capacity; s++) KP_CHECK(kp__post_frame(r, s));
     r->ready = true;
@@ -226,6 +250,9 @@ static kp_status kp__check_frame(kp__remote *r, const kp__slot *sl, kp_frame *f)
     size_t hdr_len =
         r->packed ? (sl->hdr_op.length < sizeof *w ? 0 : sizeof *w) : sl->hdr_op.length;
     size_t data_len = r->packed ? sl->hdr_op.length - hdr_len : sl->data_op.length;
+    if (r->ipc) /* the header alone; its bytes are in the slot */
+        data_len = hdr_len == sl->hdr_op.length && w->bytes <= r->frame_bytes ? (size_t)w->bytes
+                                                                               : SIZE_MAX;
     if (hdr_len != sizeof *w || w->seq != r->next || w->bytes != data_len || w->bytes > f->capacity)
         return kp__error(KP_ERR_PARSE,
                          "remote %s: frame %llu: a malformed header (seq %llu, %llu bytes, "
@@ -284,6 +311,8 @@ static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
         r->consumed = ++r->next;
         KP_CHECK(kp__credit(r, false));
     } else {
+        /* CUDA IPC: after the sender's copy into the slot */
+        if (r->ipc) KP_CHECK(kp_stream_wait_event(c->stream, r->ipc_ev[r->next % r->n_slots]));
         if (f->bytes) KP_CHECK(kp_memcpy_async(c->stream, f->data, sl->buf, f->bytes));
         KP_CHECK(kp_event_record(sl->ev, c->stream));
         sl->hdr_op.done = sl->data_op.done = false; /* taken: reposted once the copy is done */
@@ -341,7 +370,8 @@ static kp_status kp__source_end(void *user, const kp_stage_ctx *c, kp_status why
         kp__remote_ep_close(r, r->failed == UCS_OK);
         return KP_OK;
     }
-    if (r->ready)
+    /* a sender welcomed (its IPC answer still awaited) hears the cancel too */
+    if (r->ready || (r->welcome.magic && !r->welcome.refused))
         kp__remote_tell_cancel(r);
     else
         kp__refuse_late_sender(r);

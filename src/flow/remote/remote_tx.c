@@ -9,6 +9,27 @@
 
 #include "remote-impl.h"
 
+/* The hello, with this end's worker address after it (r->hello_msg), and
+ * the buffer the welcome lands in (r->peer_msg). */
+static kp_status kp__hello_make(kp__remote *r) {
+    if (!r->peer_msg && !(r->peer_msg = kp__malloc(sizeof r->welcome + KP__ADDR_MAX)))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "remote %s: no memory for the welcome", r->addr);
+    if (!r->hello_msg && !(r->hello_msg = kp__malloc(sizeof r->hello + KP__ADDR_MAX)))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "remote %s: no memory for the hello", r->addr);
+    kp_device_caps caps = KP_DEVICE_CAPS_INIT;
+    KP_CHECK(kp_device_query_caps(r->dev, &caps));
+    bool cuda = !r->direct && caps.device_memory && caps.native_api &&
+                strcmp(caps.native_api, "cuda") == 0;
+    r->hello = (kp__hello){.magic = KP__MAGIC,
+                           .version = KP__VERSION,
+                           .frame_bytes = r->frame_bytes,
+                           .flags = cuda ? KP__HELLO_CUDA : 0};
+    kp__lane_host(r->hello.host);
+    r->hello.addr_len = (uint32_t)kp__lane_addr(r, r->hello_msg + sizeof r->hello);
+    memcpy(r->hello_msg, &r->hello, sizeof r->hello);
+    return KP_OK;
+}
+
 /* Connects (again and again while the receiver is not up yet, within the
  * timeout), says hello and reads the welcome. */
 static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
@@ -19,9 +40,11 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
     for (;;) {
         if (!r->ep) {
             KP_CHECK(kp__remote_ep_create(r, NULL));
-            r->hello = (kp__hello){KP__MAGIC, KP__VERSION, r->frame_bytes};
-            kp_status cs = kp__remote_recv(r, &r->welcome_op, &r->welcome, sizeof r->welcome,
-                                           KP__TAG(KP__T_WELCOME, 0), KP__TYPE_MASK);
+            kp_status cs = kp__hello_make(r);
+            if (cs == KP_OK)
+                cs = kp__remote_recv(r, &r->welcome_op, r->peer_msg,
+                                     sizeof r->welcome + KP__ADDR_MAX, KP__TAG(KP__T_WELCOME, 0),
+                                     KP__TYPE_MASK);
             /* control messages from the start: a refused or cancelled
              * sender hears the receiver's answer to its cancel */
             if (cs == KP_OK)
@@ -30,7 +53,8 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
             /* the progress thread may have seen the endpoint fail already
              * (nobody listens yet): that is a try to make again, below */
             if (cs == KP_OK)
-                cs = kp__remote_send(r, &r->hello_op, &r->hello, sizeof r->hello,
+                cs = kp__remote_send(r, &r->hello_op, r->hello_msg,
+                                     sizeof r->hello + r->hello.addr_len,
                                      KP__TAG(KP__T_HELLO, 0));
             if (cs != KP_OK) {
                 kp_clear_error();
@@ -65,13 +89,17 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
         }
     }
     const kp__welcome *w = &r->welcome;
-    if (r->welcome_op.status != UCS_OK || r->welcome_op.length != sizeof *w ||
-        w->magic != KP__MAGIC)
+    size_t got = r->welcome_op.length;
+    if (r->welcome_op.status == UCS_OK && got >= 8)
+        memcpy(&r->welcome, r->peer_msg, got < sizeof *w ? got : sizeof *w);
+    if (r->welcome_op.status != UCS_OK || got < 8 || w->magic != KP__MAGIC)
         return kp__error(KP_ERR_PARSE, "remote %s: the peer is not a kpipe remote source", r->addr);
     if (w->version != KP__VERSION)
         return kp__error(KP_ERR_UNSUPPORTED,
                          "remote %s: the receiver speaks the wire's version %u, this kpipe %u",
                          r->addr, w->version, KP__VERSION);
+    if (got < sizeof *w || w->addr_len != got - sizeof *w)
+        return kp__error(KP_ERR_PARSE, "remote %s: a malformed welcome (%zu bytes)", r->addr, got);
     if (w->refused == KP__REFUSED_CANCELLED)
         return kp__error(KP_ERR_STATE,
                          "remote %s: the peer cancelled the stream (before its first frame)",
@@ -84,6 +112,9 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
         return kp__error(KP_ERR_PARSE, "remote %s: a capacity of %llu (1 .. %zu here)", r->addr,
                          (unsigned long long)w->capacity, r->capacity);
     r->capacity = (size_t)w->capacity; /* the receiver's queue sets the credits */
+    KP_CHECK(kp__lane_open(r, w->host, r->peer_msg + sizeof *w, w->addr_len));
+    KP_CHECK(kp__ipc_take(r, w));
+    atomic_store(&r->lane_set, true);
     KP_CHECK(kp__remote_make_slots(r, c));
     KP_CHECK(kp__remote_credit_post(r));
     r->ready = true;
@@ -121,7 +152,8 @@ static ucs_status_t kp__post_sends(kp__remote *r, kp__slot *sl) {
         sl->iov[0] = (ucp_dt_iov_t){&sl->hdr, sizeof sl->hdr};
         sl->iov[1] = (ucp_dt_iov_t){sl->buf, (size_t)sl->hdr.bytes};
         sl->data_op = (kp__op){.done = true, .status = UCS_OK};
-        return kp__remote_post_iov(r, &sl->hdr_op, sl->iov, sl->hdr.bytes ? 2 : 1,
+        /* CUDA IPC: the bytes are in the receiver's slot already */
+        return kp__remote_post_iov(r, &sl->hdr_op, sl->iov, sl->hdr.bytes && !r->ipc ? 2 : 1,
                                    KP__TAG(KP__T_DATA, sl->seq));
     }
     ucs_status_t s =
@@ -200,13 +232,20 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
         if (f->bytes) KP_CHECK(kp__remote_device_sync(r, c->stream, NULL)); /* bytes written */
         kp__frame_trade(f, &sl->pbuf);
         sl->buf = kp_buffer_data(sl->pbuf);
-    } else if (f->bytes) { /* the last frames are on the wire meanwhile */
+    } else if (f->bytes && !r->ipc) { /* the last frames are on the wire meanwhile */
         KP_CHECK(kp_memcpy_async(c->stream, sl->buf, f->data, f->bytes));
         KP_CHECK(kp__remote_device_sync(r, c->stream, NULL));
     }
     if (!kp__has_credit(r)) atomic_fetch_add_explicit(&r->credit_waits, 1, memory_order_relaxed);
     KP_CHECK(kp__remote_wait(r, c->flow, kp__has_credit, &stop));
     if (stop) return KP_OK;
+    if (r->ipc) {
+        /* into the receiver's slot, which the credit says it is done with;
+         * the receiver's stream waits for the event, and this frame's
+         * buffer is reused only after this stream's work (the flow's) */
+        if (f->bytes) KP_CHECK(kp_memcpy_async(c->stream, sl->buf, f->data, f->bytes));
+        KP_CHECK(kp_event_record(r->ipc_ev[r->sent % r->n_slots], c->stream));
+    }
     kp__wire *w = &sl->hdr;
     memset(w, 0, sizeof *w);
     w->seq = r->sent;
@@ -258,12 +297,19 @@ static kp_status kp__sink_end(void *user, const kp_stage_ctx *c, kp_status why) 
         if (!stop) KP_CHECK(kp__remote_ctrl(r, KP__C_EOS, r->sent));
         if (!stop) KP_CHECK(kp__remote_wait(r, c->flow, kp__done_seen, &stop));
         if (!stop) {
+            /* every frame is in: the receiver's slots are unmapped before
+             * it hears BYE and may free them */
+            kp__ipc_free(r);
             if (kp__remote_ctrl(r, KP__C_BYE, 0) != KP_OK) kp_clear_error(); /* all is delivered */
             kp__remote_ep_close(r, true);
             return KP_OK;
         }
     }
     kp__unhand(r);
+    /* no copy of ours may still write the receiver's slots once it hears
+     * the cancel (and may free them) */
+    if (r->ipc && kp_stream_sync(c->stream) != KP_OK) kp_clear_error();
+    kp__ipc_free(r);
     kp__remote_tell_cancel(r);
     return KP_OK;
 }
