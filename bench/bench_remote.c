@@ -113,7 +113,10 @@ static void run_flow(kp_flow_t f, const char *what, int remote_stage) {
     kp_flow_remote_stats rs;
     const char *how = NULL;
     if (remote_stage >= 0 && kp_flow_remote(f, (size_t)remote_stage, &rs) == KP_OK)
-        how = rs.zero_copy ? "zero copy" : "through pinned host slots";
+        how = rs.zero_copy                      ? "zero copy"
+              : strstr(rs.lane, "CUDA IPC") != NULL ? "device to device"
+                                                    : "through pinned host slots";
+    if (how) printf("  %-22s lane: %s\n", what, rs.lane);
     if (how && rs.receiver) /* the credit and wire figures are the sender's */
         printf("  %-22s link: %s\n", what, how);
     else if (how)
@@ -149,6 +152,39 @@ static int receiver(kp_device_t dev, run *r, int fd, size_t capacity) {
     report("remote queue, loopback", r);
     return 0;
 }
+
+#ifdef BENCH_PEER_FLOOR
+#include <cuda_runtime_api.h>
+/* The floor of device frames between two processes' GPUs: the same bytes
+ * copied by cudaMemcpyPeerAsync within one process, back to back (then
+ * synchronized), from the sending device to the receiving one, peer
+ * access on. */
+static void peer_floor(const char *tx, const char *rx, size_t bytes, uint64_t frames) {
+    int a = strchr(tx, ':') ? atoi(strchr(tx, ':') + 1) : 0;
+    int b = strchr(rx, ':') ? atoi(strchr(rx, ':') + 1) : 0;
+    void *src = NULL, *dst = NULL;
+    cudaStream_t s;
+    if (cudaSetDevice(b) != cudaSuccess || cudaMalloc(&dst, bytes) != cudaSuccess) return;
+    if (cudaSetDevice(a) != cudaSuccess || cudaMalloc(&src, bytes) != cudaSuccess) return;
+    if (a != b) (void)cudaDeviceEnablePeerAccess(b, 0);
+    (void)cudaGetLastError();
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return;
+    uint64_t n = frames < 2000 ? frames : 2000;
+    for (int k = 0; k < 10; k++) (void)cudaMemcpyPeerAsync(dst, b, src, a, bytes, s);
+    (void)cudaStreamSynchronize(s);
+    uint64_t t0 = now_ns();
+    for (uint64_t k = 0; k < n; k++) (void)cudaMemcpyPeerAsync(dst, b, src, a, bytes, s);
+    cudaError_t e = cudaStreamSynchronize(s);
+    double gbs = (double)bytes * (double)n / ((double)(now_ns() - t0) * 1e-9) * 1e-9;
+    if (e == cudaSuccess)
+        printf("  %-22s %10s %19.2f GB/s (cuda:%d to cuda:%d, back to back)\n",
+               "cudaMemcpyPeerAsync", "", gbs, a, b);
+    cudaStreamDestroy(s);
+    cudaFree(src);
+    (void)cudaSetDevice(b);
+    cudaFree(dst);
+}
+#endif
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -226,6 +262,10 @@ int main(int argc, char **argv) {
         kp_stream_destroy(s);
         kp_free_host(dev, h);
         kp_free(dev, d);
+#ifdef BENCH_PEER_FLOOR
+        if (strncmp(device, "cuda", 4) == 0 && strncmp(rx_device, "cuda", 4) == 0)
+            peer_floor(device, rx_device, bytes, frames);
+#endif
     }
     /* in one process */
     kp_flow_stage st[2] = {{.name = "source", .fn = source, .user = &r},
