@@ -244,7 +244,8 @@ typedef struct kp__remote {
     void *ipc_mem;
     kp_event_t *ipc_ev;
     kp__op ipc_op;
-    void *ipc_msg;
+    void *ipc_msg; /* the sender's answer, ipc_msg_len bytes (at most, receiving it) */
+    size_t ipc_msg_len;
     int efd;
     _Atomic ucs_status_t failed; /* the endpoint's error, UCS_OK while it works */
     /* the progress thread: moves the link while the stage's thread is
@@ -396,10 +397,14 @@ size_t kp__lane_addr(kp__remote *r, unsigned char *dst);
 kp_status kp__lane_open(kp__remote *r, const unsigned char host[KP__HOST_BYTES],
                         const void *addr, size_t len);
 /* Receiver: offers CUDA IPC in the welcome where the sender's frames are
- * CUDA device memory on this host (KP__HELLO_CUDA) and so are its own. */
+ * CUDA device memory on this host (KP__HELLO_CUDA) and so are its own;
+ * the caller posts the answer's receive (r->ipc_msg, ipc_msg_len) where
+ * it did (w->ipc_slots). (remote_lane.c calls nothing of remote.c, which
+ * frees its state: kp__ipc_free.) */
 kp_status kp__ipc_offer(kp__remote *r, const kp__hello *h, kp__welcome *w);
-/* Sender: takes an offer (its slots mapped, its events made and sent), or
- * answers no; either way the receiver hears. */
+/* Sender: takes an offer (its slots mapped, its events made), or not; the
+ * caller sends the answer (r->ipc_msg, ipc_msg_len) either way where there
+ * was an offer, so the receiver hears. */
 kp_status kp__ipc_take(kp__remote *r, const kp__welcome *w);
 /* Receiver: reads the sender's answer (posted by kp__ipc_offer); whether it came. */
 bool kp__ipc_answered(const kp__remote *r);

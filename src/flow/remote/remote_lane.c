@@ -171,11 +171,9 @@ kp_status kp__ipc_offer(kp__remote *r, const kp__hello *h, kp__welcome *w) {
     if (__builtin_mul_overflow(n, sizeof(kp_ipc_handle), &msg) ||
         !(r->ipc_msg = kp__malloc(msg + sizeof(kp__ipc_reply))))
         return kp__error(KP_ERR_OUT_OF_MEMORY, "remote %s: no memory for the IPC answer", r->addr);
+    r->ipc_msg_len = msg + sizeof(kp__ipc_reply); /* the answer's receive: the caller's */
     kp_status st = kp_malloc(r->dev, bytes, &r->ipc_mem);
     if (st == KP_OK) st = kp_ipc_export(r->dev, r->ipc_mem, &w->ipc_mem);
-    if (st == KP_OK)
-        st = kp__remote_recv(r, &r->ipc_op, r->ipc_msg, msg + sizeof(kp__ipc_reply),
-                             KP__TAG(KP__T_IPC, 0), KP__TYPE_MASK);
     if (st != KP_OK) { /* no offer: frames go on the link */
         kp_clear_error();
         kp_free(r->dev, r->ipc_mem);
@@ -221,8 +219,8 @@ kp_status kp__ipc_take(kp__remote *r, const kp__welcome *w) {
             return kp__error(KP_ERR_OUT_OF_MEMORY, "remote %s: no memory", r->addr);
         n = 0;
     }
-    return kp__remote_send(r, &r->ipc_op, r->ipc_msg, sizeof(kp__ipc_reply) + n * sizeof(kp_ipc_handle),
-                           KP__TAG(KP__T_IPC, 0));
+    r->ipc_msg_len = sizeof(kp__ipc_reply) + n * sizeof(kp_ipc_handle); /* the caller sends it */
+    return KP_OK;
 }
 
 bool kp__ipc_answered(const kp__remote *r) { return !r->ipc_mem || r->ipc_op.done; }

@@ -206,6 +206,9 @@ static kp_status kp__receiver_ready(kp__remote *r, const kp_stage_ctx *c, bool *
          * welcome then takes), the welcome on it */
         KP_CHECK(kp__lane_open(r, h->host, r->peer_msg + sizeof *h, h->addr_len));
         KP_CHECK(kp__ipc_offer(r, h, &r->welcome));
+        if (r->welcome.ipc_slots)
+            KP_CHECK(kp__remote_recv(r, &r->ipc_op, r->ipc_msg, r->ipc_msg_len,
+                                     KP__TAG(KP__T_IPC, 0), KP__TYPE_MASK));
     }
     kp__lane_host(r->welcome.host);
     /* an address only for a sender that gave one: it can make a lane */

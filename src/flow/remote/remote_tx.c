@@ -114,6 +114,8 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
     r->capacity = (size_t)w->capacity; /* the receiver's queue sets the credits */
     KP_CHECK(kp__lane_open(r, w->host, r->peer_msg + sizeof *w, w->addr_len));
     KP_CHECK(kp__ipc_take(r, w));
+    if (w->ipc_slots) /* the answer: yes with the events, or no */
+        KP_CHECK(kp__remote_send(r, &r->ipc_op, r->ipc_msg, r->ipc_msg_len, KP__TAG(KP__T_IPC, 0)));
     atomic_store(&r->lane_set, true);
     KP_CHECK(kp__remote_make_slots(r, c));
     KP_CHECK(kp__remote_credit_post(r));
