@@ -405,45 +405,6 @@ void kp__remote_free(void *p) {
     kp__free(r);
 }
 
-kp_status kp__remote_make_slots(kp__remote *r, const kp_stage_ctx *c) {
-    size_t most = r->ipc ? KP__IPC_SLOTS(r->capacity) : r->capacity + 1;
-    if (!(r->slots = kp__calloc(most, sizeof *r->slots)))
-        return kp__error(KP_ERR_OUT_OF_MEMORY, "remote: no memory for its slots");
-    /* UCX reaches the frames' own memory: memory the host shares (cpu),
-     * device memory where it has CUDA support */
-    kp_device_caps caps = KP_DEVICE_CAPS_INIT;
-    KP_CHECK(kp_device_query_caps(r->dev, &caps));
-    r->trade = r->frame_bytes && (r->direct || !caps.device_memory) && !r->ipc;
-    r->n_slots = r->capacity;
-    /* both ends read the receiver's frame size from the welcome */
-    r->packed = r->welcome.frame_bytes <= KP__PACK_MAX - sizeof(kp__wire) || r->ipc;
-    for (size_t k = 0; k < r->n_slots; k++) {
-        kp__slot *sl = &r->slots[k];
-        sl->hdr_op.done = sl->data_op.done = true;
-        sl->hdr_op.status = sl->data_op.status = UCS_OK;
-        if (r->trade) {
-            kp_status st = kp__flow_spare_buffer(c->flow, c->index, &sl->pbuf);
-            if (st == KP_ERR_UNSUPPORTED && k == 0) { /* frames on several devices: copies */
-                kp_clear_error();
-                r->trade = false;
-            } else {
-                KP_CHECK(st);
-                sl->buf = kp_buffer_data(sl->pbuf);
-            }
-        }
-        if (k == 0 && r->frame_bytes && !r->trade) r->n_slots = most; /* a spare, or IPC's */
-        if (r->ipc) /* the receiver's slots, mapped at the sender */
-            sl->buf = (char *)r->ipc_mem + k * (size_t)r->welcome.ipc_stride;
-        else if (r->frame_bytes && !r->trade)
-            KP_CHECK(r->direct ? kp_malloc(r->dev, r->frame_bytes, &sl->buf)
-                               : kp_malloc_host(r->dev, r->frame_bytes, &sl->buf));
-        if (r->receiver) KP_CHECK(kp_event_create_untimed(r->dev, &sl->ev));
-    }
-    atomic_store(&r->credits, r->capacity);
-    atomic_store(&r->zero_copy, r->trade);
-    return KP_OK;
-}
-
 /* UCX's context for the end: its configuration read, with a keepalive
  * and a rendezvous size of kpipe's unless the user set them. */
 static kp_status kp__remote_context(kp__remote *r) {
