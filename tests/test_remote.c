@@ -26,6 +26,7 @@
 #include <netinet/in.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -863,12 +864,17 @@ static kp_status stranger_meets(const void *hello, size_t hello_len, int frame_t
     ep.sockaddr.addr = (const struct sockaddr *)&sa;
     ep.sockaddr.addrlen = sizeof sa;
     assert_int_equal(ucp_ep_create(x.worker, &ep, &x.ep), UCS_OK);
+    struct {
+        kp__welcome w;
+        unsigned char addr[KP__ADDR_MAX]; /* the receiver's, where the hello gave one */
+    } wm = {0};
     kp__welcome w = {0};
     ucp_request_param_t rp = {0};
-    void *wreq =
-        ucp_tag_recv_nbx(x.worker, &w, sizeof w, KP__TAG(KP__T_WELCOME, 0), KP__TYPE_MASK, &rp);
+    void *wreq = ucp_tag_recv_nbx(x.worker, &wm, sizeof wm, KP__TAG(KP__T_WELCOME, 0),
+                                  KP__TYPE_MASK, &rp);
     stranger_send(&x, hello, hello_len, KP__TAG(KP__T_HELLO, 0));
     stranger_progress(&x, wreq); /* welcomed, refused, or nothing within 5 s */
+    w = wm.w;
     if (frame && w.magic == KP__MAGIC && !w.refused)
         stranger_send(&x, frame, frame_len, KP__TAG(frame_type, frame_seq));
     bool stopped = false;
@@ -933,6 +939,53 @@ static void stranger_peers(void **state) {
         stranger_meets(&good, sizeof good, KP__T_DATA, 0, &f, sizeof f.w + 100, d, sizeof d),
         KP_ERR_PARSE);
     assert_non_null(strstr(d, "malformed header"));
+    /* a hello from this host naming a worker address that is not there, or
+     * is garbage in a file others may write, or behind a link: the receiver
+     * reads none of it (UCX aborts on a malformed address), takes no lane
+     * and goes on to the frame; a hello longer than a hello is refused */
+    kp__hello here = good;
+    kp__lane_host(here.host);
+    here.lane_pid = 1; /* init's: never one of ours */
+    here.lane_nonce = 0x1234abcdULL;
+    char dir[160], path[224], link_path[224];
+    const char *run = getenv("XDG_RUNTIME_DIR");
+    if (run && *run)
+        snprintf(dir, sizeof dir, "%s/kpipe", run);
+    else
+        snprintf(dir, sizeof dir, "/dev/shm/kpipe-%u", (unsigned)getuid());
+    (void)mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/1-%016llx.addr", dir, 0x1234abcdULL);
+    snprintf(link_path, sizeof link_path, "%s/1-%016llx.addr", dir, 0x5678ULL);
+    f.w.seq = 7; /* a malformed frame: the flow got that far */
+    f.w.bytes = 64 * sizeof(float);
+    for (int k = 0; k < 3; k++) {
+        if (k == 1) { /* garbage, but others may write it */
+            FILE *g = fopen(path, "wb");
+            assert_non_null(g);
+            fputs("garbage, not a UCX worker address", g);
+            fclose(g);
+            assert_int_equal(chmod(path, 0666), 0);
+        }
+        if (k == 2) { /* a link to it, made private */
+            assert_int_equal(chmod(path, 0600), 0);
+            assert_int_equal(symlink(path, link_path), 0);
+            here.lane_nonce = 0x5678ULL;
+        }
+        assert_int_equal(stranger_meets(&here, sizeof here, KP__T_DATA, 0, &f,
+                                        sizeof f.w + f.w.bytes, d, sizeof d),
+                         KP_ERR_PARSE);
+        assert_non_null(strstr(d, "malformed header"));
+    }
+    unlink(link_path);
+    unlink(path);
+    struct {
+        kp__hello h;
+        char more[10];
+    } longer = {.h = good};
+    assert_int_equal(stranger_meets(&longer, sizeof longer, 0, 0, NULL, 0, d, sizeof d),
+                     KP_ERR_PARSE);
+    assert_non_null(strstr(d, "a hello of"));
+    f.w.seq = 0;
     /* more than the receiver's frames hold: UCX truncates it */
     f.w.bytes = sizeof f.x;
     assert_int_equal(stranger_meets(&good, sizeof good, KP__T_DATA, 0, &f, sizeof f, d, sizeof d),

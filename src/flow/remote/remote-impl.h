@@ -13,8 +13,11 @@
  *
  * The wire, over UCX's tagged messages on one endpoint (a tag is a type in
  * its top byte and a value below):
- *   HELLO    sender -> receiver, once: magic, version, the sender's frame size
- *   WELCOME  receiver -> sender, once: capacity and frame size, or a refusal
+ *   HELLO    sender -> receiver, once: magic, version, the sender's frame size,
+ *            its host and published worker address (remote_lane.c)
+ *   WELCOME  receiver -> sender, once: capacity and frame size, or a refusal;
+ *            its host and address, and an offer of CUDA IPC
+ *   IPC      sender -> receiver, after an offer: yes (its events) or no
  *   HDR|seq  a frame's sequence number, bytes, descriptor and user words
  *   DATA|seq its bytes (a message even when empty); where the receiver's
  *            frames pack (frame_bytes and header within KP__PACK_MAX),
@@ -123,7 +126,7 @@ enum { KP__REFUSED_SIZE = 1, KP__REFUSED_CANCELLED = 2 };
 #define KP__TYPE_MASK ((ucp_tag_t)0xff << 56)
 #define KP__TAG(type, v) (((ucp_tag_t)(type) << 56) | ((ucp_tag_t)(v) & ~KP__TYPE_MASK))
 
-/* The largest UCX worker address a hello or welcome carries. */
+/* The largest UCX worker address an end publishes (remote_lane.c). */
 #define KP__ADDR_MAX 4096
 /* Which host an end is on (kp__lane_host, remote_lane.c): its boot id and
  * name, so that two ends tell whether they share one. */
@@ -132,12 +135,14 @@ enum { KP__REFUSED_SIZE = 1, KP__REFUSED_CANCELLED = 2 };
  * receiver on the same host may take through CUDA IPC (remote_lane.c) */
 #define KP__HELLO_CUDA 1u
 
-/* Both carry the end's UCX worker address after them (addr_len bytes),
- * for a lane of UCX's choice between two ends of one host (remote_lane.c). */
+/* Both name the file holding the end's UCX worker address (lane_pid and
+ * lane_nonce; 0: none), for a lane of UCX's choice between two ends of
+ * one host (remote_lane.c: the address itself never crosses the link). */
 typedef struct kp__hello {
     uint32_t magic, version;
     uint64_t frame_bytes;
-    uint32_t flags, addr_len;
+    uint32_t flags, lane_pid;
+    uint64_t lane_nonce;
     unsigned char host[KP__HOST_BYTES];
 } kp__hello;
 
@@ -145,7 +150,8 @@ typedef struct kp__welcome {
     uint32_t magic, version;
     uint64_t capacity, frame_bytes;
     uint32_t refused; /* KP__REFUSED_*: why the receiver takes no frames; 0: it does */
-    uint32_t addr_len;
+    uint32_t lane_pid;
+    uint64_t lane_nonce;
     unsigned char host[KP__HOST_BYTES];
     /* CUDA IPC offered (remote_lane.c): ipc_slots slots of ipc_stride bytes
      * in the receiver's device memory (one allocation, ipc_mem); 0: none */
@@ -232,9 +238,9 @@ typedef struct kp__remote {
     ucp_ep_h ep, watch;
     char lane[64];          /* kp_flow_remote_stats.lane */
     _Atomic bool lane_set;  /* lane (and ipc) are set: the stream began */
-    /* the hello or welcome as received, with the peer's address after it */
+    /* the hello or welcome as received (its length checked before use) */
     unsigned char *peer_msg;
-    unsigned char *hello_msg; /* sender: the hello sent, with its address */
+    char lane_file[192]; /* this end's published address (remote_lane.c), unlinked at the end */
     /* CUDA IPC (remote_lane.c): frames' bytes go device to device into
      * the receiver's slots (ipc_mem, mapped at the sender, n_slots of
      * them: KP__IPC_SLOTS), each slot's copy marked by an event of the
@@ -387,15 +393,17 @@ kp_status kp__remote_ep_create(kp__remote *r, ucp_conn_request_h req);
 /* --- lanes between two ends of one host (remote_lane.c) -------------------- */
 /* This host's identity, for a hello or welcome. */
 void kp__lane_host(unsigned char host[KP__HOST_BYTES]);
-/* Fills in the end's worker address after its hello or welcome (at most
- * KP__ADDR_MAX bytes): its length, 0 where lanes are off. */
-size_t kp__lane_addr(kp__remote *r, unsigned char *dst);
-/* The peer's worker address (from its hello or welcome, on host `host`):
- * where it is on this host and UCX reaches it through shared memory, frames
- * and words go there from now on (r->ep), the first endpoint kept to watch
- * the peer (r->watch); else nothing changes. r->lane says which. */
-kp_status kp__lane_open(kp__remote *r, const unsigned char host[KP__HOST_BYTES],
-                        const void *addr, size_t len);
+/* Publishes the end's worker address for a peer of this host, for its
+ * hello or welcome: *pid and *nonce name it (0: lanes are off, or it
+ * could not be written). */
+void kp__lane_publish(kp__remote *r, uint32_t *pid, uint64_t *nonce);
+/* The peer's published worker address (from its hello or welcome, on host
+ * `host`): where it is on this host and UCX reaches it through shared
+ * memory, frames and words go there from now on (r->ep), the first
+ * endpoint kept to watch the peer (r->watch); else nothing changes.
+ * r->lane says which. */
+kp_status kp__lane_open(kp__remote *r, const unsigned char host[KP__HOST_BYTES], uint32_t pid,
+                        uint64_t nonce);
 /* Receiver: offers CUDA IPC in the welcome where the sender's frames are
  * CUDA device memory on this host (KP__HELLO_CUDA) and so are its own;
  * the caller posts the answer's receive (r->ipc_msg, ipc_msg_len) where

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "remote-impl.h"
 
@@ -400,7 +401,7 @@ void kp__remote_free(void *p) {
     }
     kp__ipc_free(r);
     kp__free(r->peer_msg);
-    kp__free(r->hello_msg);
+    if (r->lane_file[0]) unlink(r->lane_file); /* the published address (remote_lane.c) */
     kp__free(r->slots);
     kp__free(r);
 }

@@ -1,7 +1,8 @@
 /* Remote queues' lanes between two ends of one host. The link starts on
  * an endpoint made from a socket address (tcp, whatever the host); each
- * end's hello or welcome then carries its UCX worker address and its
- * host's identity. Where both ends are on one host, each makes a second
+ * end's hello or welcome then carries its host's identity and the name of
+ * a file holding its UCX worker address. Where both ends are on one host,
+ * each makes a second
  * endpoint from the other's worker address, on which UCX takes its
  * shared-memory transports (sysv or posix for messages, cma for large
  * ones), and sends on that from then on; the first endpoint stays open
@@ -26,12 +27,28 @@
  * (the mapping failed: the devices cannot reach each other), and frames
  * then go through pinned slots on the lane.
  *
+ * The worker address never crosses the link: UCX 1.13 aborts the process
+ * on a malformed one (an assertion in ucp_address_unpack), so an address
+ * taken from a hello would let any peer kill the receiver. Each end writes
+ * its own into a file of a directory only its user can reach (mode 0700,
+ * owned by that user: $XDG_RUNTIME_DIR/kpipe, else /dev/shm/kpipe-UID),
+ * named by its pid and a random nonce, and the peer reads it only from
+ * there, only where the file is a regular file of the same user that no
+ * one else may write. What reaches UCX then came from a process of the
+ * same user, which could as well attach to this one.
+ *
  * KP_REMOTE_LANE=tcp keeps a link on its first endpoint, and
  * KP_REMOTE_LANE=shm keeps device frames on the link (no CUDA IPC): for
  * measuring each, and for a host whose shared memory UCX must not use. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "remote-impl.h"
@@ -64,19 +81,85 @@ static bool kp__same_host(const unsigned char host[KP__HOST_BYTES]) {
     return mine[0] && memcmp(mine, host, KP__HOST_BYTES) == 0;
 }
 
-size_t kp__lane_addr(kp__remote *r, unsigned char *dst) {
-    if (!kp__lanes_allowed()) return 0;
+/* The directory of published addresses, made where missing; false where
+ * it is not this user's alone (then no lanes). */
+static bool kp__lane_dir(char *out, size_t len) {
+    const char *run = getenv("XDG_RUNTIME_DIR");
+    if (run && *run)
+        snprintf(out, len, "%s/kpipe", run);
+    else
+        snprintf(out, len, "/dev/shm/kpipe-%u", (unsigned)getuid());
+    if (mkdir(out, 0700) != 0 && errno != EEXIST) return false;
+    struct stat st;
+    return lstat(out, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid() &&
+           (st.st_mode & 077) == 0;
+}
+
+/* Files left by processes that are gone. */
+static void kp__lane_sweep(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        unsigned pid = 0;
+        unsigned long long nonce = 0;
+        char path[256];
+        if (sscanf(e->d_name, "%u-%16llx.addr", &pid, &nonce) == 2 && pid &&
+            kill((pid_t)pid, 0) != 0 && errno == ESRCH &&
+            (size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < sizeof path)
+            unlink(path);
+    }
+    closedir(d);
+}
+
+static void kp__lane_path(char *out, size_t len, const char *dir, uint32_t pid, uint64_t nonce) {
+    snprintf(out, len, "%s/%u-%016llx.addr", dir, (unsigned)pid, (unsigned long long)nonce);
+}
+
+void kp__lane_publish(kp__remote *r, uint32_t *pid, uint64_t *nonce) {
+    *pid = 0;
+    *nonce = 0;
+    char dir[128];
+    if (!kp__lanes_allowed() || !kp__lane_dir(dir, sizeof dir)) return;
+    kp__lane_sweep(dir);
+    uint64_t n = 0;
+    if (getrandom(&n, sizeof n, 0) != (ssize_t)sizeof n || !n) return;
     ucp_address_t *a = NULL;
     size_t len = 0;
     kp__remote_take(r);
     ucs_status_t s = ucp_worker_get_address(r->worker, &a, &len);
-    if (s == UCS_OK && len <= KP__ADDR_MAX)
-        memcpy(dst, a, len);
-    else
-        len = 0;
-    if (s == UCS_OK) ucp_worker_release_address(r->worker, a);
     kp__remote_give(r);
-    return len;
+    if (s != UCS_OK) return;
+    char path[sizeof r->lane_file];
+    kp__lane_path(path, sizeof path, dir, (uint32_t)getpid(), n);
+    int fd = len <= KP__ADDR_MAX ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600) : -1;
+    bool ok = fd >= 0 && write(fd, a, len) == (ssize_t)len;
+    if (fd >= 0) close(fd);
+    ucp_worker_release_address(r->worker, a);
+    if (!ok) {
+        if (fd >= 0) unlink(path);
+        return;
+    }
+    if (r->lane_file[0]) unlink(r->lane_file); /* a sender's earlier try */
+    snprintf(r->lane_file, sizeof r->lane_file, "%s", path);
+    *pid = (uint32_t)getpid();
+    *nonce = n;
+}
+
+/* Reads the peer's published address into buf: its length, 0 where the
+ * file is missing, another user's, writable by others, or too long. */
+static size_t kp__lane_read(uint32_t pid, uint64_t nonce, unsigned char *buf, size_t cap) {
+    char dir[128], path[256];
+    if (!pid || !nonce || !kp__lane_dir(dir, sizeof dir)) return 0;
+    kp__lane_path(path, sizeof path, dir, pid, nonce);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return 0;
+    struct stat st;
+    ssize_t got = 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == getuid() &&
+        (st.st_mode & 077) == 0 && st.st_size > 0 && (size_t)st.st_size <= cap)
+        got = read(fd, buf, (size_t)st.st_size);
+    close(fd);
+    return got > 0 && got == st.st_size ? (size_t)got : 0;
 }
 
 /* The transports of an endpoint's lanes, as UCX prints them ("lane[0]:
@@ -110,20 +193,27 @@ static bool kp__lane_kinds(ucp_ep_h ep, char *out, size_t len) {
     return any && all;
 }
 
-kp_status kp__lane_open(kp__remote *r, const unsigned char host[KP__HOST_BYTES],
-                        const void *addr, size_t len) {
+kp_status kp__lane_open(kp__remote *r, const unsigned char host[KP__HOST_BYTES], uint32_t pid,
+                        uint64_t nonce) {
     snprintf(r->lane, sizeof r->lane, "tcp");
-    if (!len || !kp__lanes_allowed() || !kp__same_host(host)) return KP_OK;
+    if (!pid || !kp__lanes_allowed() || !kp__same_host(host)) return KP_OK;
+    unsigned char *addr = kp__malloc(KP__ADDR_MAX);
+    size_t len = addr ? kp__lane_read(pid, nonce, addr, KP__ADDR_MAX) : 0;
+    if (!len) { /* not published here (another host after all, or gone) */
+        kp__free(addr);
+        return KP_OK;
+    }
     ucp_ep_params_t p = {0};
     /* no peer error handling: UCX 1.13 would keep such an endpoint off
      * shared memory; the watch endpoint sees the peer lost */
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    p.address = addr;
+    p.address = (const ucp_address_t *)addr;
     p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     ucp_ep_h ep = NULL;
     kp__remote_take(r);
     ucs_status_t s = ucp_ep_create(r->worker, &p, &ep);
     kp__remote_give(r);
+    kp__free(addr);
     if (s != UCS_OK) return KP_OK; /* the link goes on as it is */
     char kinds[32];
     if (!kp__lane_kinds(ep, kinds, sizeof kinds)) {

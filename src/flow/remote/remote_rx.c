@@ -149,9 +149,11 @@ static kp_status kp__receiver_accept(kp__remote *r, bool *hello_in) {
         KP_CHECK(kp__remote_ep_create(r, req));
     bool posted = r->hello_op.req || r->hello_op.done;
     if (r->ep && !posted) {
-        if (!r->peer_msg && !(r->peer_msg = kp__malloc(sizeof r->welcome + KP__ADDR_MAX)))
+        /* room for more than a hello: a longer message is no hello, and
+         * says so by its length */
+        if (!r->peer_msg && !(r->peer_msg = kp__malloc(sizeof r->hello + 64)))
             return kp__error(KP_ERR_OUT_OF_MEMORY, "remote %s: no memory for a hello", r->addr);
-        KP_CHECK(kp__remote_recv(r, &r->hello_op, r->peer_msg, sizeof r->hello + KP__ADDR_MAX,
+        KP_CHECK(kp__remote_recv(r, &r->hello_op, r->peer_msg, sizeof r->hello + 64,
                                  KP__TAG(KP__T_HELLO, 0), KP__TYPE_MASK));
         /* control messages from the start: a sender cancelled before it read
          * the welcome says so, and hears the answer to its cancel */
@@ -193,7 +195,7 @@ static kp_status kp__receiver_ready(kp__remote *r, const kp_stage_ctx *c, bool *
         return kp__error(KP_ERR_UNSUPPORTED,
                          "remote %s: the sender speaks the wire's version %u, this kpipe %u",
                          r->addr, h->version, KP__VERSION);
-    if (got < sizeof *h || h->addr_len != got - sizeof *h)
+    if (got != sizeof *h)
         return kp__error(KP_ERR_PARSE, "remote %s: the peer is not a kpipe remote sink (a hello "
                          "of %zu bytes)", r->addr, got);
     r->welcome = (kp__welcome){.magic = KP__MAGIC,
@@ -202,21 +204,19 @@ static kp_status kp__receiver_ready(kp__remote *r, const kp_stage_ctx *c, bool *
                                .frame_bytes = r->frame_bytes,
                                .refused = h->frame_bytes > r->frame_bytes ? KP__REFUSED_SIZE : 0};
     if (!r->welcome.refused) {
-        /* the lane first (the sender's address is in peer_msg, which the
-         * welcome then takes), the welcome on it */
-        KP_CHECK(kp__lane_open(r, h->host, r->peer_msg + sizeof *h, h->addr_len));
+        /* the lane first, the welcome on it */
+        KP_CHECK(kp__lane_open(r, h->host, h->lane_pid, h->lane_nonce));
         KP_CHECK(kp__ipc_offer(r, h, &r->welcome));
         if (r->welcome.ipc_slots)
             KP_CHECK(kp__remote_recv(r, &r->ipc_op, r->ipc_msg, r->ipc_msg_len,
                                      KP__TAG(KP__T_IPC, 0), KP__TYPE_MASK));
     }
     kp__lane_host(r->welcome.host);
-    /* an address only for a sender that gave one: it can make a lane */
-    r->welcome.addr_len =
-        h->addr_len ? (uint32_t)kp__lane_addr(r, r->peer_msg + sizeof r->welcome) : 0;
-    memcpy(r->peer_msg, &r->welcome, sizeof r->welcome);
-    KP_CHECK(kp__remote_send(r, &r->welcome_op, r->peer_msg,
-                             sizeof r->welcome + r->welcome.addr_len, KP__TAG(KP__T_WELCOME, 0)));
+    /* an address only for a sender that published one: it can make a lane */
+    if (h->lane_pid && !r->welcome.refused)
+        kp__lane_publish(r, &r->welcome.lane_pid, &r->welcome.lane_nonce);
+    KP_CHECK(kp__remote_send(r, &r->welcome_op, &r->welcome, sizeof r->welcome,
+                             KP__TAG(KP__T_WELCOME, 0)));
     if (r->welcome.refused) {
         kp__remote_linger(r);
         return kp__error(KP_ERR_INVALID_ARG,

@@ -9,13 +9,12 @@
 
 #include "remote-impl.h"
 
-/* The hello, with this end's worker address after it (r->hello_msg), and
- * the buffer the welcome lands in (r->peer_msg). */
+/* The hello, naming this end's published worker address, and the buffer
+ * the welcome lands in (r->peer_msg: room for more than a welcome, so a
+ * longer message says by its length that it is none). */
 static kp_status kp__hello_make(kp__remote *r) {
-    if (!r->peer_msg && !(r->peer_msg = kp__malloc(sizeof r->welcome + KP__ADDR_MAX)))
+    if (!r->peer_msg && !(r->peer_msg = kp__malloc(sizeof r->welcome + 64)))
         return kp__error(KP_ERR_OUT_OF_MEMORY, "remote %s: no memory for the welcome", r->addr);
-    if (!r->hello_msg && !(r->hello_msg = kp__malloc(sizeof r->hello + KP__ADDR_MAX)))
-        return kp__error(KP_ERR_OUT_OF_MEMORY, "remote %s: no memory for the hello", r->addr);
     kp_device_caps caps = KP_DEVICE_CAPS_INIT;
     KP_CHECK(kp_device_query_caps(r->dev, &caps));
     bool cuda = !r->direct && caps.device_memory && caps.native_api &&
@@ -25,8 +24,7 @@ static kp_status kp__hello_make(kp__remote *r) {
                            .frame_bytes = r->frame_bytes,
                            .flags = cuda ? KP__HELLO_CUDA : 0};
     kp__lane_host(r->hello.host);
-    r->hello.addr_len = (uint32_t)kp__lane_addr(r, r->hello_msg + sizeof r->hello);
-    memcpy(r->hello_msg, &r->hello, sizeof r->hello);
+    kp__lane_publish(r, &r->hello.lane_pid, &r->hello.lane_nonce);
     return KP_OK;
 }
 
@@ -42,9 +40,8 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
             KP_CHECK(kp__remote_ep_create(r, NULL));
             kp_status cs = kp__hello_make(r);
             if (cs == KP_OK)
-                cs = kp__remote_recv(r, &r->welcome_op, r->peer_msg,
-                                     sizeof r->welcome + KP__ADDR_MAX, KP__TAG(KP__T_WELCOME, 0),
-                                     KP__TYPE_MASK);
+                cs = kp__remote_recv(r, &r->welcome_op, r->peer_msg, sizeof r->welcome + 64,
+                                     KP__TAG(KP__T_WELCOME, 0), KP__TYPE_MASK);
             /* control messages from the start: a refused or cancelled
              * sender hears the receiver's answer to its cancel */
             if (cs == KP_OK)
@@ -53,8 +50,7 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
             /* the progress thread may have seen the endpoint fail already
              * (nobody listens yet): that is a try to make again, below */
             if (cs == KP_OK)
-                cs = kp__remote_send(r, &r->hello_op, r->hello_msg,
-                                     sizeof r->hello + r->hello.addr_len,
+                cs = kp__remote_send(r, &r->hello_op, &r->hello, sizeof r->hello,
                                      KP__TAG(KP__T_HELLO, 0));
             if (cs != KP_OK) {
                 kp_clear_error();
@@ -98,7 +94,7 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
         return kp__error(KP_ERR_UNSUPPORTED,
                          "remote %s: the receiver speaks the wire's version %u, this kpipe %u",
                          r->addr, w->version, KP__VERSION);
-    if (got < sizeof *w || w->addr_len != got - sizeof *w)
+    if (got != sizeof *w)
         return kp__error(KP_ERR_PARSE, "remote %s: a malformed welcome (%zu bytes)", r->addr, got);
     if (w->refused == KP__REFUSED_CANCELLED)
         return kp__error(KP_ERR_STATE,
@@ -112,7 +108,7 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
         return kp__error(KP_ERR_PARSE, "remote %s: a capacity of %llu (1 .. %zu here)", r->addr,
                          (unsigned long long)w->capacity, r->capacity);
     r->capacity = (size_t)w->capacity; /* the receiver's queue sets the credits */
-    KP_CHECK(kp__lane_open(r, w->host, r->peer_msg + sizeof *w, w->addr_len));
+    KP_CHECK(kp__lane_open(r, w->host, w->lane_pid, w->lane_nonce));
     KP_CHECK(kp__ipc_take(r, w));
     if (w->ipc_slots) /* the answer: yes with the events, or no */
         KP_CHECK(kp__remote_send(r, &r->ipc_op, r->ipc_msg, r->ipc_msg_len, KP__TAG(KP__T_IPC, 0)));
