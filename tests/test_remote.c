@@ -946,7 +946,10 @@ static void stranger_peers(void **state) {
     kp__hello here = good;
     kp__lane_host(here.host);
     here.lane_pid = 1; /* init's: never one of ours */
-    here.lane_nonce = 0x1234abcdULL;
+    /* this process's own names: ctest runs test_remote twice at once */
+    const uint64_t nonce_file = 0x10000000000ULL + 2 * (uint64_t)getpid(),
+                   nonce_link = nonce_file + 1;
+    here.lane_nonce = nonce_file;
     char dir[160], path[224], link_path[224];
     const char *run = getenv("XDG_RUNTIME_DIR");
     if (run && *run)
@@ -954,8 +957,10 @@ static void stranger_peers(void **state) {
     else
         snprintf(dir, sizeof dir, "/dev/shm/kpipe-%u", (unsigned)getuid());
     (void)mkdir(dir, 0700);
-    snprintf(path, sizeof path, "%s/1-%016llx.addr", dir, 0x1234abcdULL);
-    snprintf(link_path, sizeof link_path, "%s/1-%016llx.addr", dir, 0x5678ULL);
+    snprintf(path, sizeof path, "%s/1-%016llx.addr", dir, (unsigned long long)nonce_file);
+    snprintf(link_path, sizeof link_path, "%s/1-%016llx.addr", dir,
+             (unsigned long long)nonce_link);
+    unlink(link_path); /* an earlier run's, killed midway */
     f.w.seq = 7; /* a malformed frame: the flow got that far */
     f.w.bytes = 64 * sizeof(float);
     for (int k = 0; k < 3; k++) {
@@ -969,7 +974,7 @@ static void stranger_peers(void **state) {
         if (k == 2) { /* a link to it, made private */
             assert_int_equal(chmod(path, 0600), 0);
             assert_int_equal(symlink(path, link_path), 0);
-            here.lane_nonce = 0x5678ULL;
+            here.lane_nonce = nonce_link;
         }
         assert_int_equal(stranger_meets(&here, sizeof here, KP__T_DATA, 0, &f,
                                         sizeof f.w + f.w.bytes, d, sizeof d),
