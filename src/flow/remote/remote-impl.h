@@ -238,8 +238,9 @@ typedef struct kp__remote {
     ucp_ep_h ep, watch;
     char lane[64];          /* kp_flow_remote_stats.lane */
     _Atomic bool lane_set;  /* lane (and ipc) are set: the stream began */
-    /* the hello or welcome as received (its length checked before use) */
-    unsigned char *peer_msg;
+    /* the hello or welcome as received, with room for more: a longer
+     * message is neither, and says so by its length (checked before use) */
+    unsigned char peer_msg[sizeof(kp__welcome) + 64];
     char lane_file[192]; /* this end's published address (remote_lane.c), unlinked at the end */
     /* CUDA IPC (remote_lane.c): frames' bytes go device to device into
      * the receiver's slots (ipc_mem, mapped at the sender, n_slots of
@@ -404,6 +405,10 @@ void kp__lane_publish(kp__remote *r, uint32_t *pid, uint64_t *nonce);
  * r->lane says which. */
 kp_status kp__lane_open(kp__remote *r, const unsigned char host[KP__HOST_BYTES], uint32_t pid,
                         uint64_t nonce);
+/* Whether this end's frames are CUDA device memory that UCX does not
+ * reach itself, and CUDA IPC is allowed: the frames it is for (the
+ * sender's hello says so, KP__HELLO_CUDA). */
+bool kp__ipc_frames(const kp__remote *r);
 /* Receiver: offers CUDA IPC in the welcome where the sender's frames are
  * CUDA device memory on this host (KP__HELLO_CUDA) and so are its own;
  * the caller posts the answer's receive (r->ipc_msg, ipc_msg_len) where

@@ -400,7 +400,6 @@ void kp__remote_free(void *p) {
             kp_free_host(r->dev, r->slots[k].buf);
     }
     kp__ipc_free(r);
-    kp__free(r->peer_msg);
     if (r->lane_file[0]) unlink(r->lane_file); /* the published address (remote_lane.c) */
     kp__free(r->slots);
     kp__free(r);

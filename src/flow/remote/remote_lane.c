@@ -235,9 +235,7 @@ kp_status kp__lane_open(kp__remote *r, const unsigned char host[KP__HOST_BYTES],
     return KP_OK;
 }
 
-/* Whether this end's frames are CUDA device memory that UCX does not
- * reach itself: the frames CUDA IPC is for. */
-static bool kp__ipc_frames(const kp__remote *r) {
+bool kp__ipc_frames(const kp__remote *r) {
     kp_device_caps caps = KP_DEVICE_CAPS_INIT;
     if (kp_device_query_caps(r->dev, &caps) != KP_OK) {
         kp_clear_error();

@@ -149,11 +149,7 @@ static kp_status kp__receiver_accept(kp__remote *r, bool *hello_in) {
         KP_CHECK(kp__remote_ep_create(r, req));
     bool posted = r->hello_op.req || r->hello_op.done;
     if (r->ep && !posted) {
-        /* room for more than a hello: a longer message is no hello, and
-         * says so by its length */
-        if (!r->peer_msg && !(r->peer_msg = kp__malloc(sizeof r->hello + 64)))
-            return kp__error(KP_ERR_OUT_OF_MEMORY, "remote %s: no memory for a hello", r->addr);
-        KP_CHECK(kp__remote_recv(r, &r->hello_op, r->peer_msg, sizeof r->hello + 64,
+        KP_CHECK(kp__remote_recv(r, &r->hello_op, r->peer_msg, sizeof r->peer_msg,
                                  KP__TAG(KP__T_HELLO, 0), KP__TYPE_MASK));
         /* control messages from the start: a sender cancelled before it read
          * the welcome says so, and hears the answer to its cancel */

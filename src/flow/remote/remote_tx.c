@@ -9,23 +9,14 @@
 
 #include "remote-impl.h"
 
-/* The hello, naming this end's published worker address, and the buffer
- * the welcome lands in (r->peer_msg: room for more than a welcome, so a
- * longer message says by its length that it is none). */
-static kp_status kp__hello_make(kp__remote *r) {
-    if (!r->peer_msg && !(r->peer_msg = kp__malloc(sizeof r->welcome + 64)))
-        return kp__error(KP_ERR_OUT_OF_MEMORY, "remote %s: no memory for the welcome", r->addr);
-    kp_device_caps caps = KP_DEVICE_CAPS_INIT;
-    KP_CHECK(kp_device_query_caps(r->dev, &caps));
-    bool cuda = !r->direct && caps.device_memory && caps.native_api &&
-                strcmp(caps.native_api, "cuda") == 0;
+/* The hello, naming this end's host and published worker address. */
+static void kp__hello_make(kp__remote *r) {
     r->hello = (kp__hello){.magic = KP__MAGIC,
                            .version = KP__VERSION,
                            .frame_bytes = r->frame_bytes,
-                           .flags = cuda ? KP__HELLO_CUDA : 0};
+                           .flags = kp__ipc_frames(r) ? KP__HELLO_CUDA : 0};
     kp__lane_host(r->hello.host);
     kp__lane_publish(r, &r->hello.lane_pid, &r->hello.lane_nonce);
-    return KP_OK;
 }
 
 /* Connects (again and again while the receiver is not up yet, within the
@@ -38,10 +29,9 @@ static kp_status kp__sender_ready(kp__remote *r, const kp_stage_ctx *c) {
     for (;;) {
         if (!r->ep) {
             KP_CHECK(kp__remote_ep_create(r, NULL));
-            kp_status cs = kp__hello_make(r);
-            if (cs == KP_OK)
-                cs = kp__remote_recv(r, &r->welcome_op, r->peer_msg, sizeof r->welcome + 64,
-                                     KP__TAG(KP__T_WELCOME, 0), KP__TYPE_MASK);
+            kp__hello_make(r);
+            kp_status cs = kp__remote_recv(r, &r->welcome_op, r->peer_msg, sizeof r->peer_msg,
+                                           KP__TAG(KP__T_WELCOME, 0), KP__TYPE_MASK);
             /* control messages from the start: a refused or cancelled
              * sender hears the receiver's answer to its cancel */
             if (cs == KP_OK)
