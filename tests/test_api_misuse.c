@@ -717,6 +717,13 @@ static void module_calls(void **state) {
     kp_port_from_tensor(NULL, "x", NULL);
     kp_port_from_tensor(&pi, "x", NULL);
     assert_null(pi.data);
+    /* names for every format, and for a value outside the enum */
+    assert_string_equal(kp_pixel_format_name(KP_PIXEL_P016), "P016");
+    assert_string_equal(kp_pixel_format_name(KP_PIXEL_NONE), "none");
+    assert_string_equal(kp_pixel_format_name((kp_pixel_format)77), "unknown");
+    assert_int_equal(kp_pixel_format_sample_bytes(KP_PIXEL_P016), 2);
+    assert_int_equal(kp_pixel_format_sample_bytes(KP_PIXEL_NV12), 1);
+    assert_int_equal(kp_pixel_format_sample_bytes((kp_pixel_format)77), 1);
     KPT_FAILS(kp_port_decl_1d(NULL, "x", KP_F32, 4), BAD);
     KPT_FAILS(kp_port_decl_1d(&pd, NULL, KP_F32, 4), BAD);
     KPT_FAILS(kp_port_decl_1d(&pd, long_name, KP_F32, 4), BAD);

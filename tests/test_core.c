@@ -61,8 +61,8 @@ static void dtypes(void **state) {
         const char *name;
         size_t bytes;
     } want[] = {{"f32", 4}, {"f16", 2}, {"bf16", 2}, {"i32", 4}, {"i16", 2},
-                {"i8", 1},  {"u8", 1},  {"i64", 8},  {"u64", 8}};
-    assert_int_equal(KP_DTYPE_COUNT, 9);
+                {"i8", 1},  {"u8", 1},  {"i64", 8},  {"u64", 8}, {"u16", 2}};
+    assert_int_equal(KP_DTYPE_COUNT, 10);
     for (int i = 0; i < KP_DTYPE_COUNT; i++) {
         kp_dtype dt;
         assert_string_equal(kp_dtype_name((kp_dtype)i), want[i].name);

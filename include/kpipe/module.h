@@ -63,17 +63,25 @@ typedef struct kp_port_info {
  * its shape and strides with offset 0. */
 void kp_port_from_tensor(kp_port_info *out, const char *name, kp_tensor_t t);
 
-/* How the bytes of an 8-bit 4:2:0 picture are laid out, as u8
- * [height*3/2, pitch] (pitch: bytes per luma row, even, at least the
- * width): `height` rows of luma, then NV12's height/2 rows of interleaved
- * U,V, or I420's U then V planes of height/2 rows of pitch/2 bytes. A video
- * frame says its own (kpipe/video.h); a port that holds pictures says the
- * one it takes or makes (kp_port_decl.format). */
+/* How the bytes of a 4:2:0 picture are laid out, as u8 [height*3/2,
+ * pitch] (pitch: bytes per luma row, even, at least the width's samples):
+ * `height` rows of luma, then NV12's height/2 rows of interleaved U,V, or
+ * I420's U then V planes of height/2 rows of pitch/2 bytes. P016 is NV12
+ * with 16-bit samples (little-endian, the value in the high bits: a 10-bit
+ * sample v is v << 6), its pitch at least twice the width: how kpipe gives
+ * streams of more than 8 bits (HEVC Main10). A video frame says its own
+ * (kpipe/video.h); a port that holds pictures says the one it takes or
+ * makes (kp_port_decl.format). */
 typedef enum kp_pixel_format {
     KP_PIXEL_NONE = 0, /* not a picture, or not said */
     KP_PIXEL_I420 = 1, /* planar Y, U, V (software decode, y4m) */
     KP_PIXEL_NV12 = 2, /* Y, then interleaved UV (NVDEC) */
+    KP_PIXEL_P016 = 3, /* NV12 of 16-bit samples (streams of 9 to 16 bits) */
 } kp_pixel_format;
+/* "I420", "NV12", "P016"; "none" for KP_PIXEL_NONE; "unknown" otherwise. */
+const char *kp_pixel_format_name(kp_pixel_format f);
+/* Bytes of one sample: 2 for P016, else 1. */
+int kp_pixel_format_sample_bytes(kp_pixel_format f);
 
 /* A port as a module declares it. A dynamic dimension (bit d of `dynamic`)
  * takes any size from 1 to desc.shape[d] per tick; the arena is planned for

@@ -26,7 +26,8 @@ extern "C" {
     X(i8, I8, 1)        \
     X(u8, U8, 1)        \
     X(i64, I64, 8)      \
-    X(u64, U64, 8)
+    X(u64, U64, 8)      \
+    X(u16, U16, 2) /* 16-bit samples: P016 video planes */
 
 typedef enum kp_dtype {
 #define KP__DTYPE_ENUM(name, up, bytes) KP_##up,

@@ -459,7 +459,7 @@ def _nbytes(x):
 
 
 _NUMPY = {"f32": "float32", "f16": "float16", "i32": "int32", "i16": "int16", "i8": "int8",
-          "u8": "uint8", "i64": "int64", "u64": "uint64"}
+          "u8": "uint8", "i64": "int64", "u64": "uint64", "u16": "uint16"}
 
 
 class Array:

@@ -58,7 +58,7 @@ DLManagedTensorVersioned._fields_ = [("version", DLPackVersion), ("manager_ctx",
 
 # (code, bits) -> kpipe dtype name; codes: 0 int, 1 uint, 2 float, 4 bfloat
 _FROM_DL = {(2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (0, 32): "i32", (0, 16): "i16",
-            (0, 8): "i8", (1, 8): "u8", (0, 64): "i64", (1, 64): "u64"}
+            (0, 8): "i8", (1, 8): "u8", (0, 64): "i64", (1, 64): "u64", (1, 16): "u16"}
 _TO_DL = {v: k for k, v in _FROM_DL.items()}
 _CODE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "opaque handle", 4: "bfloat", 5: "complex",
                6: "bool", 7: "float8 (e3m4)"}
@@ -138,7 +138,7 @@ def _dlpack_capsule(obj, stream):
 # map below lacks, a read-only NumPy array, and a CUDA tensor whose stream is
 # not the consumer's (there PyTorch orders the two streams).
 _NUMPY_DTYPES = {"<f4": "f32", "<f2": "f16", "<i4": "i32", "<i2": "i16", "|i1": "i8",
-                 "|u1": "u8", "<i8": "i64", "<u8": "u64"}
+                 "|u1": "u8", "<i8": "i64", "<u8": "u64", "<u2": "u16"}
 _torch_dtypes = None
 
 
@@ -148,7 +148,7 @@ def _torch_map(torch):
         m = {}
         for attr, name in (("float32", "f32"), ("float16", "f16"), ("bfloat16", "bf16"),
                            ("int32", "i32"), ("int16", "i16"), ("int8", "i8"), ("uint8", "u8"),
-                           ("int64", "i64"), ("uint64", "u64")):
+                           ("int64", "i64"), ("uint64", "u64"), ("uint16", "u16")):
             dt = getattr(torch, attr, None)
             if dt is not None:
                 m[dt] = name

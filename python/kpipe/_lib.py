@@ -23,7 +23,7 @@ STATUS = {v: k for k, v in STATUS_NAMES.items()}
 
 # kp_dtype, in tensor.h's order: name -> (enum value, bytes)
 DTYPES = {"f32": (0, 4), "f16": (1, 2), "bf16": (2, 2), "i32": (3, 4), "i16": (4, 2),
-          "i8": (5, 1), "u8": (6, 1), "i64": (7, 8), "u64": (8, 8)}
+          "i8": (5, 1), "u8": (6, 1), "i64": (7, 8), "u64": (8, 8), "u16": (9, 2)}
 DTYPE_NAMES = {v[0]: k for k, v in DTYPES.items()}
 
 
@@ -156,7 +156,7 @@ class VideoReaderInfo(Structure):  # kp_video_reader_info
                 ("frame_bytes", c_size_t), ("max_width", c_int32), ("max_height", c_int32),
                 ("time_base", c_int32 * 2), ("rate", c_int32 * 2), ("frames", c_int64),
                 ("codec", ctypes.c_char * 32), ("decoder", ctypes.c_char * 48),
-                ("fallback", ctypes.c_char * 160)]
+                ("fallback", ctypes.c_char * 160), ("depth", c_int32)]
 
 
 class FlowStage(Structure):

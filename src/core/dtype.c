@@ -32,7 +32,7 @@ static const struct {
 } kp__dtype_aliases[] = {
     {"float32", KP_F32},   {"float", KP_F32}, {"float16", KP_F16}, {"half", KP_F16},
     {"bfloat16", KP_BF16}, {"int32", KP_I32}, {"int16", KP_I16},   {"int8", KP_I8},
-    {"uint8", KP_U8},      {"int64", KP_I64}, {"uint64", KP_U64},
+    {"uint8", KP_U8},      {"int64", KP_I64}, {"uint64", KP_U64}, {"uint16", KP_U16},
 };
 
 kp_status kp_dtype_parse(const char *text, kp_dtype *out) {
@@ -51,6 +51,6 @@ kp_status kp_dtype_parse(const char *text, kp_dtype *out) {
         }
     }
     return kp__error(KP_ERR_PARSE,
-                     "unknown dtype \"%s\" (expected one of f32 f16 bf16 i32 i16 i8 u8 i64 u64)",
+                     "unknown dtype \"%s\" (expected one of f32 f16 bf16 i32 i16 i8 u8 i64 u64 u16)",
                      text);
 }

@@ -19,7 +19,7 @@ static const struct {
     kp_dtype dt;
 } kp__npy_types[] = {
     {"f4", KP_F32}, {"f2", KP_F16}, {"i4", KP_I32}, {"i2", KP_I16},
-    {"i1", KP_I8},  {"u1", KP_U8},  {"i8", KP_I64}, {"u8", KP_U64},
+    {"i1", KP_I8},  {"u1", KP_U8},  {"i8", KP_I64}, {"u8", KP_U64}, {"u2", KP_U16},
 };
 #define KP__NPY_NTYPES (sizeof kp__npy_types / sizeof kp__npy_types[0])
 

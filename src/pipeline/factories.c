@@ -212,6 +212,18 @@ kp_status kp_port_decl_1d(kp_port_decl *p, const char *name, kp_dtype dt, int64_
     return kp_desc_init(&p->desc, dt, 1, &n, NULL);
 }
 
+const char *kp_pixel_format_name(kp_pixel_format f) {
+    switch (f) {
+    case KP_PIXEL_NONE: return "none";
+    case KP_PIXEL_I420: return "I420";
+    case KP_PIXEL_NV12: return "NV12";
+    case KP_PIXEL_P016: return "P016";
+    }
+    return "unknown";
+}
+
+int kp_pixel_format_sample_bytes(kp_pixel_format f) { return f == KP_PIXEL_P016 ? 2 : 1; }
+
 void kp_port_from_tensor(kp_port_info *out, const char *name, kp_tensor_t t) {
     if (!out) return;
     if (!t) {

@@ -130,6 +130,7 @@ static bool kpt_get(kp_dtype dt, const void *p, size_t i, double *v) {
     case KP_U8: *v = ((const uint8_t *)p)[i]; return true;
     case KP_I64: *v = (double)((const int64_t *)p)[i]; return true;
     case KP_U64: *v = (double)((const uint64_t *)p)[i]; return true;
+    case KP_U16: *v = (double)((const uint16_t *)p)[i]; return true;
     default: return false;
     }
 }

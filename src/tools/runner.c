@@ -138,6 +138,7 @@ static kp_status kpt_fill_random(const kp_port_info *port, void *p, uint64_t *s)
         case KP_U8: ((uint8_t *)p)[i] = (uint8_t)(v + 100); break;
         case KP_I64: ((int64_t *)p)[i] = v; break;
         case KP_U64: ((uint64_t *)p)[i] = (uint64_t)(v + 100); break;
+        case KP_U16: ((uint16_t *)p)[i] = (uint16_t)(v + 100); break;
         default:
             return kpt_error(KP_ERR_UNSUPPORTED,
                              "input %s: no random data for dtype %s; give it "

@@ -73,12 +73,9 @@ typedef struct kp__stage_made {
 kp_status kp__flow_spare_buffer(kp_flow_t f, size_t stage, kp_buffer_t *out);
 void kp__frame_trade(kp_frame *frame, kp_buffer_t *b);
 
-/* "I420", "NV12"; "not video" for KP_PIXEL_NONE; "unknown" otherwise. */
+/* kp_pixel_format_name, and "not video" for KP_PIXEL_NONE. */
 static inline const char *kp__pixel_str(kp_pixel_format f) {
-    return f == KP_PIXEL_I420   ? "I420"
-           : f == KP_PIXEL_NV12 ? "NV12"
-           : f == KP_PIXEL_NONE ? "not video"
-                                : "unknown";
+    return f == KP_PIXEL_NONE ? "not video" : kp_pixel_format_name(f);
 }
 
 /* Sleeping until woken (spin.c; the runtime's queues and frames, and the
