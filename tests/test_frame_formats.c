@@ -552,6 +552,97 @@ static void refusals_name_the_format(void **state) {
     }
 }
 
+/* --- 16-bit frames (P016) ----------------------------------------------------------- */
+
+/* The last frame of testsrc at w x h in `format` (pitch bytes) through a
+ * one-module pipeline of `type` (`params` appended), as an npy file's
+ * bytes (free after). */
+static uint8_t *through(const char *format, int64_t pitch, const char *type, int64_t w, int64_t h,
+                        const char *params, const char *name, size_t *bytes) {
+    char src[256], mod[512], spec[1024], json[2048], npy[512];
+    tmp_path(npy, sizeof npy, name);
+    const char *mods[1] = {module(mod, sizeof mod, 0, type, w, h, params)};
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": [%s, {\"name\": \"p\", \"pipeline\": %s},"
+             "{\"name\": \"out\", \"sink\": \"npy\", \"path\": \"%s\"}]}",
+             testsrc_stage(src, sizeof src, w, h, format, pitch, 3),
+             chain_spec(spec, sizeof spec, mods, 1), npy);
+    KPT_OK(run_flow(json));
+    kp_tensor_desc d;
+    uint8_t *raw = npy_bytes(npy, &d);
+    *bytes = (size_t)kp_desc_bytes_needed(&d);
+    return raw;
+}
+
+/* testsrc's P016 is its NV12 picture in each word's high byte, so
+ * p016_rgb (each sample divided by 256, exactly) must give nv12_rgb's RGB
+ * bit for bit: at fixed sizes with a pitch past the row, sized by the
+ * frames (a padded pitch packed first), f32 and f16, 2x2 to 66x38. Frames
+ * of the other layout are refused by name at each module, and the y4m
+ * sink refuses P016. */
+static void p016_through_flows(void **state) {
+    static const struct {
+        int64_t w, h, pitch16;
+        const char *params;
+    } c[] = {{32, 16, 64, NULL},
+             {66, 38, 160, NULL},
+             {2, 2, 4, ", \"dtype\": \"f16\""},
+             {66, 38, 160, ", \"matrix\": \"bt2020\", \"range\": \"full\""}};
+    for (size_t k = 0; k < sizeof c / sizeof *c; k++) {
+        char p16[128];
+        snprintf(p16, sizeof p16, ", \"pitch\": %lld%s", (long long)c[k].pitch16,
+                 c[k].params ? c[k].params : "");
+        size_t nb = 0, pb = 0;
+        uint8_t *nv = through("nv12", 0, "nv12_rgb", c[k].w, c[k].h, c[k].params, "nv.npy", &nb);
+        uint8_t *p = through("p016", c[k].pitch16, "p016_rgb", c[k].w, c[k].h, p16, "p.npy", &pb);
+        assert_int_equal(nb, pb);
+        if (memcmp(nv, p, nb)) fail_msg("case %zu: p016_rgb differs from nv12_rgb", k);
+        free(p);
+        free(nv);
+    }
+    /* sized by the frames: each tick's width from the frame, the padding dropped */
+    char src[256], mod[512], spec[1024], json[2048], npy[2][512];
+    const char *const fmt[2] = {"nv12", "p016"}, *const type[2] = {"nv12_rgb", "p016_rgb"};
+    uint8_t *raw[2];
+    kp_tensor_desc d[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(mod, sizeof mod, "{\"type\": \"%s\", \"id\": \"m0\", \"params\": "
+                 "{\"width\": {\"max\": 128}, \"height\": {\"max\": 64}}}", type[k]);
+        const char *mods[1] = {mod};
+        tmp_path(npy[k], sizeof npy[k], k ? "sized16.npy" : "sized8.npy");
+        snprintf(json, sizeof json,
+                 "{\"kpipe_flow\": 1, \"stages\": [%s, {\"name\": \"p\", \"pipeline\": %s},"
+                 "{\"name\": \"out\", \"sink\": \"npy\", \"path\": \"%s\"}]}",
+                 testsrc_stage(src, sizeof src, 46, 30, fmt[k], k ? 100 : 0, 2),
+                 chain_spec(spec, sizeof spec, mods, 1), npy[k]);
+        KPT_OK(run_flow(json));
+        raw[k] = npy_bytes(npy[k], &d[k]);
+    }
+    assert_true(kp_desc_same_shape(&d[0], &d[1]));
+    assert_int_equal(d[1].shape[2], 30);
+    assert_int_equal(d[1].shape[3], 46);
+    assert_memory_equal(raw[0], raw[1], (size_t)kp_desc_bytes_needed(&d[0]));
+    free(raw[0]);
+    free(raw[1]);
+    /* the other layout at each module, and at the y4m sink */
+    for (int k = 0; k < 2; k++) {
+        const char *mods[1] = {module(mod, sizeof mod, 0, type[k], 32, 16, NULL)};
+        snprintf(json, sizeof json,
+                 "{\"kpipe_flow\": 1, \"stages\": [%s, {\"name\": \"p\", \"pipeline\": %s},"
+                 "{\"name\": \"out\", \"sink\": \"null\"}]}",
+                 testsrc_stage(src, sizeof src, 32, 16, fmt[1 - k], 0, 1),
+                 chain_spec(spec, sizeof spec, mods, 1));
+        EXPECT_ERROR(run_flow(json), KP_ERR_MISMATCH, k ? "is NV12, but pipeline" : "is P016, but pipeline");
+        assert_non_null(strstr(kp_last_error(), k ? "\"p016" : "\"nv12"));
+    }
+    tmp_path(npy[0], sizeof npy[0], "p016.y4m");
+    snprintf(json, sizeof json,
+             "{\"kpipe_flow\": 1, \"stages\": [%s, {\"name\": \"out\", \"sink\": \"y4m\", "
+             "\"path\": \"%s\"}]}",
+             testsrc_stage(src, sizeof src, 32, 16, "p016", 0, 1), npy[0]);
+    EXPECT_ERROR(run_flow(json), KP_ERR_UNSUPPORTED, "frame 0 is P016");
+}
+
 /* --- no allocation per frame, none left on a failure -------------------------------- */
 
 typedef struct counting {
@@ -773,6 +864,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(pipeline_labels_its_output),
         cmocka_unit_test(batches_take_their_format),
         cmocka_unit_test(refusals_name_the_format),
+        cmocka_unit_test(p016_through_flows),
         cmocka_unit_test(packing_allocates_once),
     };
     const struct CMUnitTest files[] = {

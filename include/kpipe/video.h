@@ -12,11 +12,14 @@
  *   kp_video_reader_next(r, stream, buf, info.frame_bytes, &vf, &eos);
  *   kp_video_writer_write(w, stream, buf, info.frame_bytes, &vf);
  *
- * A frame lives in device memory as 8-bit 4:2:0 with a pitch P (bytes per
- * luma row, even, >= width): `height` rows of luma, then NV12's `height/2`
- * rows of interleaved U,V of P bytes, or I420's U then V planes of
- * `height/2` rows of P/2 bytes. Either way P * height * 3 / 2 bytes, which
- * a flow describes as u8 [height*3/2, P].
+ * A frame lives in device memory as 4:2:0 with a pitch P (bytes per luma
+ * row, even, >= the width's bytes): `height` rows of luma, then NV12's
+ * `height/2` rows of interleaved U,V of P bytes, or I420's U then V planes
+ * of `height/2` rows of P/2 bytes. Either way P * height * 3 / 2 bytes,
+ * which a flow describes as u8 [height*3/2, P]. A stream of more than 8
+ * bits (HEVC Main10, H.264 High 10) comes as P016: NV12's layout with
+ * 16-bit samples, each value in the high bits (kpipe/module.h); it decodes
+ * in software, and the writer encodes it at 10 bits.
  *
  * Built with KP_VIDEO (FFmpeg found); without it every call checks its
  * arguments and returns KP_ERR_UNSUPPORTED. */
@@ -118,6 +121,7 @@ typedef struct kp_video_reader_info {
     char codec[32];       /* "h264" */
     char decoder[48];     /* "nvdec" or "libavcodec" */
     char fallback[160];   /* why NVDEC was not used, when AUTO chose software */
+    int32_t depth;        /* bits of a sample in the stream: 8, or 9 .. 16 (given as P016) */
 } kp_video_reader_info;
 
 /* Opens `path` (any container FFmpeg reads) for frames on `dev`; cfg NULL:
@@ -184,11 +188,13 @@ kp_status kp_video_pool_stats_get(kp_video_pool_stats *out);
 typedef struct kp_video_writer *kp_video_writer_t;
 
 typedef struct kp_video_writer_config {
-    const char *codec;   /* "h264" (NULL: h264) */
-    const char *encoder; /* "auto" (NVENC where there is one, else libx264), "nvenc", "libx264" */
+    const char *codec;   /* "h264" or "hevc" (NULL: h264) */
+    /* "auto" (NVENC where there is one, else libx264 or libx265), "nvenc",
+     * "libx264" (H.264), "libx265" (HEVC) */
+    const char *encoder;
     int64_t bitrate;     /* bits per second; 0: constant quality (crf) */
     int crf;             /* 0 .. 51; -1: 23 */
-    const char *preset;  /* libx264's ("ultrafast" .. "veryslow"); NULL: "veryfast" */
+    const char *preset;  /* x264 and x265 name the same ("ultrafast" .. "veryslow"); NULL: "veryfast" */
     int bframes;         /* -1: the preset's */
     int gop;             /* frames between key frames; 0: the encoder's */
     int threads;         /* 0: one per core */

@@ -17,6 +17,7 @@ typedef enum kp__video_op {
     KP__VIDEO_RGB_I420 = 2, /* planar RGB -> I420, chroma from each 2x2 block's mean */
     KP__VIDEO_NV12_RGB = 3, /* NV12 with a pitch -> planar RGB, f32 or f16 */
     KP__VIDEO_RGB_NV12 = 4, /* planar RGB, f32 or f16 -> NV12 with a pitch (padding zeroed) */
+    KP__VIDEO_P016_RGB = 5, /* P016 (16-bit NV12) with a pitch in bytes -> planar RGB */
 } kp__video_op;
 
 /* Fixed after setup. */
@@ -74,7 +75,8 @@ KP__VHD kp__video_static kp__video_sized(const kp__video_static *st, const kp__v
 /* Items each op's kernel covers: pixels, samples, or 2x2 blocks (NV12:
  * over the whole pitch, so the padding is written too). */
 KP__VHD int64_t kp__video_items(int op, int64_t w, int64_t h, int64_t pitch) {
-    return op == KP__VIDEO_I420_RGB || op == KP__VIDEO_NV12_RGB ? w * h
+    return op == KP__VIDEO_I420_RGB || op == KP__VIDEO_NV12_RGB || op == KP__VIDEO_P016_RGB
+               ? w * h
            : op == KP__VIDEO_SHARPEN                            ? 3 * w * h
            : op == KP__VIDEO_RGB_NV12                           ? (pitch / 2) * (h / 2)
                                                                 : (w / 2) * (h / 2);
@@ -119,13 +121,13 @@ KP__VHD void kp__video_sharpen(const kp__video_static *st, const float *in, floa
     out[i] = KP__VMUL(st->amount, KP__VADD(KP__VMUL(4.0f, c), -edge));
 }
 
-KP__VHD void kp__video_nv12_rgb(const kp__video_static *st, const uint8_t *in, void *output,
-                                int64_t i) {
-    const int64_t w = st->width, h = st->height, plane = w * h;
-    const int64_t P = st->pitch, x = i % w, y = i / w;
-    const int64_t c = h * P + (y / 2) * P + (x / 2) * 2;
-    const float Y = KP__VMUL((float)in[y * P + x] - st->yoff, st->yscale);
-    const float U = (float)in[c] - 128.0f, V = (float)in[c + 1] - 128.0f;
+/* Pixel i of planar RGB from its samples y, u, v on the 8-bit scale (a
+ * 16-bit sample divided by 256: exact, a power of two). */
+KP__VHD void kp__video_yuv_rgb(const kp__video_static *st, float y, float u, float v,
+                               void *output, int64_t i) {
+    const int64_t plane = st->width * st->height;
+    const float Y = KP__VMUL(y - st->yoff, st->yscale);
+    const float U = u - 128.0f, V = v - 128.0f;
     const float k = 1.0f / 255.0f;
     const float R = kp__clamp01(KP__VMUL(kp__dot3(st->rv, V, 0.0f, 0.0f, 0.0f, 0.0f, Y), k));
     const float G = kp__clamp01(KP__VMUL(kp__dot3(-st->gu, U, -st->gv, V, 0.0f, 0.0f, Y), k));
@@ -141,6 +143,26 @@ KP__VHD void kp__video_nv12_rgb(const kp__video_static *st, const uint8_t *in, v
         out[plane + i] = G;
         out[2 * plane + i] = B;
     }
+}
+
+KP__VHD void kp__video_nv12_rgb(const kp__video_static *st, const uint8_t *in, void *output,
+                                int64_t i) {
+    const int64_t w = st->width, h = st->height;
+    const int64_t P = st->pitch, x = i % w, y = i / w;
+    const int64_t c = h * P + (y / 2) * P + (x / 2) * 2;
+    kp__video_yuv_rgb(st, (float)in[y * P + x], (float)in[c], (float)in[c + 1], output, i);
+}
+
+/* P016: 16-bit samples, rows of `pitch` bytes. */
+KP__VHD void kp__video_p016_rgb(const kp__video_static *st, const uint8_t *in, void *output,
+                                int64_t i) {
+    const int64_t w = st->width, h = st->height;
+    const int64_t P = st->pitch, x = i % w, y = i / w;
+    const uint16_t *luma = (const uint16_t *)(in + y * P);
+    const uint16_t *uv = (const uint16_t *)(in + h * P + (y / 2) * P) + (x / 2) * 2;
+    const float s = 1.0f / 256.0f;
+    kp__video_yuv_rgb(st, KP__VMUL((float)luma[x], s), KP__VMUL((float)uv[0], s),
+                      KP__VMUL((float)uv[1], s), output, i);
 }
 
 /* Pixel px of planar RGB (f32 or f16), each channel clamped to [0, 1]. */
@@ -224,6 +246,8 @@ KP__VHD void kp__video_item(const kp__video_static *st, const void *input, void 
         kp__video_sharpen(st, (const float *)input, (float *)output, i);
     else if (op == KP__VIDEO_NV12_RGB)
         kp__video_nv12_rgb(st, (const uint8_t *)input, output, i);
+    else if (op == KP__VIDEO_P016_RGB)
+        kp__video_p016_rgb(st, (const uint8_t *)input, output, i);
     else if (op == KP__VIDEO_RGB_NV12)
         kp__video_rgb_nv12(st, input, (uint8_t *)output, i);
     else

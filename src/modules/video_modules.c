@@ -6,8 +6,10 @@
  *   rgb_i420  f32 [3*h*w]            -> u8 [h*3/2, w]
  *   nv12_rgb  u8 [h*3/2, pitch] (NV12, as NVDEC gives) -> f32 or f16 [3*h*w]
  *   rgb_nv12  f32 or f16 [3*h*w]    -> u8 [h*3/2, pitch] (NV12, padding zeroed)
+ *   p016_rgb  u8 [h*3/2, pitch] (P016: 16-bit NV12, the pitch in bytes, at
+ *             least 2*w; 10-bit streams as the reader gives them) -> f32 or f16
  *
- * nv12_rgb and rgb_nv12 take "pitch" (default: the width), "matrix"
+ * nv12_rgb, p016_rgb and rgb_nv12 take "pitch" (default: the width's bytes), "matrix"
  * ("bt601", "bt709" or "bt2020"), "range" ("limited" or "full") and "dtype" ("f32"
  * or "f16"), and round as the I420 modules do: step by step, so cuda
  * equals cpu.
@@ -31,7 +33,7 @@
 
 #ifdef KP_HAVE_CUDA
 extern const kp_device_kernel kp__i420_rgb_cuda, kp__sharpen_cuda, kp__rgb_i420_cuda,
-    kp__nv12_rgb_cuda, kp__rgb_nv12_cuda; /* video_modules.cu */
+    kp__nv12_rgb_cuda, kp__rgb_nv12_cuda, kp__p016_rgb_cuda; /* video_modules.cu */
 #define KP__VCUDA(k) {"cuda", &k},
 #else
 #define KP__VCUDA(k)
@@ -67,6 +69,7 @@ KP__VIDEO_KERNEL(sharpen, KP__VIDEO_SHARPEN)
 KP__VIDEO_KERNEL(rgb_i420, KP__VIDEO_RGB_I420)
 KP__VIDEO_KERNEL(nv12_rgb, KP__VIDEO_NV12_RGB)
 KP__VIDEO_KERNEL(rgb_nv12, KP__VIDEO_RGB_NV12)
+KP__VIDEO_KERNEL(p016_rgb, KP__VIDEO_P016_RGB)
 
 typedef struct kp__video {
     kp__video_op op;
@@ -108,7 +111,7 @@ static kp_status kp__video_setup(void *self, const kp_mem_slice *s) {
     m->params.dyn = s->dynamic_dev;
     static const kp_kernel *const kernels[] = {&kp__i420_rgb_kernel, &kp__sharpen_kernel,
                                                &kp__rgb_i420_kernel, &kp__nv12_rgb_kernel,
-                                               &kp__rgb_nv12_kernel};
+                                               &kp__rgb_nv12_kernel, &kp__p016_rgb_kernel};
     int64_t blocks =
         (kp__video_items(m->op, m->width, m->height, m->colour.pitch) * m->batch + 255) / 256;
     if (blocks > 8192) blocks = 8192; /* grid-stride past that */
@@ -120,7 +123,7 @@ static kp_status kp__video_setup(void *self, const kp_mem_slice *s) {
 }
 
 static bool kp__video_takes_pictures(kp__video_op op) {
-    return op == KP__VIDEO_I420_RGB || op == KP__VIDEO_NV12_RGB;
+    return op == KP__VIDEO_I420_RGB || op == KP__VIDEO_NV12_RGB || op == KP__VIDEO_P016_RGB;
 }
 
 static bool kp__video_makes_pictures(kp__video_op op) {
@@ -138,7 +141,7 @@ static kp_status kp__video_sized_io(kp__video *m, const kp_module_io *io, kp__vi
             return kp__error(KP_ERR_MISMATCH, "a frame of %lld rows is not h*3/2 rows of 4:2:0 "
                              "pictures", (long long)in->shape[0]);
         h = in->shape[0] / 3 * 2;
-        w = in->shape[1];
+        w = m->op == KP__VIDEO_P016_RGB ? in->shape[1] / 2 : in->shape[1];
     } else {
         h = in->shape[2];
         w = in->shape[3];
@@ -159,7 +162,7 @@ static kp_status kp__video_sized_io(kp__video *m, const kp_module_io *io, kp__vi
     d->frames = 1;
     d->width = w;
     d->height = h;
-    d->pitch = w;
+    d->pitch = m->op == KP__VIDEO_P016_RGB ? 2 * w : w;
     d->in_frame = kp_desc_bytes_needed(in);
     d->out_frame = kp_desc_bytes_needed(&io->outputs[0].desc);
     return KP_OK;
@@ -268,8 +271,9 @@ typedef struct kp__video_args {
     kp__video_static colour; /* NV12 ops: pitch, f16 and matrix */
 } kp__video_args;
 
-/* nv12_rgb's and rgb_nv12's own: "pitch", "dtype" and the colour matrix. */
-static kp_status kp__video_nv12_args(const kp_module_env *env, kp__video_args *a) {
+/* nv12_rgb's, p016_rgb's and rgb_nv12's own: "pitch" (bytes), "dtype" and
+ * the colour matrix. `sample`: bytes of a sample (P016: 2). */
+static kp_status kp__video_nv12_args(const kp_module_env *env, int sample, kp__video_args *a) {
     const char *dtype = NULL;
     KP_CHECK(kp_param_int(env, "pitch", true, 0, &a->pitch));
     KP_CHECK(kp_param_str(env, "dtype", "f32", &dtype));
@@ -282,12 +286,13 @@ static kp_status kp__video_nv12_args(const kp_module_env *env, kp__video_args *a
         return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": a module sized by its frames "
                          "takes the pitch from them (each frame's width); no \"pitch\"",
                          env->id);
-    if (!a->pitch) a->pitch = a->w;
-    if (a->pitch < a->w || a->pitch % 2 || a->pitch > 2 * KP__VIDEO_MAX_SIDE)
+    if (!a->pitch) a->pitch = a->w * sample;
+    if (a->pitch < a->w * sample || a->pitch % 2 || a->pitch > 2 * KP__VIDEO_MAX_SIDE)
         return kp__error(KP_ERR_INVALID_ARG,
-                         "module \"%s\": pitch %lld for width %lld (even, >= the width, "
+                         "module \"%s\": pitch %lld for width %lld (even, >= %lld bytes, "
                          "at most %d)",
-                         env->id, (long long)a->pitch, (long long)a->w, 2 * KP__VIDEO_MAX_SIDE);
+                         env->id, (long long)a->pitch, (long long)a->w, (long long)(a->w * sample),
+                         2 * KP__VIDEO_MAX_SIDE);
     a->colour.pitch = a->pitch;
     return KP_OK;
 }
@@ -310,7 +315,8 @@ static kp_status kp__video_args_read(const kp_module_env *env, kp__video_op op, 
     if (a->sized && a->batch != 1)
         return kp__error(KP_ERR_INVALID_ARG, "module \"%s\": a module sized by its frames "
                          "takes one picture per tick (batch 1)", env->id);
-    if (op == KP__VIDEO_NV12_RGB || op == KP__VIDEO_RGB_NV12) KP_CHECK(kp__video_nv12_args(env, a));
+    if (op == KP__VIDEO_NV12_RGB || op == KP__VIDEO_RGB_NV12 || op == KP__VIDEO_P016_RGB)
+        KP_CHECK(kp__video_nv12_args(env, op == KP__VIDEO_P016_RGB ? 2 : 1, a));
     if (op == KP__VIDEO_SHARPEN) {
         KP_CHECK(kp_param_double(env, "amount", true, 0.5, &a->amount));
         if (a->amount < -16.0 || a->amount > 16.0)
@@ -344,7 +350,9 @@ static kp_status kp__video_ports(kp_module_def *def, kp__video_op op, const kp__
         kp_port_decl *in = &def->inputs[0], *out = &def->outputs[0];
         kp_status st = op == KP__VIDEO_I420_RGB   ? kp__i420_port(in, "input", w, h)
                        : op == KP__VIDEO_NV12_RGB ? kp__nv12_port(in, "input", w, h)
-                                                  : kp__rgb_port(in, "input", rgb_t, w, h);
+                       : op == KP__VIDEO_P016_RGB
+                           ? kp__picture_port(in, "input", KP_PIXEL_P016, 2 * w, h)
+                           : kp__rgb_port(in, "input", rgb_t, w, h);
         if (st == KP_OK)
             st = op == KP__VIDEO_RGB_I420   ? kp__i420_port(out, "output", w, h)
                  : op == KP__VIDEO_RGB_NV12 ? kp__nv12_port(out, "output", w, h)
@@ -356,6 +364,8 @@ static kp_status kp__video_ports(kp_module_def *def, kp__video_op op, const kp__
     kp_status st = op == KP__VIDEO_I420_RGB ? kp__i420_port(&def->inputs[0], "input", w, h)
                    : op == KP__VIDEO_NV12_RGB
                        ? kp__nv12_port(&def->inputs[0], "input", pitch, h)
+                   : op == KP__VIDEO_P016_RGB
+                       ? kp__picture_port(&def->inputs[0], "input", KP_PIXEL_P016, pitch, h)
                        : kp_port_decl_1d(&def->inputs[0], "input", rgb_t, rgb);
     if (st == KP_OK)
         st = op == KP__VIDEO_RGB_I420   ? kp__i420_port(&def->outputs[0], "output", w, h)
@@ -437,9 +447,13 @@ static kp_status kp__nv12_rgb_create(const kp_module_env *env, kp_module_def *de
 static kp_status kp__rgb_nv12_create(const kp_module_env *env, kp_module_def *def) {
     return kp__video_create(env, def, KP__VIDEO_RGB_NV12);
 }
+static kp_status kp__p016_rgb_create(const kp_module_env *env, kp_module_def *def) {
+    return kp__video_create(env, def, KP__VIDEO_P016_RGB);
+}
 
 KP__BUILTIN_MODULE(i420_rgb, kp__i420_rgb_create, NULL)
 KP__BUILTIN_MODULE(nv12_rgb, kp__nv12_rgb_create, NULL)
 KP__BUILTIN_MODULE(rgb_nv12, kp__rgb_nv12_create, NULL)
+KP__BUILTIN_MODULE(p016_rgb, kp__p016_rgb_create, NULL)
 KP__BUILTIN_MODULE(sharpen, kp__sharpen_create, NULL)
 KP__BUILTIN_MODULE(rgb_i420, kp__rgb_i420_create, NULL)

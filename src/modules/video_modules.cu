@@ -27,3 +27,5 @@ extern "C" const kp_device_kernel kp__nv12_rgb_cuda = {
     reinterpret_cast<const void *>(kp_video_kernel<KP__VIDEO_NV12_RGB>)};
 extern "C" const kp_device_kernel kp__rgb_nv12_cuda = {
     reinterpret_cast<const void *>(kp_video_kernel<KP__VIDEO_RGB_NV12>)};
+extern "C" const kp_device_kernel kp__p016_rgb_cuda = {
+    reinterpret_cast<const void *>(kp_video_kernel<KP__VIDEO_P016_RGB>)};

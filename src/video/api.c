@@ -71,8 +71,10 @@ kp_status kp_video_reader_open(kp_device_t dev, const char *path, const kp_video
                          (long long)c.pitch, 2 * KP_VIDEO_MAX_SIDE);
     if (c.threads < 0 || c.threads > 256)
         return kp__error(KP_ERR_INVALID_ARG, "threads %d (0 .. 256)", c.threads);
-    if (c.format != KP_PIXEL_NONE && c.format != KP_PIXEL_I420 && c.format != KP_PIXEL_NV12)
-        return kp__error(KP_ERR_INVALID_ARG, "format %d (none, I420 or NV12)", (int)c.format);
+    if (c.format != KP_PIXEL_NONE && c.format != KP_PIXEL_I420 && c.format != KP_PIXEL_NV12 &&
+        c.format != KP_PIXEL_P016)
+        return kp__error(KP_ERR_INVALID_ARG, "format %d (none, I420, NV12 or P016)",
+                         (int)c.format);
     if (c.timeout_ms < 0 || c.timeout_ms > 86400000)
         return kp__error(KP_ERR_INVALID_ARG, "timeout_ms %d (0 .. 86400000)", c.timeout_ms);
     if (c.parallel < 0 || c.parallel > KP_VIDEO_MAX_PARALLEL)
@@ -84,11 +86,14 @@ kp_status kp_video_reader_open(kp_device_t dev, const char *path, const kp_video
         return kp__error(KP_ERR_INVALID_ARG,
                          "max_width %d, max_height %d (both 0, or both even and at most %d)",
                          (int)c.max_width, (int)c.max_height, KP_VIDEO_MAX_SIDE);
-    if (c.pitch && c.pitch < c.max_width)
-        return kp__error(KP_ERR_INVALID_ARG, "pitch %lld is below max_width %d", (long long)c.pitch,
-                         (int)c.max_width);
+    if (c.pitch && c.pitch < (int64_t)c.max_width * kp_pixel_format_sample_bytes(c.format))
+        return kp__error(KP_ERR_INVALID_ARG, "pitch %lld is below max_width %d of %s", (long long)c.pitch,
+                         (int)c.max_width, kp_pixel_format_name(c.format));
     if (c.format == KP_PIXEL_I420 && c.decoder == KP_VIDEO_DECODE_NVDEC)
         return kp__error(KP_ERR_UNSUPPORTED, "NVDEC gives NV12, not I420");
+    if (c.format == KP_PIXEL_P016 && c.decoder == KP_VIDEO_DECODE_NVDEC)
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "NVDEC gives 8-bit NV12 here, not P016 (software decode gives P016)");
     KP_CHECK(kp__video_options_check(c.options));
     KP__VIDEO_OR(kp__video_open(dev, path, &c, out));
 }
@@ -163,12 +168,17 @@ kp_status kp_video_writer_open(kp_device_t dev, const char *path, const kp_video
     KP_CHECK(kp__path_check(path, "video writer"));
     kp_video_writer_config c = KP_VIDEO_WRITER_CONFIG_INIT;
     if (cfg) c = *cfg;
-    if (c.codec && strcmp(c.codec, "h264") != 0)
-        return kp__error(KP_ERR_UNSUPPORTED, "codec \"%.32s\": kpipe encodes \"h264\"", c.codec);
+    if (c.codec && strcmp(c.codec, "h264") != 0 && strcmp(c.codec, "hevc") != 0)
+        return kp__error(KP_ERR_UNSUPPORTED, "codec \"%.32s\": kpipe encodes \"h264\" or \"hevc\"",
+                         c.codec);
     if (c.encoder && strcmp(c.encoder, "auto") && strcmp(c.encoder, "nvenc") &&
-        strcmp(c.encoder, "libx264"))
-        return kp__error(KP_ERR_INVALID_ARG, "encoder \"%.32s\" (auto, nvenc or libx264)",
-                         c.encoder);
+        strcmp(c.encoder, "libx264") && strcmp(c.encoder, "libx265"))
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "encoder \"%.32s\" (auto, nvenc, libx264 or libx265)", c.encoder);
+    const bool hevc = c.codec && strcmp(c.codec, "hevc") == 0;
+    if (c.encoder && strcmp(c.encoder, hevc ? "libx264" : "libx265") == 0)
+        return kp__error(KP_ERR_INVALID_ARG, "encoder %s does not write %s", c.encoder,
+                         hevc ? "HEVC" : "H.264");
     if (c.bitrate < 0 || c.bitrate > 2000000000)
         return kp__error(KP_ERR_INVALID_ARG, "bitrate %lld (0 .. 2e9 bits per second)",
                          (long long)c.bitrate);

@@ -75,6 +75,7 @@ struct kp_video_reader {
     kp_video_reader_info info;
     bool full_range;
     int32_t matrix; /* KP_VIDEO_MATRIX_*, from the stream's colour space */
+    int depth;      /* bits of a luma sample: 8, or 9 .. 16 (given as P016) */
     /* demux */
     AVFormatContext *fmt;
     AVStream *st;

@@ -25,17 +25,20 @@ kp_status kp__video_size_check(const char *path, uint64_t index, int w, int h, i
 
 kp_status kp__video_frame_check(const kp_video_frame *f, size_t bytes, const char *what) {
     if (!f) return kp__error(KP_ERR_INVALID_ARG, "%s: the frame description is NULL", what);
-    if (f->format != KP_PIXEL_I420 && f->format != KP_PIXEL_NV12)
-        return kp__error(KP_ERR_INVALID_ARG, "%s: pixel format %d (expected I420 or NV12)", what,
-                         (int)f->format);
+    if (f->format != KP_PIXEL_I420 && f->format != KP_PIXEL_NV12 && f->format != KP_PIXEL_P016)
+        return kp__error(KP_ERR_INVALID_ARG, "%s: pixel format %d (expected I420, NV12 or P016)",
+                         what, (int)f->format);
     if (f->width < 2 || f->height < 2 || f->width > KP_VIDEO_MAX_SIDE ||
         f->height > KP_VIDEO_MAX_SIDE || f->width % 2 || f->height % 2)
         return kp__error(KP_ERR_INVALID_ARG,
                          "%s: a frame of %dx%d (width and height even, 2 .. %d)", what,
                          (int)f->width, (int)f->height, KP_VIDEO_MAX_SIDE);
-    if (f->pitch < f->width || f->pitch % 2 || f->pitch > 2 * KP_VIDEO_MAX_SIDE)
-        return kp__error(KP_ERR_INVALID_ARG, "%s: pitch %lld for width %d (even, >= the width)",
-                         what, (long long)f->pitch, (int)f->width);
+    const int64_t row = (int64_t)f->width * kp_pixel_format_sample_bytes(f->format);
+    if (f->pitch < row || f->pitch % 2 || f->pitch > 2 * KP_VIDEO_MAX_SIDE)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "%s: pitch %lld for a %s row of width %d (even, >= %lld bytes)", what,
+                         (long long)f->pitch, kp_pixel_format_name(f->format), (int)f->width,
+                         (long long)row);
     if (f->pts != KP_VIDEO_NO_PTS && (f->time_base[0] <= 0 || f->time_base[1] <= 0))
         return kp__error(KP_ERR_INVALID_ARG, "%s: a pts with time base %d/%d", what,
                          (int)f->time_base[0], (int)f->time_base[1]);

@@ -630,8 +630,8 @@ static void kp__nvdec_drop(void *ctx) {
     nv->out_held = NULL; /* a held frame stays for the next size change */
 }
 
-/* NVDEC takes H.264 and HEVC, for devices whose memory is CUDA's, in
- * NV12. */
+/* NVDEC takes 8-bit H.264 and HEVC, for devices whose memory is CUDA's,
+ * in NV12. */
 static const char *kp__nvdec_refuses(kp_video_reader_t r, const kp_device_caps *caps) {
     const enum AVCodecID id = r->st->codecpar->codec_id;
     if (r->cfg.format == KP_PIXEL_I420) return "I420 asked for: NVDEC gives NV12";
@@ -641,6 +641,9 @@ static const char *kp__nvdec_refuses(kp_video_reader_t r, const kp_device_caps *
         return "NVDEC decodes for cuda devices only";
     if (id != AV_CODEC_ID_H264 && id != AV_CODEC_ID_HEVC)
         return "kpipe decodes H.264 and HEVC on NVDEC";
+    /* kpipe's NVDEC sessions output 8-bit NV12: a deeper stream (HEVC
+       Main10) decodes in software, as P016, rather than cut to 8 bits */
+    if (r->depth > 8) return "kpipe decodes 8-bit streams on NVDEC; deeper ones in software";
     return NULL;
 }
 

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <libavutil/pixdesc.h>
+
 #include "ffmpeg-impl.h"
 
 /* The decoders, in the order an automatic choice tries them. */
@@ -26,6 +28,22 @@ void kp__video_reader_free(kp_video_reader_t r) {
     av_packet_free(&r->pkt);
     avformat_close_input(&r->fmt);
     kp__free(r);
+}
+
+/* Bits of the stream's luma samples as its parameters say them: the
+ * pixel format where probing found one, else the MP4 header's decoder
+ * configuration (H.264's avcC: profiles below High 10 are 8-bit; HEVC's
+ * hvcC: bitDepthLumaMinus8 in byte 17). 0: not said (probing finds it). */
+static int kp__stream_depth(const AVCodecParameters *par) {
+    if (par->format != AV_PIX_FMT_NONE) {
+        const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(par->format);
+        return d && d->comp[0].depth > 8 ? d->comp[0].depth : 8;
+    }
+    const uint8_t *x = par->extradata;
+    if (!x || par->extradata_size < 2 || x[0] != 1) return 0;
+    if (par->codec_id == AV_CODEC_ID_H264) return x[1] < 110 ? 8 : 0;
+    if (par->codec_id == AV_CODEC_ID_HEVC && par->extradata_size >= 23) return 8 + (x[17] & 7);
+    return 0;
 }
 
 /* Takes the stream's description into r->info. */
@@ -47,10 +65,26 @@ static kp_status kp__reader_describe(kp_video_reader_t r) {
         return kp__error(KP_ERR_UNSUPPORTED,
                          "%s: frames of %dx%d, beyond max_width x max_height %dx%d", r->path,
                          (int)in->width, (int)in->height, (int)in->max_width, (int)in->max_height);
-    in->pitch = r->cfg.pitch ? r->cfg.pitch : in->max_width;
-    if (in->pitch < in->width)
-        return kp__error(KP_ERR_INVALID_ARG, "pitch %lld is below the width %d",
-                         (long long)in->pitch, (int)in->width);
+    /* streams of more than 8 bits come as P016; a format of 8-bit
+       samples asked for one (or P016 for an 8-bit one) is refused by name
+       rather than cut or widened unseen */
+    r->depth = kp__stream_depth(par);
+    if (r->depth == 0) r->depth = 8; /* not said even by probing: frames say (software.c) */
+    in->depth = r->depth;
+    if (r->cfg.format != KP_PIXEL_NONE && (r->cfg.format == KP_PIXEL_P016) != (r->depth > 8))
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "%s: its samples are %d-bit (%s) and format %s was asked for: kpipe "
+                         "gives streams of 8 bits as I420 or NV12, and deeper ones as P016 "
+                         "(16-bit samples)",
+                         r->path, r->depth,
+                         av_get_pix_fmt_name(par->format) ? av_get_pix_fmt_name(par->format)
+                                                          : avcodec_get_name(par->codec_id),
+                         kp_pixel_format_name(r->cfg.format));
+    const int64_t row = (int64_t)in->max_width * (r->depth > 8 ? 2 : 1);
+    in->pitch = r->cfg.pitch ? r->cfg.pitch : (int64_t)in->max_width * (r->depth > 8 ? 2 : 1);
+    if (in->pitch < row)
+        return kp__error(KP_ERR_INVALID_ARG, "pitch %lld is below a row of %d %d-bit samples",
+                         (long long)in->pitch, (int)in->max_width, r->depth);
     KP_CHECK(kp__video_frame_bytes(in->pitch, in->max_height, &in->frame_bytes));
     in->time_base[0] = r->st->time_base.num;
     in->time_base[1] = r->st->time_base.den;
@@ -127,7 +161,8 @@ static bool kp__header_complete(const AVFormatContext *fc) {
         const AVCodecParameters *p = st->codecpar;
         if (p->codec_type != AVMEDIA_TYPE_VIDEO) continue;
         if (p->codec_id == AV_CODEC_ID_NONE || p->width <= 0 || p->height <= 0 ||
-            p->extradata_size <= 0 || st->avg_frame_rate.num <= 0 || st->avg_frame_rate.den <= 0)
+            p->extradata_size <= 0 || st->avg_frame_rate.num <= 0 || st->avg_frame_rate.den <= 0 ||
+            kp__stream_depth(p) == 0)
             return false;
         videos++;
     }

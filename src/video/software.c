@@ -75,7 +75,9 @@ static kp_status kp__sw_setup(kp__swdec *d) {
     KP_CHECK(kp_device_allocator(r->dev, KP_ALLOCATOR_PINNED, &d->pinned));
     for (int i = 0; i < KP__SW_RING; i++) KP_CHECK(kp_event_create(r->dev, &d->ev[i]));
     snprintf(r->info.decoder, sizeof r->info.decoder, "libavcodec (%s)", codec->name);
-    r->info.format = r->cfg.format == KP_PIXEL_NV12 ? KP_PIXEL_NV12 : KP_PIXEL_I420;
+    r->info.format = r->depth > 8                      ? KP_PIXEL_P016
+                     : r->cfg.format == KP_PIXEL_NV12 ? KP_PIXEL_NV12
+                                                      : KP_PIXEL_I420;
     return KP_OK;
 }
 
@@ -140,15 +142,38 @@ static void kp__sw_drop(void *ctx) {
     av_frame_unref(d->frame);
 }
 
-/* Whether the held picture is one kpipe reads: 8-bit 4:2:0 within the
- * reader's maximum size. */
+/* Bits of a sample of a planar 4:2:0 YUV picture in `format`, its samples
+ * 8-bit bytes or little-endian 16-bit words (yuv420p, yuvj420p,
+ * yuv420p10le, yuv420p12le, ...); 0 for any other layout. */
+static int kp__sw_depth(int format) {
+    const AVPixFmtDescriptor *d = av_pix_fmt_desc_get(format);
+    if (!d || d->nb_components != 3 || d->log2_chroma_w != 1 || d->log2_chroma_h != 1 ||
+        (d->flags & (AV_PIX_FMT_FLAG_BE | AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_PAL |
+                     AV_PIX_FMT_FLAG_BITSTREAM | AV_PIX_FMT_FLAG_HWACCEL)) ||
+        !(d->flags & AV_PIX_FMT_FLAG_PLANAR))
+        return 0;
+    const int depth = d->comp[0].depth;
+    for (int c = 0; c < 3; c++)
+        if (d->comp[c].plane != c || d->comp[c].shift || d->comp[c].depth != depth ||
+            d->comp[c].step != (depth > 8 ? 2 : 1))
+            return 0;
+    return depth <= 16 ? depth : 0;
+}
+
+/* Whether the held picture is one kpipe reads: 4:2:0 of the stream's kind
+ * (8-bit, or deeper as P016) within the reader's maximum size. */
 static kp_status kp__sw_check(const kp__swdec *d) {
     const kp_video_reader_t r = d->r;
     const AVFrame *fr = d->frame;
-    if (fr->format != AV_PIX_FMT_YUV420P && fr->format != AV_PIX_FMT_YUVJ420P)
-        return kp__error(
-            KP_ERR_UNSUPPORTED, "%s: pixel format %s: kpipe reads 8-bit 4:2:0 (yuv420p, yuvj420p)",
-            r->path, av_get_pix_fmt_name(fr->format) ? av_get_pix_fmt_name(fr->format) : "?");
+    const int depth = kp__sw_depth(fr->format);
+    if (!depth || (depth > 8) != (r->info.format == KP_PIXEL_P016))
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "%s: frame %llu's pixel format is %s: kpipe reads 4:2:0 of %s (the "
+                         "stream's first frames)",
+                         r->path, (unsigned long long)r->next,
+                         av_get_pix_fmt_name(fr->format) ? av_get_pix_fmt_name(fr->format) : "?",
+                         r->info.format == KP_PIXEL_P016 ? "9 to 16 bits as P016"
+                                                         : "8 bits (yuv420p, yuvj420p)");
     return kp__video_size_check(r->path, r->next, fr->width, fr->height, r->info.max_width,
                                 r->info.max_height);
 }
@@ -176,10 +201,35 @@ static void kp__copy_plane(uint8_t *dst, int64_t dst_pitch, const uint8_t *src, 
         memcpy(dst + y * dst_pitch, src + y * (int64_t)src_pitch, (size_t)width);
 }
 
-/* The picture into b at pitch p, as I420 or NV12 (U and V interleaved as
- * they are copied). */
+/* A picture of 9 to 16 bits into b at pitch p as P016: each sample moved
+ * to the word's high bits, U and V interleaved as they are copied. */
+static void kp__sw_copy16(const AVFrame *fr, uint8_t *b, int64_t p) {
+    const int64_t w = fr->width, h = fr->height;
+    const int up = 16 - kp__sw_depth(fr->format);
+    for (int64_t y = 0; y < h; y++) {
+        uint16_t *row = (uint16_t *)(b + y * p);
+        const uint16_t *s = (const uint16_t *)(fr->data[0] + y * fr->linesize[0]);
+        for (int64_t x = 0; x < w; x++) row[x] = (uint16_t)(s[x] << up);
+    }
+    for (int64_t y = 0; y < h / 2; y++) {
+        uint16_t *row = (uint16_t *)(b + p * h + y * p);
+        const uint16_t *u = (const uint16_t *)(fr->data[1] + y * fr->linesize[1]),
+                       *v = (const uint16_t *)(fr->data[2] + y * fr->linesize[2]);
+        for (int64_t x = 0; x < w / 2; x++) {
+            row[2 * x] = (uint16_t)(u[x] << up);
+            row[2 * x + 1] = (uint16_t)(v[x] << up);
+        }
+    }
+}
+
+/* The picture into b at pitch p, as I420, NV12 (U and V interleaved as
+ * they are copied) or P016. */
 static void kp__sw_copy(const AVFrame *fr, kp_pixel_format format, uint8_t *b, int64_t p) {
     const int64_t w = fr->width, h = fr->height;
+    if (format == KP_PIXEL_P016) {
+        kp__sw_copy16(fr, b, p);
+        return;
+    }
     kp__copy_plane(b, p, fr->data[0], fr->linesize[0], w, h);
     if (format == KP_PIXEL_NV12) {
         for (int64_t y = 0; y < h / 2; y++) {

@@ -1,6 +1,9 @@
-/* Writing video files: encode with NVENC (FFmpeg's h264_nvenc, where the
- * device has an encoder) or libx264 through libavcodec, and mux through
- * libavformat into the container the extension names.
+/* Writing video files: encode H.264 or HEVC with NVENC (FFmpeg's
+ * h264_nvenc and hevc_nvenc, where the device has an encoder) or with
+ * libx264 and libx265 through libavcodec, and mux through libavformat into
+ * the container the extension names. P016 frames are written at 10 bits
+ * (High 10, Main10): NVENC takes them as they are (P010), x264 and x265
+ * from a planar copy with each sample rounded to 10 bits.
  *
  * Each frame comes back from the device once, into a pinned buffer that
  * the encoder reads in place (an AVFrame over it, no further copy): x264
@@ -31,6 +34,8 @@ struct kp_video_writer {
     AVBufferRef *buf; /* over host: frames reference it, never free it */
     kp_allocator_t pinned;
     void *host;
+    AVFrame *deep; /* P016 frames for x264 and x265: yuv420p10le, made at the first */
+    bool hevc;
     kp_video_frame first; /* the stream's size, format and time base */
     int64_t last_pts, step;
     uint64_t frames;
@@ -54,13 +59,16 @@ kp_status kp__video_writer_make(kp_device_t dev, const char *path,
     if (!of)
         return kp__error(KP_ERR_INVALID_ARG,
                          "%s: no container for this extension (.mp4, .mkv or .ts)", path);
-    if (avformat_query_codec(of, AV_CODEC_ID_H264, FF_COMPLIANCE_NORMAL) == 0)
-        return kp__error(KP_ERR_UNSUPPORTED, "%s: the %s container does not hold H.264", path,
-                         of->name);
+    const bool hevc = cfg->codec && strcmp(cfg->codec, "hevc") == 0;
+    if (avformat_query_codec(of, hevc ? AV_CODEC_ID_HEVC : AV_CODEC_ID_H264,
+                             FF_COMPLIANCE_NORMAL) == 0)
+        return kp__error(KP_ERR_UNSUPPORTED, "%s: the %s container does not hold %s", path,
+                         of->name, hevc ? "HEVC" : "H.264");
     kp_video_writer_t w = kp__calloc(1, sizeof *w);
     if (!w) return kp__error(KP_ERR_OUT_OF_MEMORY, "video writer: no memory");
     w->dev = dev;
     w->ofmt = of;
+    w->hevc = hevc;
     w->cfg = *cfg;
     memcpy(w->path, path, strlen(path) + 1);
     snprintf(w->encoder_pref, sizeof w->encoder_pref, "%s", cfg->encoder ? cfg->encoder : "auto");
@@ -95,7 +103,10 @@ static kp_status kp__open_encoder(kp_video_writer_t w, const char *name) {
     if (!c) return kp__error(KP_ERR_OUT_OF_MEMORY, "video writer: no memory");
     c->width = f->width;
     c->height = f->height;
-    c->pix_fmt = f->format == KP_PIXEL_NV12 ? AV_PIX_FMT_NV12 : AV_PIX_FMT_YUV420P;
+    const bool nvenc = strstr(name, "nvenc") != NULL;
+    c->pix_fmt = f->format == KP_PIXEL_P016 ? (nvenc ? AV_PIX_FMT_P010LE : AV_PIX_FMT_YUV420P10LE)
+                 : f->format == KP_PIXEL_NV12 ? AV_PIX_FMT_NV12
+                                              : AV_PIX_FMT_YUV420P;
     c->color_range = f->full_range ? AVCOL_RANGE_JPEG : AVCOL_RANGE_MPEG;
     /* the matrix the frames say they were made with, where they say one */
     if (f->matrix == KP_VIDEO_MATRIX_BT709) c->colorspace = AVCOL_SPC_BT709;
@@ -113,6 +124,13 @@ static kp_status kp__open_encoder(kp_video_writer_t w, const char *name) {
         av_opt_set(c->priv_data, "preset", w->preset, 0);
         if (!w->cfg.bitrate) av_opt_set_double(c->priv_data, "crf", crf, 0);
         if (w->cfg.open_gop) av_opt_set(c->priv_data, "x264-params", "open-gop=1", 0);
+    } else if (strcmp(name, "libx265") == 0) {
+        av_opt_set(c->priv_data, "preset", w->preset, 0);
+        if (!w->cfg.bitrate) av_opt_set_double(c->priv_data, "crf", crf, 0);
+        /* x265 opens its groups by default and prints to stderr: neither
+           unless asked */
+        av_opt_set(c->priv_data, "x265-params",
+                   w->cfg.open_gop ? "log-level=error:open-gop=1" : "log-level=error:open-gop=0", 0);
     } else if (!w->cfg.bitrate) { /* NVENC: constant quality */
         av_opt_set_int(c->priv_data, "cq", crf, 0);
     }
@@ -140,15 +158,26 @@ static kp_status kp__writer_start(kp_video_writer_t w, const kp_video_frame *f) 
     KP_CHECK(kp_device_query_caps(w->dev, &caps));
     const char *pref = w->encoder_pref;
     kp_status st = KP_ERR_UNSUPPORTED;
+    const char *nvenc = w->hevc ? "hevc_nvenc" : "h264_nvenc",
+               *soft = w->hevc ? "libx265" : "libx264";
     if (strcmp(pref, "nvenc") == 0 || (strcmp(pref, "auto") == 0 && caps.video_encode)) {
-        st = kp__open_encoder(w, "h264_nvenc");
+        st = kp__open_encoder(w, nvenc);
         if (st != KP_OK && strcmp(pref, "nvenc") == 0) return st;
         if (st != KP_OK) { /* once per writer, at its first frame: why x264 encodes */
-            kp__log(KP_LOG_INFO, "%s: libx264 encodes (no NVENC: %s)", w->path, kp_last_error());
+            kp__log(KP_LOG_INFO, "%s: %s encodes (no NVENC: %s)", w->path, soft, kp_last_error());
             kp_clear_error();
         }
     }
-    if (st != KP_OK) KP_CHECK(kp__open_encoder(w, "libx264"));
+    if (st != KP_OK) KP_CHECK(kp__open_encoder(w, soft));
+    if (w->enc->pix_fmt == AV_PIX_FMT_YUV420P10LE) {
+        if (!(w->deep = av_frame_alloc()))
+            return kp__error(KP_ERR_OUT_OF_MEMORY, "video writer: no memory");
+        w->deep->format = AV_PIX_FMT_YUV420P10LE;
+        w->deep->width = f->width;
+        w->deep->height = f->height;
+        const int ae = av_frame_get_buffer(w->deep, 0);
+        if (ae < 0) return kp__av_error(ae, KP_ERR_OUT_OF_MEMORY, "video writer: no memory");
+    }
     int e = avformat_alloc_output_context2(&w->oc, w->ofmt, NULL, w->path);
     if (e < 0) return kp__av_error(e, KP_ERR_IO, "%s: cannot make the container", w->path);
     if (!(w->st = avformat_new_stream(w->oc, NULL)))
@@ -195,6 +224,39 @@ static kp_status kp__writer_encode(kp_video_writer_t w, AVFrame *fr) {
     }
 }
 
+/* Rounds a P016 sample to 10 bits. */
+static inline uint16_t kp__to10(uint16_t v) { return (uint16_t)(v >= 0xFFE0 ? 1023 : (v + 32) >> 6); }
+
+/* Sends the P016 frame in w->host to x264 or x265 as yuv420p10le: the
+ * chroma taken apart, every sample rounded to 10 bits. */
+static kp_status kp__writer_deep(kp_video_writer_t w, const kp_video_frame *f, int64_t pts) {
+    AVFrame *fr = w->deep;
+    int e = av_frame_make_writable(fr); /* a copy only if the encoder kept the last */
+    if (e < 0) return kp__av_error(e, KP_ERR_OUT_OF_MEMORY, "video writer: no memory");
+    const int64_t p = f->pitch, wd = f->width, h = f->height;
+    const uint8_t *b = w->host;
+    for (int64_t y = 0; y < h; y++) {
+        const uint16_t *src = (const uint16_t *)(b + y * p);
+        uint16_t *dst = (uint16_t *)(fr->data[0] + y * fr->linesize[0]);
+        for (int64_t x = 0; x < wd; x++) dst[x] = kp__to10(src[x]);
+    }
+    for (int64_t y = 0; y < h / 2; y++) {
+        const uint16_t *src = (const uint16_t *)(b + p * h + y * p);
+        uint16_t *u = (uint16_t *)(fr->data[1] + y * fr->linesize[1]),
+                 *v = (uint16_t *)(fr->data[2] + y * fr->linesize[2]);
+        for (int64_t x = 0; x < wd / 2; x++) {
+            u[x] = kp__to10(src[2 * x]);
+            v[x] = kp__to10(src[2 * x + 1]);
+        }
+    }
+    fr->color_range = w->enc->color_range;
+    fr->pts = pts;
+    KP_CHECK(kp__writer_encode(w, fr));
+    w->last_pts = pts;
+    w->frames++;
+    return KP_OK;
+}
+
 static kp_status kp__writer_frame(kp_video_writer_t w, kp_stream_t s, const void *src,
                                   const kp_video_frame *f) {
     if (!w->enc) KP_CHECK(kp__writer_start(w, f));
@@ -205,9 +267,8 @@ static kp_status kp__writer_frame(kp_video_writer_t w, kp_stream_t s, const void
                          "%s: frame %llu is %dx%d %s, pitch %lld; the stream is %dx%d %s, pitch "
                          "%lld",
                          w->path, (unsigned long long)w->frames, (int)f->width, (int)f->height,
-                         f->format == KP_PIXEL_NV12 ? "NV12" : "I420", (long long)f->pitch,
-                         (int)a->width, (int)a->height,
-                         a->format == KP_PIXEL_NV12 ? "NV12" : "I420", (long long)a->pitch);
+                         kp_pixel_format_name(f->format), (long long)f->pitch, (int)a->width,
+                         (int)a->height, kp_pixel_format_name(a->format), (long long)a->pitch);
     int64_t pts = f->pts;
     if (pts == KP_VIDEO_NO_PTS || a->pts == KP_VIDEO_NO_PTS) {
         pts = w->frames ? w->last_pts + w->step : 0;
@@ -223,6 +284,7 @@ static kp_status kp__writer_frame(kp_video_writer_t w, kp_stream_t s, const void
     const int64_t p = f->pitch, h = f->height;
     KP_CHECK(kp_memcpy_async(s, w->host, src, (size_t)(p * h / 2 * 3)));
     KP_CHECK(kp_stream_sync(s));
+    if (w->deep) return kp__writer_deep(w, f, pts);
     AVFrame *fr = w->frame;
     av_frame_unref(fr);
     fr->format = w->enc->pix_fmt;
@@ -277,6 +339,7 @@ kp_status kp__video_writer_finish(kp_video_writer_t w) {
     avformat_free_context(w->oc);
     avcodec_free_context(&w->enc);
     av_frame_free(&w->frame);
+    av_frame_free(&w->deep);
     av_packet_free(&w->pkt);
     av_buffer_unref(&w->buf);
     if (w->host && kp_allocator_free(w->pinned, w->host) != KP_OK) kp_clear_error();

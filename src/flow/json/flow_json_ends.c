@@ -37,12 +37,15 @@ static kp_status kp__made(kp_status st, const char *path) {
     return st == KP_OK ? KP_OK : kp__error_prefix(st, "%s", path);
 }
 
-/* An optional "format" key, "nv12" or "i420", into *out (left as it is
- * when absent). */
+/* An optional "format" key, "nv12", "i420" or "p016", into *out (left as
+ * it is when absent); a stage that does not take one refuses it by name. */
 static kp_status kp__opt_format(json_t *s, const char *path, kp_pixel_format *out) {
     const char *format = NULL;
-    KP_CHECK(kp__json_opt_string(s, path, "format", KP__KEYS("nv12", "i420"), &format));
-    if (format) *out = format[0] == 'n' ? KP_PIXEL_NV12 : KP_PIXEL_I420;
+    KP_CHECK(kp__json_opt_string(s, path, "format", KP__KEYS("nv12", "i420", "p016"), &format));
+    if (format)
+        *out = strcmp(format, "nv12") == 0   ? KP_PIXEL_NV12
+               : strcmp(format, "i420") == 0 ? KP_PIXEL_I420
+                                             : KP_PIXEL_P016;
     return KP_OK;
 }
 
@@ -252,9 +255,9 @@ static kp_status kp__video_sink_json(kp__flow_build *b, kp_device_t dev, json_t 
     kp_video_writer_config cfg = KP_VIDEO_WRITER_CONFIG_INIT;
     const char *file = NULL;
     KP_CHECK(kp__file(s, path, "video sink", &file));
-    KP_CHECK(kp__json_opt_string(s, path, "codec", KP__KEYS("h264"), &cfg.codec));
-    KP_CHECK(kp__json_opt_string(s, path, "encoder", KP__KEYS("auto", "nvenc", "libx264"),
-                                 &cfg.encoder));
+    KP_CHECK(kp__json_opt_string(s, path, "codec", KP__KEYS("h264", "hevc"), &cfg.codec));
+    KP_CHECK(kp__json_opt_string(s, path, "encoder",
+                                 KP__KEYS("auto", "nvenc", "libx264", "libx265"), &cfg.encoder));
     KP_CHECK(kp__json_opt_string(s, path, "preset", NULL, &cfg.preset));
     kp_pixel_format pf = KP_PIXEL_NONE;
     KP_CHECK(kp__opt_format(s, path, &pf));

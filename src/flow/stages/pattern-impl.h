@@ -36,8 +36,9 @@ typedef struct kp__testsrc_params {
  * pitch. */
 typedef struct kp__testsrc_frame {
     kp__testsrc_params pic;
-    int64_t pitch; /* bytes per luma row, even, >= width */
+    int64_t pitch; /* bytes per luma row, even, >= width (P016: twice) */
     int nv12;      /* NV12 (chroma interleaved), else I420 */
+    int wide;      /* P016: NV12's samples, each the high byte of a 16-bit word */
 } kp__testsrc_frame;
 
 #ifdef __CUDACC__
@@ -67,9 +68,14 @@ __host__ __device__
     kp__testsrc_byte(const kp__testsrc_frame *f, int64_t i) {
     const kp__testsrc_params *p = &f->pic;
     const int64_t w = p->width, h = p->height, P = f->pitch, cw = w / 2, q = w * h / 4;
-    const int64_t row = i / P, col = i % P;
+    const int64_t row = i / P;
+    int64_t col = i % P;
+    if (f->wide) { /* little-endian words: the low byte 0, the high one NV12's sample */
+        if (col % 2 == 0) return 0;
+        col /= 2;
+    }
     if (row < h) return col < w ? kp__testsrc_value(p, row * w + col) : (uint8_t)0;
-    if (f->nv12) /* chroma rows of U,V pairs: U at even bytes, V at odd ones */
+    if (f->nv12 || f->wide) /* chroma rows of U,V pairs: U at even samples, V at odd ones */
         return col < w ? kp__testsrc_value(p, w * h + (col % 2) * q + (row - h) * cw + col / 2)
                        : (uint8_t)0;
     /* I420: the U plane, then the V plane, each h/2 rows of P/2 bytes */

@@ -312,7 +312,8 @@ static kp_status kp__testsrc_fn(void *user, const kp_stage_ctx *c, kp_frame *f, 
         return KP_OK;
     }
     kp__testsrc_frame p = {
-        {f->data, s->width, s->height, f->seq}, s->pitch, s->format == KP_PIXEL_NV12};
+        {f->data, s->width, s->height, f->seq}, s->pitch, s->format == KP_PIXEL_NV12,
+        s->format == KP_PIXEL_P016};
     uint64_t bytes = (uint64_t)(s->pitch * s->height / 2 * 3), blocks = (bytes + 1023) / 1024;
     kp_launch l = {.kernel = &kp__testsrc_kernel,
                    .grid = {(uint32_t)(blocks < 8192 ? blocks : 8192), 1, 1},
@@ -337,15 +338,18 @@ kp_status kp__stage_testsrc(kp_device_t dev, int64_t frames, int64_t width, int6
     if (frames < 0)
         return kp__error(KP_ERR_INVALID_ARG, "frames: %lld is negative", (long long)frames);
     if (format == KP_PIXEL_NONE) format = KP_PIXEL_I420;
-    if (format != KP_PIXEL_I420 && format != KP_PIXEL_NV12)
-        return kp__error(KP_ERR_INVALID_ARG, "testsrc: pixel format %d (I420 or NV12)",
-                         (int)format);
-    if (!pitch) pitch = width;
-    if (pitch < width || pitch % 2 || pitch > 2 * KP__Y4M_SIDE)
+    if (format != KP_PIXEL_I420 && format != KP_PIXEL_NV12 && format != KP_PIXEL_P016)
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "testsrc: pixel format %d (%s; it makes I420, NV12 or P016)",
+                         (int)format, kp_pixel_format_name(format));
+    const int64_t row = width * kp_pixel_format_sample_bytes(format);
+    if (!pitch) pitch = row;
+    if (pitch < row || pitch % 2 || pitch > 2 * KP__Y4M_SIDE)
         return kp__error(
             KP_ERR_INVALID_ARG,
-            "testsrc: pitch %lld for width %lld (even, at least the width, at most %d)",
-            (long long)pitch, (long long)width, 2 * KP__Y4M_SIDE);
+            "testsrc: pitch %lld for width %lld (%s: even, at least %lld bytes, at most %d)",
+            (long long)pitch, (long long)width, kp_pixel_format_name(format), (long long)row,
+            2 * KP__Y4M_SIDE);
     kp__testsrc *s = kp__calloc(1, sizeof *s);
     if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "testsrc: no memory");
     *s = (kp__testsrc){
@@ -397,8 +401,9 @@ static kp_status kp__y4m_picture(const kp__y4m_sink *s, const kp_frame *f, kp_vi
     if (fmt != KP_PIXEL_NONE && s->format != KP_PIXEL_NONE) fmt = s->format;
     if (fmt != KP_PIXEL_NONE && fmt != KP_PIXEL_I420 && fmt != KP_PIXEL_NV12)
         return kp__error(KP_ERR_UNSUPPORTED,
-                         "frame %llu: pixel format %d: the y4m sink takes I420 and NV12 frames",
-                         (unsigned long long)f->seq, (int)fmt);
+                         "frame %llu is %s: the y4m sink takes 8-bit I420 and NV12 frames (the "
+                         "video sink writes P016 at 10 bits)",
+                         (unsigned long long)f->seq, kp__pixel_str(fmt));
     const bool planes = d->dtype == KP_U8 && d->ndim == 2 && kp_desc_is_contiguous(d) &&
                         d->offset == 0 && d->shape[0] % 3 == 0;
     const int64_t pitch = planes ? d->shape[1] : 0, h = planes ? d->shape[0] / 3 * 2 : 0;
@@ -490,8 +495,9 @@ kp_status kp__stage_y4m_sink(kp_device_t dev, const char *path, size_t max_bytes
     if (!path || strlen(path) >= sizeof((kp__y4m_sink *)0)->path)
         return kp__error(KP_ERR_INVALID_ARG, "y4m sink: a path of at most 1023 characters");
     if (format != KP_PIXEL_NONE && format != KP_PIXEL_I420 && format != KP_PIXEL_NV12)
-        return kp__error(KP_ERR_INVALID_ARG, "y4m sink: pixel format %d (I420 or NV12)",
-                         (int)format);
+        return kp__error(KP_ERR_INVALID_ARG,
+                         "y4m sink: pixel format %d (%s; it writes I420 or NV12)", (int)format,
+                         kp_pixel_format_name(format));
     kp__y4m_sink *s = kp__calloc(1, sizeof *s);
     if (!s) return kp__error(KP_ERR_OUT_OF_MEMORY, "y4m sink: no memory");
     s->dev = dev;

@@ -194,7 +194,10 @@ static kp_status kp__pstage_check(const kp__pstage *s, const kp_frame *f) {
                      "\"format\": \"%s\"",
                      (unsigned long long)f->seq, f->stream, kp__pixel_str(v),
                      kp_pipeline_name(s->p), kp__pixel_str(s->takes), s->in.name, s->taker,
-                     kp__pixel_str(s->takes), s->takes == KP_PIXEL_I420 ? "i420" : "nv12");
+                     kp__pixel_str(s->takes),
+                     s->takes == KP_PIXEL_I420   ? "i420"
+                     : s->takes == KP_PIXEL_P016 ? "p016 (streams of more than 8 bits)"
+                                                 : "nv12");
 }
 
 /* What a frame shows once the pipeline's output is in it. Where the
@@ -216,17 +219,20 @@ static void kp__pstage_label(const kp__pstage *s, const kp_tensor_desc *d, kp_vi
     v->pitch = pitch;
 }
 
-/* A sized input's NV12 frame narrower than its pitch, packed at pitch =
- * width into s->compact: the modules read the width from the shape. */
+/* A sized input's NV12 or P016 frame narrower than its pitch, packed at
+ * pitch = the width's bytes into s->compact: the modules read the width
+ * from the shape. */
 static kp_status kp__pstage_compact(kp__pstage *s, const kp_stage_ctx *c, const kp_frame *f) {
     const kp_video_frame *v = &f->video;
+    const int64_t row = (int64_t)v->width * kp_pixel_format_sample_bytes(v->format);
     const int64_t rows = f->desc.ndim == 2 ? f->desc.shape[0] : 0;
     if (rows != (int64_t)v->height / 2 * 3 || f->desc.shape[1] != v->pitch)
         return kp__error(KP_ERR_MISMATCH, "frame %llu of stream %u: u8 [%lld, %lld] is not "
-                         "%dx%d NV12 at pitch %lld", (unsigned long long)f->seq, f->stream,
+                         "%dx%d %s at pitch %lld", (unsigned long long)f->seq, f->stream,
                          (long long)f->desc.shape[0], (long long)f->desc.shape[1],
-                         (int)v->width, (int)v->height, (long long)v->pitch);
-    if ((size_t)(rows * v->width) > s->in_bytes)
+                         (int)v->width, (int)v->height, kp_pixel_format_name(v->format),
+                         (long long)v->pitch);
+    if ((size_t)(rows * row) > s->in_bytes)
         return kp__error(KP_ERR_MISMATCH, "frame %llu of stream %u: %dx%d passes pipeline "
                          "\"%s\"'s input (%zu bytes)", (unsigned long long)f->seq, f->stream,
                          (int)v->width, (int)v->height, kp_pipeline_name(s->p), s->in_bytes);
@@ -234,9 +240,9 @@ static kp_status kp__pstage_compact(kp__pstage *s, const kp_stage_ctx *c, const 
         KP_CHECK(kp_malloc(c->dev, s->in_bytes, &s->compact));
         s->compact_dev = c->dev;
     }
-    KP_CHECK(kp_memcpy2d_async(c->stream, s->compact, (size_t)v->width, f->data,
-                               (size_t)v->pitch, (size_t)v->width, (size_t)rows));
-    int64_t shape[2] = {rows, v->width};
+    KP_CHECK(kp_memcpy2d_async(c->stream, s->compact, (size_t)row, f->data, (size_t)v->pitch,
+                               (size_t)row, (size_t)rows));
+    int64_t shape[2] = {rows, row};
     KP_CHECK(kp_desc_init(&s->in.desc, KP_U8, 2, shape, NULL));
     s->in.data = s->compact;
     return KP_OK;
@@ -250,7 +256,8 @@ static kp_status kp__pstage_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
     s->in.data = f->data;
     s->in.desc = f->desc;
     s->in.desc.offset = 0;
-    if (s->sized && f->video.format == KP_PIXEL_NV12 && f->video.pitch > f->video.width)
+    if (s->sized && f->video.pitch > (int64_t)f->video.width *
+                                          kp_pixel_format_sample_bytes(f->video.format))
         KP_CHECK(kp__pstage_compact(s, c, f));
     KP_CHECK(kp__pstage_tick(s, c->stream));
     int64_t bytes = kp_desc_bytes_needed(&s->out.desc);
@@ -323,7 +330,8 @@ static kp_status kp__pstage_formats(kp__pstage *s, const char *output) {
             strcmp(c.from, s->in.name) == 0 ? kp__pstage_port(s->p, c.to, false, &type) : NULL;
         if (!d) continue;
         s->takes = d->format;
-        s->sized = d->format == KP_PIXEL_NV12 && (d->dynamic & 2u);
+        s->sized = (d->format == KP_PIXEL_NV12 || d->format == KP_PIXEL_P016) &&
+                   (d->dynamic & 2u);
         snprintf(s->taker, sizeof s->taker, "%s (%s)", c.to, type);
     }
     /* a pipeline of one module has its output there, whatever the spec says */

@@ -416,8 +416,9 @@ kp_status kp__stage_video_sink(kp_device_t dev, const char *path, const kp_video
     const kp_video_writer_config defaults = KP_VIDEO_WRITER_CONFIG_INIT;
     if (!cfg) cfg = &defaults;
     if (!dev) return kp__error(KP_ERR_INVALID_ARG, "video sink: a device is required");
-    if (format != KP_PIXEL_NONE && format != KP_PIXEL_I420 && format != KP_PIXEL_NV12)
-        return kp__error(KP_ERR_INVALID_ARG, "video sink: pixel format %d (I420 or NV12)",
+    if (format != KP_PIXEL_NONE && format != KP_PIXEL_I420 && format != KP_PIXEL_NV12 &&
+        format != KP_PIXEL_P016)
+        return kp__error(KP_ERR_INVALID_ARG, "video sink: pixel format %d (I420, NV12 or P016)",
                          (int)format);
     if (!path || !*path || strlen(path) >= sizeof((kp__video_sink *)0)->path)
         return kp__error(KP_ERR_INVALID_ARG, "video sink: a path of 1 to 1023 characters");
