@@ -17,10 +17,10 @@ from ctypes import byref, c_bool, c_int64, c_void_p
 from ._core import Array, Bound, Handle, any_thread, device as _device
 from ._lib import (DTYPES, Error, VideoFrame, VideoReaderConfig, VideoReaderInfo, check, lib)
 
-_FORMATS = {"rgb", "nv12"}
+_FORMATS = {"rgb": "f32", "nv12": "u8", "p016": "u16"}  # each format's own dtype
 _DECODERS = {"auto": 0, "nvdec": 1, "software": 2}
 _MATRICES = {1: "bt601", 2: "bt709", 3: "bt2020"}  # KP_VIDEO_MATRIX_*
-_NV12 = 2
+_NV12, _P016 = 2, 3  # kp_pixel_format
 
 
 class _Memory:
@@ -40,18 +40,22 @@ class VideoReader(Bound):
     device that decoded it:
 
     - format "nv12": u8 [H*3/2, W], the decoder's NV12 (Y rows, then
-      interleaved U,V rows);
+      interleaved U,V rows), for streams of 8 bits;
+    - format "p016": u16 [H*3/2, W], the same layout of 16-bit samples,
+      for streams of more than 8 bits (HEVC Main10: a 10-bit value v is
+      v << 6), decoded in software;
     - format "rgb": [3, H, W] planar RGB in [0, 1], dtype "f32" (the
-      default) or "f16",
-      converted on the device (the `nv12_rgb` module) with the matrix and
-      range of `color`.
+      default) or "f16", from either depth (a 10-bit stream keeps its
+      precision), converted on the device (the `nv12_rgb` or `p016_rgb`
+      module) with the matrix and range of `color`.
 
     A batch is one Array [N, ...]. Every frame or batch is new memory of
     its own: it stays valid however the reader is used after.
 
     Metadata: len(r) (exact: the first use scans the file's packets once),
-    fps, duration (seconds), width, height, codec, decoder, pixel_format,
-    and color: the RGB conversion's {"matrix": "bt601" | "bt709" | "bt2020",
+    fps, duration (seconds), width, height, codec, decoder, pixel_format
+    ("nv12" or "p016"), bits (of a sample in the stream: 8, 10, 12), and
+    color: the RGB conversion's {"matrix": "bt601" | "bt709" | "bt2020",
     "range": "limited" | "full"} (the stream's range, and the matrix its
     colour space names; where it names none, BT.709 from 720 rows up and
     BT.601 below; `matrix=` overrides it).
@@ -65,11 +69,12 @@ class VideoReader(Bound):
                  matrix=None):
         self._bind_init()
         if format not in _FORMATS:
-            raise Error("KP_ERR_INVALID_ARG", "format %r: rgb or nv12" % (format,))
-        if dtype is None:  # each format's own: u8 NV12, f32 RGB
-            dtype = "u8" if format == "nv12" else "f32"
-        if format == "nv12" and dtype != "u8":
-            raise Error("KP_ERR_INVALID_ARG", "nv12 frames are u8, not %r" % (dtype,))
+            raise Error("KP_ERR_INVALID_ARG", "format %r: rgb, nv12 or p016" % (format,))
+        if dtype is None:  # each format's own: u8 NV12, u16 P016, f32 RGB
+            dtype = _FORMATS[format]
+        if format != "rgb" and dtype != _FORMATS[format]:
+            raise Error("KP_ERR_INVALID_ARG", "%s frames are %s, not %r"
+                        % (format, _FORMATS[format], dtype))
         if format == "rgb" and dtype not in ("f32", "f16"):
             raise Error("KP_ERR_UNSUPPORTED", "rgb frames are f32 or f16, not %r" % (dtype,))
         if decoder not in _DECODERS:
@@ -80,24 +85,32 @@ class VideoReader(Bound):
             raise Error("KP_ERR_UNSUPPORTED", "this kpipe was built without video files (FFmpeg)")
         self.device = _device(device)
         self.format, self.dtype, self.path = format, dtype, str(path)
-        cfg = VideoReaderConfig()
-        cfg.decoder = _DECODERS[decoder]
-        cfg.format = _NV12
-        r = c_void_p()
-        check(lib.kp_video_reader_open(self.device.ptr, self.path.encode(), byref(cfg),
-                                       byref(r)))
-        self._h = Handle(r.value, lib.kp_video_reader_close, self.device._h)
+        r = self._open(_DECODERS[decoder], _P016 if format == "p016" else _NV12)
+        if r is None:  # the other depth than asked: rgb takes either, nv12 and p016 say so
+            deep = format != "p016"
+            r = self._open(_DECODERS[decoder], _P016 if deep else _NV12)
+            if r is not None and format != "rgb":
+                lib.kp_video_reader_close(r)
+                raise Error("KP_ERR_UNSUPPORTED", "%s: its samples are %s: format=%r gives "
+                            "them as they are, or format='rgb'" % (
+                                self.path, "deeper than 8 bits" if deep else "8-bit",
+                                "p016" if deep else "nv12"))
+            if r is None:
+                raise self._first
+        self._h = Handle(r, lib.kp_video_reader_close, self.device._h)
         info = VideoReaderInfo()
         check(lib.kp_video_reader_get_info(self._h.ptr, byref(info)))
         self._info = info
+        self._deep = info.format == _P016
         self.width, self.height, self._pitch = info.width, info.height, info.pitch
-        if self._pitch != self.width:  # the reader is opened at the width: rows are packed
+        if self._pitch != self.width * (2 if self._deep else 1):  # opened at the width: packed
             self._h = Handle(None, None)
             raise Error("KP_ERR_INTERNAL", "%s: rows of %d bytes for a width of %d"
                         % (self.path, self._pitch, self.width))
         self.codec = info.codec.decode()
         self.decoder = info.decoder.decode()
-        self.pixel_format = "nv12"
+        self.pixel_format = "p016" if self._deep else "nv12"
+        self.bits = info.depth
         self._stream = self.device.stream()
         self._frame = VideoFrame()
         self._scratch = _Memory(self.device, info.frame_bytes) if format == "rgb" else None
@@ -107,6 +120,23 @@ class VideoReader(Bound):
         self._full = None       # the stream's range, known from its first frame
         self._said = None       # the matrix its frames say, known from the first too
         self._n = None
+
+    def _open(self, decoder, fmt):
+        """The reader's handle with frames as `fmt`; None where the stream's
+        depth is not that format's (the first such error kept)."""
+        cfg = VideoReaderConfig()
+        cfg.decoder = decoder
+        cfg.format = fmt
+        r = c_void_p()
+        try:
+            check(lib.kp_video_reader_open(self.device.ptr, self.path.encode(), byref(cfg),
+                                           byref(r)))
+        except Error as e:
+            if e.status != "KP_ERR_UNSUPPORTED" or "was asked for" not in str(e):
+                raise
+            self._first = e
+            return None
+        return r.value
 
     def _label(self):
         return "kpipe.VideoReader %r" % self.path
@@ -163,12 +193,12 @@ class VideoReader(Bound):
         return j
 
     def _shape(self):
-        if self.format == "nv12":
-            return [self.height * 3 // 2, self.width], "u8"
+        if self.format != "rgb":
+            return [self.height * 3 // 2, self.width], self.dtype
         return [3, self.height, self.width], self.dtype
 
     def _decode(self, i, dst):
-        """Frame i's NV12 into dst (device memory of frame_bytes)."""
+        """Frame i's NV12 or P016 into dst (device memory of frame_bytes)."""
         if i != self._next:
             check(lib.kp_video_reader_seek(self.ptr, i))
         eos = c_bool()
@@ -185,7 +215,7 @@ class VideoReader(Bound):
         self._next = i + 1
 
     def _to_rgb(self, dst):
-        """The scratch NV12 frame as planar RGB into dst, on the reader's stream."""
+        """The scratch NV12 or P016 frame as planar RGB into dst, on the reader's stream."""
         if self._rgb is None:
             from .pipeline import Pipeline
             matrix = self._matrix_used()
@@ -194,7 +224,8 @@ class VideoReader(Bound):
                       "range": "full" if self._full else "limited"}
             self._rgb = Pipeline({"kpipe_spec": 1, "name": "video_reader_rgb",
                                   "execution": "stream",
-                                  "modules": [{"type": "nv12_rgb", "id": "rgb",
+                                  "modules": [{"type": "p016_rgb" if self._deep else "nv12_rgb",
+                                               "id": "rgb",
                                                "params": params}]}, device=self.device)
         rows = self.height * 3 // 2
         src = Array(self._scratch.ptr, "u8", [rows, self._pitch], [self._pitch, 1], self.device,
@@ -204,7 +235,7 @@ class VideoReader(Bound):
         self._rgb.release_thread()
 
     def _one(self, i, dst):
-        if self.format == "nv12" and self._pitch == self.width:
+        if self.format != "rgb":  # the rows packed: the frame is the decoder's
             self._decode(i, dst)
             return
         self._decode(i, self._scratch.ptr if self.format == "rgb" else dst)

@@ -213,3 +213,64 @@ def test_cuda_reader_equals_cpu(clip):
         g.device.sync()
         kpipe.lib.kp_memcpy_dtoh(a.device.ptr, got.ctypes.data, a.ptr, a.nbytes)
         assert np.abs(got - np.from_dlpack(c[23])).max() <= 1e-5
+
+
+# --- streams of more than 8 bits -------------------------------------------------------
+@pytest.fixture(scope="module")
+def main10(tmp_path_factory):
+    """An HEVC Main10 clip: testsrc's picture as P016, encoded by libx265 at
+    10 bits with B-frames and open groups of pictures."""
+    path = tmp_path_factory.mktemp("video10") / "main10.mp4"
+    kpipe.Flow({"kpipe_flow": 1, "stages": [
+        {"name": "src", "source": "testsrc", "width": W, "height": H, "frames": N,
+         "format": "p016"},
+        {"name": "out", "sink": "video", "path": str(path), "codec": "hevc", "crf": 20,
+         "bframes": 3, "gop": 10, "open_gop": True}]}).run()
+    return str(path)
+
+
+def test_main10_frames_are_16_bit(main10, clip):
+    """pixel_format p016, u16 [H*3/2, W], each value in the high bits;
+    random access equals sequential decode; the 8-bit formats refuse it by
+    name, as p016 refuses an 8-bit clip."""
+    with kpipe.VideoReader(main10, format="p016") as r:
+        assert (r.codec, r.pixel_format, r.bits, len(r)) == ("hevc", "p016", 10, N)
+        want = [np.from_dlpack(f).copy() for f in r]
+        assert want[0].dtype == np.uint16 and want[0].shape == (H * 3 // 2, W)
+        assert all(not (f & 63).any() for f in want)
+        # testsrc's luma lies in 48 .. 200 on the 8-bit scale
+        assert 40 * 256 <= want[7][:H].min() and want[7][:H].max() <= 208 * 256
+        rng = np.random.default_rng(3)
+        for i in rng.integers(0, N, 60):
+            assert np.array_equal(np.from_dlpack(r[int(i)]), want[i]), "frame %d" % i
+        b = np.from_dlpack(r[3:30:9])
+        assert b.shape == (3, H * 3 // 2, W) and b.dtype == np.uint16
+        assert np.array_equal(b[1], want[12])
+    with pytest.raises(kpipe.Error, match="p016"):
+        kpipe.VideoReader(main10, format="nv12")
+    with pytest.raises(kpipe.Error, match="8-bit"):
+        kpipe.VideoReader(clip, format="p016")
+    with pytest.raises(kpipe.Error, match="u16"):
+        kpipe.VideoReader(main10, format="p016", dtype="u8")
+
+
+def test_main10_rgb_matches_conversion(main10):
+    """RGB from the 10-bit frames (the p016_rgb module): BT.601 limited
+    range from the 16-bit samples, within 2e-3 of the conversion here."""
+    with kpipe.VideoReader(main10, format="p016") as r:
+        p = np.from_dlpack(r[11]).astype(np.float64) / 256.0
+    y = p[:H]
+    uv = p[H:].reshape(H // 2, W // 2, 2).repeat(2, axis=0).repeat(2, axis=1)
+    yp = (y - 16) / 219.0
+    u, v = (uv[..., 0] - 128) / 224.0, (uv[..., 1] - 128) / 224.0
+    kr, kb = 0.299, 0.114
+    kg = 1 - kr - kb
+    want = np.stack([yp + 2 * (1 - kr) * v,
+                     yp - 2 * kb * (1 - kb) / kg * u - 2 * kr * (1 - kr) / kg * v,
+                     yp + 2 * (1 - kb) * u])
+    with kpipe.VideoReader(main10, format="rgb") as r:
+        assert r.pixel_format == "p016" and r.bits == 10
+        got = np.from_dlpack(r[11]).astype(np.float64)
+    assert got.shape == (3, H, W)
+    inside = (want > 2e-3) & (want < 1 - 2e-3)
+    assert np.abs(got - want)[inside].max() <= 2e-3
