@@ -53,6 +53,7 @@ run build-off "$@" -DKP_CUDA=OFF -DKP_UCX=OFF -DKP_TBB=OFF -DKP_VIDEO=OFF
 # the GPU machine runs it under compute-sanitizer (scripts/gpu-check.sh).
 echo "== address and undefined-behaviour sanitizers (gcc)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp print_suppressions=0" \
   run build-asan "-DKP_SANITIZE=address;undefined" "$@" -DKP_CUDA=OFF
 echo "== thread sanitizer (gcc)"
 # UCX's memory hooks (libucm) patch mmap and malloc at load, which
@@ -67,6 +68,7 @@ echo "== address and undefined-behaviour sanitizers, libFuzzer harnesses (clang)
 # also builds the engine's cuda path without cuDNN (KP_CUDNN=OFF: its own
 # convolution kernels), so that configuration compiles wherever CUDA does.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp print_suppressions=0" \
   CC=clang KP_PACKAGES="clang libclang-rt-14-dev" \
   run build-clang "-DKP_SANITIZE=address;undefined" -DKP_FUZZ=ON -DCMAKE_CUDA_HOST_COMPILER=clang++ "$@" -DKP_CUDNN=OFF
 echo "== all test builds passed in $SECONDS s"
