@@ -558,14 +558,14 @@ static void refusals_name_the_format(void **state) {
  * one-module pipeline of `type` (`params` appended), as an npy file's
  * bytes (free after). */
 static uint8_t *through(const char *format, int64_t pitch, const char *type, int64_t w, int64_t h,
-                        const char *params, const char *name, size_t *bytes) {
+                        const char *params, const char *name, int frames, size_t *bytes) {
     char src[256], mod[512], spec[1024], json[2048], npy[512];
     tmp_path(npy, sizeof npy, name);
     const char *mods[1] = {module(mod, sizeof mod, 0, type, w, h, params)};
     snprintf(json, sizeof json,
              "{\"kpipe_flow\": 1, \"stages\": [%s, {\"name\": \"p\", \"pipeline\": %s},"
              "{\"name\": \"out\", \"sink\": \"npy\", \"path\": \"%s\"}]}",
-             testsrc_stage(src, sizeof src, w, h, format, pitch, 3),
+             testsrc_stage(src, sizeof src, w, h, format, pitch, frames),
              chain_spec(spec, sizeof spec, mods, 1), npy);
     KPT_OK(run_flow(json));
     kp_tensor_desc d;
@@ -577,24 +577,29 @@ static uint8_t *through(const char *format, int64_t pitch, const char *type, int
 /* testsrc's P016 is its NV12 picture in each word's high byte, so
  * p016_rgb (each sample divided by 256, exactly) must give nv12_rgb's RGB
  * bit for bit: at fixed sizes with a pitch past the row, sized by the
- * frames (a padded pitch packed first), f32 and f16, 2x2 to 66x38. Frames
+ * frames (a padded pitch packed first), f32 and f16, 2x2 to 3840x2160
+ * (every one of its 24.9 M values compared). Frames
  * of the other layout are refused by name at each module, and the y4m
  * sink refuses P016. */
 static void p016_through_flows(void **state) {
     static const struct {
         int64_t w, h, pitch16;
         const char *params;
-    } c[] = {{32, 16, 64, NULL},
-             {66, 38, 160, NULL},
-             {2, 2, 4, ", \"dtype\": \"f16\""},
-             {66, 38, 160, ", \"matrix\": \"bt2020\", \"range\": \"full\""}};
+        int frames;
+    } c[] = {{32, 16, 64, NULL, 3},
+             {66, 38, 160, NULL, 3},
+             {2, 2, 4, ", \"dtype\": \"f16\"", 3},
+             {66, 38, 160, ", \"matrix\": \"bt2020\", \"range\": \"full\"", 3},
+             {3840, 2160, 7680, ", \"matrix\": \"bt709\"", 1}};
     for (size_t k = 0; k < sizeof c / sizeof *c; k++) {
         char p16[128];
         snprintf(p16, sizeof p16, ", \"pitch\": %lld%s", (long long)c[k].pitch16,
                  c[k].params ? c[k].params : "");
         size_t nb = 0, pb = 0;
-        uint8_t *nv = through("nv12", 0, "nv12_rgb", c[k].w, c[k].h, c[k].params, "nv.npy", &nb);
-        uint8_t *p = through("p016", c[k].pitch16, "p016_rgb", c[k].w, c[k].h, p16, "p.npy", &pb);
+        uint8_t *nv = through("nv12", 0, "nv12_rgb", c[k].w, c[k].h, c[k].params, "nv.npy",
+                              c[k].frames, &nb);
+        uint8_t *p = through("p016", c[k].pitch16, "p016_rgb", c[k].w, c[k].h, p16, "p.npy",
+                             c[k].frames, &pb);
         assert_int_equal(nb, pb);
         if (memcmp(nv, p, nb)) fail_msg("case %zu: p016_rgb differs from nv12_rgb", k);
         free(p);
