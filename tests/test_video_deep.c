@@ -144,9 +144,11 @@ static void deep_round_trip(void **state) {
     }
 }
 
-/* The 10-bit clip asked for as 8-bit NV12 or I420, NVDEC asked for it, or
- * P016 asked for an 8-bit clip: each refused by name at open. */
-static void deep_refusals(void **state) {
+/* The 10-bit clip asked for as NV12 or I420 by name: every sample rounded
+ * to 8 bits, each frame equal to its P016 read so rounded. P016 asked for
+ * an 8-bit clip, NVDEC asked for the 10-bit one, and pitches too small for
+ * 16-bit rows: each refused by name at open. */
+static void deep_as_8_bit_and_refusals(void **state) {
     char deep[512], plain[512];
     make_deep(tmp_path(deep, sizeof deep, "refuse10.mp4"), "hevc", 64, 64, 3, 20, false);
     kp_video_writer_config wc = KP_VIDEO_WRITER_CONFIG_INIT;
@@ -170,16 +172,37 @@ static void deep_refusals(void **state) {
         kp_free(g_dev, dev);
         kp_stream_destroy(s);
     }
+    kpt_frames wide;
+    KPT_OK(kpt_read_frames(g_dev, deep, KP_VIDEO_DECODE_AUTO, KP_PIXEL_NONE, &wide));
+    assert_int_equal(wide.n, 3);
     static const kp_pixel_format eight[] = {KP_PIXEL_NV12, KP_PIXEL_I420};
     for (size_t i = 0; i < 2; i++) {
-        kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
-        cfg.format = eight[i];
-        kp_video_reader_t r = NULL;
-        KPT_FAILS(kp_video_reader_open(g_dev, deep, &cfg, &r), KP_ERR_UNSUPPORTED);
-        assert_null(r);
-        assert_non_null(strstr(kp_last_error(), "10-bit"));
-        assert_non_null(strstr(kp_last_error(), "P016"));
+        kpt_frames f;
+        KPT_OK(kpt_read_frames(g_dev, deep, KP_VIDEO_DECODE_AUTO, eight[i], &f));
+        assert_int_equal(f.n, 3);
+        assert_int_equal(f.info.format, eight[i]);
+        assert_int_equal(f.info.depth, 10);
+        assert_int_equal(f.info.pitch, 64);
+        const int w = 64, h = 64;
+        for (int k = 0; k < 3; k++) {
+            const uint16_t *p = (const uint16_t *)(wide.data + wide.bytes * (size_t)k);
+            const uint8_t *g = f.data + f.bytes * (size_t)k;
+            for (int j = 0; j < w * h * 3 / 2; j++) {
+                /* sample j of the 8-bit frame, and where P016 holds it */
+                int at = j;
+                if (j >= w * h && eight[i] == KP_PIXEL_I420) {
+                    const int c = j - w * h, plane = c / (w * h / 4), q = c % (w * h / 4);
+                    at = w * h + (q / (w / 2)) * w + (q % (w / 2)) * 2 + plane;
+                }
+                const int v10 = p[at] >> 6, want = (v10 + 2) >> 2 > 255 ? 255 : (v10 + 2) >> 2;
+                if (g[j] != want)
+                    fail_msg("%s frame %d sample %d: %d, the 10-bit %d rounds to %d",
+                             kp_pixel_format_name(eight[i]), k, j, g[j], v10, want);
+            }
+        }
+        free(f.data);
     }
+    free(wide.data);
     kp_video_reader_config cfg = KP_VIDEO_READER_CONFIG_INIT;
     cfg.format = KP_PIXEL_P016;
     kp_video_reader_t r = NULL;
@@ -321,7 +344,7 @@ int main(int argc, char **argv) {
     } else {
         const struct CMUnitTest tests[] = {
             cmocka_unit_test(deep_round_trip),
-            cmocka_unit_test(deep_refusals),
+            cmocka_unit_test(deep_as_8_bit_and_refusals),
             cmocka_unit_test(deep_writer_refusals),
             cmocka_unit_test(deep_seek_exact),
         };

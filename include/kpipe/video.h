@@ -68,8 +68,11 @@ typedef struct kp_video_reader_config {
     int64_t pitch; /* 0: the width */
     int threads;   /* software decode threads; 0: one per core */
     /* The frames' format: KP_PIXEL_NONE, the decoder's own (NVDEC: NV12,
-     * software: I420); NV12 from software decode interleaves the chroma as
-     * it copies (no extra pass); I420 takes software decode. */
+     * software: I420; a stream of more than 8 bits: P016); NV12 from
+     * software decode interleaves the chroma as it copies (no extra pass);
+     * I420 takes software decode. NV12 or I420 named for a deeper stream
+     * rounds each sample to 8 bits (info.depth still says the stream's);
+     * P016 for an 8-bit stream is refused by name. */
     kp_pixel_format format;
     /* Live input (udp://, srt://, rtsp:// or any URL FFmpeg reads): an open
      * or a packet that takes longer than timeout_ms fails with KP_ERR_IO

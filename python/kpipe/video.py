@@ -40,7 +40,7 @@ class VideoReader(Bound):
     device that decoded it:
 
     - format "nv12": u8 [H*3/2, W], the decoder's NV12 (Y rows, then
-      interleaved U,V rows), for streams of 8 bits;
+      interleaved U,V rows); a stream of more than 8 bits rounded to 8;
     - format "p016": u16 [H*3/2, W], the same layout of 16-bit samples,
       for streams of more than 8 bits (HEVC Main10: a 10-bit value v is
       v << 6), decoded in software;
@@ -86,20 +86,18 @@ class VideoReader(Bound):
         self.device = _device(device)
         self.format, self.dtype, self.path = format, dtype, str(path)
         r = self._open(_DECODERS[decoder], _P016 if format == "p016" else _NV12)
-        if r is None:  # the other depth than asked: rgb takes either, nv12 and p016 say so
-            deep = format != "p016"
-            r = self._open(_DECODERS[decoder], _P016 if deep else _NV12)
-            if r is not None and format != "rgb":
-                lib.kp_video_reader_close(r)
-                raise Error("KP_ERR_UNSUPPORTED", "%s: its samples are %s: format=%r gives "
-                            "them as they are, or format='rgb'" % (
-                                self.path, "deeper than 8 bits" if deep else "8-bit",
-                                "p016" if deep else "nv12"))
-            if r is None:
-                raise self._first
-        self._h = Handle(r, lib.kp_video_reader_close, self.device._h)
         info = VideoReaderInfo()
-        check(lib.kp_video_reader_get_info(self._h.ptr, byref(info)))
+        if r is not None:
+            check(lib.kp_video_reader_get_info(r, byref(info)))
+        if r is not None and format == "rgb" and info.depth > 8:
+            # RGB from the 16-bit samples, not from NV12 rounded to 8 bits
+            lib.kp_video_reader_close(r)
+            r = self._open(_DECODERS[decoder], _P016)
+            check(lib.kp_video_reader_get_info(r, byref(info)))
+        if r is None:  # p016 asked for an 8-bit stream
+            raise Error("KP_ERR_UNSUPPORTED", "%s: its samples are 8-bit: format='nv12' gives "
+                        "them as they are, or format='rgb' (%s)" % (self.path, self._first.detail))
+        self._h = Handle(r, lib.kp_video_reader_close, self.device._h)
         self._info = info
         self._deep = info.format == _P016
         self.width, self.height, self._pitch = info.width, info.height, info.pitch

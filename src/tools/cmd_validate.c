@@ -86,11 +86,12 @@ static bool kpt_y4m_size(const char *path, long *w, long *h) {
 
 /* A video source's file, read as the flow will (its header, and its frames
  * counted from the packets): printed, and its size into *w, *h, its rows'
- * pitch into *pitch and its samples' bits into *depth. A file that cannot
+ * pitch into *pitch and whether its frames are P016 (a deep stream, no
+ * 8-bit format asked for) into *wide. A file that cannot
  * be read is the flow's error now, named; a URL or a stream list is left
  * to the run. */
 static kp_status kpt_video_header(kp_device_t dev, json_t *src, long *w, long *h, long *pitch,
-                                  int *depth) {
+                                  bool *wide) {
     const char *path = json_string_value(json_object_get(src, "path"));
     const char *name = json_string_value(json_object_get(src, "name"));
     if (!path || strstr(path, "://") || strstr(path, "{stream}") || !kp_video_built())
@@ -114,15 +115,19 @@ static kp_status kpt_video_header(kp_device_t dev, json_t *src, long *w, long *h
         json_int_t p = json_integer_value(json_object_get(src, "pitch"));
         *w = info.width;
         *h = info.height;
-        *depth = info.depth;
-        *pitch = p > 0 ? (long)p : (long)info.width * kp_pixel_format_sample_bytes(info.format);
-        char deep[64];
-        snprintf(deep, sizeof deep, "P016 (%d-bit samples, 16 bits each)", (int)info.depth);
+        /* an 8-bit format named rounds a deep stream's samples to 8 bits */
+        *wide = info.format == KP_PIXEL_P016 && (!fmt || strcmp(fmt, "p016") == 0);
+        *pitch = p > 0 ? (long)p : (long)info.width * (*wide ? 2 : 1);
+        char deep[96];
+        if (*wide)
+            snprintf(deep, sizeof deep, "P016 (%d-bit samples, 16 bits each)", (int)info.depth);
+        else if (fmt && info.depth > 8)
+            snprintf(deep, sizeof deep, "%s (%d-bit samples rounded to 8)", fmt, (int)info.depth);
         printf("source \"%s\": %s: %dx%d %s, %lld frames at %d/%d frames/s, %s 4:2:0\n",
                name ? name : "?", path, (int)info.width, (int)info.height, info.codec,
                (long long)frames, (int)info.rate[0], (int)info.rate[1],
-               info.format == KP_PIXEL_P016 ? deep
-               : fmt                        ? fmt
+               *wide || (fmt && info.depth > 8) ? deep
+               : fmt                            ? fmt
                                             : "the decoder's (NV12 from NVDEC, I420 from software)");
     }
     kp_video_reader_close(r);
@@ -139,15 +144,16 @@ static kp_status kpt_check_shapes(kp_device_t dev, const char *file, json_t *sta
     const char *name = json_string_value(json_object_get(next, "name"));
     if (!kind) return KP_OK;
     long w = 0, h = 0, pitch = 0;
-    int depth = 8;
-    if (strcmp(kind, "video") == 0) KPT_CHECK(kpt_video_header(dev, src, &w, &h, &pitch, &depth));
+    bool wide = false;
+    if (strcmp(kind, "video") == 0) KPT_CHECK(kpt_video_header(dev, src, &w, &h, &pitch, &wide));
     const char *sink = json_string_value(json_object_get(next, "sink"));
-    if (depth > 8 && sink && strcmp(sink, "y4m") == 0)
+    if (wide && sink && strcmp(sink, "y4m") == 0)
         return kpt_error(KP_ERR_UNSUPPORTED,
-                         "stage \"%s\": the source's stream is %d-bit, given as P016 frames, "
-                         "which the y4m sink does not take (it writes 8-bit I420; the video "
-                         "sink writes P016 at 10 bits)",
-                         name ? name : "?", depth);
+                         "stage \"%s\": the source gives P016 frames (a stream of more than 8 "
+                         "bits), which the y4m sink does not take (it writes 8-bit I420: give "
+                         "the source \"format\": \"i420\" to round the samples to 8 bits; the "
+                         "video sink writes P016 at 10 bits)",
+                         name ? name : "?");
     if (!pipe || json_object_get(next, "inputs")) return KP_OK;
     if (strcmp(kind, "y4m") == 0) {
         const char *path = json_string_value(json_object_get(src, "path"));

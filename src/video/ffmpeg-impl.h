@@ -75,7 +75,8 @@ struct kp_video_reader {
     kp_video_reader_info info;
     bool full_range;
     int32_t matrix; /* KP_VIDEO_MATRIX_*, from the stream's colour space */
-    int depth;      /* bits of a luma sample: 8, or 9 .. 16 (given as P016) */
+    int depth;      /* bits of a luma sample: 8, or 9 .. 16 */
+    bool wide;      /* frames given as P016 (a deep stream, NV12 or I420 not asked for) */
     /* demux */
     AVFormatContext *fmt;
     AVStream *st;

@@ -65,23 +65,23 @@ static kp_status kp__reader_describe(kp_video_reader_t r) {
         return kp__error(KP_ERR_UNSUPPORTED,
                          "%s: frames of %dx%d, beyond max_width x max_height %dx%d", r->path,
                          (int)in->width, (int)in->height, (int)in->max_width, (int)in->max_height);
-    /* streams of more than 8 bits come as P016; a format of 8-bit
-       samples asked for one (or P016 for an 8-bit one) is refused by name
-       rather than cut or widened unseen */
+    /* streams of more than 8 bits come as P016, unless NV12 or I420 is
+       asked for by name: then each sample is rounded to 8 bits (software
+       decode). P016 asked for an 8-bit stream is refused by name. */
     r->depth = kp__stream_depth(par);
     if (r->depth == 0) r->depth = 8; /* not said even by probing: frames say (software.c) */
     in->depth = r->depth;
-    if (r->cfg.format != KP_PIXEL_NONE && (r->cfg.format == KP_PIXEL_P016) != (r->depth > 8))
+    if (r->cfg.format == KP_PIXEL_P016 && r->depth <= 8)
         return kp__error(KP_ERR_UNSUPPORTED,
-                         "%s: its samples are %d-bit (%s) and format %s was asked for: kpipe "
-                         "gives streams of 8 bits as I420 or NV12, and deeper ones as P016 "
-                         "(16-bit samples)",
-                         r->path, r->depth,
+                         "%s: its samples are 8-bit (%s) and format P016 was asked for: kpipe "
+                         "gives 8-bit streams as I420 or NV12, and deeper ones as P016 (16-bit "
+                         "samples)",
+                         r->path,
                          av_get_pix_fmt_name(par->format) ? av_get_pix_fmt_name(par->format)
-                                                          : avcodec_get_name(par->codec_id),
-                         kp_pixel_format_name(r->cfg.format));
-    const int64_t row = (int64_t)in->max_width * (r->depth > 8 ? 2 : 1);
-    in->pitch = r->cfg.pitch ? r->cfg.pitch : (int64_t)in->max_width * (r->depth > 8 ? 2 : 1);
+                                                          : avcodec_get_name(par->codec_id));
+    r->wide = r->depth > 8 && (r->cfg.format == KP_PIXEL_NONE || r->cfg.format == KP_PIXEL_P016);
+    const int64_t row = (int64_t)in->max_width * (r->wide ? 2 : 1);
+    in->pitch = r->cfg.pitch ? r->cfg.pitch : row;
     if (in->pitch < row)
         return kp__error(KP_ERR_INVALID_ARG, "pitch %lld is below a row of %d %d-bit samples",
                          (long long)in->pitch, (int)in->max_width, r->depth);

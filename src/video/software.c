@@ -75,7 +75,7 @@ static kp_status kp__sw_setup(kp__swdec *d) {
     KP_CHECK(kp_device_allocator(r->dev, KP_ALLOCATOR_PINNED, &d->pinned));
     for (int i = 0; i < KP__SW_RING; i++) KP_CHECK(kp_event_create(r->dev, &d->ev[i]));
     snprintf(r->info.decoder, sizeof r->info.decoder, "libavcodec (%s)", codec->name);
-    r->info.format = r->depth > 8                      ? KP_PIXEL_P016
+    r->info.format = r->wide                           ? KP_PIXEL_P016
                      : r->cfg.format == KP_PIXEL_NV12 ? KP_PIXEL_NV12
                                                       : KP_PIXEL_I420;
     return KP_OK;
@@ -166,14 +166,13 @@ static kp_status kp__sw_check(const kp__swdec *d) {
     const kp_video_reader_t r = d->r;
     const AVFrame *fr = d->frame;
     const int depth = kp__sw_depth(fr->format);
-    if (!depth || (depth > 8) != (r->info.format == KP_PIXEL_P016))
+    if (!depth || (depth > 8) != (r->depth > 8))
         return kp__error(KP_ERR_UNSUPPORTED,
                          "%s: frame %llu's pixel format is %s: kpipe reads 4:2:0 of %s (the "
                          "stream's first frames)",
                          r->path, (unsigned long long)r->next,
                          av_get_pix_fmt_name(fr->format) ? av_get_pix_fmt_name(fr->format) : "?",
-                         r->info.format == KP_PIXEL_P016 ? "9 to 16 bits as P016"
-                                                         : "8 bits (yuv420p, yuvj420p)");
+                         r->depth > 8 ? "9 to 16 bits" : "8 bits (yuv420p, yuvj420p)");
     return kp__video_size_check(r->path, r->next, fr->width, fr->height, r->info.max_width,
                                 r->info.max_height);
 }
@@ -222,12 +221,47 @@ static void kp__sw_copy16(const AVFrame *fr, uint8_t *b, int64_t p) {
     }
 }
 
+/* A sample of `down` + 8 bits rounded to 8. */
+static inline uint8_t kp__narrow(uint16_t v, int down) {
+    const unsigned n = ((unsigned)v + (1u << (down - 1))) >> down;
+    return (uint8_t)(n > 255 ? 255 : n);
+}
+
+/* A picture of 9 to 16 bits into b at pitch p as 8-bit NV12 or I420, each
+ * sample rounded: what NV12 or I420 asked for by name gives. */
+static void kp__sw_copy_narrow(const AVFrame *fr, kp_pixel_format format, uint8_t *b, int64_t p) {
+    const int64_t w = fr->width, h = fr->height, cw = w / 2, ch = h / 2;
+    const int down = kp__sw_depth(fr->format) - 8;
+    for (int64_t y = 0; y < h; y++) {
+        const uint16_t *s = (const uint16_t *)(fr->data[0] + y * fr->linesize[0]);
+        for (int64_t x = 0; x < w; x++) b[y * p + x] = kp__narrow(s[x], down);
+    }
+    for (int64_t y = 0; y < ch; y++) {
+        const uint16_t *u = (const uint16_t *)(fr->data[1] + y * fr->linesize[1]),
+                       *v = (const uint16_t *)(fr->data[2] + y * fr->linesize[2]);
+        uint8_t *c = b + p * h;
+        for (int64_t x = 0; x < cw; x++) {
+            if (format == KP_PIXEL_NV12) {
+                c[y * p + 2 * x] = kp__narrow(u[x], down);
+                c[y * p + 2 * x + 1] = kp__narrow(v[x], down);
+            } else {
+                c[y * (p / 2) + x] = kp__narrow(u[x], down);
+                c[(p / 2) * ch + y * (p / 2) + x] = kp__narrow(v[x], down);
+            }
+        }
+    }
+}
+
 /* The picture into b at pitch p, as I420, NV12 (U and V interleaved as
  * they are copied) or P016. */
 static void kp__sw_copy(const AVFrame *fr, kp_pixel_format format, uint8_t *b, int64_t p) {
     const int64_t w = fr->width, h = fr->height;
     if (format == KP_PIXEL_P016) {
         kp__sw_copy16(fr, b, p);
+        return;
+    }
+    if (kp__sw_depth(fr->format) > 8) {
+        kp__sw_copy_narrow(fr, format, b, p);
         return;
     }
     kp__copy_plane(b, p, fr->data[0], fr->linesize[0], w, h);

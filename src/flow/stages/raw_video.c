@@ -401,8 +401,9 @@ static kp_status kp__y4m_picture(const kp__y4m_sink *s, const kp_frame *f, kp_vi
     if (fmt != KP_PIXEL_NONE && s->format != KP_PIXEL_NONE) fmt = s->format;
     if (fmt != KP_PIXEL_NONE && fmt != KP_PIXEL_I420 && fmt != KP_PIXEL_NV12)
         return kp__error(KP_ERR_UNSUPPORTED,
-                         "frame %llu is %s: the y4m sink takes 8-bit I420 and NV12 frames (the "
-                         "video sink writes P016 at 10 bits)",
+                         "frame %llu is %s: the y4m sink takes 8-bit I420 and NV12 frames (a "
+                         "video source with \"format\": \"i420\" rounds a deeper stream to 8 "
+                         "bits; the video sink writes P016 at 10 bits)",
                          (unsigned long long)f->seq, kp__pixel_str(fmt));
     const bool planes = d->dtype == KP_U8 && d->ndim == 2 && kp_desc_is_contiguous(d) &&
                         d->offset == 0 && d->shape[0] % 3 == 0;
