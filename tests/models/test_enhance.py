@@ -202,6 +202,35 @@ def test_enhance_beats_bicubic(have_model, tmp_path, size):
         "%dx%d: the model's %.2f dB is not above bicubic's %.2f dB" % (w, h, model, bicubic))
 
 
+def test_main10_clip_runs_unchanged(have_model, tmp_path):
+    """An HEVC Main10 clip through the example unchanged: its source names
+    NV12, so each sample is rounded to 8 bits, and the output is twice the
+    size, every frame there, and (to 8 bits) the picture the model makes of
+    the same clip read as 8-bit frames first."""
+    w, h, n = 96, 64, 3
+    flow(str(tmp_path), '{"kpipe_flow": 1, "name": "m10", "stages": ['
+         '{"name": "src", "source": "testsrc", "width": %d, "height": %d, "frames": %d,'
+         ' "format": "p016"},'
+         '{"name": "out", "sink": "video", "path": "clip.mp4", "codec": "hevc", "crf": 16,'
+         ' "preset": "ultrafast"}]}' % (w, h, n))
+    flow(str(tmp_path), FLOW)
+    decode(str(tmp_path), "clip_x2.mp4", "x2.y4m")
+    got = read_y4m_luma(str(tmp_path / "x2.y4m"))
+    assert len(got) == n and got[0].shape == (2 * h, 2 * w)
+    # the same frames, rounded to 8 bits first and written as H.264 (crf 0)
+    flow(str(tmp_path), '{"kpipe_flow": 1, "name": "to8", "stages": ['
+         '{"name": "src", "source": "video", "path": "clip.mp4", "format": "nv12"},'
+         '{"name": "out", "sink": "video", "path": "clip8.mp4", "crf": 0}]}')
+    os.rename(tmp_path / "clip_x2.mp4", tmp_path / "main10_x2.mp4")
+    os.rename(tmp_path / "clip.mp4", tmp_path / "main10.mp4")
+    os.rename(tmp_path / "clip8.mp4", tmp_path / "clip.mp4")
+    flow(str(tmp_path), FLOW)
+    decode(str(tmp_path), "clip_x2.mp4", "x2_8.y4m")
+    want = read_y4m_luma(str(tmp_path / "x2_8.y4m"))
+    for g, t in zip(got, want):
+        assert psnr(g, t) > 40.0
+
+
 def test_odd_size_refused(have_model, tmp_path):
     """4:2:0 needs even sizes: an odd clip is refused by name, before any
     frame is written."""
