@@ -196,7 +196,7 @@ static kp_status kp__pstage_check(const kp__pstage *s, const kp_frame *f) {
                      kp_pipeline_name(s->p), kp__pixel_str(s->takes), s->in.name, s->taker,
                      kp__pixel_str(s->takes),
                      s->takes == KP_PIXEL_I420   ? "i420"
-                     : s->takes == KP_PIXEL_P016 ? "p016 (streams of more than 8 bits)"
+                     : s->takes == KP_PIXEL_P016 ? "p016"
                                                  : "nv12");
 }
 
