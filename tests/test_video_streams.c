@@ -881,7 +881,12 @@ static void live_kill_one_of_eight(void **state) {
     const bool timing = !getenv("KP_TEST_NO_TIMING");
     if (timing) assert_int_equal(drops, 0);
     assert_null(strstr(ss[DEAD].detail, " 0 reconnects"));
-    assert_non_null(strstr(ss[DEAD].detail, "timed out"));
+    /* the last error: the silence timed out, or, where a reconnection
+     * joined the revived camera between its key frames, the decoder named
+     * the stream it came into (a corrupt bitstream) and the next one took */
+    if (!strstr(ss[DEAD].detail, "timed out") && !strstr(ss[DEAD].detail, "corrupt bitstream"))
+        fail_msg("camera %d's last error is neither a timeout nor a join mid-stream: %s", DEAD,
+                 ss[DEAD].detail);
     /* 100 ms over the deadline and a frame: scheduling on a loaded 2-core
      * machine; a batch held for the dead camera would stop for 400+ ms */
     if (timing) assert_true(worst < deadline + frame + 0.100);
