@@ -95,20 +95,25 @@ def test_out_of_range_is_named(clip):
         kpipe.VideoReader(clip + ".missing")
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16"])
-def test_rgb_matches_bt601_limited(clip, dtype):
-    """Planar RGB from the NV12 frame, BT.601 limited range, each channel
-    within 2e-3 (f32; f16 within its rounding) of the conversion here."""
-    nv = sequential(clip)[11].astype(np.float64)
+def bt601_limited(nv):
+    """Planar RGB [3, H, W] of an NV12 frame's samples on the 8-bit scale
+    (floats), BT.601 limited range, computed here apart from the library."""
     y = nv[:H]
     uv = nv[H:].reshape(H // 2, W // 2, 2).repeat(2, axis=0).repeat(2, axis=1)
     yp = (y - 16) / 219.0
     u, v = (uv[..., 0] - 128) / 224.0, (uv[..., 1] - 128) / 224.0
     kr, kb = 0.299, 0.114
     kg = 1 - kr - kb
-    want = np.stack([yp + 2 * (1 - kr) * v,
+    return np.stack([yp + 2 * (1 - kr) * v,
                      yp - 2 * kb * (1 - kb) / kg * u - 2 * kr * (1 - kr) / kg * v,
                      yp + 2 * (1 - kb) * u])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_rgb_matches_bt601_limited(clip, dtype):
+    """Planar RGB from the NV12 frame, BT.601 limited range, each channel
+    within 2e-3 (f32; f16 within its rounding) of the conversion here."""
+    want = bt601_limited(sequential(clip)[11].astype(np.float64))
     with kpipe.VideoReader(clip, format="rgb", dtype=dtype) as r:
         got = np.from_dlpack(r[11]).astype(np.float64)
     assert got.shape == (3, H, W)
@@ -262,15 +267,7 @@ def test_main10_rgb_matches_conversion(main10):
     range from the 16-bit samples, within 2e-3 of the conversion here."""
     with kpipe.VideoReader(main10, format="p016") as r:
         p = np.from_dlpack(r[11]).astype(np.float64) / 256.0
-    y = p[:H]
-    uv = p[H:].reshape(H // 2, W // 2, 2).repeat(2, axis=0).repeat(2, axis=1)
-    yp = (y - 16) / 219.0
-    u, v = (uv[..., 0] - 128) / 224.0, (uv[..., 1] - 128) / 224.0
-    kr, kb = 0.299, 0.114
-    kg = 1 - kr - kb
-    want = np.stack([yp + 2 * (1 - kr) * v,
-                     yp - 2 * kb * (1 - kb) / kg * u - 2 * kr * (1 - kr) / kg * v,
-                     yp + 2 * (1 - kb) * u])
+    want = bt601_limited(p)
     with kpipe.VideoReader(main10, format="rgb") as r:
         assert r.pixel_format == "p016" and r.bits == 10
         got = np.from_dlpack(r[11]).astype(np.float64)
