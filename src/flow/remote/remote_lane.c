@@ -13,8 +13,10 @@
  * offers CUDA IPC (its slots, one device allocation, exported in the
  * welcome), the sender maps them and copies each frame straight into its
  * slot, device to device (peer to peer between two GPUs), recording an
- * event of its own a slot that the receiver's stream waits for before its
- * copy out; only the frame's header travels on the link. The receiver has
+ * event of its own a slot that the receiver waits for, on the host and
+ * watching the link, before its copy out (a stream of its own waiting on
+ * the event would hang for good where the sender dies mid-copy: see
+ * kp__ipc_copied); only the frame's header travels on the link. The receiver has
  * twice the credits in slots (KP__IPC_SLOTS), so the slot a new credit
  * lets the sender fill held a frame whose copy out ended long before: the
  * credit goes back as the frame is taken, not after its copy has run.

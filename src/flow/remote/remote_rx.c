@@ -277,6 +277,47 @@ static kp_status kp__check_frame(kp__remote *r, const kp__slot *sl, kp_frame *f)
     return KP_OK;
 }
 
+/* CUDA IPC: waits on the host until the sender's copy into the slot has
+ * run. The receiver's stream never waits on the sender's event itself: a
+ * sender killed between recording its event and the copy's end leaves that
+ * event never done, and a stream waiting on it hangs every later
+ * synchronisation of this process, the flow's teardown included (an H200,
+ * test_remote's sender_killed: 2 runs of 16 hung with four at once). Here
+ * the link is watched meanwhile, so a lost sender ends the flow with "lost
+ * the peer". A copy's event is done within microseconds (the header left
+ * after the copy was queued), so the wait spins on the event, looking at
+ * the link every 64 queries and moving it itself where no progress thread
+ * does after the first millisecond. A query that fails (the sender's
+ * context gone) gives the link two seconds to say so before its own error. */
+static kp_status kp__ipc_copied(kp__remote *r, kp_flow_t flow, kp_event_t ev, bool *stop) {
+    *stop = false;
+    double t0 = 0, failed_at = 0;
+    for (unsigned k = 0;; k++) {
+        bool done = false;
+        kp_status qs = failed_at > 0 ? KP_OK : kp_event_query(ev, &done);
+        if (qs == KP_OK && done) return KP_OK;
+        if (qs != KP_OK) failed_at = kp__remote_ms_now();
+        if (qs == KP_OK && failed_at == 0 && (k & 63) != 63) continue;
+        KP_CHECK(kp__remote_ctrl_poll(r));
+        if (r->cancel_seen)
+            return kp__error(KP_ERR_STATE, "remote %s: the peer cancelled the stream", r->addr);
+        if (r->failed != UCS_OK) return kp__remote_link_error(r, r->failed);
+        if (kp_flow_cancelled(flow)) {
+            *stop = true;
+            return KP_OK;
+        }
+        double now = kp__remote_ms_now();
+        if (failed_at > 0 && now - failed_at > 2000)
+            return kp__error(KP_ERR_IO, "remote %s: frame %llu: the sender's copy event failed",
+                             r->addr, (unsigned long long)r->next);
+        if (t0 == 0) t0 = now;
+        if (!r->progress_on && (failed_at > 0 || now - t0 > 1.0)) {
+            bool spun = false;
+            kp__remote_progress(r, &spun);
+        }
+    }
+}
+
 static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     kp__remote *r = user;
     bool stop = false;
@@ -311,7 +352,13 @@ static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
         KP_CHECK(kp__credit(r, false));
     } else {
         /* CUDA IPC: after the sender's copy into the slot */
-        if (r->ipc) KP_CHECK(kp_stream_wait_event(c->stream, r->ipc_ev[r->next % r->n_slots]));
+        if (r->ipc) {
+            KP_CHECK(kp__ipc_copied(r, c->flow, r->ipc_ev[r->next % r->n_slots], &stop));
+            if (stop) {
+                *eos = true;
+                return KP_OK;
+            }
+        }
         if (f->bytes) KP_CHECK(kp_memcpy_async(c->stream, f->data, sl->buf, f->bytes));
         KP_CHECK(kp_event_record(sl->ev, c->stream));
         sl->hdr_op.done = sl->data_op.done = false; /* taken: reposted once the copy is done */

@@ -229,7 +229,7 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
     if (stop) return KP_OK;
     if (r->ipc) {
         /* into the receiver's slot, which the credit says it is done with;
-         * the receiver's stream waits for the event, and this frame's
+         * the receiver waits for the event, and this frame's
          * buffer is reused only after this stream's work (the flow's) */
         if (f->bytes) KP_CHECK(kp_memcpy_async(c->stream, sl->buf, f->data, f->bytes));
         KP_CHECK(kp_event_record(r->ipc_ev[r->sent % r->n_slots], c->stream));
