@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <sys/stat.h>
@@ -245,6 +246,9 @@ static pid_t spawn(char *const *args) {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        /* a test that dies (its alarm, below) takes its peers with it: a
+         * peer left running would keep ctest's pipe open, and ctest waiting */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         execv("/proc/self/exe", args);
         _exit(127);
     }
@@ -998,6 +1002,16 @@ static void stranger_peers(void **state) {
     assert_non_null(strstr(d, "larger than"));
 }
 
+/* The alarm: says so on stderr, then ends the process (its peers go with
+ * it, PR_SET_PDEATHSIG). cmocka has said which test runs. */
+static void hung(int sig) {
+    (void)sig;
+    static const char msg[] = "test_remote: a test hung for 300 s (the last [ RUN ] above)\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    _exit(1);
+}
+
 int main(int argc, char **argv) {
     /* a child runs on its parent's backend */
     const char *env = getenv("KPT_REMOTE_DEVICE");
@@ -1012,6 +1026,7 @@ int main(int argc, char **argv) {
         return run_sender(atoi(argv[2]), atoi(argv[3]), (size_t)atol(argv[4]));
     if (argc > 1) g_device = argv[1];
     if (argc > 2) cmocka_set_test_filter(argv[2]);
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a hang's last [ RUN ] is in the log */
     kp_device_t probe;
     kp_status ps = kp_device_open(g_device, &probe);
     if (ps == KP_ERR_NO_DEVICE) {
@@ -1022,7 +1037,8 @@ int main(int argc, char **argv) {
     kp_device_close(probe);
     setenv("KPT_REMOTE_DEVICE", g_device, 1);
     signal(SIGPIPE, SIG_IGN);
-    alarm(600); /* a hang fails the test rather than the run */
+    signal(SIGALRM, hung);
+    alarm(300); /* a hang fails the test (in 25 s on an H200) rather than the run */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(order_and_every_element),
         cmocka_unit_test(frames_in_flight),
