@@ -389,6 +389,9 @@ static int thread_count(void) {
     return n;
 }
 
+/* The device's memory in use, every process's: ctest runs this test alone
+ * (RUN_SERIAL), as other tests on the GPU would move it (an H200 with
+ * eight at once: +242 MiB over the soak, none of it this process's). */
 static size_t device_used(void) {
     size_t used = 0;
 #ifdef KP_HAVE_CUDA
