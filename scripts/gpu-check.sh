@@ -108,6 +108,7 @@ gpu_tests=("tests/test_conformance cuda" "tests/test_alloc_fail cuda" "tests/tes
            "tests/test_video cuda" "tests/test_video_files cuda" "tests/test_tasks cuda" "tests/test_cholesky cuda"
            "tests/test_flow_graph cuda" "tests/test_resize cuda" "tests/test_video_streams cuda"
            "tests/test_fusion cuda SMALL" "tests/test_remote cuda frames_*"
+           "tests/test_frame_formats cuda" "tests/test_video_deep cuda"
            "examples/custom_module examples/custom_module/scale_clamp.json cuda 3")
 
 # One program under compute-sanitizer's memcheck and racecheck: a row each.
