@@ -113,7 +113,8 @@ typedef struct kp_video_reader_config {
 #define KP_VIDEO_MAX_PARALLEL 16
 
 typedef struct kp_video_reader_info {
-    int32_t width, height; /* the first frame's */
+    int32_t width, height; /* the stream's header's: the first frame's, in a sound
+                            * file (a frame's own size is in its kp_video_frame) */
     int64_t pitch;
     kp_pixel_format format;
     size_t frame_bytes;   /* pitch * max_height * 3 / 2 */
