@@ -444,6 +444,10 @@ void kp__remote_linger(kp__remote *r);
  * tells it too: the receiver matches the word once it reads its control
  * messages. A flow the peer cancelled answers, so the peer may close. */
 void kp__remote_tell_cancel(kp__remote *r);
+/* Why a wait must end, its control messages read: the peer cancelled
+ * (KP_ERR_STATE), the link failed (its error), or the flow is cancelled
+ * (*stop); KP_OK and *stop false: none. */
+kp_status kp__remote_ended(kp__remote *r, kp_flow_t flow, bool *stop);
 /* Waits until cond(r) holds, the peer is lost or cancels, or the flow is
  * cancelled (*stop). */
 kp_status kp__remote_wait(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__remote *),

@@ -609,6 +609,14 @@ kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out) {
     return KP_OK;
 }
 
+kp_status kp__remote_ended(kp__remote *r, kp_flow_t flow, bool *stop) {
+    if (r->cancel_seen)
+        return kp__error(KP_ERR_STATE, "remote %s: the peer cancelled the stream", r->addr);
+    if (r->failed != UCS_OK) return kp__remote_link_error(r, r->failed);
+    *stop = kp_flow_cancelled(flow);
+    return KP_OK;
+}
+
 kp_status kp__remote_wait(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__remote *),
                           bool *stop) {
     bool spun = false;
@@ -621,13 +629,8 @@ kp_status kp__remote_wait(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__
             KP_CHECK(r->serve(r)); /* the receiver's credits, which the sender waits for */
             if (cond(r)) return KP_OK;
         }
-        if (r->cancel_seen)
-            return kp__error(KP_ERR_STATE, "remote %s: the peer cancelled the stream", r->addr);
-        if (r->failed != UCS_OK) return kp__remote_link_error(r, r->failed);
-        if (kp_flow_cancelled(flow)) {
-            *stop = true;
-            return KP_OK;
-        }
+        KP_CHECK(kp__remote_ended(r, flow, stop));
+        if (*stop) return KP_OK;
         kp__remote_progress(r, &spun);
     }
 }

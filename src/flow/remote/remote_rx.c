@@ -299,13 +299,8 @@ static kp_status kp__ipc_copied(kp__remote *r, kp_flow_t flow, kp_event_t ev, bo
         if (qs != KP_OK) failed_at = kp__remote_ms_now();
         if (qs == KP_OK && failed_at == 0 && (k & 63) != 63) continue;
         KP_CHECK(kp__remote_ctrl_poll(r));
-        if (r->cancel_seen)
-            return kp__error(KP_ERR_STATE, "remote %s: the peer cancelled the stream", r->addr);
-        if (r->failed != UCS_OK) return kp__remote_link_error(r, r->failed);
-        if (kp_flow_cancelled(flow)) {
-            *stop = true;
-            return KP_OK;
-        }
+        KP_CHECK(kp__remote_ended(r, flow, stop));
+        if (*stop) return KP_OK;
         double now = kp__remote_ms_now();
         if (failed_at > 0 && now - failed_at > 2000)
             return kp__error(KP_ERR_IO, "remote %s: frame %llu: the sender's copy event failed",
