@@ -236,17 +236,21 @@ static void kp__sw_copy_narrow(const AVFrame *fr, kp_pixel_format format, uint8_
         const uint16_t *s = (const uint16_t *)(fr->data[0] + y * fr->linesize[0]);
         for (int64_t x = 0; x < w; x++) b[y * p + x] = kp__narrow(s[x], down);
     }
+    uint8_t *c = b + p * h;
     for (int64_t y = 0; y < ch; y++) {
         const uint16_t *u = (const uint16_t *)(fr->data[1] + y * fr->linesize[1]),
                        *v = (const uint16_t *)(fr->data[2] + y * fr->linesize[2]);
-        uint8_t *c = b + p * h;
-        for (int64_t x = 0; x < cw; x++) {
-            if (format == KP_PIXEL_NV12) {
-                c[y * p + 2 * x] = kp__narrow(u[x], down);
-                c[y * p + 2 * x + 1] = kp__narrow(v[x], down);
-            } else {
-                c[y * (p / 2) + x] = kp__narrow(u[x], down);
-                c[(p / 2) * ch + y * (p / 2) + x] = kp__narrow(v[x], down);
+        if (format == KP_PIXEL_NV12) { /* U and V interleaved */
+            uint8_t *row = c + y * p;
+            for (int64_t x = 0; x < cw; x++) {
+                row[2 * x] = kp__narrow(u[x], down);
+                row[2 * x + 1] = kp__narrow(v[x], down);
+            }
+        } else { /* the U plane, then the V plane, at half the pitch */
+            uint8_t *ur = c + y * (p / 2), *vr = c + (p / 2) * ch + y * (p / 2);
+            for (int64_t x = 0; x < cw; x++) {
+                ur[x] = kp__narrow(u[x], down);
+                vr[x] = kp__narrow(v[x], down);
             }
         }
     }
