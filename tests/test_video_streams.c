@@ -71,6 +71,7 @@ typedef struct writer_args {
     int bframes;         /* 0: 2 */
     const char *options; /* the writer's FFmpeg options */
     bool retry;          /* open again until the first frame goes out (a server not up yet) */
+    bool hevc;           /* libx265 rather than libx264 */
 } writer_args;
 
 static void *write_clip(void *arg) {
@@ -85,7 +86,8 @@ static void *write_clip(void *arg) {
     cfg.bframes = a->bframes ? a->bframes : 2;
     cfg.gop = a->gop;
     cfg.open_gop = a->open_gop;
-    cfg.encoder = "libx264";
+    cfg.codec = a->hevc ? "hevc" : "h264";
+    cfg.encoder = a->hevc ? "libx265" : "libx264";
     cfg.preset = "ultrafast";
     cfg.threads = 1;
     cfg.options = a->options;
@@ -274,12 +276,14 @@ static void parallel_equals_sequential(void **state) {
     static const struct {
         const char *name;
         int w, h, n, gop, bframes;
-        bool open;
+        bool open, hevc;
     } clips[] = {
-        {"closed.mp4", 100, 64, 61, 7, 2, false},
-        {"open.mp4", 100, 64, 50, 9, 3, true},
-        {"onekey.mp4", 64, 48, 20, 0, 2, false},
-        {"closed.mkv", 64, 48, 33, 5, 1, false},
+        {"closed.mp4", 100, 64, 61, 7, 2, false, false},
+        {"open.mp4", 100, 64, 50, 9, 3, true, false},
+        {"onekey.mp4", 64, 48, 20, 0, 2, false, false},
+        {"closed.mkv", 64, 48, 33, 5, 1, false, false},
+        /* HEVC's open groups: CRA key frames, their leading pictures RASL */
+        {"open_hevc.mp4", 128, 64, 50, 9, 3, true, true},
     };
     static const int sessions[] = {2, 3, 7, 16};
     const kp_video_decoder decs[] = {KP_VIDEO_DECODE_SOFTWARE, KP_VIDEO_DECODE_AUTO};
@@ -292,7 +296,8 @@ static void parallel_equals_sequential(void **state) {
                          .k = (int)c,
                          .gop = clips[c].gop,
                          .open_gop = clips[c].open,
-                         .bframes = clips[c].bframes};
+                         .bframes = clips[c].bframes,
+                         .hevc = clips[c].hevc};
         write_clip(&a);
         KPT_OK(a.st);
         for (int d = 0; d < (g_cuda ? 2 : 1); d++) {

@@ -131,8 +131,8 @@ kp_status kp__demux_next(kp_video_reader_t r) {
         if (r->pkt->stream_index == r->st->index) {
             bool stop = false;
             if (r->range.on && (r->pkt->flags & AV_PKT_FLAG_KEY)) kp__range_key(r, &stop);
-            if (r->range.on && !r->range.have_start && kp__range_skip(r, r->pkt)) {
-                av_packet_unref(r->pkt); /* before the range: referred to by nothing */
+            if (r->range.on && kp__range_skip(r, r->pkt)) {
+                av_packet_unref(r->pkt); /* dropped, and referred to by nothing kept */
                 continue;
             }
             if (stop) {

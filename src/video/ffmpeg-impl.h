@@ -110,6 +110,7 @@ struct kp_video_reader {
         int64_t skip_pts; /* frames shown before it are dropped too: a seek's target
                              (seek.c); INT64_MIN: none */
         bool kept;        /* a frame was kept since the range began */
+        bool lead;        /* the start's key frame has leading pictures (kp__key_kind) */
     } range;
     /* frames by index and time (seek.c), scanned on first use; NULL before */
     struct kp__seek_index *index;
@@ -149,15 +150,16 @@ kp_status kp__demux_next(kp_video_reader_t r);
 enum { KP__RANGE_KEEP, KP__RANGE_DROP, KP__RANGE_END };
 kp_status kp__range_frame(kp_video_reader_t r, int64_t pts, int *what);
 /* Whether a decoder's errors are expected now and to be passed over: the
- * pictures decoded before a range's own key frame (an open GOP's, reached
- * from the key frame before) refer to a group never decoded here, and are
- * dropped anyway. */
+ * pictures decoded before a range's own key frame, or its leading ones
+ * (an open GOP's), refer to what was never decoded here, and are dropped
+ * anyway. */
 bool kp__range_lenient(kp_video_reader_t r);
 /* A key packet of r's stream just demuxed into r->pkt: counts it against
  * the range; *stop: the demux ends before it. */
 void kp__range_key(kp_video_reader_t r, bool *stop);
-/* Whether a packet of r's stream, demuxed before its range's start, need
- * not be decoded: H.264 pictures that no other picture refers to. */
+/* Whether a packet of r's stream need not be decoded: before its range's
+ * start, an H.264 picture that no other refers to; after it, a leading
+ * picture of the start's key frame that no kept picture refers to. */
 bool kp__range_skip(kp_video_reader_t r, const AVPacket *pkt);
 /* The stream's parameter sets (H.264's SPS and PPS; HEVC's VPS too) as
  * Annex B, from the extradata (avcC, hvcC, or Annex B already), into *out
@@ -165,8 +167,10 @@ bool kp__range_skip(kp_video_reader_t r, const AVPacket *pkt);
  * first, since the bitstream filter puts them before IDR frames only (an
  * open GOP's key frame is not one) and leaves Annex B input as it is. */
 kp_status kp__param_sets(const AVCodecParameters *par, uint8_t **out, size_t *out_len);
-/* What a key packet is: *start, an IDR (nothing after refers to what came
- * before); *end, nothing after it is shown before it. */
+/* What a key packet is: *start, decoding from it gives every picture shown
+ * from it on as decoding from the file's start does (an IDR, an HEVC CRA or
+ * BLA, an H.264 key frame with an exact recovery point of 0 frames); *end,
+ * nothing after it is shown before it (no leading pictures). */
 void kp__key_kind(kp_video_reader_t r, const AVPacket *pkt, bool *start, bool *end);
 /* The sessions of a parallel reader are readers made with cfg.parallel =
  * KP__PAR_SESSION; kp__video_reader_make with parallel > 1 opens the demux
@@ -181,7 +185,7 @@ void kp__video_reader_fail(kp_video_reader_t r, kp_status st);
 /* A reader's frames by index and time (seek.c), freed with the reader. */
 struct kp__seek_key {
     int64_t ts, pts; /* index stamp (kp__pkt_stamp), presentation stamp */
-    bool idr;
+    bool clean; /* kp__key_kind's start: decoding can begin here */
 };
 struct kp__seek_index {
     int64_t n;     /* frames */

@@ -11,19 +11,25 @@
  * device-to-device copy each, so the output is one session's, frame for
  * frame.
  *
- * A range starts at its key frame when that is an IDR (H.264 NAL type 5,
- * HEVC 19 or 20): nothing after it refers to what came before. Otherwise it
- * starts at the index's key frame before and drops the frames shown before
- * its own; the pictures decoded before its own key frame only serve as
- * references, so their decode errors (an open GOP's leading B-frames refer
- * to a group not decoded here) are expected and ignored, and H.264
- * pictures no other refers to (nal_ref_idc 0) are not decoded at all. It ends at the
- * index's next key frame when that is an IDR after which nothing is shown
- * earlier (H.264 5, HEVC 20: the demux stops there); otherwise it decodes
- * on until the first frame shown at or after that key frame, the demux
- * stopping at the key packet after. An index may hold fewer key frames
- * than the stream (Matroska's cues: one per cluster); key frames between
- * are decoded through.
+ * A range starts at its key frame when decoding can start there (range.c's
+ * kp__key_kind): an IDR (H.264 NAL type 5, HEVC 19 or 20); an HEVC CRA or
+ * BLA; an H.264 key frame whose recovery point SEI promises every picture
+ * from it on, exactly (x264 writes one on each open-GOP key frame). The
+ * key frame's leading pictures (an open GOP's B-frames shown before it)
+ * belong to the group before and are dropped here; only other leading
+ * pictures refer to them, so those no picture refers to (H.264) or all of
+ * them (HEVC's RASL and RADL) are not decoded. An H.264 key frame without
+ * that promise may have later pictures refer to the group before, so the
+ * range starts at the index's key frame before and drops the frames shown
+ * before its own; the pictures decoded before its own key frame only
+ * serve as references, so their decode errors are expected and ignored,
+ * and H.264 pictures no other refers to (nal_ref_idc 0) are not decoded
+ * at all. A range ends at the index's next key frame when that has no
+ * leading pictures (H.264 5, HEVC 18 or 20: the demux stops there);
+ * otherwise it decodes on until the first frame shown at or after that
+ * key frame, the demux stopping at the key packet after. An index may hold
+ * fewer key frames than the stream (Matroska's cues: one per cluster); key
+ * frames between are decoded through.
  *
  * The ring holds the longest group (at most KP__PAR_DEPTH frames): while
  * the reader drains one session, the others decode their next groups

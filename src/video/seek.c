@@ -4,13 +4,15 @@
  * The first call that needs it scans the file once on a second demuxer --
  * packets only, nothing decoded -- and keeps, for the reader's stream,
  * every packet's presentation stamp (sorted: frame i is the i-th) and
- * every key packet's index stamp, presentation stamp, and whether it is
- * an IDR (range.c's kp__key_kind). A seek to frame i then
+ * every key packet's index stamp, presentation stamp, and whether decoding
+ * can start there (range.c's kp__key_kind). A seek to frame i then
  *   1. picks K, the last key packet in decode order shown at or before
  *      frame i: every frame shown from K on decodes from K;
- *   2. starts decoding at K where K is an IDR, else at the key packet
- *      before it, so that K's leading pictures have their references (an
- *      open GOP), exactly as a parallel reader's ranges do (parallel.c);
+ *   2. starts decoding at K where decoding can start there (an IDR, an
+ *      HEVC CRA, an H.264 key frame with an exact recovery point: K's
+ *      leading pictures, shown before it, are skipped), else at the key
+ *      packet before it, exactly as a parallel reader's ranges do
+ *      (parallel.c);
  *   3. drops what the decoder gives before frame i, uncopied (the reader's
  *      range, range.c, with skip_pts).
  * The frame given is the one sequential decode gives, byte for byte. The
@@ -139,7 +141,7 @@ kp_status kp__video_seek(kp_video_reader_t r, int64_t frame) {
     int64_t k = 0;
     for (int64_t i = 0; i < x->nkeys; i++)
         if (x->keys[i].pts <= t) k = i;
-    const int64_t from = x->keys[k].idr || k == 0 ? k : k - 1;
+    const int64_t from = x->keys[k].clean || k == 0 ? k : k - 1;
     r->failed = false; /* a seek starts the decoder afresh */
     r->seeks = true;
     kp_status st = kp__reader_seek(r, x->keys[from].ts, x->keys[k].ts, INT64_MAX);

@@ -54,6 +54,14 @@ static kp_status kp__sw_codec(kp__swdec *d, const AVCodec *codec) {
      * references after a start at an open GOP's key frame. */
     d->slices = r->cfg.parallel == KP__PAR_SESSION || r->seeks;
     d->dec->thread_type = d->slices ? FF_THREAD_SLICE : FF_THREAD_FRAME | FF_THREAD_SLICE;
+    /* Both start at key frames that are not IDRs, where FFmpeg's H.264
+     * decoder holds back pictures until one "recovers" (its recovery point
+     * SEI), and at the end of the stream drops those decoded before the
+     * first recovered picture was shown: the last frames of a range that
+     * ends with the file. Every picture comes out with this flag, those
+     * not recovered marked corrupt, and kp__sw_next lets those go: what a
+     * decoder run from the file's start gives. */
+    if (d->slices) d->dec->flags |= AV_CODEC_FLAG_OUTPUT_CORRUPT;
     d->dec->pkt_timebase = r->st->time_base;
     d->dec->err_recognition |= AV_EF_EXPLODE;
     if ((e = avcodec_open2(d->dec, codec, NULL)) < 0)
@@ -121,6 +129,10 @@ static kp_status kp__sw_next(void *ctx, kp_stream_t s, int64_t *pts, bool *eos) 
     (void)s; /* the upload's stream is output's */
     for (;;) {
         int e = avcodec_receive_frame(d->dec, d->frame);
+        if (e == 0 && d->slices && (d->frame->flags & AV_FRAME_FLAG_CORRUPT)) {
+            av_frame_unref(d->frame); /* not recovered: what the flag above lets out */
+            continue;
+        }
         if (e == 0) {
             *pts = d->frame->best_effort_timestamp;
             return KP_OK;
