@@ -202,10 +202,10 @@ typedef struct kp_video_writer_config {
     int bframes;         /* -1: the preset's */
     int gop;             /* frames between key frames; 0: the encoder's */
     int threads;         /* 0: one per core */
-    /* libx264's open groups of pictures: a key frame after the first is not
-     * an IDR, and the B-frames before it in display order refer to the
-     * group before (smaller files; a reader starting there must decode
-     * from the key frame before). */
+    /* Open groups of pictures: a key frame after the first is not an IDR
+     * (libx264: an I picture with a recovery point SEI; libx265: a CRA),
+     * and the B-frames before it in display order refer to the group
+     * before (smaller files; a reader starting there skips them). */
     bool open_gop;
     /* FFmpeg's options for the container or the protocol, as the reader's
      * (publishing to an RTSP server over TCP: "rtsp_transport=tcp"). */
