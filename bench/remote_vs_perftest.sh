@@ -11,7 +11,9 @@
 # then the queue on its own lane paced at half the frames/s it reached.
 # Device frames between two GPUs (DEVICE cuda:0,cuda:1) are also set
 # against cudaMemcpyPeerAsync back to back in one process (bench_remote's
-# peer floor). ucx_perftest runs with the rendezvous threshold kpipe gives
+# peer floor) and against the same lane by hand, two processes and no
+# framework (bench/ipc_hand: the slots, the events, pipes for the header
+# and the credits). ucx_perftest runs with the rendezvous threshold kpipe gives
 # its own UCX context (KP__RNDV_THRESH, src/flow/remote/remote-impl.h), or
 # UCX_RNDV_THRESH where set: the same protocols on both sides.
 # KP_REMOTE_CAPACITY (4 unless set): the frames in flight on the link.
@@ -51,8 +53,12 @@ printf '%8s | %8s %8s | %8s %8s | %7s %7s | %8s %7s | %8s %8s | %s\n' KiB pt_tcp
   kp_lane tcp/pt shm/pt peer_GB kp/peer p50_half p99_half lane
 for kib in $sizes; do
   n=$(frames_for $kib)
-  pts=() pss=() kts=() kls=() fpss=() p50s=() p99s=() lane='' peer=0
+  pts=() pss=() kts=() kls=() fpss=() p50s=() p99s=() hands=() lane='' peer=0
   for ((r = 0; r < rounds; r++)); do
+    if [[ $dev =~ ^cuda:([0-9]+),cuda:([0-9]+)$ ]] && [ -x "$build/bench/ipc_hand" ]; then
+      hands+=("$("$build/bench/ipc_hand" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" $kib \
+                 $((n > 8000 ? 8000 : n)) $cap host 2>&1 | awk '/hand IPC lane/ {print $(NF-1)}')")
+    fi
     pts+=("$(perftest tcp $kib $n)")
     pss+=("$(perftest '' $kib $n)")
     out=$(KP_REMOTE_LANE=tcp "$build/bench/bench_remote" $dev $kib $n 0 $cap 2>&1)
@@ -82,6 +88,11 @@ for kib in $sizes; do
   printf '#   rounds: perftest tcp %s| shm %s| kpipe tcp %s| kpipe lane %s\n' \
     "$(printf '%s ' "${pts[@]}")" "$(printf '%s ' "${pss[@]}")" "$(printf '%s ' "${kts[@]}")" \
     "$(printf '%s ' "${kls[@]}")"
+  if [ ${#hands[@]} -gt 0 ]; then
+    awk -v h="$(median "${hands[@]}")" -v kl="$(median "${kls[@]}")" -v r="${hands[*]}" 'BEGIN {
+      printf "#   hand IPC lane (bench/ipc_hand, host wait): %.2f GB/s, kpipe / hand %.2f; rounds %s\n",
+        h, (h > 0 ? kl / h : 0), r }'
+  fi
 done
 echo "# medians of $rounds rounds; pt_*: ucx_perftest, kp_tcp: kpipe with KP_REMOTE_LANE=tcp, kp_lane: kpipe's"
 echo "#   own choice (the lane column); tcp/pt = kp_tcp / pt_tcp, shm/pt = kp_lane / pt_shm"
