@@ -197,7 +197,7 @@ bool kp__range_skip(kp_video_reader_t r, const AVPacket *pkt) {
     for (unsigned k = 0; k < 64 && kp__nal_next(lsize, pkt->data, n, &i, &nal, &len); k++) {
         if (hevc) {
             const int type = (nal[0] >> 1) & 0x3f;
-            if (type > 21) continue; /* parameter sets, SEI, ... */
+            if (type > 31) continue; /* not a slice: parameter sets, SEI, ... */
             if (type < 6 || type > 9) return false;
         } else {
             const int type = nal[0] & 0x1f;
@@ -208,6 +208,7 @@ bool kp__range_skip(kp_video_reader_t r, const AVPacket *pkt) {
     }
     return slices;
 }
+
 void kp__range_key(kp_video_reader_t r, bool *stop) {
     struct kp__range *g = &r->range;
     const int64_t at = kp__pkt_stamp(r->pkt);
