@@ -13,7 +13,8 @@
  * remote_tx.c) less everything around it: the flow's stages and queues,
  * UCX's shared-memory header, the benchmark sink's per-frame wait. What
  * kpipe reaches beyond this is kpipe's; what this reaches below
- * cudaMemcpyPeerAsync back to back (printed first) is the lane's shape.
+ * cudaMemcpyPeerAsync back to back (bench_remote's peer floor, which
+ * bench/remote_vs_perftest.sh sets beside it) is the lane's shape.
  *
  *   ipc_hand TX_DEVICE RX_DEVICE KIB FRAMES CAPACITY host|stream
  * e.g. ipc_hand 0 1 8192 2000 4 host. Prints GB/s (10^9 bytes a second). */
@@ -178,31 +179,6 @@ static void sender(int dev, size_t bytes, long frames, int cap, int in, int out)
     CK(cudaIpcCloseMemHandle(slots));
 }
 
-/* cudaMemcpyPeerAsync back to back in one process: the floor. */
-static void peer_floor(int a, int b, size_t bytes, long frames) {
-    char *x, *y;
-    CK(cudaSetDevice(b));
-    CK(cudaMalloc((void **)&y, bytes));
-    CK(cudaSetDevice(a));
-    CK(cudaMalloc((void **)&x, bytes));
-    int can = 0;
-    if (a != b && cudaDeviceCanAccessPeer(&can, a, b) == cudaSuccess && can)
-        (void)cudaDeviceEnablePeerAccess(b, 0);
-    cudaStream_t s;
-    CK(cudaStreamCreate(&s));
-    for (int k = 0; k < 10; k++) CK(cudaMemcpyPeerAsync(y, b, x, a, bytes, s));
-    CK(cudaStreamSynchronize(s));
-    double t0 = now_s();
-    for (long k = 0; k < frames; k++) CK(cudaMemcpyPeerAsync(y, b, x, a, bytes, s));
-    CK(cudaStreamSynchronize(s));
-    double secs = now_s() - t0;
-    printf("  cudaMemcpyPeerAsync back to back              %9.2f GB/s\n",
-           (double)frames * (double)bytes / secs * 1e-9);
-    CK(cudaFree(x));
-    CK(cudaSetDevice(b));
-    CK(cudaFree(y));
-}
-
 int main(int argc, char **argv) {
     if (argc != 7) {
         fprintf(stderr, "usage: ipc_hand TX_DEVICE RX_DEVICE KIB FRAMES CAPACITY host|stream\n");
@@ -239,7 +215,5 @@ int main(int argc, char **argv) {
     sender(a, bytes, frames, cap, to_tx[0], to_rx[1]);
     int status = 0;
     waitpid(child, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status)) return 1;
-    peer_floor(a, b, bytes, frames);
-    return 0;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }
