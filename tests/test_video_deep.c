@@ -98,7 +98,10 @@ static double psnr10(const uint8_t *a, const uint8_t *b, size_t bytes) {
 /* HEVC Main10 and H.264 High 10, 4 sizes (odd multiples of two among
  * them): the reader says P016 at twice the width's bytes, on software
  * decode; every sample has its low 6 bits clear, the pictures come back
- * within 40 dB of what was drawn, and their steps finer than 8 bits stay. */
+ * within 40 dB of what was drawn, and their steps finer than 8 bits stay.
+ * The smallest HEVC clip is 18 wide: libx265 3.5's motion search reads
+ * memory it never wrote on pictures 16 or 32 samples wide (valgrind shows
+ * it), and such a clip came out anywhere from 20 to 59 dB run to run. */
 static void deep_round_trip(void **state) {
     static const struct {
         const char *codec, *file;
@@ -106,7 +109,7 @@ static void deep_round_trip(void **state) {
     } c[] = {{"hevc", "main10.mp4", 320, 240},
              {"hevc", "main10_odd.mkv", 66, 38},
              {"h264", "high10.mp4", 176, 144},
-             {"hevc", "main10_small.mp4", 16, 16},
+             {"hevc", "main10_small.mp4", 18, 18},
              {"h264", "high10_2x2.mp4", 2, 2}};
     for (size_t k = 0; k < sizeof c / sizeof *c; k++) {
         char path[512];
