@@ -368,6 +368,13 @@ static void parallel_equals_sequential(void **state) {
 #define KPT_ASAN 1
 #endif
 #endif
+#if defined(__SANITIZE_THREAD__)
+#define KPT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KPT_TSAN 1
+#endif
+#endif
 #ifdef KPT_ASAN
 static const long k_rss_slack = 300L << 20;
 #else
@@ -805,10 +812,10 @@ static void live_kill_one_of_eight(void **state) {
         snprintf(one, sizeof one, "%s\"%s?timeout=2000000\"", k ? ", " : "", url[k]);
         strcat(paths, one);
     }
-    const double deadline = 0.020, frame = 1 / 30.0;
+    const double deadline = 0.020, frame = 1 / 30.0, timeout = 0.400;
     snprintf(json, sizeof json,
              "{\"kpipe_flow\": 1, \"stages\": [{\"name\": \"cams\", \"source\": \"video\", "
-             "\"format\": \"nv12\", \"paths\": [%s], \"timeout_ms\": 400},"
+             "\"format\": \"nv12\", \"paths\": [%s], \"timeout_ms\": %d},"
              "{\"name\": \"batch\", \"queue\": {\"capacity\": 64, \"policy\": \"drop_oldest\"}, "
              "\"batch\": {\"max\": 8, \"deadline_us\": %d, \"resize\": [64, 48]}, "
              "\"pipeline\": {\"kpipe_spec\": 1, \"name\": \"b\", \"modules\": ["
@@ -816,7 +823,7 @@ static void live_kill_one_of_eight(void **state) {
              "48, \"out_width\": 64, \"out_height\": 48, \"batch\": 8}}], "
              "\"inputs\": {\"x\": \"same.input\"}, \"outputs\": {\"y\": \"same.output\"}}},"
              "{\"name\": \"out\", \"sink\": \"null\"}]}",
-             paths, (int)(deadline * 1e6));
+             paths, (int)(timeout * 1e3), (int)(deadline * 1e6));
     /* each camera is opened live and read until its stream shows its frame
      * size; eight encoders on a loaded machine (two cores, ThreadSanitizer)
      * can leave one short of that: it is opened once more */
@@ -896,8 +903,16 @@ static void live_kill_one_of_eight(void **state) {
         fail_msg("camera %d's last error is neither a timeout nor a join mid-stream: %s", DEAD,
                  ss[DEAD].detail);
     /* 100 ms over the deadline and a frame: scheduling on a loaded 2-core
-     * machine; a batch held for the dead camera would stop for 400+ ms */
-    if (timing) assert_true(worst < deadline + frame + 0.100);
+     * machine; a batch held for the dead camera would stop for 400+ ms.
+     * Under ThreadSanitizer, sixteen instrumented codecs on two cores beside
+     * another test once stopped the sink for 282 ms: there the bound is the
+     * timeout itself, which a held batch cannot beat. */
+#ifdef KPT_TSAN
+    const double bound = timeout;
+#else
+    const double bound = deadline + frame + 0.100;
+#endif
+    if (timing) assert_true(worst < bound);
     for (int k = 0; k < N; k++) live_cam_stop(k);
     cancel_promptly(f); /* eight sources blocked on silent sockets */
     g_live = NULL;
