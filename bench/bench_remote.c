@@ -117,14 +117,18 @@ static void run_flow(kp_flow_t f, const char *what, int remote_stage) {
               : strstr(rs.lane, "CUDA IPC") != NULL ? "device to device"
                                                     : "through pinned host slots";
     if (how) printf("  %-22s lane: %s\n", what, rs.lane);
+    const double per = how && rs.frames ? 1e-3 / (double)rs.frames : 0;
     if (how && rs.receiver) /* the credit and wire figures are the sender's */
-        printf("  %-22s link: %s\n", what, how);
+        printf("  %-22s link: %s; waited %.1f us a frame for the next, %.1f for the sender's "
+               "copy\n",
+               what, how, (double)rs.wait_ns * per, (double)rs.ipc_wait_ns * per);
     else if (how)
         printf("  %-22s link: %llu of %llu frames waited for credit, at most %llu in flight, "
-               "%llu on the wire, %llu posted by its progress thread, %s\n",
+               "%llu on the wire, %llu posted by its progress thread, %s; waited %.1f us a frame "
+               "for a slot and credit\n",
                what, (unsigned long long)rs.credit_waits, (unsigned long long)rs.frames,
                (unsigned long long)rs.max_in_flight, (unsigned long long)rs.max_on_wire,
-               (unsigned long long)rs.handed, how);
+               (unsigned long long)rs.handed, how, (double)rs.wait_ns * per);
     kp_flow_snapshot h;
     if (what && kp_flow_health(f, &h) == KP_OK) {
         printf("  %-22s stage host us p50/p99:", what);

@@ -351,14 +351,19 @@ static kp_flow_remote_stats stream_across(int n, size_t capacity, uint64_t frame
     pid_t pid = fork_receiver(&o, &port, &rep);
     side t = {.copies = copies};
     KPT_OK(sender(&t, n, frames, port, bytes, 20000));
+    const double t0 = now_s();
     KPT_OK(kp_flow_start(t.flow));
     KPT_OK(kp_flow_wait(t.flow));
+    const double took = now_s() - t0;
     kp_flow_remote_stats rs;
     KPT_OK(kp_flow_remote(t.flow, 1, &rs));
     assert_int_equal(rs.frames, frames);
     assert_true(rs.max_in_flight <= capacity);
     assert_true(rs.max_on_wire <= capacity);
     assert_true(rs.handed <= rs.frames);
+    /* one thread's waits, within the run */
+    assert_true((double)rs.wait_ns * 1e-9 <= took);
+    assert_int_equal(rs.ipc_wait_ns, 0); /* the receiver's figure */
     side_close(&t);
     report r = reap(pid, rep);
     if (r.st != KP_OK) print_error("receiver: %s\n", r.error);
@@ -397,6 +402,11 @@ static void frames_in_flight(void **state) {
     assert_true(rs.zero_copy == !copied);
     rs = stream_across(4097, 8, 400, 300, false);
     window_filled(&rs, 8);
+    /* behind a sink that sleeps 300 us a frame the sender waits for a
+     * credit most of that time, for all but the first 8 frames (half of
+     * it at least, the sink's sleeps being the longer) */
+    if (!getenv("KP_TEST_NO_TIMING"))
+        assert_true(rs.wait_ns >= (400 - 8) * 150000ull);
 }
 
 /* Frames through the copies at both ends (pinned host slots, one more

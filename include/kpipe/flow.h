@@ -441,6 +441,13 @@ typedef struct kp_flow_remote_stats {
      * going on; the rest (a paced stream, which finds that thread asleep)
      * the stage's thread posted itself */
     uint64_t handed;
+    /* the stage's thread waiting on the link, in all (ns): the sender for
+     * a free slot and then a credit (the receiver's pace), the receiver
+     * for the next frame to come in (the sender's pace). With CUDA IPC the
+     * receiver's wait for the sender's copy into the slot to end, once the
+     * frame's header is in, is ipc_wait_ns, apart. Divided by frames: what
+     * a frame waited; the stage's time less that: the end's own work. */
+    uint64_t wait_ns, ipc_wait_ns;
     /* how frames travel, once the stream began: "tcp" (the endpoint made
      * from the address), "shared memory (sysv, cma)" (both ends on one
      * host: UCX's transports named), with " and CUDA IPC" where device

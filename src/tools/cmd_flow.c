@@ -299,6 +299,11 @@ static void kpt_report_remote(kp_flow_t f, const kp_flow_snapshot *h) {
             printf(", at most %llu on the wire, %llu posted by its progress thread",
                    (unsigned long long)r.max_on_wire, (unsigned long long)r.handed);
         bool ipc = strstr(r.lane, "CUDA IPC") != NULL;
+        const double per = r.frames ? 1e-3 / (double)r.frames : 0;
+        printf(", waited %.1f us a frame %s", (double)r.wait_ns * per,
+               r.receiver ? "for the next" : "for a slot and credit");
+        if (r.receiver && ipc)
+            printf(" and %.1f us for the sender's copy", (double)r.ipc_wait_ns * per);
         printf("%s%s%s\n", r.zero_copy ? (r.direct ? ", device memory, no copy" : ", no copy")
                            : ipc        ? ", device to device"
                            : r.direct   ? ", from device memory"

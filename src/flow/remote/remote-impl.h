@@ -329,6 +329,7 @@ typedef struct kp__remote {
     uint64_t eos_total;
     /* figures, read by kp_flow_remote from any thread */
     _Atomic uint64_t frames, bytes, max_in_flight, credit_waits, credits, max_on_wire, handed;
+    _Atomic uint64_t wait_ns, ipc_wait_ns; /* kp_flow_remote_stats' */
     _Atomic bool zero_copy;
 } kp__remote;
 
@@ -452,6 +453,12 @@ kp_status kp__remote_ended(kp__remote *r, kp_flow_t flow, bool *stop);
  * cancelled (*stop). */
 kp_status kp__remote_wait(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__remote *),
                           bool *stop);
+/* kp__remote_wait for a frame's turn, its time added to *ns where cond
+ * does not hold at once (a wait with nothing to wait for reads no clock). */
+kp_status kp__remote_wait_timed(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__remote *),
+                                bool *stop, _Atomic uint64_t *ns);
+/* Nanoseconds of CLOCK_MONOTONIC. */
+uint64_t kp__remote_ns_now(void);
 /* Makes an end checked by remote_end.c as a stage: its kind added for the
  * flow (once), its state, its stage and end functions, and (optional) the
  * work it does each time round a wait and the work its progress thread

@@ -604,6 +604,8 @@ kp_status kp__remote_stats(void *user, kp_flow_remote_stats *out) {
     out->zero_copy = atomic_load(&r->zero_copy);
     out->max_on_wire = atomic_load(&r->max_on_wire);
     out->handed = atomic_load(&r->handed);
+    out->wait_ns = atomic_load(&r->wait_ns);
+    out->ipc_wait_ns = atomic_load(&r->ipc_wait_ns);
     /* set once before the stream begins (r->ready), read after */
     snprintf(out->lane, sizeof out->lane, "%s", atomic_load(&r->lane_set) ? r->lane : "");
     return KP_OK;
@@ -633,4 +635,14 @@ kp_status kp__remote_wait(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__
         if (*stop) return KP_OK;
         kp__remote_progress(r, &spun);
     }
+}
+
+kp_status kp__remote_wait_timed(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__remote *),
+                                bool *stop, _Atomic uint64_t *ns) {
+    *stop = false;
+    if (cond(r)) return KP_OK;
+    const uint64_t t0 = kp__remote_ns_now();
+    kp_status st = kp__remote_wait(r, flow, cond, stop);
+    atomic_fetch_add_explicit(ns, kp__remote_ns_now() - t0, memory_order_relaxed);
+    return st;
 }

@@ -289,7 +289,7 @@ static kp_status kp__check_frame(kp__remote *r, const kp__slot *sl, kp_frame *f)
  * the link every 64 queries and moving it itself where no progress thread
  * does after the first millisecond. A query that fails (the sender's
  * context gone) gives the link two seconds to say so before its own error. */
-static kp_status kp__ipc_copied(kp__remote *r, kp_flow_t flow, kp_event_t ev, bool *stop) {
+static kp_status kp__ipc_wait_copy(kp__remote *r, kp_flow_t flow, kp_event_t ev, bool *stop) {
     *stop = false;
     double t0 = 0, failed_at = 0;
     for (unsigned k = 0;; k++) {
@@ -313,13 +313,25 @@ static kp_status kp__ipc_copied(kp__remote *r, kp_flow_t flow, kp_event_t ev, bo
     }
 }
 
+/* kp__ipc_wait_copy, its time added to the end's ipc_wait_ns where the
+ * copy had not ended at the first look. */
+static kp_status kp__ipc_copied(kp__remote *r, kp_flow_t flow, kp_event_t ev, bool *stop) {
+    bool done = false;
+    *stop = false;
+    if (kp_event_query(ev, &done) == KP_OK && done) return KP_OK;
+    const uint64_t t0 = kp__remote_ns_now();
+    kp_status st = kp__ipc_wait_copy(r, flow, ev, stop);
+    atomic_fetch_add_explicit(&r->ipc_wait_ns, kp__remote_ns_now() - t0, memory_order_relaxed);
+    return st;
+}
+
 static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
     kp__remote *r = user;
     bool stop = false;
     if (!eos) return kp__error(KP_ERR_INVALID_ARG, "a remote source must be a flow's first stage");
     KP_CHECK(kp__receiver_ready(r, c, &stop));
     if (!stop) KP_CHECK(kp__recycle(r));
-    if (!stop) KP_CHECK(kp__remote_wait(r, c->flow, kp__frame_in, &stop));
+    if (!stop) KP_CHECK(kp__remote_wait_timed(r, c->flow, kp__frame_in, &stop, &r->wait_ns));
     if (stop) {
         *eos = true; /* the flow is cancelled: it ends as such */
         return KP_OK;

@@ -18,6 +18,12 @@ double kp__remote_ms_now(void) {
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
+uint64_t kp__remote_ns_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 /* Operations run without completion callbacks: a request is tested after
  * each progress (kp__poll_all) and freed once it completes, so what a
  * receive got is read from the request itself whichever way it finished.

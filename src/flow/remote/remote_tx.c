@@ -209,7 +209,7 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
      * thread and the progress thread: dropped. The copy was not what held
      * a frame (bench/RESULTS.md, "Remote queues, the round before: the
      * stage's turn holds the worker"). */
-    KP_CHECK(kp__remote_wait(r, c->flow, kp__slot_free, &stop));
+    KP_CHECK(kp__remote_wait_timed(r, c->flow, kp__slot_free, &stop, &r->wait_ns));
     if (stop) return KP_OK;
     kp__count_left(r); /* before the slot of frame sent - n_slots takes frame sent */
     kp__slot *sl = &r->slots[r->sent % r->n_slots];
@@ -225,7 +225,7 @@ static kp_status kp__sink_fn(void *user, const kp_stage_ctx *c, kp_frame *f, boo
         KP_CHECK(kp__remote_device_sync(r, c->stream, NULL));
     }
     if (!kp__has_credit(r)) atomic_fetch_add_explicit(&r->credit_waits, 1, memory_order_relaxed);
-    KP_CHECK(kp__remote_wait(r, c->flow, kp__has_credit, &stop));
+    KP_CHECK(kp__remote_wait_timed(r, c->flow, kp__has_credit, &stop, &r->wait_ns));
     if (stop) return KP_OK;
     if (r->ipc) {
         /* into the receiver's slot, which the credit says it is done with;
