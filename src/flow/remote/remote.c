@@ -640,6 +640,7 @@ kp_status kp__remote_wait(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__
 kp_status kp__remote_wait_timed(kp__remote *r, kp_flow_t flow, bool (*cond)(const kp__remote *),
                                 bool *stop, _Atomic uint64_t *ns) {
     *stop = false;
+    KP_CHECK(kp__remote_ctrl_poll(r)); /* as kp__remote_wait's first turn */
     if (cond(r)) return KP_OK;
     const uint64_t t0 = kp__remote_ns_now();
     kp_status st = kp__remote_wait(r, flow, cond, stop);
