@@ -319,6 +319,14 @@ static uint64_t run_carried(ring_ctx *t, int carry_us, int spin_us, kp_flow_snap
  * once or after its end; with carry_us -1 none is. With random stalls
  * (which make a stage long for a while) frames go by turns carried and
  * queued, still in order. */
+#if defined(__SANITIZE_THREAD__)
+#define KPT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KPT_TSAN 1
+#endif
+#endif
+
 static void carried_frames(void **state) {
     (void)state;
     static const int spins[] = {0, -1};
@@ -333,8 +341,12 @@ static void carried_frames(void **state) {
          * (74-99 % of frames alone on 2 cores; 1 % under ThreadSanitizer,
          * which makes every run longer). Never spinning, the stages' threads
          * sleep between frames and short runs (3 us) are carried: some
-         * frames must be. */
+         * frames must be. Under ThreadSanitizer a loaded CI run once
+         * carried none (every run past the carry bound), so there the
+         * figure prints only; order, counts and overlap are checked. */
+#ifndef KPT_TSAN
         if (spins[k] < 0) assert_true(carried > 0);
+#endif
         ring_ctx n = {.frames = g_frames / 100};
         assert_int_equal(run_carried(&n, -1, spins[k], &snap), 0);
         ring_ctx r = {.frames = g_frames / 10, .stall_one_in = 61};
