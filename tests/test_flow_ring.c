@@ -319,14 +319,6 @@ static uint64_t run_carried(ring_ctx *t, int carry_us, int spin_us, kp_flow_snap
  * once or after its end; with carry_us -1 none is. With random stalls
  * (which make a stage long for a while) frames go by turns carried and
  * queued, still in order. */
-#if defined(__SANITIZE_THREAD__)
-#define KPT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define KPT_TSAN 1
-#endif
-#endif
-
 static void carried_frames(void **state) {
     (void)state;
     static const int spins[] = {0, -1};

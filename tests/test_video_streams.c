@@ -361,20 +361,6 @@ static void parallel_equals_sequential(void **state) {
 /* What RSS may grow by over the decoder soak: AddressSanitizer keeps
  * freed blocks in quarantine (256 MiB at most), and its leak check covers
  * what this one would. */
-#if defined(__SANITIZE_ADDRESS__)
-#define KPT_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KPT_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define KPT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define KPT_TSAN 1
-#endif
-#endif
 #ifdef KPT_ASAN
 static const long k_rss_slack = 300L << 20;
 #else

@@ -104,4 +104,22 @@ kp_status kpt_read_frames(kp_device_t dev, const char *path, kp_video_decoder de
 kp_status kpt_read_frames_cfg(kp_device_t dev, const char *path, const kp_video_reader_config *cfg,
                               kpt_frames *out);
 
+/* KPT_ASAN, KPT_TSAN: defined in a build under AddressSanitizer or
+ * ThreadSanitizer (gcc's __SANITIZE_*__, clang's __has_feature), for the
+ * figures such a build slows or holds. */
+#if defined(__SANITIZE_ADDRESS__)
+#define KPT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KPT_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define KPT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KPT_TSAN 1
+#endif
+#endif
+
 #endif
