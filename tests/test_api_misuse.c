@@ -451,13 +451,13 @@ static void stream_and_event_calls(void **state) {
 static void graph_calls(void **state) {
     kp_graph_t g, g2;
     kp_graph_exec_t ge;
-    kp_graph_node_t n, deps[2] = {NULL, NULL};
+    kp_graph_node_t n, first, deps[2] = {NULL, NULL};
     kp_stream_t s;
     float *y;
     KPT_OK(kp_stream_create(g_dev, &s));
     KPT_OK(kp_malloc(g_dev, 64, (void **)&y));
-    kpt_affine_params ap = {y, 1, 1, 1};
-    kp_launch l = kpt_launch_1d(&kpt_affine, &ap, 1);
+    kpt_affine_params ap = {y, 1, 1, 1}, ap5 = {y, 0, 5, 1};
+    kp_launch l = kpt_launch_1d(&kpt_affine, &ap, 1), l5 = kpt_launch_1d(&kpt_affine, &ap5, 1);
     KPT_FAILS(kp_graph_create(NULL, &g), BAD);
     KPT_FAILS(kp_graph_create(g_dev, NULL), BAD);
     KPT_OK(kp_graph_create(g_dev, &g));
@@ -478,6 +478,19 @@ static void graph_calls(void **state) {
     KPT_FAILS(kp_graph_add_empty(g, NULL, 0, NULL), BAD);
     assert_int_equal(kp_graph_node_count(NULL), 0);
     KPT_OK(kp_graph_add_kernel(g, NULL, 0, &l, &n));
+    KPT_FAILS(kp_graph_add_kernel_first(NULL, &l, &first), BAD);
+    KPT_FAILS(kp_graph_add_kernel_first(g, NULL, &first), BAD);
+    KPT_FAILS(kp_graph_add_kernel_first(g, &l, NULL), BAD);
+    assert_int_equal(kp_graph_node_count(g), 1); /* refusals changed nothing */
+    if (strcmp(kp_device_backend(g_dev), "cpu") == 0) {
+        KPT_FAILS(kp_graph_add_kernel_first(g, &l, &first), KP_ERR_UNSUPPORTED);
+        assert_non_null(strstr(kp_last_error(), "in the order they were added"));
+        assert_int_equal(kp_graph_node_count(g), 1);
+    } else {
+        /* y = 5 first, though added last; then y = y + 1 */
+        KPT_OK(kp_graph_add_kernel_first(g, &l5, &first));
+        assert_int_equal(kp_graph_node_count(g), 2);
+    }
     KPT_FAILS(kp_graph_instantiate(NULL, &ge), BAD);
     KPT_FAILS(kp_graph_instantiate(g, NULL), BAD);
     KPT_OK(kp_graph_instantiate(g, &ge));
@@ -500,6 +513,12 @@ static void graph_calls(void **state) {
     KPT_FAILS(kp_graph_exec_update(ge, g2), KP_ERR_MISMATCH); /* other topology */
     KPT_OK(kp_graph_exec_launch(ge, s));
     KPT_OK(kp_stream_sync(s));
+    if (strcmp(kp_device_backend(g_dev), "cpu") != 0) {
+        float host = 0;
+        KPT_OK(kp_memcpy_async(s, &host, y, sizeof host));
+        KPT_OK(kp_stream_sync(s));
+        assert_true(host == 6.0f);
+    }
     kp_graph_exec_destroy(ge);
     kp_graph_destroy(g);
     kp_graph_destroy(g2);

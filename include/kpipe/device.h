@@ -377,6 +377,13 @@ kp_status kp_graph_add_memcpy(kp_graph_t g, const kp_graph_node_t *deps, size_t 
 /* Embeds a copy of `child` (later changes to `child` do not affect `g`). */
 kp_status kp_graph_add_child(kp_graph_t g, const kp_graph_node_t *deps, size_t n_deps,
                              kp_graph_t child, kp_graph_node_t *out);
+/* A kernel node that runs before the rest of `g`: every node that had no
+ * dependencies now waits for it. For work that must precede a graph made
+ * elsewhere (captured, or embedded with kp_graph_add_native); its launch
+ * changes per run with kp_graph_exec_set_kernel. KP_ERR_UNSUPPORTED on a
+ * backend whose graphs run their nodes in the order they were added (cpu);
+ * after any other failure `g` may hold part of the change: discard it. */
+kp_status kp_graph_add_kernel_first(kp_graph_t g, const kp_launch *launch, kp_graph_node_t *out);
 /* A node that does nothing: joins or forks dependencies. */
 kp_status kp_graph_add_empty(kp_graph_t g, const kp_graph_node_t *deps, size_t n_deps,
                              kp_graph_node_t *out);

@@ -86,6 +86,11 @@ struct kp_device_i {
                                   void *native, kp_graph_node_t *out);
     kp_status (*graph_add_empty)(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                  kp_graph_node_t *out);
+    /* Optional: a kernel node every node without dependencies then waits
+     * for (a backend whose graphs run in the order nodes were added, as
+     * cpu's, cannot put one before nodes already there). */
+    kp_status (*graph_add_kernel_first)(void *ctx, void *g, const kp_launch *l,
+                                        kp_graph_node_t *out);
     size_t (*graph_node_count)(void *ctx, void *g);
     kp_status (*graph_instantiate)(void *ctx, void *g, void **out);
     void (*exec_destroy)(void *ctx, void *ge);

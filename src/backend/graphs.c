@@ -67,6 +67,19 @@ kp_status kp_graph_add_native(kp_graph_t g, const kp_graph_node_t *deps, size_t 
     return KP__CALL(g, graph_add_native, g->h.impl, deps, n, native, out);
 }
 
+kp_status kp_graph_add_kernel_first(kp_graph_t g, const kp_launch *l, kp_graph_node_t *out) {
+    KP_API_ENTRY();
+    KP__HANDLE(g, "graph");
+    KP__HANDLE(out, "out");
+    KP_CHECK(kp__check_launch(g->h.dev, l, __func__));
+    if (!g->h.dev->iface->graph_add_kernel_first)
+        return kp__error(KP_ERR_UNSUPPORTED,
+                         "kp_graph_add_kernel_first: the %s backend runs a graph's nodes in the "
+                         "order they were added; add the kernel before the rest",
+                         g->h.dev->reg->name);
+    return KP__CALL(g, graph_add_kernel_first, g->h.impl, l, out);
+}
+
 kp_status kp_graph_add_empty(kp_graph_t g, const kp_graph_node_t *deps, size_t n,
                              kp_graph_node_t *out) {
     KP_API_ENTRY();

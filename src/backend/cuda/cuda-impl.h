@@ -61,6 +61,8 @@ kp_status kp__cuda_graph_add_memcpy(void *ctx, void *g, const kp_graph_node_t *d
                                     void *dst, const void *src, size_t bytes, kp_graph_node_t *out);
 kp_status kp__cuda_graph_add_child(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                    void *child, kp_graph_node_t *out);
+kp_status kp__cuda_graph_add_kernel_first(void *ctx, void *g, const kp_launch *l,
+                                          kp_graph_node_t *out);
 kp_status kp__cuda_graph_add_empty(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                    kp_graph_node_t *out);
 size_t kp__cuda_graph_node_count(void *ctx, void *g);

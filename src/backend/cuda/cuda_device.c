@@ -421,6 +421,7 @@ static const kp_device_i kp__cuda_iface = {
     .graph_add_child = kp__cuda_graph_add_child,
     .graph_add_native = kp__cuda_graph_add_child,
     .graph_add_empty = kp__cuda_graph_add_empty,
+    .graph_add_kernel_first = kp__cuda_graph_add_kernel_first,
     .graph_node_count = kp__cuda_graph_node_count,
     .graph_instantiate = kp__cuda_graph_instantiate,
     .exec_destroy = kp__cuda_exec_destroy,

@@ -34,6 +34,27 @@ kp_status kp__cuda_graph_add_kernel(void *ctx, void *g, const kp_graph_node_t *d
     return KP_OK;
 }
 
+/* The graph's roots are read before the node is added (it is one too),
+ * then each waits for it: one edge per root. */
+kp_status kp__cuda_graph_add_kernel_first(void *ctx, void *g, const kp_launch *l,
+                                          kp_graph_node_t *out) {
+    size_t n = 0;
+    KP_CUDA_CHECK(cudaGraphGetRootNodes(g, NULL, &n));
+    cudaGraphNode_t *roots = NULL;
+    if (n && !(roots = kp__malloc(n * sizeof *roots)))
+        return kp__error(KP_ERR_OUT_OF_MEMORY, "graph: no memory for %zu root nodes", n);
+    kp_status st = KP_OK;
+    if (n) KP_CUDA_CHECK_GOTO(cudaGraphGetRootNodes(g, roots, &n), st, done);
+    KP_CHECK_GOTO(kp__cuda_graph_add_kernel(ctx, g, NULL, 0, l, out), st, done);
+    for (size_t i = 0; i < n; i++)
+        KP_CUDA_CHECK_GOTO(
+            cudaGraphAddDependencies(g, (const cudaGraphNode_t *)out, &roots[i], NULL, 1), st,
+            done);
+done:
+    kp__free(roots);
+    return st;
+}
+
 kp_status kp__cuda_graph_add_memcpy(void *ctx, void *g, const kp_graph_node_t *deps, size_t n,
                                     void *dst, const void *src, size_t bytes,
                                     kp_graph_node_t *out) {
