@@ -72,11 +72,11 @@ kp_status kp_graph_miss_parse(const char *text, kp_graph_miss *out);
 #define KP_GRAPH_MAX_LITERALS 64
 /* Runs one input may be copied in as: a padded dimension other than the
  * outermost is copied a run at a time (a [rows, n] input padded in n has
- * `rows` runs, moved by one 2-D copy, kp_memcpy2d_async; one such copy for
- * each index of the dimensions further out), so such a call may have at
- * most this many runs; one past it is refused with KP_ERR_UNSUPPORTED
- * before it changes anything. Pad an outer dimension, or use
- * KP_GRAPH_IN_PLACE. */
+ * `rows` runs; on cuda the graph's first node, a copy kernel, places them,
+ * on cpu one 2-D copy, kp_memcpy2d_async, for each index of the dimensions
+ * further out), so such a call may have at most this many runs; one past
+ * it is refused with KP_ERR_UNSUPPORTED before it changes anything. Pad an
+ * outer dimension, or use KP_GRAPH_IN_PLACE. */
 #define KP_GRAPH_MAX_COPY_RUNS 4096
 /* Bytes a kept graph is charged per node on top of the static buffers its
  * key needs: the driver does not report an executable graph's own memory. */

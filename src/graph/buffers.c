@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cache-impl.h"
+#include "copy-impl.h"
 
 kp_status kp__gc_grow(kp_graph_cache_t c, const size_t *need, size_t n_ports,
                       const kp__gentry *keep) {
@@ -67,7 +68,11 @@ void kp__gc_args(kp_graph_cache_t c, kp__gcall *g, kp_graph_args *a, bool exact)
                          .n_literals = k->n_literals};
 }
 
-kp_status kp__gc_copy_in(kp_graph_cache_t c, const kp__gcall *g, size_t p, kp_stream_t s) {
+/* Copies input p into its static buffer on s, laid out for the padded
+ * shape: one copy per run of the innermost padded dimension (kp__port
+ * bounded their number before the call changed anything). For backends
+ * whose graphs cannot start with the copies (kp__gc_copy_nodes). */
+static kp_status kp__gc_copy_in(kp_graph_cache_t c, const kp__gcall *g, size_t p, kp_stream_t s) {
     const kp_port_info *in = &g->c.inputs[p];
     const kp_tensor_desc *a = &in->desc, *pd = &g->padded[p];
     size_t es = kp_dtype_size(a->dtype);
@@ -90,6 +95,112 @@ kp_status kp__gc_copy_in(kp_graph_cache_t c, const kp__gcall *g, size_t p, kp_st
         }
         KP_CHECK(kp_memcpy2d_async(s, (char *)c->buf[p] + dst_off * (int64_t)es, dpitch,
                                    src + r * (int64_t)run, run, run, (size_t)rows));
+    }
+    return KP_OK;
+}
+
+/* --- the copies as a graph's first nodes ------------------------------------ */
+#ifdef KP_HAVE_CUDA
+extern const kp_device_kernel kp__copy_in_cuda; /* copy_in.cu */
+#define KP__COPY_IN_CUDA {"cuda", &kp__copy_in_cuda},
+#else
+#define KP__COPY_IN_CUDA
+#endif
+
+/* The byte offset of run r in the padded layout. */
+static int64_t kp__run_offset(const kp__copy_in_params *p, uint64_t r) {
+    int64_t off = 0;
+    for (int k = p->outer - 1; k >= 0; k--) {
+        off += (int64_t)(r % (uint64_t)p->shape[k]) * p->pitch[k];
+        r /= (uint64_t)p->shape[k];
+    }
+    return off;
+}
+
+/* Block b of the grid: row b / grid.x copies its share of every run
+ * grid.y apart, as the CUDA form's blocks do. */
+static void kp__copy_in_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64_t first,
+                             uint64_t n) {
+    (void)block;
+    const kp__copy_in_params *p = pp;
+    for (uint64_t b = first; b < first + n; b++) {
+        uint64_t lo, hi;
+        kp_host_block_span(p->run_bytes, (kp_dim3){grid.x, 1, 1}, b % grid.x, 1, &lo, &hi);
+        for (uint64_t r = b / grid.x; r < p->runs && hi > lo; r += grid.y)
+            memcpy(p->dst + kp__run_offset(p, r) + lo, p->src + r * p->run_bytes + lo, hi - lo);
+    }
+}
+
+static const kp_kernel kp__copy_in_kernel = {
+    "graph cache input copy",
+    sizeof(kp__copy_in_params),
+    {{"host", &(const kp_host_kernel){kp__copy_in_host}}, KP__COPY_IN_CUDA}};
+
+/* Input p's copy as a launch of kp__copy_in_kernel (params in *prm): the
+ * plan of kp__gc_copy_in, every run one row of blocks. */
+static void kp__copy_launch(kp_graph_cache_t c, const kp__gcall *g, size_t p,
+                            kp__copy_in_params *prm, kp_launch *l) {
+    const kp_port_info *in = &g->c.inputs[p];
+    const kp_tensor_desc *a = &in->desc, *pd = &g->padded[p];
+    const size_t es = kp_dtype_size(a->dtype);
+    kp__copy_plan plan;
+    const int64_t runs = kp__gc_plan_copy(a, pd, &plan);
+    memset(prm, 0, sizeof *prm);
+    prm->dst = c->buf[p];
+    prm->src = in->data ? (const char *)in->data + a->offset * (int64_t)es : NULL;
+    prm->runs = (uint64_t)runs;
+    prm->run_bytes = (uint64_t)plan.run_elems * es;
+    prm->outer = plan.inner > 0 ? plan.inner : 0;
+    uint64_t align = (uint64_t)(uintptr_t)prm->dst | (uint64_t)(uintptr_t)prm->src | prm->run_bytes;
+    for (int k = 0; k < prm->outer; k++) {
+        prm->shape[k] = a->shape[k];
+        prm->pitch[k] = pd->strides[k] * (int64_t)es;
+        align |= (uint64_t)prm->pitch[k];
+    }
+    prm->vec = align % 16 == 0 ? 16 : align % 4 == 0 ? 4 : 1;
+    /* about 4096 blocks at most in all, the runs (at most
+     * KP_GRAPH_MAX_COPY_RUNS) a row each */
+    const uint64_t rows = runs > 0 ? (uint64_t)runs : 1;
+    uint64_t per_row = (prm->run_bytes / (uint64_t)prm->vec + 255) / 256;
+    const uint64_t cap = rows < 4096 ? 4096 / rows : 1;
+    per_row = per_row < 1 ? 1 : per_row > cap ? cap : per_row;
+    *l = (kp_launch){.kernel = &kp__copy_in_kernel,
+                     .grid = {(uint32_t)per_row, (uint32_t)rows, 1},
+                     .block = {256, 1, 1},
+                     .params = prm};
+}
+
+kp_status kp__gc_copy_nodes(kp_graph_cache_t c, const kp__gcall *g, kp_graph_t graph,
+                            kp_graph_node_t *nodes, bool *added) {
+    *added = false;
+    if (g->in_place || !g->c.n_inputs || c->no_copy_nodes) return KP_OK;
+    for (size_t p = 0; p < g->c.n_inputs; p++) {
+        kp__copy_in_params prm;
+        kp_launch l;
+        kp__copy_launch(c, g, p, &prm, &l);
+        kp_status st = kp_graph_add_kernel_first(graph, &l, &nodes[p]);
+        if (st == KP_ERR_UNSUPPORTED && p == 0) { /* cpu: the stream's copies, from now on */
+            kp_clear_error();
+            c->no_copy_nodes = true;
+            return KP_OK;
+        }
+        KP_CHECK(st);
+    }
+    *added = true;
+    return KP_OK;
+}
+
+kp_status kp__gc_copy_inputs(kp_graph_cache_t c, const kp__gcall *g, const kp__gentry *e,
+                             kp_stream_t s) {
+    for (size_t p = 0; !g->in_place && p < g->c.n_inputs; p++) {
+        if (!e->n_copies) {
+            KP_CHECK(kp__gc_copy_in(c, g, p, s));
+            continue;
+        }
+        kp__copy_in_params prm;
+        kp_launch l;
+        kp__copy_launch(c, g, p, &prm, &l);
+        KP_CHECK(kp_graph_exec_set_kernel(e->exec, e->copy[p], &l));
     }
     return KP_OK;
 }

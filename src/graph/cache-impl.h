@@ -38,6 +38,10 @@ typedef struct kp__gentry {
     uint64_t last_use, hits;
     bool stale;
     bool built; /* its graph came from the call's build: a retarget may re-point it */
+    /* the inputs' copies as its first nodes, one per input (0: copies on
+     * the stream, or none) */
+    size_t n_copies;
+    kp_graph_node_t copy[KP_GRAPH_MAX_PORTS];
 } kp__gentry;
 
 /* One call, resolved: padded descriptors, the key, what the buffers need. */
@@ -58,6 +62,7 @@ struct kp_graph_cache {
     kp_graph_cache_config cfg;
     kp_allocator_t alloc; /* the static buffers' own allocator, for exact stats */
     kp_stream_t capture;  /* graphs are captured here */
+    bool no_copy_nodes;   /* the backend cannot put the input copies first in a graph */
     void *buf[KP_GRAPH_MAX_PORTS];
     size_t buf_bytes[KP_GRAPH_MAX_PORTS];
     kp__gentry **e;
@@ -106,10 +111,16 @@ kp_status kp__gc_grow(kp_graph_cache_t c, const size_t *need, size_t n_ports,
                       const kp__gentry *keep);
 /* The work's view of the call: static buffers (or the inputs in place). */
 void kp__gc_args(kp_graph_cache_t c, kp__gcall *g, kp_graph_args *a, bool exact);
-/* Copies input p into its static buffer, laid out for the padded shape:
- * one copy per run of the innermost padded dimension (kp__port bounded
- * their number before the call changed anything). */
-kp_status kp__gc_copy_in(kp_graph_cache_t c, const kp__gcall *g, size_t p, kp_stream_t s);
+/* The input copies as the first nodes of `graph` (nodes[p] for input p),
+ * with the current call's addresses: *added is false where the call reads
+ * its inputs in place or the backend cannot (cpu), and copies go on the
+ * stream instead. On failure the graph is half changed: discard it. */
+kp_status kp__gc_copy_nodes(kp_graph_cache_t c, const kp__gcall *g, kp_graph_t graph,
+                            kp_graph_node_t *nodes, bool *added);
+/* Brings the current call's inputs into the static buffers for e's launch:
+ * e's copy nodes set to them, or copies on s. */
+kp_status kp__gc_copy_inputs(kp_graph_cache_t c, const kp__gcall *g, const kp__gentry *e,
+                             kp_stream_t s);
 /* The outputs as views of the static buffers sliced to the shape asked for. */
 void kp__gc_outputs(kp_graph_cache_t c, kp__gcall *g, kp_graph_call *call, bool exact);
 

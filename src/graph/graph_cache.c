@@ -97,9 +97,12 @@ static bool kp__reserve(kp_graph_cache_t c) {
     return true;
 }
 
-/* Tries to update `e`'s executable graph from `graph`. */
-static bool kp__try_update(kp_graph_cache_t c, kp__gentry *e, kp_graph_t graph) {
-    if (!e || e->id != c->cur.c.id || e->state_bytes != c->cur.c.state_bytes) return false;
+/* Tries to update `e`'s executable graph from `graph`, which leads with
+ * n_copies input copies: e's must match (they are set at every launch). */
+static bool kp__try_update(kp_graph_cache_t c, kp__gentry *e, kp_graph_t graph, size_t n_copies) {
+    if (!e || e->id != c->cur.c.id || e->state_bytes != c->cur.c.state_bytes ||
+        e->n_copies != n_copies)
+        return false;
     if (kp_graph_exec_update(e->exec, graph) != KP_OK) {
         kp_clear_error();
         c->st.failed_updates++;
@@ -170,7 +173,10 @@ static bool kp__retarget(kp_graph_cache_t c, kp__gentry *same, const kp_graph_ar
         bool seen = false;
         for (int j = 0; j < attempt; j++) seen = seen || tried[j] == e;
         tried[attempt] = e;
-        if (!e || seen || !e->built || e->id != g->c.id || e->state_bytes != g->c.state_bytes)
+        /* its copy nodes (set at every launch) must be this call's inputs' */
+        const size_t want = g->in_place || c->no_copy_nodes ? 0 : g->c.n_inputs;
+        if (!e || seen || !e->built || e->id != g->c.id || e->state_bytes != g->c.state_bytes ||
+            e->n_copies != want)
             continue;
         if (g->c.retarget(g->c.user, e->exec, a, e->state) != KP_OK) {
             kp_clear_error();
@@ -193,6 +199,16 @@ static kp_status kp__miss(kp_graph_cache_t c, kp__gentry *same, const kp_graph_a
     kp_graph_t graph;
     void *state;
     KP_CHECK(kp__make_graph(c, g, a, &graph, &state));
+    /* the input copies lead the graph: a hit sets them and launches once */
+    kp_graph_node_t copies[KP_GRAPH_MAX_PORTS];
+    bool copy_nodes;
+    kp_status cst = kp__gc_copy_nodes(c, g, graph, copies, &copy_nodes);
+    if (cst != KP_OK) {
+        kp_graph_destroy(graph);
+        kp__free(state);
+        return cst;
+    }
+    const size_t n_copies = copy_nodes ? g->c.n_inputs : 0;
     size_t nodes = kp_graph_node_count(graph);
     kp__gentry *tried[4] = {NULL, NULL, NULL, NULL};
     for (int attempt = 0; attempt < 4; attempt++) {
@@ -200,7 +216,7 @@ static kp_status kp__miss(kp_graph_cache_t c, kp__gentry *same, const kp_graph_a
         bool seen = false;
         for (int j = 0; j < attempt; j++) seen = seen || tried[j] == e;
         tried[attempt] = e;
-        if (!e || seen || !kp__try_update(c, e, graph)) continue;
+        if (!e || seen || !kp__try_update(c, e, graph, n_copies)) continue;
         /* the entry keeps the graph it was instantiated from (its nodes
          * address the exec) and that graph's state */
         kp_graph_destroy(graph);
@@ -219,6 +235,8 @@ static kp_status kp__miss(kp_graph_cache_t c, kp__gentry *same, const kp_graph_a
     e->state = state;
     e->state_bytes = g->c.state_bytes;
     e->built = g->c.build != NULL;
+    e->n_copies = n_copies;
+    if (n_copies) memcpy(e->copy, copies, n_copies * sizeof *copies);
     graph = NULL;
     state = NULL;
     KP_CHECK_GOTO(kp__rekey(c, e, g), st, fail_entry);
@@ -366,7 +384,7 @@ kp_status kp_graph_cache_run(kp_graph_cache_t c, kp_graph_call *call, kp_stream_
         e->hits++;
     }
     e->last_use = c->clock;
-    for (size_t p = 0; !g->in_place && p < g->c.n_inputs; p++) KP_CHECK(kp__gc_copy_in(c, g, p, s));
+    KP_CHECK(kp__gc_copy_inputs(c, g, e, s));
     if (g->c.bind) {
         kp_graph_args a;
         kp__gc_args(c, g, &a, false);
