@@ -33,11 +33,13 @@ attention). Without capture_sizes every length is its own key.
 """
 import ctypes
 import inspect
+import threading
+from bisect import bisect_left
 from ctypes import byref, c_int64, c_uint32, c_void_p
 
 import torch
 
-from ._core import Array, Bound, Handle, any_thread, device as _device
+from ._core import Array, Bound, Handle, _deferred, any_thread, device as _device
 from ._lib import (BUILD_FN, DTYPE_NAMES, ENQUEUE_FN, Error, GraphCall, GraphStats, PortInfo,
                    check, fill_desc, lib, raise_failed, set_error)
 from .graph_cache import cache_config, stats_dict
@@ -50,6 +52,9 @@ _POLICIES = ("capture", "fallback", "strict")
 
 
 _run = lib.kp_graph_cache_run
+_memmove = ctypes.memmove
+_ident = threading.get_ident
+_Tensor = torch.Tensor
 # the current stream's raw handle without making a torch.cuda.Stream object
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
                       lambda index: torch.cuda.current_stream(index).cuda_stream)
@@ -64,12 +69,16 @@ def _flatten(res):
                 "tensors, not a %s" % type(res).__name__)
 
 
-def _contiguous(desc):
-    """desc's strides for its shape, row-major."""
-    acc = 1
-    for i in range(desc.ndim - 1, -1, -1):
-        desc.strides[i] = acc
-        acc *= desc.shape[i]
+def _set_shape(desc, shape):
+    """desc's shape, and its strides for that shape, row-major: two slice
+    writes (a ctypes write per element costs as much as the rest)."""
+    n = len(shape)
+    strides, acc = [0] * n, 1
+    for i in range(n - 1, -1, -1):
+        strides[i] = acc
+        acc *= shape[i]
+    desc.shape[:n] = shape
+    desc.strides[:n] = strides
 
 
 def _view(ptr, dtype, shape, strides, dev, owner):
@@ -78,10 +87,22 @@ def _view(ptr, dtype, shape, strides, dev, owner):
 
 
 class _Entry:
-    """One exact call signature: its prepared call and what the outputs are."""
-    __slots__ = ("call", "ref", "ins", "outs", "masks", "lits", "lit_values", "views", "ptrs",
-                 "tuple_out", "n_in", "n_out", "positions", "n_args", "in_dyn", "follows",
-                 "padded_numel", "in_ports", "out_ports")
+    """One padded call signature: its prepared call (ctypes structures the
+    library reads) and what the outputs are. Every exact signature inside
+    it (_Exact) shares it and writes its own shapes into the descriptors
+    when it is not the one they hold (current)."""
+    __slots__ = ("call", "ref", "ins", "outs", "masks", "lits", "lit_values", "tuple_out",
+                 "n_in", "n_out", "positions", "n_args", "in_dyn", "follows", "padded_numel",
+                 "in_ports", "out_watch", "current", "in_bytes", "out_bytes", "in_descs",
+                 "out_descs", "out_base", "out_follow", "out_pstrides", "out_dtypes")
+
+
+class _Exact:
+    """One exact call signature: its entry, the descriptors' bytes at its
+    shapes (copied in with one memmove when another length held them), and
+    what a call returns (views of the static outputs), with the outputs'
+    pointers and leading strides they were made for."""
+    __slots__ = ("entry", "ins", "outs", "out_shapes", "result", "sig")
 
 
 class Graphed(Bound):
@@ -113,12 +134,13 @@ class Graphed(Bound):
             self._dynamic[k] = (dims,) if isinstance(dims, int) else tuple(dims)
         self._warmup = warmup
         self._auto_prepare = prepare and policy != "fallback"
-        self._entries = {}   # exact signature -> prepared call
+        self._exacts = {}    # exact signature -> _Exact (its entry, its shapes, its views)
         self._meta = {}      # structure -> what fn gives (a probe on zeros, once)
-        self._by_padded = {}  # padded signature -> its first entry (_sibling copies it)
+        self._by_padded = {}  # padded signature -> _Entry (the prepared call)
         self._flat = {}      # (buffer, dtype) -> a flat view of an output buffer
+        self._cover = {}     # (port, dtype) -> elements its buffer holds (prepared sizes)
         self._sizes = tuple(self._cfg.capture_sizes[i] for i in range(self._cfg.n_capture_sizes))
-        self._streams = {}   # raw stream handle -> kpipe stream pointer
+        self._streams = {}   # raw stream handle -> kpipe stream pointer (c_void_p)
         self._by_uid = []    # entries by call.user - 1
         self._prepared = False
         self._literal_ids = {}
@@ -141,6 +163,7 @@ class Graphed(Bound):
         check(lib.kp_graph_cache_create(self._dev.ptr, byref(self._cfg), byref(p)))
         self._cache = Handle(p.value, lib.kp_graph_cache_destroy, self._dev._h)
         self._cache_ptr = p.value
+        self._cache_cp = c_void_p(p.value)  # ctypes takes it as it is, on every call
         self._index = t.device.index
         self._pool = torch.cuda.graph_pool_handle()
         self._side = torch.cuda.Stream(t.device)
@@ -169,9 +192,24 @@ class Graphed(Bound):
     def _padded(self, args):
         """The arguments' shapes with the dynamic dimensions padded, as the
         cache pads them (the smallest capture size that holds a dimension,
-        else the dimension itself)."""
-        sizes = self._sizes
-        return self._signature(args, lambda n: next((c for c in sizes if c >= n), n))
+        else the dimension itself). On the path of every new length: no
+        closures, a bisection per dimension."""
+        sizes, dynamic, out = self._sizes, self._dynamic, []
+        for i, a in enumerate(args):
+            if not isinstance(a, _Tensor):
+                out.append((type(a), a))
+                continue
+            shape, dims = tuple(a.shape), dynamic.get(i)
+            if dims:
+                shape = list(shape)
+                for d in dims:
+                    if 0 <= d < len(shape):
+                        j = bisect_left(sizes, shape[d])
+                        if j < len(sizes):
+                            shape[d] = sizes[j]
+                shape = tuple(shape)
+            out.append((a.dtype, shape))
+        return tuple(out)
 
     def _structure(self, args):
         """The key without the dynamic dimensions' sizes: calls that differ
@@ -246,8 +284,7 @@ class Graphed(Bound):
             meta.append((dt, shape, follows))
         return meta, tup
 
-    def _entry(self, args, tensors):
-        padded = self._padded(args)
+    def _entry(self, args, tensors, padded):
         form = self._structure(args)
         got = self._meta.get(form)
         if got is None:
@@ -276,7 +313,7 @@ class Graphed(Bound):
                 e.masks[k] |= 1 << d
         e.in_dyn = tuple((k, tuple(self._dynamic[i])) for k, i in enumerate(e.positions)
                          if self._dynamic.get(i))
-        e.follows, e.padded_numel = [], []
+        e.follows, e.padded_numel, e.out_pstrides = [], [], []
         for j, (dt, shape, follows) in enumerate(outs):
             if dt not in _DTYPES:
                 raise Error("KP_ERR_UNSUPPORTED", "output %d is %s" % (j, dt))
@@ -287,40 +324,38 @@ class Graphed(Bound):
                 e.masks[e.n_in + j] |= 1 << d
                 e.follows.append((j, d, k, di))
             fill_desc(e.outs[j].desc, _DTYPES[dt], exact)
-            n = 1
-            for v in full:
-                n *= v
+            strides, n = [0] * len(full), 1
+            for i in range(len(full) - 1, -1, -1):
+                strides[i] = n
+                n *= full[i]
             e.padded_numel.append(n)
+            e.out_pstrides.append(tuple(strides))
         e.lit_values = [a for a in args if not isinstance(a, torch.Tensor)]
         lit_ids = [self._literal(v) for v in e.lit_values]
         e.lits = (c_int64 * max(1, len(lit_ids)))(*lit_ids)
         e.n_args = len(args)
-        self._by_padded.setdefault(padded, e)
+        self._by_padded[padded] = e
         return self._bind_call(e)
 
-    def _sibling(self, t, tensors):
-        """A new exact signature whose padded key has an entry (t) already:
-        t's call with the dynamic dimensions set to these tensors' (a call
-        of a new length, as on a growing trace, costs a copy of t's
-        descriptors, not a new probe and validation)."""
-        e = _Entry()
-        for f in ("tuple_out", "n_in", "n_out", "masks", "positions", "lit_values", "lits",
-                  "n_args", "in_dyn", "follows", "padded_numel"):
-            setattr(e, f, getattr(t, f))
-        e.ins = type(t.ins).from_buffer_copy(t.ins)
-        e.outs = type(t.outs).from_buffer_copy(t.outs)
-        touched = set()
-        for k, dims in e.in_dyn:
-            desc, shape = e.ins[k].desc, tensors[k].shape
-            for d in dims:
-                desc.shape[d] = shape[d]
-            _contiguous(desc)
-        for j, d, k, di in e.follows:
-            e.outs[j].desc.shape[d] = tensors[k].shape[di]
-            touched.add(j)
-        for j in touched:
-            _contiguous(e.outs[j].desc)
-        return self._bind_call(e)
+    def _exact(self, e, tensors):
+        """A new exact signature inside entry e: e's descriptors with the
+        dynamic dimensions set to these tensors' (a call of a new length, as
+        on a growing trace, costs these few writes and two byte copies, not
+        a new probe, validation or ctypes structures)."""
+        for k, _ in e.in_dyn:
+            _set_shape(e.in_descs[k], tensors[k].shape)
+        shapes = list(e.out_base)
+        for j, follows in e.out_follow:
+            shape = list(e.out_base[j])
+            for d, k, di in follows:
+                shape[d] = tensors[k].shape[di]
+            _set_shape(e.out_descs[j], shape)
+            shapes[j] = tuple(shape)
+        x = _Exact()
+        x.entry, x.ins, x.outs, x.result, x.sig = e, bytes(e.ins), bytes(e.outs), None, None
+        x.out_shapes = tuple(shapes)
+        e.current = x
+        return x
 
     def _bind_call(self, e):
         c = e.call = GraphCall()
@@ -334,12 +369,20 @@ class Graphed(Bound):
         c.dynamic = e.masks
         c.literals, c.n_literals = e.lits, len(e.lit_values)
         e.ref = byref(c)
-        e.views = [None] * e.n_out
-        e.ptrs = [0] * e.n_out
         # the ports' ctypes views, made once: indexing a ctypes array makes
         # a new object each time, on the path of every hit
         e.in_ports = tuple(zip(e.positions, (e.ins[k] for k in range(e.n_in))))
-        e.out_ports = tuple(e.outs[j] for j in range(e.n_out))
+        e.in_descs = tuple(e.ins[k].desc for k in range(e.n_in))
+        e.out_descs = tuple(e.outs[j].desc for j in range(e.n_out))
+        e.out_base = tuple(tuple(d.shape[:d.ndim]) for d in e.out_descs)
+        e.out_dtypes = tuple(d.dtype for d in e.out_descs)
+        follow = {}
+        for j, d, k, di in e.follows:
+            follow.setdefault(j, []).append((d, k, di))
+        e.out_follow = tuple(follow.items())
+        e.out_watch = tuple((e.outs[j], e.outs[j].desc.strides) for j in range(e.n_out))
+        e.in_bytes, e.out_bytes = ctypes.sizeof(e.ins), ctypes.sizeof(e.outs)
+        e.current = None
         return e
 
     # --- a miss: PyTorch captures, kpipe keeps the graph -------------------------------
@@ -422,69 +465,111 @@ class Graphed(Bound):
         return "kpipe.torch.graphed(%s)" % getattr(self.fn, "__name__", type(self.fn).__name__)
 
     def __call__(self, *args, **kwargs):
-        self._enter()
+        # Bound._enter and _leave, inlined for the holder's call when nothing
+        # waits to be freed and no other thread is inside (a hit costs
+        # microseconds; two method calls are a tenth of them)
+        me = _ident()
+        if self._holder_id != me or self._inside is not None or _deferred:
+            self._enter()
+        else:
+            self._lock.acquire()
+            self._inside = me
         try:
-            return self._call(args, kwargs)
-        finally:
-            self._leave()
-
-    def _call(self, args, kwargs):
-        if kwargs:
-            args = tuple(inspect.signature(self.fn.forward if isinstance(self.fn, torch.nn.Module)
-                                           else self.fn).bind(*args, **kwargs).args)
-        key = tuple([(a.dtype, a.shape) if isinstance(a, torch.Tensor) else (type(a), a)
-                     for a in args])
-        e = self._entries.get(key)
-        if e is None:
-            for i, a in enumerate(args):
-                if isinstance(a, torch.Tensor) and not a.is_contiguous():
+            if kwargs:
+                args = self._bind_args(args, kwargs)
+            key = tuple([(a.dtype, a.shape) if isinstance(a, _Tensor) else (type(a), a)
+                         for a in args])
+            x = self._exacts.get(key)
+            if x is None:
+                x = self._new_exact(args, key)
+            e = x.entry
+            if e.current is not x:  # another length's shapes are in the descriptors
+                _memmove(e.ins, x.ins, e.in_bytes)
+                _memmove(e.outs, x.outs, e.out_bytes)
+                e.current = x
+            for i, port in e.in_ports:
+                t = args[i]
+                if not t.is_contiguous():
                     raise Error("KP_ERR_UNSUPPORTED", "argument %d is not contiguous (strides "
-                                "%s): pass .contiguous()" % (i, a.stride()))
-            if self._auto_prepare and not self._prepared and self._sizes:
-                self._prepare(args, {})
-                return self._call(args, {})
-            tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            if self._cache is None:
-                if not tensors:
-                    raise Error("KP_ERR_INVALID_ARG", "a graphed call takes one tensor at least")
-                self._setup(tensors[0])
-            t = self._by_padded.get(self._padded(args)) if self._sizes else None
-            e = self._entries[key] = (self._sibling(t, tensors) if t is not None
-                                      else self._entry(args, tensors))
-        for i, port in e.in_ports:
-            t = args[i]
-            if not t.is_contiguous():
-                raise Error("KP_ERR_UNSUPPORTED", "argument %d is not contiguous (strides %s): "
-                            "pass .contiguous()" % (i, t.stride()))
-            port.data = t.data_ptr()
-        raw = _raw_stream(self._index)
-        s = self._streams.get(raw)
-        if s is None:
-            s = self._streams[raw] = self._dev.wrap_stream(raw).ptr
-        st = _run(self._cache_ptr, e.ref, s)
-        if st != 0:
-            exc, self._exc = self._exc, None
-            raise_failed(st, exc)
-        views, ptrs = e.views, e.ptrs
-        for j, port in enumerate(e.out_ports):
-            p = port.data
-            if p != ptrs[j]:  # a new view only where the buffer moved
-                views[j] = self._out_view(p, port.desc, e.padded_numel[j])
-                ptrs[j] = p
-        return tuple(views) if e.tuple_out else views[0]
+                                "%s): pass .contiguous()" % (i, t.stride()))
+                port.data = t.data_ptr()
+            raw = _raw_stream(self._index)
+            s = self._streams.get(raw)
+            if s is None:
+                s = self._streams[raw] = c_void_p(self._dev.wrap_stream(raw).ptr)
+            st = _run(self._cache_cp, e.ref, s)
+            if st != 0:
+                exc, self._exc = self._exc, None
+                raise_failed(st, exc)
+            # the views stand while the static outputs stay where they were
+            # and laid out as they were (a fallback run lays them out at the
+            # exact shape, a graph at the padded one: the leading stride
+            # tells them apart)
+            w = e.out_watch
+            if len(w) == 1:
+                port, strides = w[0]
+                sig = (port.data, strides[0])
+            else:
+                sig = tuple([(port.data, strides[0]) for port, strides in w])
+            if sig != x.sig:
+                views = []
+                for j, (port, strides) in enumerate(w):
+                    # a graph's layout is the padded shape's; a fallback run's
+                    # the exact one's, read from the descriptor (rare)
+                    shape, st = x.out_shapes[j], e.out_pstrides[j]
+                    if st and strides[0] != st[0]:
+                        st = tuple(strides[:len(shape)])
+                    views.append(self._out_view(e.n_in + j, port.data, e.out_dtypes[j],
+                                                e.padded_numel[j], shape, st))
+                x.result = tuple(views) if e.tuple_out else views[0]
+                x.sig = sig
+            return x.result
+        finally:
+            self._inside = None
+            self._lock.release()
 
-    def _out_view(self, p, d, numel):
-        """A torch view of an output buffer at p as its descriptor d says:
-        as_strided over one flat view of the buffer, made once per buffer
-        (DLPack import is the slow part of a first call), which covers the
-        output at its padded shape, all the graph writes."""
-        shape, strides = d.shape[:d.ndim], d.strides[:d.ndim]
-        extent = 1 + sum((n - 1) * st for n, st in zip(shape, strides)) if all(shape) else 0
-        flat = self._flat.get((p, d.dtype))
-        if flat is None or flat.numel() < max(numel, extent):
-            flat = _view(p, DTYPE_NAMES[d.dtype], [max(numel, extent, 1)], [1], self._dev,
-                         self._cache)
-            self._flat[(p, d.dtype)] = flat
+    def _bind_args(self, args, kwargs):
+        return tuple(inspect.signature(self.fn.forward if isinstance(self.fn, torch.nn.Module)
+                                       else self.fn).bind(*args, **kwargs).args)
+
+    def _new_exact(self, args, key):
+        """The first call of an exact signature: checks, the first call's
+        preparation, the cache and the padded entry where needed."""
+        for i, a in enumerate(args):
+            if isinstance(a, _Tensor) and not a.is_contiguous():
+                raise Error("KP_ERR_UNSUPPORTED", "argument %d is not contiguous (strides "
+                            "%s): pass .contiguous()" % (i, a.stride()))
+        if self._auto_prepare and not self._prepared and self._sizes:
+            self._prepare(args, {})
+            x = self._exacts.get(key)
+            if x is not None:
+                return x
+        tensors = [a for a in args if isinstance(a, _Tensor)]
+        if self._cache is None:
+            if not tensors:
+                raise Error("KP_ERR_INVALID_ARG", "a graphed call takes one tensor at least")
+            self._setup(tensors[0])
+        padded = self._padded(args)
+        e = self._by_padded.get(padded)
+        if e is None:
+            e = self._entry(args, tensors, padded)
+        x = self._exacts[key] = self._exact(e, tensors)
+        return x
+
+    def _out_view(self, port, p, dtype, numel, shape, strides):
+        """A torch view of the output buffer of port `port`, at p, of that
+        shape and those strides (in elements of dtype): as_strided over one
+        flat view of the buffer, made once per buffer (DLPack import is the
+        slow part of a first call).
+        The flat view covers the output at its padded shape (numel), which
+        holds what the graph writes and an exact-shape fallback run's
+        output, or all the prepared sizes did, whichever is more: a trace
+        that grows through the sizes imports the buffer once."""
+        flat = self._flat.get((p, dtype))
+        if flat is None or flat.numel() < numel:
+            size = max(numel, self._cover.get((port, dtype), 0), 1)
+            flat = _view(p, DTYPE_NAMES[dtype], [size], [1], self._dev, self._cache)
+            self._flat[(p, dtype)] = flat
         return flat.as_strided(shape, strides)
 
     def prepare(self, *args, **kwargs):
@@ -501,8 +586,7 @@ class Graphed(Bound):
 
     def _prepare(self, args, kwargs):
         if kwargs:
-            args = tuple(inspect.signature(self.fn.forward if isinstance(self.fn, torch.nn.Module)
-                                           else self.fn).bind(*args, **kwargs).args)
+            args = self._bind_args(args, kwargs)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if not tensors:
             raise Error("KP_ERR_INVALID_ARG", "prepare takes the call's arguments")
@@ -522,11 +606,17 @@ class Graphed(Bound):
                     ex.append(a)
             key = tuple((a.dtype, a.shape) if isinstance(a, torch.Tensor) else (type(a), a)
                         for a in ex)
-            e = self._entries.get(key)
-            if e is None:
-                e = self._entries[key] = self._entry(ex, [a for a in ex
-                                                          if isinstance(a, torch.Tensor)])
-            entries.append(e)
+            x = self._exacts.get(key)
+            tensors = [a for a in ex if isinstance(a, torch.Tensor)]
+            if x is None:
+                padded = self._padded(ex)
+                e = self._by_padded.get(padded) or self._entry(ex, tensors, padded)
+                x = self._exacts[key] = self._exact(e, tensors)
+            elif x.entry.current is not x:
+                _memmove(x.entry.ins, x.ins, x.entry.in_bytes)
+                _memmove(x.entry.outs, x.outs, x.entry.out_bytes)
+                x.entry.current = x
+            entries.append(x.entry)
         if not entries:
             return
         calls = (GraphCall * len(entries))(*[e.call for e in entries])
@@ -538,6 +628,11 @@ class Graphed(Bound):
         if st != 0:
             exc, self._exc = self._exc, None
             raise_failed(st, exc)
+        # the buffers now hold every prepared size's outputs
+        for e in entries:
+            for j, (port, _) in enumerate(e.out_watch):
+                k = (e.n_in + j, port.desc.dtype)
+                self._cover[k] = max(self._cover.get(k, 0), e.padded_numel[j])
 
     @any_thread
     def stats(self):

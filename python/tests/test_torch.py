@@ -167,6 +167,27 @@ def test_graphed_every_length_growing_and_back():
     assert outs[-1].data_ptr() == run(torch.zeros(2, 1, 5, device="cuda"))[0].data_ptr()
 
 
+def test_graphed_outputs_follow_the_layout_of_each_run():
+    """Under policy fallback a miss runs fn eagerly and lays the outputs out
+    at the exact shape, a graph at the padded one. One exact length meets
+    both in turn (its graph evicted by another literal's, then prepared
+    again): its outputs are right after each, and its lengths alternate
+    inside one padded size."""
+    def f(x, s):
+        return x * s - 1
+    run = kt.graphed(f, dynamic={"x": [1]}, policy="fallback", capture_sizes=[8, 16],
+                     max_graphs=2)
+    xs = [torch.randn(2, n, 5, device="cuda") for n in (12, 9, 12, 16, 9)]
+    z = torch.zeros(2, 16, 5, device="cuda")
+    for lit, graphs in ((1.0, True), (2.0, False), (1.0, True)):
+        run.prepare(z, lit)
+        for x in xs:
+            before = run.stats()["fallbacks"]
+            y = run(x, 1.0)
+            assert y.shape == x.shape and torch.equal(y, x - 1), (lit, x.shape)
+            assert (run.stats()["fallbacks"] == before) == graphs, run.report()
+
+
 def test_graphed_policies_literals_and_bounds():
     m = MLP(64).cuda().eval()
 
