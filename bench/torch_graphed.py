@@ -20,6 +20,7 @@ output is kept on the host and compared with eager afterwards.
 Prints a Markdown table.
     python3 bench/torch_graphed.py                  (drives the rest)
     python3 bench/torch_graphed.py APPROACH TRACE   (one run, JSON)
+    python3 bench/torch_graphed.py split            (a hit's host time by step, JSON)
 Also: the sample pipeline ticked from Python with torch tensors, host
 time per tick (compare `kpipe bench examples/sample.json --device cuda`)."""
 import json
@@ -171,12 +172,164 @@ def python_pipeline():
     return {"host_p50": pct(host, 50), "host_p99": pct(host, 99)}
 
 
+def _cudart():
+    """The CUDA runtime, for the bare calls a hit is made of."""
+    import ctypes
+    import glob
+    names = ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]
+    for d in sys.path:
+        names += sorted(glob.glob(os.path.join(d, "nvidia", "cu*", "lib", "libcudart.so*")))
+    names.append("/usr/local/cuda/lib64/libcudart.so")
+    for n in names:
+        try:
+            return ctypes.CDLL(n)
+        except OSError:
+            continue
+    raise OSError("no libcudart")
+
+
+def split():
+    """Where a hit's host time goes, one length (256, padded 256): the
+    whole call; the library call alone (input copy, graph launch, the
+    cache's lookup, ctypes); the CUDA runtime's bare 2-D copy and graph
+    launch of the same sizes and graph; the graph dict's three steps. Then
+    the growing trace with the Python steps of a new length timed. Each
+    timed call starts on an idle device (a sync before it), as in the
+    traces."""
+    import ctypes
+    from ctypes import byref, c_int, c_size_t, c_void_p
+    import kpipe.torch as kt
+    torch.manual_seed(0)
+    m = Block().cuda().to(torch.bfloat16).eval()
+    torch.set_grad_enabled(False)
+    n, reps = 256, 3000
+    x = torch.randn(BATCH, n, H, device="cuda", dtype=torch.bfloat16)
+
+    def timed(f):
+        v = []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            f()
+            v.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+        return round(pct(v, 50), 2)
+
+    def loop(f, k=100000):
+        t0 = time.perf_counter()
+        for _ in range(k):
+            f()
+        return round((time.perf_counter() - t0) / k * 1e6, 3)
+    out = {}
+    run = kt.graphed(m, dynamic={"x": [1]}, capture_sizes=PAD)
+    run(x)
+    out["kpipe call"] = timed(lambda: run(x))
+    # what a hit pays when its input moves or its length changes
+    xb = torch.randn(BATCH, n, H, device="cuda", dtype=torch.bfloat16)
+    x250 = torch.randn(BATCH, 250, H, device="cuda", dtype=torch.bfloat16)
+    x512 = torch.randn(BATCH, 512, H, device="cuda", dtype=torch.bfloat16)
+    for label, pair in (("another input tensor each call", (x, xb)),
+                        ("lengths 256 and 250 in turn (one padded size)", (x, x250)),
+                        ("lengths 256 and 512 in turn (two padded sizes)", (x, x512))):
+        run(pair[1])
+        turn = [0]
+
+        def alternate():
+            turn[0] ^= 1
+            run(pair[turn[0]])
+        out["kpipe call, " + label] = timed(alternate)
+    e = run._exacts[tuple([(x.dtype, x.shape)])].entry
+    raw = torch.cuda.current_stream().cuda_stream
+    s = run._streams[raw]
+    cache = run._cache_cp
+    out["library call alone"] = timed(lambda: kt._run(cache, e.ref, s))
+    out["library call alone, int arguments"] = timed(lambda: kt._run(cache.value, e.ref, s.value))
+    rt = _cudart()
+    rt.cudaMemcpy2DAsync.argtypes = [c_void_p, c_size_t, c_void_p, c_size_t, c_size_t, c_size_t,
+                                     c_int, c_void_p]
+    rt.cudaGraphInstantiate.argtypes = [ctypes.POINTER(c_void_p), c_void_p, ctypes.c_ulonglong]
+    rt.cudaGraphLaunch.argtypes = [c_void_p, c_void_p]
+    dst = torch.empty(BATCH, n, H, device="cuda", dtype=torch.bfloat16)
+    w = n * H * 2
+    args = (dst.data_ptr(), w, x.data_ptr(), w, w, BATCH, 3, raw)
+    out["cudaMemcpy2DAsync alone"] = timed(lambda: rt.cudaMemcpy2DAsync(*args))
+    cg = run._graphs[sorted(PAD, reverse=True).index(n)]
+    ge = c_void_p()
+    assert rt.cudaGraphInstantiate(byref(ge), c_void_p(cg.raw_cuda_graph()), 0) == 0
+    out["cudaGraphLaunch alone (the same graph)"] = timed(lambda: rt.cudaGraphLaunch(ge, raw))
+    libc = ctypes.CDLL(None)
+    libc.memcmp.argtypes = [c_void_p, c_void_p, c_size_t]
+    out["ctypes call, 3 arguments (memcmp of 0 bytes)"] = loop(lambda: libc.memcmp(cache, cache, 0))
+    out["the key (a tuple of dtype and shape)"] = loop(
+        lambda: tuple([(a.dtype, a.shape) if isinstance(a, torch.Tensor) else (type(a), a)
+                       for a in (x,)]))
+    out["is_contiguous + data_ptr"] = loop(lambda: (x.is_contiguous(), x.data_ptr()))
+    out["the current raw stream"] = loop(lambda: kt._raw_stream(0))
+    out["enter + leave"] = loop(lambda: (run._enter(), run._leave()))
+    # the graph dict at the same length
+    pool, side = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
+    xi = torch.zeros(BATCH, n, H, device="cuda", dtype=torch.bfloat16)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        m(xi)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, pool=pool):
+        yo = m(xi)
+    out["graph dict: copy_ into the static input"] = timed(lambda: xi[:, :n].copy_(x))
+    out["graph dict: replay"] = timed(g.replay)
+    out["graph dict: slice of the output"] = loop(lambda: yo[:, :n])
+    # the growing trace: what a new length costs in Python, step by step
+    # (p50 of each step's calls), with Python's cyclic collector on and off
+    import gc
+    for collect in (True, False):
+        spent = {}
+
+        def clock(name, f):
+            def w(*a):
+                t0 = time.perf_counter()
+                try:
+                    return f(*a)
+                finally:
+                    spent.setdefault(name, []).append((time.perf_counter() - t0) * 1e6)
+            return w
+        run2 = kt.graphed(m, dynamic={"x": [1]}, capture_sizes=PAD)
+        run2(x)
+        lens = traces()["growing"]
+        xs = {k: torch.randn(BATCH, k, H, device="cuda", dtype=torch.bfloat16)
+              for k in set(lens)}
+        for timed_steps in (False, True):
+            if timed_steps:
+                run2 = kt.graphed(m, dynamic={"x": [1]}, capture_sizes=PAD)
+                run2(x)
+                for name in ("_new_exact", "_exact", "_out_view", "_padded"):
+                    setattr(run2, name, clock(name, getattr(run2, name)))
+            if not collect:
+                gc.disable()
+            host = []
+            for k in lens:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                run2(xs[k])
+                host.append((time.perf_counter() - t0) * 1e6)
+            torch.cuda.synchronize()
+            gc.enable()
+            tag = "growing%s%s" % ("" if collect else ", collector off",
+                                   ", steps timed" if timed_steps else "")
+            out[tag + ": call p50"] = round(pct(host, 50), 2)
+        for k2, v in spent.items():
+            out["growing%s: %s p50" % ("" if collect else ", collector off", k2)] = \
+                round(pct(v, 50), 2)
+    return out
+
+
 APPROACHES = ("eager", "compile", "graph dict", "kpipe", "kpipe, on first use")
 
 
 def main():
     if len(sys.argv) > 1:
-        r = python_pipeline() if sys.argv[1] == "pipeline" else one(sys.argv[1], sys.argv[2])
+        r = (python_pipeline() if sys.argv[1] == "pipeline" else split()
+             if sys.argv[1] == "split" else one(sys.argv[1], sys.argv[2]))
         print(json.dumps(r))
         return
     res = {}
