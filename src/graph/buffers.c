@@ -170,6 +170,8 @@ static void kp__copy_launch(kp_graph_cache_t c, const kp__gcall *g, size_t p,
                      .params = prm};
 }
 
+/* Each copy added goes before the graph's roots, the copies added before
+ * it included: the copies run one after another, then the work. */
 kp_status kp__gc_copy_nodes(kp_graph_cache_t c, const kp__gcall *g, kp_graph_t graph,
                             kp_graph_node_t *nodes, bool *added) {
     *added = false;
