@@ -71,6 +71,21 @@ def padded(n):
     return next(p for p in PAD if p >= n)
 
 
+def dict_graph(m, p, pool, side):
+    """One graph of the graph dict: m captured at length p into the shared
+    pool (one eager run on a side stream first), with its static input and
+    output."""
+    xi = torch.zeros(BATCH, p, H, device="cuda", dtype=torch.bfloat16)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        m(xi)
+    torch.cuda.current_stream().wait_stream(side)
+    cg = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(cg, pool=pool):
+        yo = m(xi)
+    return cg, xi, yo
+
+
 def make_run(approach, m):
     """The callable an approach runs, the key a call is a hit under, and
     what tells its graphs held (None where it holds none)."""
@@ -86,15 +101,7 @@ def make_run(approach, m):
             n, p = x.shape[1], padded(x.shape[1])
             g = graphs.get(p)
             if g is None:
-                xi = torch.zeros(BATCH, p, H, device="cuda", dtype=torch.bfloat16)
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    m(xi)
-                torch.cuda.current_stream().wait_stream(side)
-                cg = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(cg, pool=pool):
-                    yo = m(xi)
-                g = graphs[p] = (cg, xi, yo)
+                g = graphs[p] = dict_graph(m, p, pool, side)
             g[1][:, :n].copy_(x)
             g[0].replay()
             return g[2][:, :n]
@@ -267,15 +274,7 @@ def split():
     out["the current raw stream"] = loop(lambda: kt._raw_stream(0))
     out["enter + leave"] = loop(lambda: (run._enter(), run._leave()))
     # the graph dict at the same length
-    pool, side = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
-    xi = torch.zeros(BATCH, n, H, device="cuda", dtype=torch.bfloat16)
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        m(xi)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, pool=pool):
-        yo = m(xi)
+    g, xi, yo = dict_graph(m, n, torch.cuda.graph_pool_handle(), torch.cuda.Stream())
     out["graph dict: copy_ into the static input"] = timed(lambda: xi[:, :n].copy_(x))
     out["graph dict: replay"] = timed(g.replay)
     out["graph dict: slice of the output"] = loop(lambda: yo[:, :n])
