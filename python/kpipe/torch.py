@@ -69,6 +69,14 @@ def _flatten(res):
                 "tensors, not a %s" % type(res).__name__)
 
 
+def _hold(x):
+    """x's shapes back in its entry's descriptors: two byte copies."""
+    e = x.entry
+    _memmove(e.ins, x.ins, e.in_bytes)
+    _memmove(e.outs, x.outs, e.out_bytes)
+    e.current = x
+
+
 def _set_shape(desc, shape):
     """desc's shape, and its strides for that shape, row-major: two slice
     writes (a ctypes write per element costs as much as the rest)."""
@@ -484,9 +492,7 @@ class Graphed(Bound):
                 x = self._new_exact(args, key)
             e = x.entry
             if e.current is not x:  # another length's shapes are in the descriptors
-                _memmove(e.ins, x.ins, e.in_bytes)
-                _memmove(e.outs, x.outs, e.out_bytes)
-                e.current = x
+                _hold(x)
             for i, port in e.in_ports:
                 t = args[i]
                 if not t.is_contiguous():
@@ -613,9 +619,7 @@ class Graphed(Bound):
                 e = self._by_padded.get(padded) or self._entry(ex, tensors, padded)
                 x = self._exacts[key] = self._exact(e, tensors)
             elif x.entry.current is not x:
-                _memmove(x.entry.ins, x.ins, x.entry.in_bytes)
-                _memmove(x.entry.outs, x.outs, x.entry.out_bytes)
-                x.entry.current = x
+                _hold(x)
             entries.append(x.entry)
         if not entries:
             return
