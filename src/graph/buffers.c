@@ -131,6 +131,10 @@ static void kp__copy_in_host(const void *pp, kp_dim3 grid, kp_dim3 block, uint64
     }
 }
 
+/* The host form runs nowhere today (cpu graphs refuse kernels put first,
+ * and cpu copies go on the stream); it is here because a launch is checked
+ * for the device's form before the backend is asked, so that cpu's answer
+ * is the refusal, KP_ERR_UNSUPPORTED, which kp__gc_copy_nodes expects. */
 static const kp_kernel kp__copy_in_kernel = {
     "graph cache input copy",
     sizeof(kp__copy_in_params),
