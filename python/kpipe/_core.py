@@ -1,8 +1,10 @@
 """Devices, streams and kpipe's own arrays (views of its memory, exported
 through DLPack)."""
 import collections
+import contextlib
 import ctypes
 import functools
+import gc
 import threading
 from ctypes import byref, c_void_p
 
@@ -13,8 +15,8 @@ from ._lib import DTYPES, Error, HOST_FN, check, lib
 # re-entrant: a collection inside a block below may finalize another Handle
 # on this thread
 _handles_lock = threading.RLock()
-_in_host = threading.local()  # .on: this thread runs a host function now
-_deferred = []                # handles released inside host functions
+_in_host = threading.local()  # .on: this thread runs a host function or a capture now
+_deferred = []                # handles released inside host functions and captures
 
 
 def flush_deferred():
@@ -28,6 +30,39 @@ def flush_deferred():
         del _deferred[:]
     for h in todo:
         h._free_now()
+
+
+_pause_lock = threading.Lock()
+_pauses = [0, False]  # open pauses, whether the collector ran before the first
+
+
+@contextlib.contextmanager
+def capture_guard():
+    """A block inside which a stream capture is open on this thread: a
+    library free there (a cudaFree, a graph or stream destroyed) is an
+    unsafe call that invalidates the capture ("operation failed due to a
+    previous error during capture" on its next kernel). Python's cyclic
+    collector, which may run at any allocation and finalize an earlier
+    object's handles, or PyTorch's graphs, is paused for the block (process
+    wide: the last of nested or concurrent blocks restores it), and what this
+    thread releases in it is freed at the next release or call after it.
+    (torch.cuda.graph collects before each capture instead, which would
+    cost each of a first call's sixteen captures a full collection.)"""
+    with _pause_lock:
+        if not _pauses[0]:
+            _pauses[1] = gc.isenabled()
+            gc.disable()
+        _pauses[0] += 1
+    was = getattr(_in_host, "on", False)
+    _in_host.on = True
+    try:
+        yield
+    finally:
+        _in_host.on = was
+        with _pause_lock:
+            _pauses[0] -= 1
+            if not _pauses[0] and _pauses[1]:
+                gc.enable()
 
 
 class Handle:

@@ -39,7 +39,7 @@ from ctypes import byref, c_int64, c_uint32, c_void_p
 
 import torch
 
-from ._core import Array, Bound, Handle, _deferred, any_thread, device as _device
+from ._core import Array, Bound, Handle, _deferred, any_thread, capture_guard, device as _device
 from ._lib import (BUILD_FN, DTYPE_NAMES, ENQUEUE_FN, Error, GraphCall, GraphStats, PortInfo,
                    check, fill_desc, lib, raise_failed, set_error)
 from .graph_cache import cache_config, stats_dict
@@ -441,11 +441,12 @@ class Graphed(Bound):
                     raise Error("KP_ERR_UNSUPPORTED", "torch %s: graphed() needs "
                                 "torch.cuda.CUDAGraph(keep_graph=True) (2.7 or later)"
                                 % torch.__version__) from None
-                cg.capture_begin(pool=self._pool, capture_error_mode="thread_local")
-                try:
-                    self._run_into(fargs, outs)
-                finally:
-                    cg.capture_end()
+                with capture_guard():  # no frees inside the capture
+                    cg.capture_begin(pool=self._pool, capture_error_mode="thread_local")
+                    try:
+                        self._run_into(fargs, outs)
+                    finally:
+                        cg.capture_end()
             cur.wait_stream(self._side)
             node = c_void_p()
             check(lib.kp_graph_add_native(g, None, 0, c_void_p(cg.raw_cuda_graph()),

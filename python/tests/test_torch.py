@@ -1,6 +1,8 @@
 """On the GPU with PyTorch: pipelines fed torch tensors on torch streams,
 DLPack across streams, and kpipe.torch.graphed on an MLP and a causal
 attention block with lengths changing per call, against eager."""
+import gc
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -215,6 +217,38 @@ def test_graphed_policies_literals_and_bounds():
         kt.graphed(f, dynamic={"y": [0]})
     with pytest.raises(kpipe.Error):
         kt.graphed(f, policy="sometimes")
+
+
+def test_no_collection_inside_a_capture():
+    """Python's cyclic collector never runs inside a capture: there it may
+    finalize an earlier graphed callable (a reference cycle), whose frees
+    break the capture ("operation failed due to a previous error during
+    capture", seen when a suite's earlier tests left theirs as garbage).
+    With the threshold at 1 it would run at nearly every allocation of the
+    block's forward; an earlier callable is left as garbage for it."""
+    seen = []
+
+    def watch(phase, info):
+        if phase == "start":
+            seen.append(torch.cuda.is_current_stream_capturing())
+    m = MLP(64).cuda().eval()
+    gone = kt.graphed(m, dynamic={"x": [0]}, capture_sizes=[4])
+    gone(torch.randn(3, 64, device="cuda"))
+    old = gc.get_threshold()
+    gc.callbacks.append(watch)
+    gc.set_threshold(1, 50, 50)
+    try:
+        del gone
+        run = kt.graphed(m, dynamic={"x": [0]}, capture_sizes=[8, 16])
+        for n in (5, 16, 3, 20):
+            x = torch.randn(n, 64, device="cuda")
+            with torch.no_grad():
+                torch.testing.assert_close(run(x), m(x))
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(watch)
+    assert seen and not any(seen), "%d of %d collections inside a capture" % (sum(seen), len(seen))
+    assert run.stats()["captures"] == 3
 
 
 def test_graph_cache_on_cuda_with_torch_tensors():
