@@ -89,6 +89,23 @@ def _set_shape(desc, shape):
     desc.strides[:n] = strides
 
 
+def _writes(desc, dims):
+    """What _exact writes into a descriptor whose dynamic dimensions are
+    dims: (desc, its shape and strides arrays, d, mults), mults the (i, m)
+    for each i < d, stride i being m times dimension d's size. d is None
+    where there are several (the whole shape is written then)."""
+    if len(set(dims)) != 1:
+        return desc, desc.shape, desc.strides, None, ()
+    d, shape, mults = dims[0], desc.shape[:desc.ndim], []
+    for i in range(d):
+        m = 1
+        for k in range(i + 1, len(shape)):
+            if k != d:
+                m *= shape[k]
+        mults.append((i, m))
+    return desc, desc.shape, desc.strides, d, tuple(mults)
+
+
 def _view(ptr, dtype, shape, strides, dev, owner):
     """A torch tensor over kpipe memory (kept alive by the tensor)."""
     return torch.from_dlpack(Array(ptr, dtype, shape, strides, dev, None, owner))
@@ -102,7 +119,7 @@ class _Entry:
     __slots__ = ("call", "ref", "ins", "outs", "masks", "lits", "lit_values", "tuple_out",
                  "n_in", "n_out", "positions", "n_args", "in_dyn", "follows", "padded_numel",
                  "in_ports", "out_watch", "current", "in_bytes", "out_bytes", "in_descs",
-                 "out_descs", "out_base", "out_follow", "out_pstrides", "out_dtypes")
+                 "out_descs", "out_base", "in_set", "out_set", "out_pstrides", "out_dtypes")
 
 
 class _Exact:
@@ -140,6 +157,7 @@ class Graphed(Bound):
                                 "(%s)" % (k, getattr(target, "__name__", "fn"), self._params))
                 k = self._params.index(k)
             self._dynamic[k] = (dims,) if isinstance(dims, int) else tuple(dims)
+        self._dyn_items = tuple(self._dynamic.items())
         self._warmup = warmup
         self._auto_prepare = prepare and policy != "fallback"
         self._exacts = {}    # exact signature -> _Exact (its entry, its shapes, its views)
@@ -197,26 +215,23 @@ class Graphed(Bound):
                 out.append((type(a), a))
         return tuple(out)
 
-    def _padded(self, args):
-        """The arguments' shapes with the dynamic dimensions padded, as the
-        cache pads them (the smallest capture size that holds a dimension,
-        else the dimension itself). On the path of every new length: no
-        closures, a bisection per dimension."""
-        sizes, dynamic, out = self._sizes, self._dynamic, []
-        for i, a in enumerate(args):
-            if not isinstance(a, _Tensor):
-                out.append((type(a), a))
-                continue
-            shape, dims = tuple(a.shape), dynamic.get(i)
-            if dims:
-                shape = list(shape)
-                for d in dims:
-                    if 0 <= d < len(shape):
-                        j = bisect_left(sizes, shape[d])
-                        if j < len(sizes):
-                            shape[d] = sizes[j]
-                shape = tuple(shape)
-            out.append((a.dtype, shape))
+    def _padded(self, key):
+        """The exact key with the dynamic dimensions padded, as the cache
+        pads them (the smallest capture size that holds a dimension, else
+        the dimension itself). On the path of every new length: it reads
+        the key's shapes, a bisection per dimension."""
+        sizes, out = self._sizes, list(key)
+        for i, dims in self._dyn_items:
+            if i >= len(out) or not isinstance(out[i][0], torch.dtype):
+                continue  # past the arguments, or a literal
+            dt, shape = out[i]
+            shape = list(shape)
+            for d in dims:
+                if 0 <= d < len(shape):
+                    j = bisect_left(sizes, shape[d])
+                    if j < len(sizes):
+                        shape[d] = sizes[j]
+            out[i] = (dt, tuple(shape))
         return tuple(out)
 
     def _structure(self, args):
@@ -345,20 +360,37 @@ class Graphed(Bound):
         self._by_padded[padded] = e
         return self._bind_call(e)
 
-    def _exact(self, e, tensors):
-        """A new exact signature inside entry e: e's descriptors with the
-        dynamic dimensions set to these tensors' (a call of a new length, as
+    def _exact(self, e, key):
+        """A new exact signature (key) inside entry e: e's descriptors with
+        the dynamic dimensions set to the key's (a call of a new length, as
         on a growing trace, costs these few writes and two byte copies, not
-        a new probe, validation or ctypes structures)."""
-        for k, _ in e.in_dyn:
-            _set_shape(e.in_descs[k], tensors[k].shape)
+        a new probe, validation or ctypes structures). A descriptor with one
+        dynamic dimension d takes two writes or so: dimension d, and the
+        strides outside it (the others do not change inside an entry)."""
+        for pos, desc, sh, st, d, mults in e.in_set:
+            shape = key[pos][1]
+            if d is None:
+                _set_shape(desc, shape)
+                continue
+            n = shape[d]
+            sh[d] = n
+            for i, m in mults:
+                st[i] = m * n
         shapes = list(e.out_base)
-        for j, follows in e.out_follow:
-            shape = list(e.out_base[j])
-            for d, k, di in follows:
-                shape[d] = tensors[k].shape[di]
-            _set_shape(e.out_descs[j], shape)
-            shapes[j] = tuple(shape)
+        for j, desc, sh, st, d, pos, di, mults, follows in e.out_set:
+            base = e.out_base[j]
+            if d is None:
+                shape = list(base)
+                for dd, k, ddi in follows:
+                    shape[dd] = key[e.positions[k]][1][ddi]
+                _set_shape(desc, shape)
+                shapes[j] = tuple(shape)
+                continue
+            n = key[pos][1][di]
+            sh[d] = n
+            for i, m in mults:
+                st[i] = m * n
+            shapes[j] = base[:d] + (n,) + base[d + 1:]
         x = _Exact()
         x.entry, x.ins, x.outs, x.result, x.sig = e, bytes(e.ins), bytes(e.outs), None, None
         x.out_shapes = tuple(shapes)
@@ -387,7 +419,15 @@ class Graphed(Bound):
         follow = {}
         for j, d, k, di in e.follows:
             follow.setdefault(j, []).append((d, k, di))
-        e.out_follow = tuple(follow.items())
+        e.in_set = tuple((e.positions[k],) + _writes(e.in_descs[k], dims)
+                         for k, dims in e.in_dyn)
+        out_set = []
+        for j, f in follow.items():
+            desc, sh, st, d, mults = _writes(e.out_descs[j], [dd for dd, _, _ in f])
+            one = d is not None and len(f) == 1
+            out_set.append((j, desc, sh, st, d if one else None,
+                            e.positions[f[0][1]] if one else None, f[0][2], mults, tuple(f)))
+        e.out_set = tuple(out_set)
         e.out_watch = tuple((e.outs[j], e.outs[j].desc.strides) for j in range(e.n_out))
         e.in_bytes, e.out_bytes = ctypes.sizeof(e.ins), ctypes.sizeof(e.outs)
         e.current = None
@@ -540,8 +580,16 @@ class Graphed(Bound):
                                        else self.fn).bind(*args, **kwargs).args)
 
     def _new_exact(self, args, key):
-        """The first call of an exact signature: checks, the first call's
+        """The first call of an exact signature. Inside a padded size seen
+        before (a growing trace's every call): its descriptors only, the
+        call's checks being the hit's. Else: the checks, the first call's
         preparation, the cache and the padded entry where needed."""
+        if self._cache is not None and (self._prepared or not self._auto_prepare or
+                                        not self._sizes):
+            e = self._by_padded.get(self._padded(key))
+            if e is not None:
+                x = self._exacts[key] = self._exact(e, key)
+                return x
         for i, a in enumerate(args):
             if isinstance(a, _Tensor) and not a.is_contiguous():
                 raise Error("KP_ERR_UNSUPPORTED", "argument %d is not contiguous (strides "
@@ -556,11 +604,11 @@ class Graphed(Bound):
             if not tensors:
                 raise Error("KP_ERR_INVALID_ARG", "a graphed call takes one tensor at least")
             self._setup(tensors[0])
-        padded = self._padded(args)
+        padded = self._padded(key)
         e = self._by_padded.get(padded)
         if e is None:
             e = self._entry(args, tensors, padded)
-        x = self._exacts[key] = self._exact(e, tensors)
+        x = self._exacts[key] = self._exact(e, key)
         return x
 
     def _out_view(self, port, p, dtype, numel, shape, strides):
@@ -602,13 +650,18 @@ class Graphed(Bound):
         self._prepared = True
         entries = []
         for c in sorted(self._sizes, reverse=True):
+            # each size's arguments carry a shape, a dtype and a device: one
+            # element expanded, no memory (tensors of the sizes' own would
+            # take the largest one's bytes, 8 MiB and a 20 MiB segment of
+            # PyTorch's pool for the bench's block, which the pool then
+            # keeps); the library reads no input on a prepare
             ex = []
             for i, a in enumerate(args):
                 if isinstance(a, torch.Tensor):
                     shape = list(a.shape)
                     for d in self._dynamic.get(i, ()):
                         shape[d] = c
-                    ex.append(torch.empty(shape, dtype=a.dtype, device=a.device))
+                    ex.append(a.new_zeros(()).expand(shape))
                 else:
                     ex.append(a)
             key = tuple((a.dtype, a.shape) if isinstance(a, torch.Tensor) else (type(a), a)
@@ -616,9 +669,9 @@ class Graphed(Bound):
             x = self._exacts.get(key)
             tensors = [a for a in ex if isinstance(a, torch.Tensor)]
             if x is None:
-                padded = self._padded(ex)
+                padded = self._padded(key)
                 e = self._by_padded.get(padded) or self._entry(ex, tensors, padded)
-                x = self._exacts[key] = self._exact(e, tensors)
+                x = self._exacts[key] = self._exact(e, key)
             elif x.entry.current is not x:
                 _hold(x)
             entries.append(x.entry)
