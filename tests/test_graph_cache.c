@@ -418,6 +418,16 @@ static void padding_and_slicing(void **state) {
         KPT_OK(run_axpy(c, &b, 3, one, 4, 2, 0));
         KPT_OK(run_axpy(c, &b, 3, sh3, 2, 1, 0)); /* the middle one padded */
     }
+    /* two dynamic dimensions, each at, under and over a capture size: one
+     * graph meets lengths whose copies split at different dimensions (one
+     * run, a run per row, a run per row of each outer index), and the copy
+     * node's grid and parameters change between hits */
+    for (int64_t u = 3; u <= 5; u++)
+        for (int64_t w = 3; w <= 5; w++) {
+            int64_t outer[3] = {u, w, 2}, apart[3] = {u, 2, w};
+            KPT_OK(run_axpy(c, &b, 3, outer, 3, 2, 0));
+            KPT_OK(run_axpy(c, &b, 3, apart, 5, 3, 0));
+        }
     bufs_close(&b);
     kp_graph_cache_destroy(c);
 }
