@@ -16,7 +16,12 @@ before the outputs are checked, and the approach's own share of it: less
 what was reserved before its first call (the block's weights and the
 trace's input tensors, the same for every approach): the check runs the block eagerly, and its
 allocations would otherwise count against every approach. Every 25th
-output is kept on the host and compared with eager afterwards.
+output is kept on the host and compared with eager afterwards; it goes to
+the host a batch row at a time, each row contiguous, so the copy needs no
+device memory of its own.
+"kpipe, compiled fn" is kpipe.torch.graphed over torch.compile(block,
+dynamic=True): the same cache around the compiler's kernels, to tell the
+memory the cache holds from the memory the kernels need.
 Prints a Markdown table.
     python3 bench/torch_graphed.py                  (drives the rest)
     python3 bench/torch_graphed.py APPROACH TRACE   (one run, JSON)
@@ -107,8 +112,9 @@ def make_run(approach, m):
             return g[2][:, :n]
         return run, padded, lambda: len(graphs)
     import kpipe.torch as kt
-    run = kt.graphed(m, dynamic={"x": [1]}, capture_sizes=PAD,
-                     prepare=approach == "kpipe")
+    fn = torch.compile(m, dynamic=True) if approach == "kpipe, compiled fn" else m
+    run = kt.graphed(fn, dynamic={0: [1]}, capture_sizes=PAD,
+                     prepare=approach != "kpipe, on first use")
     return run, padded, run.stats
 
 
@@ -142,8 +148,8 @@ def one(approach, trace):
         else:
             miss.append((t2 - t0) * 1e6)
             seen.add(k)
-        if i % 25 == 0:
-            kept.append((n, y.cpu()))  # no device memory: the check comes after
+        if i % 25 == 0:  # no device memory: the check comes after
+            kept.append((n, torch.stack([r.cpu() for r in y.unbind(0)])))
     mem = torch.cuda.max_memory_reserved()
     held, extra = "—", {}
     if approach.startswith("kpipe"):
@@ -235,8 +241,10 @@ def split():
     xb = torch.randn(BATCH, n, H, device="cuda", dtype=torch.bfloat16)
     x250 = torch.randn(BATCH, 250, H, device="cuda", dtype=torch.bfloat16)
     x512 = torch.randn(BATCH, 512, H, device="cuda", dtype=torch.bfloat16)
+    x200 = torch.randn(BATCH, 200, H, device="cuda", dtype=torch.bfloat16)
     for label, pair in (("another input tensor each call", (x, xb)),
                         ("lengths 256 and 250 in turn (one padded size)", (x, x250)),
+                        ("lengths 250 and 200 in turn (one padded size)", (x250, x200)),
                         ("lengths 256 and 512 in turn (two padded sizes)", (x, x512))):
         run(pair[1])
         turn = [0]
@@ -322,7 +330,9 @@ def split():
     return out
 
 
-APPROACHES = ("eager", "compile", "graph dict", "kpipe", "kpipe, on first use")
+APPROACHES = ("eager", "compile", "graph dict", "kpipe", "kpipe, on first use",
+              "kpipe, compiled fn")
+KPIPES = ("kpipe", "kpipe, on first use", "kpipe, compiled fn")
 
 
 def main():
@@ -353,7 +363,7 @@ def main():
                   % (t, a, r["host_hit_p50"], r["wall_p50"], r["wall_p99"], r["miss_ms"],
                      r["misses"], r["held"], r["reserved_mib"], r["added_mib"],
                      r["max_diff"]))
-    for a in ("kpipe", "kpipe, on first use"):
+    for a in KPIPES:
         for t in traces():
             k, c = res.get(a, {}).get(t), res.get("compile", {}).get(t)
             if k and c:
@@ -366,7 +376,7 @@ def main():
     if alone:
         print("the largest graph alone (graph dict, length %d only): %.0f MiB reserved, %.0f "
               "of them its own" % (MAXLEN, alone["reserved_mib"], alone["added_mib"]))
-    for a in ("kpipe", "kpipe, on first use"):
+    for a in KPIPES:
         for t in traces():
             k, g = res.get(a, {}).get(t), res.get("graph dict", {}).get(t)
             if k and g and alone:
