@@ -1,5 +1,8 @@
 """kpipe.GraphCache with Python work on the cpu backend: hits, padding,
 policies, bounds, errors from the work, bad configurations."""
+import gc
+import threading
+
 import numpy as np
 import pytest
 
@@ -100,6 +103,58 @@ def test_work_errors_come_back():
         c.sync()
     assert isinstance(e.value.__cause__, ZeroDivisionError)
     c.run(copy, [np.ones(2, np.float32)], [("f32", (2,))])
+
+
+def test_work_runs_with_the_collector_paused():
+    """The work function may run inside a capture, where a collection could
+    free what the capture must not see freed: the collector is paused
+    while it runs (every thread's), restored after, also when it raises;
+    off before stays off; two caches' work functions on two threads at
+    once restore it only when both are done."""
+    seen = []
+
+    def work(stream, ins, outs, lits):
+        seen.append(gc.isenabled())
+        stream.copy(outs[0], ins[0])
+    x = np.arange(6, dtype=np.float32)
+    c = kpipe.GraphCache("cpu")
+    assert gc.isenabled()
+    y, = c.run(work, [x], [("f32", (6,))])
+    np.testing.assert_array_equal(np.from_dlpack(y), x)
+    assert seen == [False] and gc.isenabled()
+
+    def fails(stream, ins, outs, lits):
+        raise ValueError("no")
+    with pytest.raises(kpipe.Error):
+        c.run(fails, [x], [("f32", (6,))])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        c.run(work, [x + 1], [("f32", (6,))], literals=[1])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    # two at once: the first to finish leaves the collector paused
+    inside, release, after = threading.Barrier(2), threading.Event(), []
+
+    def slow(stream, ins, outs, lits):
+        inside.wait(5)
+        release.wait(5)
+        stream.copy(outs[0], ins[0])
+
+    def quick(stream, ins, outs, lits):
+        inside.wait(5)
+        stream.copy(outs[0], ins[0])
+
+    def other():
+        kpipe.GraphCache("cpu").run(slow, [x], [("f32", (6,))])
+    t = threading.Thread(target=other)
+    t.start()
+    kpipe.GraphCache("cpu").run(quick, [x], [("f32", (6,))])
+    after.append(gc.isenabled())
+    release.set()
+    t.join(10)
+    assert after == [False] and gc.isenabled()
 
 
 def test_bad_configs_and_calls():
