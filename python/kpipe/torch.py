@@ -201,20 +201,6 @@ class Graphed(Bound):
             raise Error("KP_ERR_INVALID_ARG", "a %s argument is neither a tensor nor hashable: "
                         "it cannot be part of the key" % type(v).__name__) from None
 
-    def _signature(self, args, dim):
-        """The key with each dynamic dimension's size n replaced by dim(n)."""
-        out = []
-        for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor):
-                shape = list(a.shape)
-                for d in self._dynamic.get(i, ()):
-                    if 0 <= d < len(shape):
-                        shape[d] = dim(shape[d])
-                out.append((a.dtype, tuple(shape)))
-            else:
-                out.append((type(a), a))
-        return tuple(out)
-
     def _padded(self, key):
         """The exact key with the dynamic dimensions padded, as the cache
         pads them (the smallest capture size that holds a dimension, else
@@ -235,9 +221,19 @@ class Graphed(Bound):
         return tuple(out)
 
     def _structure(self, args):
-        """The key without the dynamic dimensions' sizes: calls that differ
-        only there share one probe of fn's outputs."""
-        return self._signature(args, lambda n: None)
+        """The key without the dynamic dimensions' sizes (None there): calls
+        that differ only there share one probe of fn's outputs."""
+        out = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                shape = list(a.shape)
+                for d in self._dynamic.get(i, ()):
+                    if 0 <= d < len(shape):
+                        shape[d] = None
+                out.append((a.dtype, tuple(shape)))
+            else:
+                out.append((type(a), a))
+        return tuple(out)
 
     def _out_meta(self, args, padded):
         """What fn gives: per output its dtype, shape, and for each dimension
