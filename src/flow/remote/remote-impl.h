@@ -118,6 +118,19 @@ enum { KP__REFUSED_SIZE = 1, KP__REFUSED_CANCELLED = 2 };
  * size without zero copy (remote_tx.c). */
 #define KP__PACK_MAX (256u << 10)
 
+/* Frames in flight on a shared-memory lane (no CUDA IPC offered) once
+ * they are rendezvous-sized (KP__LANE_WIDE_BYTES and up): the receiver's
+ * progress thread copies them out of the sender one at a time (cma), so a
+ * second frame in flight keeps that copy busy, and every further one only
+ * adds a buffer at each end that the host's cache must hold. Measured on
+ * the H200 host (bench_remote cpu 8192, one call): 9.8 GB/s with 2 in
+ * flight, 4.5-10 with 4, 4.6 with 8, against ucx_perftest's 6.9-8.9
+ * moving one buffer each way (bench/RESULTS.md, "Remote queues, latest:
+ * two large frames in flight on shared memory"). The receiver grants at
+ * most this many credits there (kp_flow_remote_stats.capacity says so). */
+#define KP__LANE_WINDOW 2
+#define KP__LANE_WIDE_BYTES (512u << 10)
+
 /* How long a receiving flow cancelled before its sender arrived keeps
  * listening, so that a sender already connecting hears "cancelled" rather
  * than nothing (it would otherwise try until its timeout). */

@@ -203,6 +203,9 @@ static kp_status kp__receiver_ready(kp__remote *r, const kp_stage_ctx *c, bool *
         /* the lane first, the welcome on it */
         KP_CHECK(kp__lane_open(r, h->host, h->lane_pid, h->lane_nonce));
         KP_CHECK(kp__ipc_offer(r, h, &r->welcome));
+        if (r->watch && !r->welcome.ipc_slots && h->frame_bytes >= KP__LANE_WIDE_BYTES &&
+            r->capacity > KP__LANE_WINDOW) /* one host, no IPC offered, large frames */
+            r->capacity = r->welcome.capacity = KP__LANE_WINDOW;
         if (r->welcome.ipc_slots)
             KP_CHECK(kp__remote_recv(r, &r->ipc_op, r->ipc_msg, r->ipc_msg_len,
                                      KP__TAG(KP__T_IPC, 0), KP__TYPE_MASK));
