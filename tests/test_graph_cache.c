@@ -467,8 +467,77 @@ static void strict_and_prepare(void **state) {
     assert_int_equal(s.graphs, 3);
     assert_int_equal(s.grows, 3); /* once, to the largest */
     assert_int_equal(s.invalidations, 0);
+    /* each call's output set as a run sets it: the one static buffer, at
+     * the call's shape */
+    for (int i = 0; i < 3; i++) {
+        assert_non_null(out[i][0].data);
+        assert_ptr_equal(out[i][0].data, out[0][0].data);
+        assert_int_equal(out[i][0].desc.ndim, 1);
+        assert_int_equal(out[i][0].desc.shape[0], sizes[i]);
+    }
     for (int i = 0; i < 3; i++) KPT_OK(run_axpy(c, &b, 1, &sizes[i], 0, 1, 0));
     assert_int_equal(stats(c).hits, 3);
+    bufs_close(&b);
+    kp_graph_cache_destroy(c);
+}
+
+/* Prepared calls inside padded sizes: their outputs are the views a run
+ * gives (the static buffer, the exact shape, the padded layout), and a run
+ * of the same call is a hit on the same buffer. */
+static void prepare_gives_padded_views(void **state) {
+    (void)state;
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    int64_t caps[2] = {4, 8};
+    memcpy(cfg.capture_sizes, caps, sizeof caps);
+    cfg.n_capture_sizes = 2;
+    kp_graph_cache_t c = cache(&cfg);
+    bufs b;
+    bufs_open(&b, 3 * 8, 9);
+    const int64_t widths[3] = {8, 3, 5}, padded[3] = {8, 4, 8};
+    kp_port_info in[3][2], out[3][1];
+    kp_graph_call calls[3];
+    uint32_t masks[3] = {2, 2, 2};
+    int64_t lit = 2;
+    for (int i = 0; i < 3; i++) {
+        int64_t shape[2] = {3, widths[i]};
+        in[i][0] = (kp_port_info){"x", NULL, {0}};
+        in[i][1] = (kp_port_info){"y", NULL, {0}};
+        KPT_OK(kp_desc_init(&in[i][0].desc, KP_F32, 2, shape, NULL));
+        in[i][1].desc = in[i][0].desc;
+        out[i][0] = (kp_port_info){"out", NULL, in[i][0].desc};
+        calls[i] = (kp_graph_call)KP_GRAPH_CALL_INIT;
+        calls[i].enqueue = axpy_work;
+        calls[i].inputs = in[i];
+        calls[i].n_inputs = 2;
+        calls[i].outputs = out[i];
+        calls[i].n_outputs = 1;
+        calls[i].dynamic = masks;
+        calls[i].literals = &lit;
+        calls[i].n_literals = 1;
+    }
+    KPT_OK(kp_graph_cache_prepare(c, calls, 3, g_s));
+    assert_int_equal(stats(c).graphs, 2); /* 5 and 8 share the graph of 8 */
+    for (int i = 0; i < 3; i++) {
+        const kp_tensor_desc *v = &out[i][0].desc;
+        assert_ptr_equal(out[i][0].data, out[0][0].data);
+        assert_int_equal(v->ndim, 2);
+        assert_int_equal(v->shape[0], 3);
+        assert_int_equal(v->shape[1], widths[i]);
+        assert_int_equal(v->strides[0], padded[i]);
+        assert_int_equal(v->strides[1], 1);
+    }
+    /* the prepared call of width 5, run: a hit, the same view; every
+     * element right (run_axpy checks them at the same shape) */
+    void *prepared = out[2][0].data;
+    in[2][0].data = b.x;
+    in[2][1].data = b.y;
+    KPT_OK(kp_graph_cache_run(c, &calls[2], g_s));
+    assert_int_equal(stats(c).hits, 1);
+    assert_ptr_equal(out[2][0].data, prepared);
+    assert_int_equal(out[2][0].desc.strides[0], 8);
+    int64_t shape[2] = {3, 5};
+    KPT_OK(run_axpy(c, &b, 2, shape, 2, 2, 0));
+    assert_int_equal(stats(c).misses, 0);
     bufs_close(&b);
     kp_graph_cache_destroy(c);
 }
@@ -710,6 +779,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(eviction_by_bytes),
         cmocka_unit_test(padding_and_slicing),
         cmocka_unit_test(strict_and_prepare),
+        cmocka_unit_test(prepare_gives_padded_views),
         cmocka_unit_test(fallback_runs_without_graph),
         cmocka_unit_test(fallback_keeps_the_byte_bound),
         cmocka_unit_test(padding_rows_bound_refuses_cleanly),

@@ -204,7 +204,10 @@ kp_status kp_graph_cache_run(kp_graph_cache_t c, kp_graph_call *call, kp_stream_
 /* Makes the graphs of `n` calls ahead of time (whatever the miss policy),
  * growing the static buffers once to the largest first; launches nothing.
  * Input data may be NULL, except for in-place calls (their addresses are
- * part of the key). */
+ * part of the key). Sets each call's outputs as a run would (data and
+ * desc: a view of the static output buffer), so views of every prepared
+ * size can be made before the first run; they stand until a larger call
+ * grows the buffers. */
 kp_status kp_graph_cache_prepare(kp_graph_cache_t c, kp_graph_call *calls, size_t n, kp_stream_t s);
 kp_status kp_graph_cache_stats(kp_graph_cache_t c, kp_graph_stats *out);
 /* A text report into buf: one line of stats, then one line per graph (its

@@ -413,16 +413,20 @@ kp_status kp_graph_cache_prepare(kp_graph_cache_t c, kp_graph_call *calls, size_
         kp__gcall *g = &c->cur;
         KP_CHECK(kp__gc_resolve(c, &calls[i], true, g, c->key));
         kp__gentry *e = kp__gc_find(c, g);
-        if (e && !e->stale && kp__gc_entry_current(c, e)) continue;
-        kp_graph_args a;
-        kp__gc_args(c, g, &a, false);
-        char key[256];
-        kp_status st = kp__miss(c, e, &a, &e);
-        if (st != KP_OK)
-            return kp__error_prefix(st, "calls[%zu] %s", i,
-                                    kp__gc_key_str(c->key, g->key_words, key, sizeof key));
-        e->last_use = ++c->clock;
-        KP_CHECK(kp_graph_exec_upload(e->exec, s));
+        if (!e || e->stale || !kp__gc_entry_current(c, e)) {
+            kp_graph_args a;
+            kp__gc_args(c, g, &a, false);
+            char key[256];
+            kp_status st = kp__miss(c, e, &a, &e);
+            if (st != KP_OK)
+                return kp__error_prefix(st, "calls[%zu] %s", i,
+                                        kp__gc_key_str(c->key, g->key_words, key, sizeof key));
+            e->last_use = ++c->clock;
+            KP_CHECK(kp_graph_exec_upload(e->exec, s));
+        }
+        /* the outputs' views, as a run gives them: a caller can make its
+         * own views of every size before the first run */
+        kp__gc_outputs(c, g, &calls[i], false);
     }
     return KP_OK;
 }
