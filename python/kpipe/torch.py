@@ -53,6 +53,10 @@ _POLICIES = ("capture", "fallback", "strict")
 
 _run = lib.kp_graph_cache_run
 _memmove = ctypes.memmove
+# the most lengths of one dynamic dimension a prepare lays out ahead
+# (Graphed._lay_out): each costs a few microseconds then, and a few
+# hundred bytes kept
+_LAY_OUT_MAX = 4096
 _ident = threading.get_ident
 _Tensor = torch.Tensor
 # the current stream's raw handle without making a torch.cuda.Stream object
@@ -70,10 +74,10 @@ def _flatten(res):
 
 
 def _hold(x):
-    """x's shapes back in its entry's descriptors: two byte copies."""
+    """x's shapes back in its entry's descriptors (inputs and outputs, one
+    ctypes buffer): one byte copy."""
     e = x.entry
-    _memmove(e.ins, x.ins, e.in_bytes)
-    _memmove(e.outs, x.outs, e.out_bytes)
+    _memmove(e.ports, x.ports, e.port_bytes)
     e.current = x
 
 
@@ -118,7 +122,7 @@ class _Entry:
     when it is not the one they hold (current)."""
     __slots__ = ("call", "ref", "ins", "outs", "masks", "lits", "lit_values", "tuple_out",
                  "n_in", "n_out", "positions", "n_args", "in_dyn", "follows", "padded_numel",
-                 "in_ports", "out_watch", "current", "in_bytes", "out_bytes", "in_descs",
+                 "in_ports", "out_watch", "current", "ports", "port_bytes", "in_descs",
                  "out_descs", "out_base", "in_set", "out_set", "out_pstrides", "out_dtypes")
 
 
@@ -127,7 +131,7 @@ class _Exact:
     shapes (copied in with one memmove when another length held them), and
     what a call returns (views of the static outputs), with the outputs'
     pointers and leading strides they were made for."""
-    __slots__ = ("entry", "ins", "outs", "out_shapes", "result", "sig")
+    __slots__ = ("entry", "ports", "out_shapes", "result", "sig")
 
 
 class Graphed(Bound):
@@ -158,6 +162,8 @@ class Graphed(Bound):
                 k = self._params.index(k)
             self._dynamic[k] = (dims,) if isinstance(dims, int) else tuple(dims)
         self._dyn_items = tuple(self._dynamic.items())
+        one = [(i, d) for i, dims in self._dyn_items for d in dims]
+        self._one_dyn = one[0] if len(one) == 1 else None  # (argument, dimension)
         self._warmup = warmup
         self._auto_prepare = prepare and policy != "fallback"
         self._exacts = {}    # exact signature -> _Exact (its entry, its shapes, its views)
@@ -315,8 +321,12 @@ class Graphed(Bound):
         if e.n_in + e.n_out > 16:
             raise Error("KP_ERR_INVALID_ARG", "%d tensors in and out; at most 16"
                         % (e.n_in + e.n_out))
-        e.ins = (PortInfo * max(1, e.n_in))()
-        e.outs = (PortInfo * max(1, e.n_out))()
+        # inputs then outputs in one buffer: a length's shapes go back with
+        # one byte copy (_hold)
+        n_in, n_out = max(1, e.n_in), max(1, e.n_out)
+        e.ports = (PortInfo * (n_in + n_out))()
+        e.ins = (PortInfo * n_in).from_buffer(e.ports)
+        e.outs = (PortInfo * n_out).from_buffer(e.ports, n_in * ctypes.sizeof(PortInfo))
         e.masks = (c_uint32 * (e.n_in + e.n_out + 1))()
         e.positions = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
         for k, i in enumerate(e.positions):
@@ -388,7 +398,7 @@ class Graphed(Bound):
                 st[i] = m * n
             shapes[j] = base[:d] + (n,) + base[d + 1:]
         x = _Exact()
-        x.entry, x.ins, x.outs, x.result, x.sig = e, bytes(e.ins), bytes(e.outs), None, None
+        x.entry, x.ports, x.result, x.sig = e, bytes(e.ports), None, None
         x.out_shapes = tuple(shapes)
         e.current = x
         return x
@@ -425,7 +435,7 @@ class Graphed(Bound):
                             e.positions[f[0][1]] if one else None, f[0][2], mults, tuple(f)))
         e.out_set = tuple(out_set)
         e.out_watch = tuple((e.outs[j], e.outs[j].desc.strides) for j in range(e.n_out))
-        e.in_bytes, e.out_bytes = ctypes.sizeof(e.ins), ctypes.sizeof(e.outs)
+        e.port_bytes = ctypes.sizeof(e.ports)
         e.current = None
         return e
 
@@ -555,17 +565,7 @@ class Graphed(Bound):
             else:
                 sig = tuple([(port.data, strides[0]) for port, strides in w])
             if sig != x.sig:
-                views = []
-                for j, (port, strides) in enumerate(w):
-                    # a graph's layout is the padded shape's; a fallback run's
-                    # the exact one's, read from the descriptor (rare)
-                    shape, st = x.out_shapes[j], e.out_pstrides[j]
-                    if st and strides[0] != st[0]:
-                        st = tuple(strides[:len(shape)])
-                    views.append(self._out_view(e.n_in + j, port.data, e.out_dtypes[j],
-                                                e.padded_numel[j], shape, st))
-                x.result = tuple(views) if e.tuple_out else views[0]
-                x.sig = sig
+                self._views(e, x, sig)
             return x.result
         finally:
             self._inside = None
@@ -606,6 +606,51 @@ class Graphed(Bound):
             e = self._entry(args, tensors, padded)
         x = self._exacts[key] = self._exact(e, key)
         return x
+
+    def _views(self, e, x, sig):
+        """x's results: views of e's static outputs where sig (what the
+        call reads from e.out_watch after a run) says they are."""
+        views = []
+        for j, (port, strides) in enumerate(e.out_watch):
+            data, s0 = sig if len(e.out_watch) == 1 else sig[j]
+            # a graph's layout is the padded shape's; a fallback run's the
+            # exact one's, read from the descriptor (rare)
+            shape, st = x.out_shapes[j], e.out_pstrides[j]
+            if st and s0 != st[0]:
+                st = tuple(strides[:len(shape)])
+            views.append(self._out_view(e.n_in + j, data, e.out_dtypes[j], e.padded_numel[j],
+                                        shape, st))
+        x.result = tuple(views) if e.tuple_out else views[0]
+        x.sig = sig
+
+    def _lay_out(self, args, sigs):
+        """After a prepare: every length of the one dynamic dimension inside
+        the capture sizes gets its exact signature and its result views now
+        (_exact, _views), so that a call of a new length costs what a hit
+        on another length of its padded size does (one byte copy, _hold).
+        sigs: each entry's outputs as the prepare set them. Up to
+        _LAY_OUT_MAX lengths; past that, or with several dynamic
+        dimensions, they are made at their first call."""
+        if self._one_dyn is None or not self._sizes or self._sizes[-1] > _LAY_OUT_MAX:
+            return
+        i, d = self._one_dyn
+        a = args[i] if i < len(args) else None
+        if not isinstance(a, torch.Tensor) or not 0 <= d < a.dim():
+            return
+        base = [(t.dtype, t.shape) if isinstance(t, torch.Tensor) else (type(t), t) for t in args]
+        shape = list(a.shape)
+        for n in range(1, self._sizes[-1] + 1):
+            shape[d] = n
+            base[i] = (a.dtype, tuple(shape))
+            key = tuple(base)
+            if key in self._exacts:
+                continue
+            e = self._by_padded.get(self._padded(key))
+            sig = sigs.get(id(e))
+            if sig is None:
+                continue
+            x = self._exacts[key] = self._exact(e, key)
+            self._views(e, x, sig)
 
     def _out_view(self, port, p, dtype, numel, shape, strides):
         """A torch view of the output buffer of port `port`, at p, of that
@@ -682,11 +727,17 @@ class Graphed(Bound):
         if st != 0:
             exc, self._exc = self._exc, None
             raise_failed(st, exc)
-        # the buffers now hold every prepared size's outputs
+        # the buffers now hold every prepared size's outputs, and each
+        # entry's outputs say where (kp_graph_cache_prepare sets them)
+        sigs = {}
         for e in entries:
             for j, (port, _) in enumerate(e.out_watch):
                 k = (e.n_in + j, port.desc.dtype)
                 self._cover[k] = max(self._cover.get(k, 0), e.padded_numel[j])
+            w = e.out_watch
+            sigs[id(e)] = ((w[0][0].data, w[0][1][0]) if len(w) == 1 else
+                           tuple([(port.data, strides[0]) for port, strides in w]))
+        self._lay_out(args, sigs)
 
     @any_thread
     def stats(self):
