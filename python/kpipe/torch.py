@@ -672,8 +672,10 @@ class Graphed(Bound):
         """Captures every capture size ahead, from example arguments (their
         dynamic dimensions set to each size), largest first, so the static
         buffers grow once and a trace inside the sizes captures nothing
-        more. The first call does it when capture_sizes were given (and
-        prepare was not turned off)."""
+        more; with one dynamic dimension, every length up to the largest
+        size is laid out too (_lay_out), so a new length costs a hit. The
+        first call does it when capture_sizes were given (and prepare was
+        not turned off)."""
         self._enter()
         try:
             self._prepare(args, kwargs)
