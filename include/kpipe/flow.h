@@ -426,7 +426,10 @@ typedef struct kp_flow_remote_stats {
     char address[128];
     bool receiver;   /* the source end */
     bool direct;     /* frames go from and to device memory (UCX built with CUDA) */
-    size_t capacity; /* frames in flight at most: the receiver's (0 before the sender connects) */
+    /* frames in flight at most, the credits the receiver granted: its
+     * capacity, or 2 where frames of 512 KiB and more cross one host's
+     * shared memory (0 before the sender connects) */
+    size_t capacity;
     uint64_t frames, bytes;
     uint64_t max_in_flight; /* sender: the most frames sent and not yet consumed */
     uint64_t credit_waits;  /* sender: frames that waited for the receiver to consume one */
