@@ -84,9 +84,11 @@ static bool kp__receiver_away(kp__remote *r) {
     kp__remote_op_poll(op);
     if (op->req) return any; /* the last credit is still on its way */
     uint64_t out = atomic_load(&r->credit_out);
+    if (consumed <= out) return any;
+    /* a frame was consumed, so the stream began: the capacity the welcome
+     * granted (kp__receiver_ready) was set before, and is read after */
     uint64_t batch = r->capacity / 4 ? r->capacity / 4 : 1;
-    if (consumed <= out || (consumed - out < batch && atomic_load(&r->credit_now) <= out))
-        return any;
+    if (consumed - out < batch && atomic_load(&r->credit_now) <= out) return any;
     if (!kp__remote_ep_enter(r)) return any; /* the link closes: no more credits */
     if (kp__credit_raise(r, consumed)) {
         op->msg[0] = KP__C_CREDIT;
