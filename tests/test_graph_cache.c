@@ -683,6 +683,23 @@ static void large_sizes(void **state) {
         bufs_close(&b);
     }
     kp_graph_cache_destroy(c);
+    /* the same lengths padded into one capture size, largest first: one
+     * graph, its input copy's grid the padded size's for every length */
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    cfg.capture_sizes[0] = (1 << 24) + 8;
+    cfg.n_capture_sizes = 1;
+    c = cache(&cfg);
+    for (int i = 3; i >= 0; i--) {
+        bufs b;
+        bufs_open(&b, sizes[i], 40 + (uint64_t)i);
+        KPT_OK(run_axpy(c, &b, 1, &sizes[i], 1, 3, 0));
+        KPT_OK(run_axpy(c, &b, 1, &sizes[i], 1, 3, 0));
+        bufs_close(&b);
+    }
+    kp_graph_stats s = stats(c);
+    assert_int_equal(s.misses, 1);
+    assert_int_equal(s.hits, 7);
+    kp_graph_cache_destroy(c);
 }
 
 static void misuse(void **state) {
