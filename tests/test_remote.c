@@ -417,13 +417,16 @@ static void frames_in_flight(void **state) {
      * it at least, the sink's sleeps being the longer) */
     if (!getenv("KP_TEST_NO_TIMING"))
         assert_true(rs.wait_ns >= (400 - 8) * 150000ull);
-    /* 512 KiB frames behind a sink of 5 ms a frame (slow enough that the
-     * window fills under ThreadSanitizer too, where 300 us was not): on one
-     * host's shared memory it fills to two credits, whatever was asked */
-    rs = stream_across(1 << 17, 8, 20, 5000, false);
+    /* 512 KiB frames behind a sink of 20 ms a frame: on one host's shared
+     * memory the window fills to two credits, whatever was asked. (The
+     * receiving flow takes about four frames off the link before it holds
+     * back, so the sender must get that far ahead of the sink first: under
+     * ThreadSanitizer, on two busy cores, it writes a 512 KiB frame in
+     * milliseconds, and did not get there against 300 us or 5 ms.) */
+    rs = stream_across(1 << 17, 8, 24, 20000, false);
     window_filled(&rs, credits_for(rs.lane, 512u << 10, 8));
     /* just under: the credits asked */
-    rs = stream_across((1 << 17) - 1, 8, 20, 5000, false);
+    rs = stream_across((1 << 17) - 1, 8, 24, 20000, false);
     window_filled(&rs, 8);
 }
 
