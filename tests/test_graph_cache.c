@@ -115,25 +115,36 @@ static void bufs_close(bufs *b) {
     free(b->out);
 }
 
+/* The call out = a * x + y with x, y and out of `shape` (no data yet),
+ * masks[3] its dynamic dimensions (or NULL), *a its literal. */
+static void axpy_call(kp_graph_call *call, kp_port_info in[2], kp_port_info out[1], int ndim,
+                      const int64_t *shape, const uint32_t *masks, const int64_t *a) {
+    in[0] = (kp_port_info){"x", NULL, {0}};
+    in[1] = (kp_port_info){"y", NULL, {0}};
+    KPT_OK(kp_desc_init(&in[0].desc, KP_F32, ndim, shape, NULL));
+    in[1].desc = in[0].desc;
+    out[0] = (kp_port_info){"out", NULL, in[0].desc};
+    *call = (kp_graph_call)KP_GRAPH_CALL_INIT;
+    call->enqueue = axpy_work;
+    call->inputs = in;
+    call->n_inputs = 2;
+    call->outputs = out;
+    call->n_outputs = 1;
+    call->dynamic = masks;
+    call->literals = a;
+    call->n_literals = 1;
+}
+
 /* Runs out = a * x + y through the cache with x, y of `shape` and checks
  * every element of the output view (whatever its strides). */
 static kp_status run_axpy(kp_graph_cache_t c, bufs *b, int ndim, const int64_t *shape, uint32_t dyn,
                           int64_t a, unsigned flags) {
-    kp_port_info in[2] = {{"x", b->x, {0}}, {"y", b->y, {0}}};
-    kp_port_info out[1] = {{"out", NULL, {0}}};
-    KPT_OK(kp_desc_init(&in[0].desc, KP_F32, ndim, shape, NULL));
-    in[1].desc = in[0].desc;
-    out[0].desc = in[0].desc;
+    kp_port_info in[2], out[1];
     uint32_t masks[3] = {dyn, dyn, dyn};
-    kp_graph_call call = KP_GRAPH_CALL_INIT;
-    call.enqueue = axpy_work;
-    call.inputs = in;
-    call.n_inputs = 2;
-    call.outputs = out;
-    call.n_outputs = 1;
-    call.dynamic = masks;
-    call.literals = &a;
-    call.n_literals = 1;
+    kp_graph_call call;
+    axpy_call(&call, in, out, ndim, shape, masks, &a);
+    in[0].data = b->x;
+    in[1].data = b->y;
     call.flags = flags;
     if (g_nodes) {
         call.build = axpy_build;
@@ -447,21 +458,7 @@ static void strict_and_prepare(void **state) {
     kp_port_info in[3][2], out[3][1];
     kp_graph_call calls[3];
     int64_t lit = 1;
-    for (int i = 0; i < 3; i++) {
-        in[i][0] = (kp_port_info){"x", NULL, {0}};
-        in[i][1] = (kp_port_info){"y", NULL, {0}};
-        KPT_OK(kp_desc_init(&in[i][0].desc, KP_F32, 1, &sizes[i], NULL));
-        in[i][1].desc = in[i][0].desc;
-        out[i][0] = (kp_port_info){"out", NULL, in[i][0].desc};
-        calls[i] = (kp_graph_call)KP_GRAPH_CALL_INIT;
-        calls[i].enqueue = axpy_work;
-        calls[i].inputs = in[i];
-        calls[i].n_inputs = 2;
-        calls[i].outputs = out[i];
-        calls[i].n_outputs = 1;
-        calls[i].literals = &lit;
-        calls[i].n_literals = 1;
-    }
+    for (int i = 0; i < 3; i++) axpy_call(&calls[i], in[i], out[i], 1, &sizes[i], NULL, &lit);
     KPT_OK(kp_graph_cache_prepare(c, calls, 3, g_s));
     kp_graph_stats s = stats(c);
     assert_int_equal(s.graphs, 3);
@@ -500,20 +497,7 @@ static void prepare_gives_padded_views(void **state) {
     int64_t lit = 2;
     for (int i = 0; i < 3; i++) {
         int64_t shape[2] = {3, widths[i]};
-        in[i][0] = (kp_port_info){"x", NULL, {0}};
-        in[i][1] = (kp_port_info){"y", NULL, {0}};
-        KPT_OK(kp_desc_init(&in[i][0].desc, KP_F32, 2, shape, NULL));
-        in[i][1].desc = in[i][0].desc;
-        out[i][0] = (kp_port_info){"out", NULL, in[i][0].desc};
-        calls[i] = (kp_graph_call)KP_GRAPH_CALL_INIT;
-        calls[i].enqueue = axpy_work;
-        calls[i].inputs = in[i];
-        calls[i].n_inputs = 2;
-        calls[i].outputs = out[i];
-        calls[i].n_outputs = 1;
-        calls[i].dynamic = masks;
-        calls[i].literals = &lit;
-        calls[i].n_literals = 1;
+        axpy_call(&calls[i], in[i], out[i], 2, shape, masks, &lit);
     }
     KPT_OK(kp_graph_cache_prepare(c, calls, 3, g_s));
     assert_int_equal(stats(c).graphs, 2); /* 5 and 8 share the graph of 8 */
