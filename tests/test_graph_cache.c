@@ -210,6 +210,17 @@ static void hit_and_miss(void **state) {
     for (int64_t i = 0; i < n; i++) b.hx[i] = (float)i;
     KPT_OK(kp_memcpy_htod(g_dev, b.x, b.hx, (size_t)b.bytes));
     KPT_OK(run_axpy(c, &b, 1, &n, 0, 3, 0));
+    /* other inputs of the same shape, in turn: the copy nodes, set only
+     * when they change, follow each (every element checked) */
+    bufs b2;
+    bufs_open(&b2, 1000, 2);
+    for (int i = 0; i < 3; i++) {
+        KPT_OK(run_axpy(c, &b2, 1, &n, 0, 3, 0));
+        KPT_OK(run_axpy(c, &b2, 1, &n, 0, 3, 0));
+        KPT_OK(run_axpy(c, &b, 1, &n, 0, 3, 0));
+    }
+    bufs_close(&b2);
+    assert_int_equal(stats(c).misses, 1);
     char rep[2048];
     kp_graph_cache_report(c, rep, sizeof rep);
     assert_non_null(strstr(rep, "live"));

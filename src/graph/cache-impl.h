@@ -13,6 +13,7 @@
 
 #include "kpipe/graph_cache.h"
 #include "../core/core-impl.h"
+#include "copy-impl.h"
 
 #define KP__KEY_HEAD 5 /* id, flags, n_inputs, n_outputs, n_literals */
 #define KP__KEY_PORT (3 + KP_MAX_DIMS)
@@ -42,6 +43,12 @@ typedef struct kp__gentry {
      * the stream, or none) */
     size_t n_copies;
     kp_graph_node_t copy[KP_GRAPH_MAX_PORTS];
+    /* what each copy node was last set to (n_copies of them; NULL: set at
+     * every launch), holding while copies_known: a hit whose copies did not
+     * change (one length, the same input) launches without setting them.
+     * An exec made or updated holds its graph's: kp__entry_bufs clears it. */
+    kp__copy_set *copy_last;
+    bool copies_known;
 } kp__gentry;
 
 /* One call, resolved: padded descriptors, the key, what the buffers need. */
@@ -119,8 +126,7 @@ kp_status kp__gc_copy_nodes(kp_graph_cache_t c, const kp__gcall *g, kp_graph_t g
                             kp_graph_node_t *nodes, bool *added);
 /* Brings the current call's inputs into the static buffers for e's launch:
  * e's copy nodes set to them, or copies on s. */
-kp_status kp__gc_copy_inputs(kp_graph_cache_t c, const kp__gcall *g, const kp__gentry *e,
-                             kp_stream_t s);
+kp_status kp__gc_copy_inputs(kp_graph_cache_t c, const kp__gcall *g, kp__gentry *e, kp_stream_t s);
 /* The outputs as views of the static buffers sliced to the shape asked for. */
 void kp__gc_outputs(kp_graph_cache_t c, kp__gcall *g, kp_graph_call *call, bool exact);
 

@@ -19,4 +19,10 @@ typedef struct kp__copy_in_params {
     int64_t shape[KP_MAX_DIMS], pitch[KP_MAX_DIMS];
 } kp__copy_in_params;
 
+/* A copy node's launch as last set on an exec (cache-impl.h: kp__gentry). */
+typedef struct kp__copy_set {
+    kp__copy_in_params prm;
+    uint32_t grid[3];
+} kp__copy_set;
+
 #endif

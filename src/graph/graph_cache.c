@@ -82,6 +82,7 @@ static void kp__entry_bufs(kp_graph_cache_t c, kp__gentry *e, const kp__gcall *g
     /* the buffers are counted once, as the allocator holds them */
     e->bytes = nodes * KP_GRAPH_NODE_BYTES;
     e->stale = false;
+    e->copies_known = false; /* its exec's copy nodes are the graph's now */
 }
 
 /* Room for one more entry. */
@@ -236,7 +237,11 @@ static kp_status kp__miss(kp_graph_cache_t c, kp__gentry *same, const kp_graph_a
     e->state_bytes = g->c.state_bytes;
     e->built = g->c.build != NULL;
     e->n_copies = n_copies;
-    if (n_copies) memcpy(e->copy, copies, n_copies * sizeof *copies);
+    if (n_copies) {
+        memcpy(e->copy, copies, n_copies * sizeof *copies);
+        /* without it every launch sets the copies: slower, not wrong */
+        e->copy_last = kp__calloc(n_copies, sizeof *e->copy_last);
+    }
     graph = NULL;
     state = NULL;
     KP_CHECK_GOTO(kp__rekey(c, e, g), st, fail_entry);

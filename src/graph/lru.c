@@ -27,6 +27,7 @@ void kp__gc_entry_free(kp__gentry *e) {
     kp_graph_destroy(e->graph);
     kp__free(e->state);
     kp__free(e->key);
+    kp__free(e->copy_last);
     kp__free(e);
 }
 
