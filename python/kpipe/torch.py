@@ -51,8 +51,12 @@ _TORCH = {v: k for k, v in _DTYPES.items()}
 _POLICIES = ("capture", "fallback", "strict")
 
 
-_run = lib.kp_graph_cache_run
-_memmove = ctypes.memmove
+# kp_graph_cache_run for the hit path: its own function object without
+# argtypes (ctypes' conversion of three declared arguments costs 0.15 us a
+# call); every caller passes c_void_p objects and a byref, which go through
+# as pointers untouched. lib's own (checked) stays for everything else.
+_run = lib["kp_graph_cache_run"]
+_run.restype = ctypes.c_int
 # the most lengths of one dynamic dimension a prepare lays out ahead
 # (Graphed._lay_out): each costs a few microseconds then, and a few
 # hundred bytes kept
@@ -86,9 +90,10 @@ def _out_sig(w):
 
 def _hold(x):
     """x's shapes back in its entry's descriptors (inputs and outputs, one
-    ctypes buffer): one byte copy."""
+    ctypes buffer): one byte copy, through a memoryview of the buffer (a
+    slice write is 0.1 us; ctypes.memmove, a foreign call, 0.5)."""
     e = x.entry
-    _memmove(e.ports, x.ports, e.port_bytes)
+    e.bytes_view[:] = x.ports
     e.current = x
 
 
@@ -133,7 +138,7 @@ class _Entry:
     when it is not the one they hold (current)."""
     __slots__ = ("call", "ref", "ins", "outs", "masks", "lits", "lit_values", "tuple_out",
                  "n_in", "n_out", "positions", "n_args", "in_dyn", "follows", "padded_numel",
-                 "in_ports", "out_watch", "current", "ports", "port_bytes", "in_descs",
+                 "in_ports", "out_watch", "current", "ports", "bytes_view", "in_descs",
                  "out_descs", "out_base", "in_set", "out_set", "out_pstrides", "out_dtypes")
 
 
@@ -446,7 +451,7 @@ class Graphed(Bound):
                             e.positions[f[0][1]] if one else None, f[0][2], mults, tuple(f)))
         e.out_set = tuple(out_set)
         e.out_watch = tuple((e.outs[j], e.outs[j].desc.strides) for j in range(e.n_out))
-        e.port_bytes = ctypes.sizeof(e.ports)
+        e.bytes_view = memoryview(e.ports).cast("B")
         e.current = None
         return e
 
@@ -543,14 +548,19 @@ class Graphed(Bound):
         try:
             if kwargs:
                 args = self._bind_args(args, kwargs)
-            key = tuple([(a.dtype, a.shape) if isinstance(a, _Tensor) else (type(a), a)
-                         for a in args])
+            a = args[0] if len(args) == 1 else None
+            if type(a) is _Tensor:  # one tensor: its key without a comprehension (0.13 us)
+                key = ((a.dtype, a.shape),)
+            else:
+                key = tuple([(a.dtype, a.shape) if isinstance(a, _Tensor) else (type(a), a)
+                             for a in args])
             x = self._exacts.get(key)
             if x is None:
                 x = self._new_exact(args, key)
             e = x.entry
-            if e.current is not x:  # another length's shapes are in the descriptors
-                _hold(x)
+            if e.current is not x:  # another length's shapes are in the descriptors:
+                e.bytes_view[:] = x.ports  # _hold, inlined
+                e.current = x
             for i, port in e.in_ports:
                 t = args[i]
                 if not t.is_contiguous():
@@ -653,13 +663,15 @@ class Graphed(Bound):
             shape[d] = n
             base[i] = (a.dtype, tuple(shape))
             key = tuple(base)
-            if key in self._exacts:
+            x = self._exacts.get(key)
+            if x is not None and x.sig is not None:
                 continue
             e = self._by_padded.get(self._padded(key))
             sig = sigs.get(id(e))
             if sig is None:
                 continue
-            x = self._exacts[key] = self._exact(e, key)
+            if x is None:  # (the capture sizes' own came with the prepare, without views)
+                x = self._exacts[key] = self._exact(e, key)
             self._views(e, x, sig)
 
     def _out_view(self, port, p, dtype, numel, shape, strides):
