@@ -26,6 +26,7 @@ Prints a Markdown table.
     python3 bench/torch_graphed.py                  (drives the rest)
     python3 bench/torch_graphed.py APPROACH TRACE   (one run, JSON)
     python3 bench/torch_graphed.py split            (a hit's host time by step, JSON)
+    python3 bench/torch_graphed.py lengths          (a hit as the length changes, JSON)
 Also: the sample pipeline ticked from Python with torch tensors, host
 time per tick (compare `kpipe bench examples/sample.json --device cuda`)."""
 import json
@@ -258,7 +259,6 @@ def split():
     s = run._streams[raw]
     cache = run._cache_cp
     out["library call alone"] = timed(lambda: kt._run(cache, e.ref, s))
-    out["library call alone, int arguments"] = timed(lambda: kt._run(cache.value, e.ref, s.value))
     rt = _cudart()
     rt.cudaMemcpy2DAsync.argtypes = [c_void_p, c_size_t, c_void_p, c_size_t, c_size_t, c_size_t,
                                      c_int, c_void_p]
@@ -330,6 +330,105 @@ def split():
     return out
 
 
+def lengths():
+    """Why a call whose length changes costs more than a repeated one: the
+    same cache, each sequence of lengths timed three ways (p50 of its calls,
+    a sync before each): the whole call; the library call alone (the
+    Python steps done before the clock starts); and the CUDA runtime's bare
+    launch of each padded size's own graph (PyTorch's capture, instantiated
+    apart: no input copy, no cache), with the graph's node count. The graph
+    dict's whole call on the same sequences beside them. "its objects read
+    first": the whole call with the length's laid-out signature, views and
+    key read just before the clock (the host's cache warmed), to tell cold
+    memory from work."""
+    import ctypes
+    from ctypes import byref, c_size_t, c_void_p
+    import kpipe.torch as kt
+    torch.manual_seed(0)
+    m = Block().cuda().to(torch.bfloat16).eval()
+    torch.set_grad_enabled(False)
+    tr = traces()
+    seqs = {"one length 64": [64] * CALLS, "one length 256": [256] * CALLS,
+            "one length 512": [512] * CALLS, "one length 1024": [1024] * CALLS,
+            "256 and 250 in turn": [256, 250] * (CALLS // 2),
+            "a new length each call, one padded size (193..256)":
+                [193 + i % 64 for i in range(CALLS)],
+            "8 round-robin": tr["8 round-robin"], "growing": tr["growing"],
+            "64 random": tr["64 random"]}
+    xs = {k: torch.randn(BATCH, k, H, device="cuda", dtype=torch.bfloat16)
+          for k in set(sum(seqs.values(), []))}
+    run = kt.graphed(m, dynamic={"x": [1]}, capture_sizes=PAD)
+    run(xs[256])
+    raw = torch.cuda.current_stream().cuda_stream
+    s, cache = run._streams[raw], run._cache_cp
+    rt = _cudart()
+    rt.cudaGraphInstantiate.argtypes = [ctypes.POINTER(c_void_p), c_void_p, ctypes.c_ulonglong]
+    rt.cudaGraphLaunch.argtypes = [c_void_p, c_void_p]
+    rt.cudaGraphGetNodes.argtypes = [c_void_p, c_void_p, ctypes.POINTER(c_size_t)]
+    bare, nodes = {}, {}
+    for i, p in enumerate(sorted(PAD, reverse=True)):
+        g = c_void_p(run._graphs[i].raw_cuda_graph())
+        ge, nn = c_void_p(), c_size_t()
+        assert rt.cudaGraphInstantiate(byref(ge), g, 0) == 0
+        assert rt.cudaGraphGetNodes(g, None, byref(nn)) == 0
+        bare[p], nodes[p] = ge, nn.value
+    gd, pool, side = {}, torch.cuda.graph_pool_handle(), torch.cuda.Stream()
+
+    def dict_call(x):
+        n, p = x.shape[1], padded(x.shape[1])
+        g = gd.get(p)
+        if g is None:
+            g = gd[p] = dict_graph(m, p, pool, side)
+        g[1][:, :n].copy_(x)
+        g[0].replay()
+        return g[2][:, :n]
+
+    def p50(seq, before, f):
+        v = []
+        for k in seq:
+            a = before(k)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            f(a)
+            v.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+        return round(pct(v, 50), 2)
+
+    def lib_ready(k):
+        x = xs[k]
+        ex = run._exacts[((x.dtype, x.shape),)]
+        e = ex.entry
+        if e.current is not ex:
+            kt._hold(ex)
+        for _, port in e.in_ports:
+            port.data = x.data_ptr()
+        return e.ref
+
+    def touched(k):  # the call's own objects read, so that they are in the host's cache
+        x = xs[k]
+        ex = run._exacts[((x.dtype, x.shape),)]
+        _ = (bytes(ex.ports), ex.sig == ex.sig, ex.result.shape, ex.entry.current)
+        return x
+
+    out = {"nodes per padded size": nodes}
+    for seq in seqs.values():  # every length once: no first use inside the clock
+        for k in set(seq):
+            run(xs[k])
+            dict_call(xs[k])
+    torch.cuda.synchronize()
+    for rnd in range(2):
+        for name, seq in seqs.items():
+            r = out.setdefault(name, {})
+            r.setdefault("call", []).append(p50(seq, xs.get, run))
+            r.setdefault("call, its objects read first", []).append(p50(seq, touched, run))
+            r.setdefault("library", []).append(
+                p50(seq, lib_ready, lambda ref: kt._run(cache, ref, s)))
+            r.setdefault("bare launch", []).append(
+                p50(seq, lambda k: bare[padded(k)], lambda ge: rt.cudaGraphLaunch(ge, raw)))
+            r.setdefault("graph dict call", []).append(p50(seq, xs.get, dict_call))
+    return out
+
+
 APPROACHES = ("eager", "compile", "graph dict", "kpipe", "kpipe, on first use",
               "kpipe, compiled fn")
 KPIPES = ("kpipe", "kpipe, on first use", "kpipe, compiled fn")
@@ -338,7 +437,8 @@ KPIPES = ("kpipe", "kpipe, on first use", "kpipe, compiled fn")
 def main():
     if len(sys.argv) > 1:
         r = (python_pipeline() if sys.argv[1] == "pipeline" else split()
-             if sys.argv[1] == "split" else one(sys.argv[1], sys.argv[2]))
+             if sys.argv[1] == "split" else lengths() if sys.argv[1] == "lengths"
+             else one(sys.argv[1], sys.argv[2]))
         print(json.dumps(r))
         return
     res = {}
