@@ -158,13 +158,23 @@ def one(approach, trace):
         held, mem = extra["graphs"], mem + extra["bytes"]
     elif held_of:
         held = held_of()
+    # the process's own speed at a bare launch (a one-element add, a sync
+    # before each): processes of the same code differ by up to 2x in host
+    # time per hit, and this tells the process from the approach
+    z, probe = torch.zeros(1, device="cuda"), []
+    for _ in range(300):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        z.add_(1)
+        probe.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
     maxdiff = max((y.float() - m(xs[n]).cpu().float()).abs().max().item() for n, y in kept)
     return {"host_hit_p50": pct(hit_host, 50), "wall_p50": pct(wall, 50),
             "wall_p99": pct(wall, 99), "miss_ms": (sum(miss) / len(miss) / 1e3)
             if miss else 0.0, "misses": len(miss), "held": held,
             "reserved_mib": mem / 2**20, "added_mib": (mem - before) / 2**20,
             "max_diff": maxdiff, "stats": extra,
-            "first_call_ms": wall[0] / 1e3}
+            "first_call_ms": wall[0] / 1e3, "probe_launch_p50": pct(probe, 50)}
 
 
 def python_pipeline():
