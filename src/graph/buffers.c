@@ -188,12 +188,16 @@ static void kp__copy_launch(kp_graph_cache_t c, const kp__gcall *g, size_t p,
                      .params = prm};
 }
 
+size_t kp__gc_copies_wanted(kp_graph_cache_t c, const kp__gcall *g) {
+    return g->in_place || c->no_copy_nodes ? 0 : g->c.n_inputs;
+}
+
 /* Each copy added goes before the graph's roots, the copies added before
  * it included: the copies run one after another, then the work. */
 kp_status kp__gc_copy_nodes(kp_graph_cache_t c, const kp__gcall *g, kp_graph_t graph,
                             kp_graph_node_t *nodes, bool *added) {
     *added = false;
-    if (g->in_place || !g->c.n_inputs || c->no_copy_nodes) return KP_OK;
+    if (!kp__gc_copies_wanted(c, g)) return KP_OK;
     for (size_t p = 0; p < g->c.n_inputs; p++) {
         kp__copy_in_params prm;
         kp_launch l;

@@ -98,8 +98,10 @@ const char *kp__gc_key_str(const uint64_t *key, size_t words, char *buf, size_t 
 
 /* --- entries and bounds (lru.c) -------------------------------------------- */
 kp__gentry *kp__gc_find(kp_graph_cache_t c, const kp__gcall *g);
-/* Does the entry's graph still use the static buffers as they are? */
-bool kp__gc_entry_current(kp_graph_cache_t c, const kp__gentry *e);
+/* Can e (NULL: none found) be launched as it is: not stale, and its graph
+ * still using the static buffers where they are? A run's hit and a
+ * prepare's skip both ask it. */
+bool kp__gc_launchable(kp_graph_cache_t c, const kp__gentry *e);
 void kp__gc_entry_free(kp__gentry *e);
 void kp__gc_account(kp_graph_cache_t c);
 void kp__gc_remove(kp_graph_cache_t c, kp__gentry *e);
@@ -118,6 +120,10 @@ kp_status kp__gc_grow(kp_graph_cache_t c, const size_t *need, size_t n_ports,
                       const kp__gentry *keep);
 /* The work's view of the call: static buffers (or the inputs in place). */
 void kp__gc_args(kp_graph_cache_t c, kp__gcall *g, kp_graph_args *a, bool exact);
+/* The copy nodes a graph made now for g would lead with: one per input,
+ * none for an in-place call or where the backend's graphs take none (cpu,
+ * known after its first refusal). */
+size_t kp__gc_copies_wanted(kp_graph_cache_t c, const kp__gcall *g);
 /* The input copies as the first nodes of `graph` (nodes[p] for input p),
  * with the current call's addresses: *added is false where the call reads
  * its inputs in place or the backend cannot (cpu), and copies go on the

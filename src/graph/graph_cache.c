@@ -99,7 +99,7 @@ static bool kp__reserve(kp_graph_cache_t c) {
 }
 
 /* Tries to update `e`'s executable graph from `graph`, which leads with
- * n_copies input copies: e's must match (they are set at every launch). */
+ * n_copies input copies: e's must match (a hit sets them where they change). */
 static bool kp__try_update(kp_graph_cache_t c, kp__gentry *e, kp_graph_t graph, size_t n_copies) {
     if (!e || e->id != c->cur.c.id || e->state_bytes != c->cur.c.state_bytes ||
         e->n_copies != n_copies)
@@ -174,10 +174,10 @@ static bool kp__retarget(kp_graph_cache_t c, kp__gentry *same, const kp_graph_ar
         bool seen = false;
         for (int j = 0; j < attempt; j++) seen = seen || tried[j] == e;
         tried[attempt] = e;
-        /* its copy nodes (set at every launch) must be this call's inputs' */
-        const size_t want = g->in_place || c->no_copy_nodes ? 0 : g->c.n_inputs;
+        /* its copy nodes (set before a launch where they change) must be
+         * this call's inputs' */
         if (!e || seen || !e->built || e->id != g->c.id || e->state_bytes != g->c.state_bytes ||
-            e->n_copies != want)
+            e->n_copies != kp__gc_copies_wanted(c, g))
             continue;
         if (g->c.retarget(g->c.user, e->exec, a, e->state) != KP_OK) {
             kp_clear_error();
@@ -359,7 +359,7 @@ kp_status kp_graph_cache_run(kp_graph_cache_t c, kp_graph_call *call, kp_stream_
     c->st.calls++;
     c->clock++;
     kp__gentry *e = kp__gc_find(c, g);
-    bool hit = e && !e->stale && kp__gc_entry_current(c, e);
+    bool hit = kp__gc_launchable(c, e);
     for (size_t p = 0; hit && p < g->n_ports; p++) hit = g->need[p] <= c->buf_bytes[p];
     bool fresh = false;
     if (!hit) {
@@ -376,7 +376,7 @@ kp_status kp_graph_cache_run(kp_graph_cache_t c, kp_graph_call *call, kp_stream_
             return kp__fallback(c, call, s);
         }
         KP_CHECK(kp__gc_grow(c, g->need, g->n_ports, e));
-        if (e && !e->stale && !kp__gc_entry_current(c, e)) e->stale = true;
+        if (e && !kp__gc_launchable(c, e)) e->stale = true; /* its buffers moved */
         kp_graph_args a;
         kp__gc_args(c, g, &a, false);
         kp_status st = kp__miss(c, e, &a, &e);
@@ -418,7 +418,7 @@ kp_status kp_graph_cache_prepare(kp_graph_cache_t c, kp_graph_call *calls, size_
         kp__gcall *g = &c->cur;
         KP_CHECK(kp__gc_resolve(c, &calls[i], true, g, c->key));
         kp__gentry *e = kp__gc_find(c, g);
-        if (!e || e->stale || !kp__gc_entry_current(c, e)) {
+        if (!kp__gc_launchable(c, e)) {
             kp_graph_args a;
             kp__gc_args(c, g, &a, false);
             char key[256];

@@ -15,7 +15,8 @@ kp__gentry *kp__gc_find(kp_graph_cache_t c, const kp__gcall *g) {
     return NULL;
 }
 
-bool kp__gc_entry_current(kp_graph_cache_t c, const kp__gentry *e) {
+bool kp__gc_launchable(kp_graph_cache_t c, const kp__gentry *e) {
+    if (!e || e->stale) return false;
     for (size_t p = 0; p < e->n_ports; p++)
         if (e->bufs[p] && e->bufs[p] != c->buf[p]) return false;
     return true;
