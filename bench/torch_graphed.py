@@ -92,6 +92,23 @@ def dict_graph(m, p, pool, side):
     return cg, xi, yo
 
 
+def graph_dict(m):
+    """The graph dict's call (a graph per padded length, captured at its
+    first use into one shared pool; the input copied into its static
+    buffer, the output sliced), and the dict."""
+    graphs, pool, side = {}, torch.cuda.graph_pool_handle(), torch.cuda.Stream()
+
+    def run(x):
+        n, p = x.shape[1], padded(x.shape[1])
+        g = graphs.get(p)
+        if g is None:
+            g = graphs[p] = dict_graph(m, p, pool, side)
+        g[1][:, :n].copy_(x)
+        g[0].replay()
+        return g[2][:, :n]
+    return run, graphs
+
+
 def make_run(approach, m):
     """The callable an approach runs, the key a call is a hit under, and
     what tells its graphs held (None where it holds none)."""
@@ -101,16 +118,7 @@ def make_run(approach, m):
         # cudagraph trees record per shape
         return torch.compile(m, mode="reduce-overhead", dynamic=True), (lambda n: n), None
     if approach == "graph dict":
-        graphs, pool, side = {}, torch.cuda.graph_pool_handle(), torch.cuda.Stream()
-
-        def run(x):
-            n, p = x.shape[1], padded(x.shape[1])
-            g = graphs.get(p)
-            if g is None:
-                g = graphs[p] = dict_graph(m, p, pool, side)
-            g[1][:, :n].copy_(x)
-            g[0].replay()
-            return g[2][:, :n]
+        run, graphs = graph_dict(m)
         return run, padded, lambda: len(graphs)
     import kpipe.torch as kt
     fn = torch.compile(m, dynamic=True) if approach == "kpipe, compiled fn" else m
@@ -382,16 +390,7 @@ def lengths():
         assert rt.cudaGraphInstantiate(byref(ge), g, 0) == 0
         assert rt.cudaGraphGetNodes(g, None, byref(nn)) == 0
         bare[p], nodes[p] = ge, nn.value
-    gd, pool, side = {}, torch.cuda.graph_pool_handle(), torch.cuda.Stream()
-
-    def dict_call(x):
-        n, p = x.shape[1], padded(x.shape[1])
-        g = gd.get(p)
-        if g is None:
-            g = gd[p] = dict_graph(m, p, pool, side)
-        g[1][:, :n].copy_(x)
-        g[0].replay()
-        return g[2][:, :n]
+    dict_call, _ = graph_dict(m)
 
     def p50(seq, before, f):
         v = []

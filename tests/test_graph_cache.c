@@ -190,6 +190,14 @@ static kp_graph_cache_t cache(const kp_graph_cache_config *cfg) {
     return c;
 }
 
+/* A cache that pads dynamic dimensions into the n capture sizes caps. */
+static kp_graph_cache_t padded_cache(const int64_t *caps, size_t n) {
+    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
+    memcpy(cfg.capture_sizes, caps, n * sizeof *caps);
+    cfg.n_capture_sizes = n;
+    return cache(&cfg);
+}
+
 static void hit_and_miss(void **state) {
     (void)state;
     kp_graph_cache_t c = cache(NULL);
@@ -402,11 +410,8 @@ static void eviction_by_bytes(void **state) {
 
 static void padding_and_slicing(void **state) {
     (void)state;
-    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
-    int64_t caps[3] = {4, 8, 16};
-    memcpy(cfg.capture_sizes, caps, sizeof caps);
-    cfg.n_capture_sizes = 3;
-    kp_graph_cache_t c = cache(&cfg);
+    const int64_t caps[3] = {4, 8, 16};
+    kp_graph_cache_t c = padded_cache(caps, 3);
     bufs b;
     bufs_open(&b, 64 * 5, 7);
     /* dimension 0 dynamic: batches 1..4 share the graph of 4, 5..8 of 8 */
@@ -494,11 +499,8 @@ static void strict_and_prepare(void **state) {
  * of the same call is a hit on the same buffer. */
 static void prepare_gives_padded_views(void **state) {
     (void)state;
-    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
-    int64_t caps[2] = {4, 8};
-    memcpy(cfg.capture_sizes, caps, sizeof caps);
-    cfg.n_capture_sizes = 2;
-    kp_graph_cache_t c = cache(&cfg);
+    const int64_t caps[2] = {4, 8};
+    kp_graph_cache_t c = padded_cache(caps, 2);
     bufs b;
     bufs_open(&b, 3 * 8, 9);
     const int64_t widths[3] = {8, 3, 5}, padded[3] = {8, 4, 8};
@@ -613,11 +615,8 @@ static void fallback_keeps_the_byte_bound(void **state) {
  * call changes nothing (no capture, no update, no counter). */
 static void padding_rows_bound_refuses_cleanly(void **state) {
     (void)state;
-    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
-    int64_t caps[2] = {4, 8};
-    memcpy(cfg.capture_sizes, caps, sizeof caps);
-    cfg.n_capture_sizes = 2;
-    kp_graph_cache_t c = cache(&cfg);
+    const int64_t caps[2] = {4, 8};
+    kp_graph_cache_t c = padded_cache(caps, 2);
     int64_t rows = KP_GRAPH_MAX_COPY_RUNS;
     bufs b;
     bufs_open(&b, (rows + 1) * 3, 22);
@@ -680,10 +679,8 @@ static void large_sizes(void **state) {
     kp_graph_cache_destroy(c);
     /* the same lengths padded into one capture size, largest first: one
      * graph, its input copy's grid the padded size's for every length */
-    kp_graph_cache_config cfg = KP_GRAPH_CACHE_CONFIG_INIT;
-    cfg.capture_sizes[0] = (1 << 24) + 8;
-    cfg.n_capture_sizes = 1;
-    c = cache(&cfg);
+    const int64_t cap = (1 << 24) + 8;
+    c = padded_cache(&cap, 1);
     for (int i = 3; i >= 0; i--) {
         bufs b;
         bufs_open(&b, sizes[i], 40 + (uint64_t)i);
