@@ -27,6 +27,12 @@ Prints a Markdown table.
     python3 bench/torch_graphed.py APPROACH TRACE   (one run, JSON)
     python3 bench/torch_graphed.py split            (a hit's host time by step, JSON)
     python3 bench/torch_graphed.py lengths          (a hit as the length changes, JSON)
+    python3 bench/torch_graphed.py interleaved      (host per hit, one process, JSON)
+The driver runs `interleaved` last: host per hit of kpipe, the graph dict
+and reduce-overhead in one process, their blocks alternated, ratios taken
+round by round. A process's bare launch time moves by up to 1.5x with the
+cores it runs on, so ratios between separate processes spread more than
+the approaches differ (bench/RESULTS.md).
 Also: the sample pipeline ticked from Python with torch tensors, host
 time per tick (compare `kpipe bench examples/sample.json --device cuda`)."""
 import json
@@ -169,20 +175,14 @@ def one(approach, trace):
     # the process's own speed at a bare launch (a one-element add, a sync
     # before each): processes of the same code differ by up to 2x in host
     # time per hit, and this tells the process from the approach
-    z, probe = torch.zeros(1, device="cuda"), []
-    for _ in range(300):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        z.add_(1)
-        probe.append((time.perf_counter() - t0) * 1e6)
-    torch.cuda.synchronize()
+    probe = probe_p50()
     maxdiff = max((y.float() - m(xs[n]).cpu().float()).abs().max().item() for n, y in kept)
     return {"host_hit_p50": pct(hit_host, 50), "wall_p50": pct(wall, 50),
             "wall_p99": pct(wall, 99), "miss_ms": (sum(miss) / len(miss) / 1e3)
             if miss else 0.0, "misses": len(miss), "held": held,
             "reserved_mib": mem / 2**20, "added_mib": (mem - before) / 2**20,
             "max_diff": maxdiff, "stats": extra,
-            "first_call_ms": wall[0] / 1e3, "probe_launch_p50": pct(probe, 50)}
+            "first_call_ms": wall[0] / 1e3, "probe_launch_p50": probe}
 
 
 def python_pipeline():
@@ -348,6 +348,20 @@ def split():
     return out
 
 
+def seq_p50(seq, before, f):
+    """p50 host time of f over a sequence of lengths, a sync before each
+    call; before(k) makes the call's argument outside the clock."""
+    v = []
+    for k in seq:
+        a = before(k)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        f(a)
+        v.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return round(pct(v, 50), 2)
+
+
 def lengths():
     """Why a call whose length changes costs more than a repeated one: the
     same cache, each sequence of lengths timed three ways (p50 of its calls,
@@ -392,17 +406,6 @@ def lengths():
         bare[p], nodes[p] = ge, nn.value
     dict_call, _ = graph_dict(m)
 
-    def p50(seq, before, f):
-        v = []
-        for k in seq:
-            a = before(k)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            f(a)
-            v.append((time.perf_counter() - t0) * 1e6)
-        torch.cuda.synchronize()
-        return round(pct(v, 50), 2)
-
     def lib_ready(k):
         x = xs[k]
         ex = run._exacts[((x.dtype, x.shape),)]
@@ -428,15 +431,72 @@ def lengths():
     for rnd in range(2):
         for name, seq in seqs.items():
             r = out.setdefault(name, {})
-            r.setdefault("call", []).append(p50(seq, xs.get, run))
-            r.setdefault("call, its objects read first", []).append(p50(seq, touched, run))
+            r.setdefault("call", []).append(seq_p50(seq, xs.get, run))
+            r.setdefault("call, its objects read first", []).append(seq_p50(seq, touched, run))
             r.setdefault("library", []).append(
-                p50(seq, lib_ready, lambda ref: kt._run(cache, ref, s)))
+                seq_p50(seq, lib_ready, lambda ref: kt._run(cache, ref, s)))
             r.setdefault("bare launch", []).append(
-                p50(seq, lambda k: bare[padded(k)], lambda ge: rt.cudaGraphLaunch(ge, raw)))
-            r.setdefault("graph dict call", []).append(p50(seq, xs.get, dict_call))
+                seq_p50(seq, lambda k: bare[padded(k)], lambda ge: rt.cudaGraphLaunch(ge, raw)))
+            r.setdefault("graph dict call", []).append(seq_p50(seq, xs.get, dict_call))
     return out
 
+
+def probe_p50():
+    """This process's bare launch now: a one-element add after a sync,
+    p50 of 300."""
+    z, v = torch.zeros(1, device="cuda"), []
+    for _ in range(300):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        z.add_(1)
+        v.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return round(pct(v, 50), 2)
+
+
+def interleaved(rounds=7):
+    """Host per hit of kpipe, the graph dict and reduce-overhead in one
+    process, their blocks alternated: each round runs every trace through
+    each approach (300 calls, p50, a sync before each call), the approaches'
+    order turned round by round. Every length of every trace has run through
+    each approach before the first round (reduce-overhead three times: a
+    warm-up, its recording, a replay), so every timed call is a hit. The
+    same process's bare launch changes by up to 1.5x over seconds, with
+    the cores it runs on at the time (bench/RESULTS.md),
+    so ratios are taken within a round, blocks a fraction of a second
+    apart, and their median reported, beside the bare-launch probe before
+    each round."""
+    import kpipe.torch as kt
+    torch.manual_seed(0)
+    m = Block().cuda().to(torch.bfloat16).eval()
+    torch.set_grad_enabled(False)
+    tr = traces()
+    xs = {n: torch.randn(BATCH, n, H, device="cuda", dtype=torch.bfloat16)
+          for n in set(sum(tr.values(), []))}
+    runs = {"kpipe": kt.graphed(m, dynamic={"x": [1]}, capture_sizes=PAD),
+            "graph dict": graph_dict(m)[0],
+            "reduce-overhead": torch.compile(m, mode="reduce-overhead", dynamic=True)}
+    for n in sorted(xs):
+        for name, f in runs.items():
+            for _ in range(3 if name == "reduce-overhead" else 1):
+                f(xs[n])
+    torch.cuda.synchronize()
+    names = list(runs)
+    out = {"probe_launch_p50": [], "traces": {}}
+    for r in range(rounds):
+        out["probe_launch_p50"].append(probe_p50())
+        order = names[r % len(names):] + names[:r % len(names)]
+        for t, seq in tr.items():
+            row = out["traces"].setdefault(t, {a: [] for a in names})
+            for a in order:
+                row[a].append(seq_p50(seq, xs.get, runs[a]))
+    for t, row in out["traces"].items():
+        k = row["kpipe"]
+        for a in names[1:]:
+            ratios = sorted(x / y for x, y in zip(k, row[a]))
+            row["kpipe / " + a] = [round(x, 3) for x in ratios]
+            row["kpipe / %s, median" % a] = round(ratios[len(ratios) // 2], 3)
+    return out
 
 APPROACHES = ("eager", "compile", "graph dict", "kpipe", "kpipe, on first use",
               "kpipe, compiled fn")
@@ -445,9 +505,10 @@ KPIPES = ("kpipe", "kpipe, on first use", "kpipe, compiled fn")
 
 def main():
     if len(sys.argv) > 1:
-        r = (python_pipeline() if sys.argv[1] == "pipeline" else split()
-             if sys.argv[1] == "split" else lengths() if sys.argv[1] == "lengths"
-             else one(sys.argv[1], sys.argv[2]))
+        modes = {"pipeline": python_pipeline, "split": split, "lengths": lengths,
+                 "interleaved": interleaved}
+        mode = modes.get(sys.argv[1])
+        r = mode() if mode else one(sys.argv[1], sys.argv[2])
         print(json.dumps(r))
         return
     res = {}
@@ -497,6 +558,20 @@ def main():
             print("kpipe, %s: the first call (all 16 sizes prepared) %.2f s"
                   % (t, res["kpipe"][t]["first_call_ms"] / 1e3))
             print("kpipe cache stats, %s:" % t, json.dumps(res["kpipe"][t]["stats"]))
+    p = subprocess.run([sys.executable, __file__, "interleaved"], capture_output=True,
+                       text=True, timeout=400)
+    if p.returncode == 0:
+        iv = json.loads(p.stdout.strip().splitlines()[-1])
+        print("one process, the approaches' blocks alternated (%d rounds; bare launch p50 "
+              "per round %s us):" % (len(iv["probe_launch_p50"]), iv["probe_launch_p50"]))
+        for t, row in iv["traces"].items():
+            print("  %s: kpipe %s us, graph dict %s, reduce-overhead %s; kpipe / graph dict "
+                  "median %.3g, kpipe / reduce-overhead median %.3g" % (
+                      t, row["kpipe"], row["graph dict"], row["reduce-overhead"],
+                      row["kpipe / graph dict, median"],
+                      row["kpipe / reduce-overhead, median"]))
+    else:
+        print("interleaved failed:\n%s" % p.stderr[-3000:], file=sys.stderr)
     if "pipeline" in res:
         r = res["pipeline"][""]
         print("sample pipeline from Python with torch tensors: host per tick p50 %.1f us, "
