@@ -156,6 +156,21 @@ def _torch_map(torch):
     return _torch_dtypes
 
 
+_torch_raw = None
+
+
+def torch_raw_stream(torch):
+    """index -> the raw handle of PyTorch's current stream on that device,
+    without making a torch.cuda.Stream object: torch.cuda.current_stream()
+    costs about 6 us a call (H200 host), this 0.1-0.2. The public call where
+    the build lacks the private one."""
+    global _torch_raw
+    if _torch_raw is None:
+        _torch_raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+            (lambda index: torch.cuda.current_stream(index).cuda_stream)
+    return _torch_raw
+
+
 def _canonical(shape):
     """Row-major strides, in elements."""
     acc, s = 1, []
@@ -201,7 +216,7 @@ def direct(obj, stream):
     where = obj.device
     if where.type == "cuda":
         # the same stream both sides: DLPack would add no ordering
-        if stream is None or torch.cuda.current_stream(where).cuda_stream != stream:
+        if stream is None or torch_raw_stream(torch)(where.index) != stream:
             return None
         kind, index = CUDA, where.index
     elif where.type == "cpu":

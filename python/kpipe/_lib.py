@@ -369,11 +369,11 @@ def fill_desc(desc, dtype, shape, strides=None, offset=0):
 
 
 def desc_shape(desc):
-    return tuple(desc.shape[i] for i in range(desc.ndim))
+    return tuple(desc.shape[:desc.ndim])
 
 
 def desc_strides(desc):
-    return tuple(desc.strides[i] for i in range(desc.ndim))
+    return tuple(desc.strides[:desc.ndim])
 
 
 __all__ = ["Error", "lib", "check", "set_error", "fill_desc", "desc_shape", "desc_strides"]

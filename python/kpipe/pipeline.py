@@ -126,8 +126,9 @@ class Pipeline(Owned):
         self._in = (PortInfo * (len(self.inputs) or 1))()
         self._out = (PortInfo * (len(self.outputs) or 1))()
         self._names = [n.encode() for n in self.inputs + self.outputs]
-        for i, n in enumerate(self.inputs):
-            self._in[i].name = self._names[i]
+        for i, n in enumerate(self._names):  # the library only reads them
+            (self._in[i] if i < len(self.inputs) else self._out[i - len(self.inputs)]).name = n
+        self._in_set = frozenset(self.inputs)
         self._in_keys = [None] * len(self.inputs)  # what each input port holds
         self._views = [None] * len(self.outputs)
         self._ready = False
@@ -162,7 +163,7 @@ class Pipeline(Owned):
         p = self.ptr
         feed = dict(inputs, **named) if inputs else named
         s = self.device.as_stream(stream)
-        if len(feed) != len(self.inputs) or any(n not in feed for n in self.inputs):
+        if feed.keys() != self._in_set:
             missing = [n for n in self.inputs if n not in feed]
             extra = [n for n in feed if n not in self.inputs]
             raise Error("KP_ERR_INVALID_ARG", "pipeline %s takes inputs %s; %s" % (
@@ -187,10 +188,8 @@ class Pipeline(Owned):
                 d.shape[k], d.strides[k] = m, st
             d.offset = 0
             keys[i] = key
-        n_out = len(self.outputs)
-        for i in range(n_out):
-            self._out[i].name = self._names[len(self.inputs) + i]
-        check(lib.kp_pipeline_configure_io(p, self._in, len(self.inputs), self._out, n_out, s.ptr))
+        check(lib.kp_pipeline_configure_io(p, self._in, len(self.inputs), self._out,
+                                           len(self.outputs), s.ptr))
         if not self._ready:
             check(lib.kp_pipeline_warmup(p, s.ptr))
             if self.mode == "graph":

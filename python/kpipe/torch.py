@@ -39,6 +39,7 @@ from ctypes import byref, c_int64, c_uint32, c_void_p
 
 import torch
 
+from . import _dlpack
 from ._core import Array, Bound, Handle, _deferred, any_thread, capture_guard, device as _device
 from ._lib import (BUILD_FN, DTYPE_NAMES, ENQUEUE_FN, Error, GraphCall, GraphStats, PortInfo,
                    check, fill_desc, lib, raise_failed, set_error)
@@ -64,8 +65,7 @@ _LAY_OUT_MAX = 4096
 _ident = threading.get_ident
 _Tensor = torch.Tensor
 # the current stream's raw handle without making a torch.cuda.Stream object
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
-                      lambda index: torch.cuda.current_stream(index).cuda_stream)
+_raw_stream = _dlpack.torch_raw_stream(torch)
 
 
 def _flatten(res):

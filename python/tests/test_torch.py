@@ -89,6 +89,22 @@ def test_tensors_read_in_place_as_dlpack_would():
         assert _dlpack.direct(t, stream) is None
 
 
+def test_current_stream_read_raw():
+    # direct() asks for the current stream's raw handle (no Stream object
+    # made): it must be the stream torch would name, inside a stream context
+    # too, or a tensor could be read in place unordered
+    from kpipe import _dlpack
+    raw = _dlpack.torch_raw_stream(torch)
+    x = torch.randn(4, device="cuda")
+    assert raw(x.device.index) == torch.cuda.current_stream(x.device).cuda_stream
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert raw(x.device.index) == side.cuda_stream
+        assert _dlpack.direct(x, side.cuda_stream) is not None
+        assert _dlpack.direct(x, torch.cuda.default_stream().cuda_stream) is None
+    assert _dlpack.direct(x, side.cuda_stream) is None
+
+
 def test_inputs_made_on_another_stream_are_ordered():
     # a tensor written on torch's stream, read by kpipe on its own: the
     # exchange (not the direct read) makes kpipe's stream wait for it
