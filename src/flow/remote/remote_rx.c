@@ -291,9 +291,13 @@ static kp_status kp__check_frame(kp__remote *r, const kp__slot *sl, kp_frame *f)
  * the link is watched meanwhile, so a lost sender ends the flow with "lost
  * the peer". A copy's event is done within microseconds (the header left
  * after the copy was queued), so the wait spins on the event, looking at
- * the link every 64 queries and moving it itself where no progress thread
- * does after the first millisecond. A query that fails (the sender's
- * context gone) gives the link two seconds to say so before its own error. */
+ * the link every 64 queries. After the first millisecond, or once a query
+ * fails (the sender's context gone), it moves the link at each look
+ * (kp__remote_progress: itself, or where a progress thread is, that thread
+ * with the turn left to it, up to a millisecond): the stage's turn keeps
+ * a progress thread off the worker, and a lost sender would otherwise end
+ * the wait only by a failed query. A failed query gives the link two
+ * seconds to say so before its own error. */
 static kp_status kp__ipc_wait_copy(kp__remote *r, kp_flow_t flow, kp_event_t ev, bool *stop) {
     *stop = false;
     double t0 = 0, failed_at = 0;
@@ -311,7 +315,7 @@ static kp_status kp__ipc_wait_copy(kp__remote *r, kp_flow_t flow, kp_event_t ev,
             return kp__error(KP_ERR_IO, "remote %s: frame %llu: the sender's copy event failed",
                              r->addr, (unsigned long long)r->next);
         if (t0 == 0) t0 = now;
-        if (!r->progress_on && (failed_at > 0 || now - t0 > 1.0)) {
+        if (failed_at > 0 || now - t0 > 1.0) {
             bool spun = false;
             kp__remote_progress(r, &spun);
         }
@@ -319,7 +323,15 @@ static kp_status kp__ipc_wait_copy(kp__remote *r, kp_flow_t flow, kp_event_t ev,
 }
 
 /* kp__ipc_wait_copy, its time added to the end's ipc_wait_ns where the
- * copy had not ended at the first look. */
+ * copy had not ended at the first look. The stage keeps its turn on the
+ * worker through a wait of the usual length (under a millisecond), so a
+ * progress thread moves nothing meanwhile: what the link brings is taken
+ * after. Leaving the turn for every wait, as kp__remote_device_sync does,
+ * was built and measured on one H200 (two processes, 2,000 frames at
+ * capacity 4, old and new alternated over three rounds): 3-7% fewer frames
+ * at 64 KiB, 1 MiB and 8 MiB (8 MiB: 75.5-77.4 GB/s against 78.4-82.3).
+ * Between two GPUs at capacity 16 the sender had not been short of
+ * credits either; dropped (bench/RESULTS.md). */
 static kp_status kp__ipc_copied(kp__remote *r, kp_flow_t flow, kp_event_t ev, bool *stop) {
     bool done = false;
     *stop = false;
