@@ -330,8 +330,8 @@ static kp_status kp__ipc_wait_copy(kp__remote *r, kp_flow_t flow, kp_event_t ev,
  * was built and measured on one H200 (two processes, 2,000 frames at
  * capacity 4, old and new alternated over three rounds): 3-7% fewer frames
  * at 64 KiB, 1 MiB and 8 MiB (8 MiB: 75.5-77.4 GB/s against 78.4-82.3).
- * Between two GPUs at capacity 16 the sender had not been short of
- * credits either; dropped (bench/RESULTS.md). */
+ * Between two GPUs, four times the credits had not raised the rate
+ * either; dropped (bench/RESULTS.md). */
 static kp_status kp__ipc_copied(kp__remote *r, kp_flow_t flow, kp_event_t ev, bool *stop) {
     bool done = false;
     *stop = false;
