@@ -126,8 +126,11 @@ class Pipeline(Owned):
         self._in = (PortInfo * (len(self.inputs) or 1))()
         self._out = (PortInfo * (len(self.outputs) or 1))()
         self._names = [n.encode() for n in self.inputs + self.outputs]
-        for i, n in enumerate(self._names):  # the library only reads them
-            (self._in[i] if i < len(self.inputs) else self._out[i - len(self.inputs)]).name = n
+        n_in = len(self.inputs)  # the names, set once: the library only reads them
+        for i in range(n_in):
+            self._in[i].name = self._names[i]
+        for i in range(len(self.outputs)):
+            self._out[i].name = self._names[n_in + i]
         self._in_set = frozenset(self.inputs)
         self._in_keys = [None] * len(self.inputs)  # what each input port holds
         self._views = [None] * len(self.outputs)
