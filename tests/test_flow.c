@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "flow/runtime/flow-impl.h" /* kp__flow_source_backlog, the remote source's word */
 #include "support/kp_test.h"
 #include "support/test_kernels.h"
 
@@ -406,6 +407,21 @@ static void json_flow_errors(void **state) {
     KPT_FAILS(kp_flow_create_from_json(g_dev, "{}", NULL), KP_ERR_INVALID_ARG);
 }
 
+/* A flow of n stages on the test's device (frames of frame_bytes), run to
+ * its end. */
+static kp_flow_t flow_run(kp_flow_stage *st, size_t n, size_t frame_bytes) {
+    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
+    cfg.dev = g_dev;
+    cfg.stages = st;
+    cfg.n_stages = n;
+    cfg.frame_bytes = frame_bytes;
+    kp_flow_t f;
+    KPT_OK(kp_flow_create(&cfg, &f));
+    KPT_OK(kp_flow_start(f));
+    KPT_OK(kp_flow_wait(f));
+    return f;
+}
+
 /* --- micro-batching ------------------------------------------------------------------ */
 typedef struct batch_ctx {
     uint64_t frames, seen, next;
@@ -459,14 +475,7 @@ static void micro_batching(void **state) {
                                 .max_batch = 4,
                                 .deadline_us = 300},
                                {.name = "sink", .fn = batch_sink, .user = &b, .queue_capacity = 8}};
-        kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
-        cfg.dev = g_dev;
-        cfg.stages = st;
-        cfg.n_stages = 3;
-        kp_flow_t f;
-        KPT_OK(kp_flow_create(&cfg, &f));
-        KPT_OK(kp_flow_start(f));
-        KPT_OK(kp_flow_wait(f));
+        kp_flow_t f = flow_run(st, 3, 0);
         kp_flow_snapshot h;
         KPT_OK(kp_flow_health(f, &h));
         assert_int_equal(b.seen, b.frames);
@@ -800,6 +809,63 @@ static kp_status noop(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos)
     return KP_OK;
 }
 
+/* Carrying and a source's backlog: a source whose frames come slower than
+ * its sink runs (200 us apart; the sink's thread sleeps between them)
+ * carries them into the sink on its own thread; one that says its next
+ * frame is there already (kp__flow_source_backlog, as the remote source
+ * does) never does, though the sink's thread sleeps just the same. */
+typedef struct backlog_run {
+    bool backlog;
+    uint64_t frames, on_source_thread, seen, out_of_order;
+} backlog_run;
+
+static _Thread_local bool t_source_thread; /* set on the source's thread alone */
+
+static kp_status backlog_source(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    backlog_run *b = user;
+    t_source_thread = true;
+    if (f->seq == b->frames) {
+        *eos = true;
+        return KP_OK;
+    }
+    sleep_us(200);
+    kp__flow_source_backlog(c, b->backlog);
+    return KP_OK;
+}
+
+static kp_status backlog_sink(void *user, const kp_stage_ctx *c, kp_frame *f, bool *eos) {
+    backlog_run *b = user;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do /* 2 us: above the 0.2 us of host time always carried */
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 2000);
+    if (t_source_thread) b->on_source_thread++;
+    if (f->seq != b->seen) b->out_of_order++;
+    b->seen++;
+    return KP_OK;
+}
+
+static void source_backlog_stops_carrying(void **state) {
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        backlog_run b = {.backlog = k == 1, .frames = 300};
+        kp_flow_stage st[2] = {
+            {.name = "src", .fn = backlog_source, .user = &b},
+            {.name = "sink", .fn = backlog_sink, .user = &b, .queue_capacity = 4}};
+        kp_flow_destroy(flow_run(st, 2, 0));
+        printf("source %s backlog: %llu of %llu frames run on the source's thread\n",
+               b.backlog ? "with a" : "without", (unsigned long long)b.on_source_thread,
+               (unsigned long long)b.seen);
+        assert_int_equal(b.seen, b.frames);
+        assert_int_equal(b.out_of_order, 0);
+        if (b.backlog)
+            assert_int_equal(b.on_source_thread, 0);
+        else if (!getenv("KP_TEST_NO_TIMING")) /* a sleeping sink is carried into */
+            assert_true(b.on_source_thread > 0);
+    }
+}
+
 static void misuse(void **state) {
     (void)state;
     kp_flow_t f = NULL;
@@ -899,15 +965,7 @@ static void run_json(const char *json) {
 
 /* A flow of the stages st[0] -> st[1], frames of frame_bytes. */
 static void run_c(kp_flow_stage *st, size_t frame_bytes, uint64_t want_done) {
-    kp_flow_config cfg = KP_FLOW_CONFIG_INIT;
-    cfg.dev = g_dev;
-    cfg.stages = st;
-    cfg.n_stages = 2;
-    cfg.frame_bytes = frame_bytes;
-    kp_flow_t f;
-    KPT_OK(kp_flow_create(&cfg, &f));
-    KPT_OK(kp_flow_start(f));
-    KPT_OK(kp_flow_wait(f));
+    kp_flow_t f = flow_run(st, 2, frame_bytes);
     kp_flow_snapshot h;
     KPT_OK(kp_flow_health(f, &h));
     assert_int_equal(h.frames_done, want_done);
@@ -1117,6 +1175,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(one_validation_for_both_forms),
         cmocka_unit_test(budget_fills_batches),
         cmocka_unit_test(spinning_on_a_small_host),
+        cmocka_unit_test(source_backlog_stops_carrying),
         cmocka_unit_test(c_stages_match_json),
         cmocka_unit_test(c_stages_refuse_bad_arguments),
     };

@@ -268,11 +268,13 @@ typedef struct kp_flow_config {
      * host time (a moving average); when its thread sleeps and they take
      * at most 3 us; and when its thread sleeps and they take at most
      * carry_us. Into a sleeping thread's stage only when no frame waits
-     * for the carrying stage itself (it has time to spare; a source cannot
-     * tell), and one such frame in 1024 is queued for the sleeping thread
-     * instead: where the carrying thread is the bottleneck, the woken
-     * thread stays awake on the frames that follow, and the stages run in
-     * parallel again. A stage's first run is on its own thread. A stage
+     * for the carrying stage itself (it has time to spare; kpipe's remote
+     * source says whether its next frame has arrived, other sources are
+     * taken to have time), and one such frame in 1024 is queued for the
+     * sleeping thread instead: where the carrying thread is the
+     * bottleneck, the woken thread stays awake on the frames that follow,
+     * and the stages run in parallel again. A stage's first run is on its
+     * own thread. A stage
      * function may so run on the thread of a stage upstream, never two at
      * once, and never after its end function. 0: 20; -1: never carry; at
      * most 10^6. */

@@ -192,6 +192,7 @@ typedef struct kp__stage {
     kp__wake hold_free;        /* its own thread, waiting for `held` */
     _Atomic uint32_t cost_ns;  /* its host time per run, a moving average */
     uint32_t carry_probe;      /* frames carried into it past a sleeping thread */
+    bool backlog; /* a source's: its next frame was there already (kp__flow_source_backlog) */
     /* A last stage's latency samples for frames with device work still
      * pending: a host function on its stream stamps each once the work is
      * done (a slot still busy skips the sample). */

@@ -4,6 +4,7 @@
  * state. Where a frame goes next, and failing the flow: route.c. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -225,8 +226,10 @@ static bool kp__carry_worth(const kp__stage *o, kp__stage *t) {
     uint32_t cost = atomic_load_explicit(&t->cost_ns, memory_order_relaxed);
     if (cost <= KP__CARRY_ALWAYS_NS) return true;
     if (!kp__queue_consumer_asleep(&f->q[t->index])) return false;
-    const bool source = f->ls[o->index].source;
-    if (!source && !kp__queue_empty(&f->q[o->index])) return false;
+    /* a frame waiting for o makes o the bottleneck: o's own queue, or a
+     * source's next frame (kp__flow_source_backlog) */
+    const bool waiting = f->ls[o->index].source ? o->backlog : !kp__queue_empty(&f->q[o->index]);
+    if (waiting) return false;
     /* within KP__CARRY_WAKE_NS whatever carry_us, as flow.h says */
     if (cost > KP__CARRY_WAKE_NS && cost > f->carry_ns) return false;
     return ++t->carry_probe % KP__CARRY_PROBE != 0; /* o's thread alone counts */
@@ -278,6 +281,13 @@ static void kp__pass(kp__stage *s, kp__fframe *fr) {
         kp__flow_forward(s, fr);
     }
     if (s->carry_in) kp__unhold(s);
+}
+
+/* s->ctx is what the flow passes a stage's function: the stage is found
+ * from it. Only the source's own thread reads and writes `backlog`. */
+void kp__flow_source_backlog(const kp_stage_ctx *c, bool waiting) {
+    kp__stage *s = (kp__stage *)((char *)c - offsetof(kp__stage, ctx));
+    s->backlog = waiting;
 }
 
 static void kp__source_loop(kp__stage *s) {
