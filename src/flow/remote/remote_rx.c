@@ -282,6 +282,24 @@ static kp_status kp__check_frame(kp__remote *r, const kp__slot *sl, kp_frame *f)
     return KP_OK;
 }
 
+/* One look at the link from kp__ipc_wait_copy, with the stage's turn. */
+static kp_status kp__ipc_look(kp__remote *r, kp_flow_t flow, bool *stop, double *t0,
+                              double failed_at) {
+    KP_CHECK(kp__remote_ctrl_poll(r));
+    KP_CHECK(kp__remote_ended(r, flow, stop));
+    if (*stop) return KP_OK;
+    double now = kp__remote_ms_now();
+    if (failed_at > 0 && now - failed_at > 2000)
+        return kp__error(KP_ERR_IO, "remote %s: frame %llu: the sender's copy event failed",
+                         r->addr, (unsigned long long)r->next);
+    if (*t0 == 0) *t0 = now;
+    if (failed_at > 0 || now - *t0 > 1.0) {
+        bool spun = false;
+        kp__remote_progress(r, &spun);
+    }
+    return KP_OK;
+}
+
 /* CUDA IPC: waits on the host until the sender's copy into the slot has
  * run. The receiver's stream never waits on the sender's event itself: a
  * sender killed between recording its event and the copy's end leaves that
@@ -291,13 +309,14 @@ static kp_status kp__check_frame(kp__remote *r, const kp__slot *sl, kp_frame *f)
  * the link is watched meanwhile, so a lost sender ends the flow with "lost
  * the peer". A copy's event is done within microseconds (the header left
  * after the copy was queued), so the wait spins on the event, looking at
- * the link every 64 queries. After the first millisecond, or once a query
- * fails (the sender's context gone), it moves the link at each look
- * (kp__remote_progress: itself, or where a progress thread is, that thread
- * with the turn left to it, up to a millisecond): the stage's turn keeps
- * a progress thread off the worker, and a lost sender would otherwise end
- * the wait only by a failed query. A failed query gives the link two
- * seconds to say so before its own error. */
+ * the link every 64 queries. It spins without the stage's turn, which
+ * kp__ipc_copied left, so a progress thread moves the link meanwhile, and
+ * takes the turn back for each look. After the first millisecond, or once
+ * a query fails (the sender's context gone), it moves the link at each
+ * look (kp__remote_progress: itself, or where a progress thread is, that
+ * thread, up to a millisecond): a lost sender would otherwise end the wait
+ * only by a failed query. A failed query gives the link two seconds to
+ * say so before its own error. */
 static kp_status kp__ipc_wait_copy(kp__remote *r, kp_flow_t flow, kp_event_t ev, bool *stop) {
     *stop = false;
     double t0 = 0, failed_at = 0;
@@ -307,38 +326,44 @@ static kp_status kp__ipc_wait_copy(kp__remote *r, kp_flow_t flow, kp_event_t ev,
         if (qs == KP_OK && done) return KP_OK;
         if (qs != KP_OK) failed_at = kp__remote_ms_now();
         if (qs == KP_OK && failed_at == 0 && (k & 63) != 63) continue;
-        KP_CHECK(kp__remote_ctrl_poll(r));
-        KP_CHECK(kp__remote_ended(r, flow, stop));
-        if (*stop) return KP_OK;
-        double now = kp__remote_ms_now();
-        if (failed_at > 0 && now - failed_at > 2000)
-            return kp__error(KP_ERR_IO, "remote %s: frame %llu: the sender's copy event failed",
-                             r->addr, (unsigned long long)r->next);
-        if (t0 == 0) t0 = now;
-        if (failed_at > 0 || now - t0 > 1.0) {
-            bool spun = false;
-            kp__remote_progress(r, &spun);
-        }
+        kp__remote_turn_back(r);
+        kp_status st = kp__ipc_look(r, flow, stop, &t0, failed_at);
+        kp__remote_turn_leave(r);
+        if (st != KP_OK || *stop) return st;
     }
 }
 
 /* kp__ipc_wait_copy, its time added to the end's ipc_wait_ns where the
- * copy had not ended at the first look. The stage keeps its turn on the
- * worker through a wait of the usual length (under a millisecond), so a
- * progress thread moves nothing meanwhile: what the link brings is taken
- * after. Leaving the turn for every wait, as kp__remote_device_sync does,
- * was built and measured on one H200 (two processes, 2,000 frames at
- * capacity 4, old and new alternated over three rounds): 3-7% fewer frames
- * at 64 KiB, 1 MiB and 8 MiB (8 MiB: 75.5-77.4 GB/s against 78.4-82.3).
- * Between two GPUs, four times the credits had not raised the rate
- * either; dropped (bench/RESULTS.md). */
+ * copy had not ended at the first look. The stage leaves its turn on the
+ * worker for the wait, as kp__remote_device_sync does, and likewise for
+ * its copy out of the slot (kp__copy_out): holding it, the stage kept the
+ * progress thread off the worker for a frame's whole run, and the credits
+ * and headers that thread sends and takes in waited for the run's end
+ * (8-29 us a frame, more as frames grow: stamps on both ends, two
+ * processes on one H200 under MPS, bench/RESULTS.md). There, leaving the
+ * turn took 8 MiB frames from 45-47 to 50-54 thousand a second. (Without
+ * MPS, where two processes' contexts take turns on the GPU at about 100
+ * us a frame, the same change had measured 3-7% slower.) */
 static kp_status kp__ipc_copied(kp__remote *r, kp_flow_t flow, kp_event_t ev, bool *stop) {
     bool done = false;
     *stop = false;
     if (kp_event_query(ev, &done) == KP_OK && done) return KP_OK;
     const uint64_t t0 = kp__remote_ns_now();
+    kp__remote_turn_leave(r);
     kp_status st = kp__ipc_wait_copy(r, flow, ev, stop);
+    kp__remote_turn_back(r);
     atomic_fetch_add_explicit(&r->ipc_wait_ns, kp__remote_ns_now() - t0, memory_order_relaxed);
+    return st;
+}
+
+/* The frame's bytes out of its slot into the frame, the copy's end marked
+ * by the slot's event; the link is the progress thread's meanwhile (the
+ * two calls take 6-8 us of host time under MPS). */
+static kp_status kp__copy_out(kp__remote *r, kp_stream_t s, kp_frame *f, kp__slot *sl) {
+    kp__remote_turn_leave(r);
+    kp_status st = f->bytes ? kp_memcpy_async(s, f->data, sl->buf, f->bytes) : KP_OK;
+    if (st == KP_OK) st = kp_event_record(sl->ev, s);
+    kp__remote_turn_back(r);
     return st;
 }
 
@@ -383,8 +408,7 @@ static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
                 return KP_OK;
             }
         }
-        if (f->bytes) KP_CHECK(kp_memcpy_async(c->stream, f->data, sl->buf, f->bytes));
-        KP_CHECK(kp_event_record(sl->ev, c->stream));
+        KP_CHECK(kp__copy_out(r, c->stream, f, sl));
         sl->hdr_op.done = sl->data_op.done = false; /* taken: reposted once the copy is done */
         r->next++;
         /* the repost and its credit wait for the next call (or the wait
@@ -395,6 +419,9 @@ static kp_status kp__source_fn(void *user, const kp_stage_ctx *c, kp_frame *f, b
     }
     atomic_fetch_add_explicit(&r->frames, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&r->bytes, f->bytes, memory_order_relaxed);
+    /* the next frame already in: this stage is the bottleneck, and wakes
+     * the stage after it rather than running it too */
+    kp__flow_source_backlog(c, kp__frame_in(r));
     return KP_OK;
 }
 

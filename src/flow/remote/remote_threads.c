@@ -62,7 +62,9 @@ bool kp__remote_op_poll(kp__op *op) {
  * another: on the H100 host, 64 KiB frames, pthread_spin_lock was 32%
  * (cuda) and 51% (cpu) of the receiving stage's samples (perf record,
  * scripts/perf-bundle.sh). It lets go while it waits for the link
- * (kp__remote_progress) or for the device (kp__remote_device_sync). The
+ * (kp__remote_progress) or for the device (kp__remote_device_sync), and,
+ * receiving by CUDA IPC, while it waits for the sender's copy and queues
+ * its own copy out of the slot (remote_rx.c, kp__ipc_copied). The
  * count nests: a send, a receive post and a poll still take it, which
  * inside a turn only bumps the count. */
 void kp__remote_take(kp__remote *r) {
