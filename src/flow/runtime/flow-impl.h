@@ -60,6 +60,14 @@ typedef struct kp__stage_made {
     void **stream_users;
 } kp__stage_made;
 
+/* A source's word, each run, on whether its next frame is already there
+ * (a remote source whose next frame has arrived): it is then the flow's
+ * bottleneck, and does not carry its frames into a stage whose thread
+ * sleeps, which would make it run that stage too; it wakes that thread
+ * instead, as a stage with frames queued for it does (stage.c,
+ * kp__carry_worth). `c` is the context the flow passed the source. */
+void kp__flow_source_backlog(const kp_stage_ctx *c, bool waiting);
+
 /* Trading buffers with frames, for a stage that keeps buffers of its own
  * in flight (a remote queue's end receives into them, or sends from them,
  * while its frames go on): kp__flow_spare_buffer acquires a buffer like a
@@ -70,14 +78,6 @@ typedef struct kp__stage_made {
  * passed on go with it (KP_ERR_UNSUPPORTED for `stage` otherwise). A spare
  * buffer goes back with kp_buffer_release before the flow is destroyed,
  * which its owner's free function is (kp__flow_own). */
-/* A source's word, each run, on whether its next frame is already there
- * (a remote source whose next frame has arrived): it is then the flow's
- * bottleneck, and does not carry its frames into a stage whose thread
- * sleeps, which would make it run that stage too; it wakes that thread
- * instead, as a stage with frames queued for it does (stage.c,
- * kp__carry_worth). `c` is the context the flow passed the source. */
-void kp__flow_source_backlog(const kp_stage_ctx *c, bool waiting);
-
 kp_status kp__flow_spare_buffer(kp_flow_t f, size_t stage, kp_buffer_t *out);
 void kp__frame_trade(kp_frame *frame, kp_buffer_t *b);
 
