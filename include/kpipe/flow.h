@@ -374,7 +374,8 @@ typedef struct kp_flow_stream_stats {
     double host_p50_us, host_p99_us; /* the source function's time per frame: input to frame */
     /* end to end, recent frames: from the source handing a frame on to the
      * last stage's work on it done, the device's included (a host function
-     * on that stage's stream stamps it). Sampled on the frames whose source
+     * stamps it, on a stream beside that stage's: the stage's own stream
+     * never waits for the stamp). Sampled on the frames whose source
      * run is timed (about one in 8, every one while the flow traces); 0
      * before the first sample ends. */
     double latency_p50_us, latency_p99_us;

@@ -368,6 +368,12 @@ static kp_status kp__make_stages(struct kp_flow *f, const kp_flow_config *c) {
         atomic_store(&f->q[i].open_in, n_up);
         for (size_t u = 0; u < n_up; u++) f->ls[up[u]].out[f->ls[up[u]].n_out++] = (uint16_t)i;
     }
+    /* a last stage's stream for its latency samples (kp__stage.lat_pend) */
+    for (size_t i = 0; i < c->n_stages; i++)
+        for (size_t r = 0; !f->ls[i].n_out && r < f->ls[i].n_rep; r++) {
+            kp__stage *s = &f->st[f->ls[i].first + r];
+            KP_CHECK(kp_stream_create(s->ctx.dev, &s->lat_stream));
+        }
     /* frames set apart for the copies of stages that copy to several */
     for (size_t i = 0; i < c->n_stages; i++) {
         f->ls[i].copy_quota = kp__flow_copy_quota(&c->stages[i], f->ls[i].n_out);
@@ -519,6 +525,9 @@ kp_status kp_flow_wait(kp_flow_t f) {
             }
             for (size_t k = 0; st == KP_OK && k < KP__GPU_SLOTS; k++)
                 kp__flow_gpu_harvest(&f->st[i], &f->st[i].gpu[k], true);
+            /* the last samples stamped; an error here is the stage's stream's too */
+            if (f->st[i].lat_stream && kp_stream_sync(f->st[i].lat_stream) != KP_OK)
+                kp_clear_error();
         }
         atomic_store(&f->waited, true);
     }
@@ -555,6 +564,7 @@ void kp_flow_destroy(kp_flow_t f) {
             kp_event_destroy(f->st[i].probe.end[k]);
         }
         kp_stream_destroy(f->st[i].ctx.stream);
+        kp_stream_destroy(f->st[i].lat_stream);
         kp__free(f->st[i].batch);
         kp__free(f->st[i].batch_frames);
     }

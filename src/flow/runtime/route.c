@@ -54,9 +54,10 @@ void kp__flow_latency_end(kp__stage *s, kp__fframe *fr) {
     l->made_us = fr->made_us;
     l->stream = fr->f.stream;
     atomic_store_explicit(&l->busy, true, memory_order_relaxed);
-    /* the frame's work may be on another replica's stream: this one waits for it */
-    if (kp_stream_wait_event(s->ctx.stream, fr->ev[fr->ev_dev]) != KP_OK ||
-        kp_launch_host_func(s->ctx.stream, kp__lat_stamp, l) != KP_OK) {
+    /* beside the stage's stream, never in it (kp__stage.lat_pend); the
+     * frame's work may be on another replica's stream too */
+    if (kp_stream_wait_event(s->lat_stream, fr->ev[fr->ev_dev]) != KP_OK ||
+        kp_launch_host_func(s->lat_stream, kp__lat_stamp, l) != KP_OK) {
         kp_clear_error(); /* the sample is lost; the stream reports its own error */
         atomic_store_explicit(&l->busy, false, memory_order_relaxed);
     }

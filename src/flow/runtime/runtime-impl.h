@@ -194,8 +194,13 @@ typedef struct kp__stage {
     uint32_t carry_probe;      /* frames carried into it past a sleeping thread */
     bool backlog; /* a source's: its next frame was there already (kp__flow_source_backlog) */
     /* A last stage's latency samples for frames with device work still
-     * pending: a host function on its stream stamps each once the work is
-     * done (a slot still busy skips the sample). */
+     * pending: a host function stamps each once the work is done (a slot
+     * still busy skips the sample), on a stream of its own (lat_stream),
+     * which waits for the frame's event. On the stage's stream it held
+     * the stage's next work until the driver's host thread had run it:
+     * 50-60 us on the sampled frames (one in KP__TIME_EVERY), a remote
+     * sink's CUDA IPC copies idle 12 us a frame on average (2 x H200,
+     * 8 MiB frames, bench/RESULTS.md). */
     struct kp__lat_slot {
         struct kp_flow *flow;
         double made_us;
@@ -203,6 +208,7 @@ typedef struct kp__stage {
         _Atomic bool busy;
     } lat_pend[KP__LAT_PENDING];
     unsigned lat_pend_next;
+    kp_stream_t lat_stream; /* a last stage's (kp__flow_latency_end); NULL elsewhere */
 } kp__stage;
 
 /* A logical stage: its replicas (threads) and, when there are several, the
